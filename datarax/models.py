@@ -1,0 +1,102 @@
+"""Built-in models and losses: the MLP the service trains and the tests use.
+
+Parameters are named ``layers/{i}/kernel`` ``[f_i, f_{i+1}]`` and ``layers/{i}/bias``
+``[f_{i+1}]``, float32; ReLU between layers, none after the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+LOSSES: tuple[str, ...] = ("mse", "cross_entropy")
+OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "sgd")
+
+
+class MLP(nnx.Module):
+    """A multi-layer perceptron: ``features = [in, hidden..., out]``."""
+
+    def __init__(self, features: Sequence[int], *, rngs: nnx.Rngs, dtype=jnp.float32):
+        features = [int(f) for f in features]
+        if len(features) < 2 or any(f < 1 for f in features):
+            raise ValueError(
+                f"features must list at least 2 positive sizes [in, ..., out], got {features}"
+            )
+        self.features = tuple(features)
+        self.layers = nnx.List(
+            [
+                nnx.Linear(a, b, rngs=rngs, dtype=dtype, param_dtype=dtype)
+                for a, b in zip(features[:-1], features[1:], strict=True)
+            ]
+        )
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``x: [B, in]`` -> ``[B, out]``."""
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < last:
+                x = jax.nn.relu(x)
+        return x
+
+
+def mlp_param_shapes(features: Sequence[int]) -> dict[str, tuple[int, ...]]:
+    """``{path: shape}`` of ``MLP(features)``'s parameters, without building it."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i, (a, b) in enumerate(zip(features[:-1], features[1:], strict=True)):
+        shapes[f"layers/{i}/bias"] = (int(b),)
+        shapes[f"layers/{i}/kernel"] = (int(a), int(b))
+    return shapes
+
+
+def mse_loss(model: nnx.Module, batch: dict) -> jax.Array:
+    """Mean squared error; ``targets: [B, out]`` float."""
+    preds = model(batch["inputs"])
+    return jnp.mean((preds - batch["targets"]) ** 2)
+
+
+def cross_entropy_loss(model: nnx.Module, batch: dict) -> jax.Array:
+    """Softmax cross-entropy; ``targets: [B]`` integer class ids."""
+    logits = model(batch["inputs"])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
+
+
+LOSS_FNS = {"mse": mse_loss, "cross_entropy": cross_entropy_loss}
+
+
+def make_optimizer(name: str, learning_rate: float) -> optax.GradientTransformation:
+    """``adam``, ``adamw`` or ``sgd`` at ``learning_rate``."""
+    if name == "adam":
+        return optax.adam(learning_rate)
+    if name == "adamw":
+        return optax.adamw(learning_rate)
+    if name == "sgd":
+        return optax.sgd(learning_rate)
+    raise ValueError(f"unknown optimizer {name!r}; use one of {list(OPTIMIZERS)}")
+
+
+def synthetic_batch(
+    features: Sequence[int], loss: str, batch_size: int, seed: int, step: int
+) -> dict[str, np.ndarray]:
+    """A deterministic batch that depends only on its arguments, never on devices.
+
+    Returns:
+      ``inputs: [batch_size, features[0]] float32`` and ``targets``: ``[batch_size,
+      features[-1]] float32`` for ``mse``, ``[batch_size] int32`` class ids for
+      ``cross_entropy``. Targets come from a fixed random linear map of the inputs, so
+      the loss can go down.
+    """
+    rng = np.random.default_rng([int(seed), int(step), int(batch_size)])
+    inputs = rng.standard_normal((batch_size, features[0]), dtype=np.float32)
+    teacher = np.random.default_rng([int(seed), 7919]).standard_normal(
+        (features[0], features[-1]), dtype=np.float32
+    ) / np.sqrt(features[0])
+    outputs = inputs @ teacher
+    if loss == "cross_entropy":
+        return {"inputs": inputs, "targets": np.argmax(outputs, axis=1).astype(np.int32)}
+    return {"inputs": inputs, "targets": outputs.astype(np.float32)}
