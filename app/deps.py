@@ -1,0 +1,93 @@
+"""FastAPI dependencies: what the lifespan built, handed to routes as ``Annotated`` aliases.
+
+Routes declare ``store: StoreDep`` and get the app's :class:`~app.store.Store`; the objects
+live on ``app.state`` (set by the lifespan in :mod:`app.main`), never in module globals,
+so several apps (tests) can coexist in one process.
+"""
+
+from __future__ import annotations
+
+import email.message
+from typing import Annotated
+
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.errors import UnsupportedMediaType
+from app.runtime import RuntimeClient
+from app.settings import Settings
+from app.store import Store
+from app.telemetry import Telemetry
+
+JSON_MEDIA_TYPE = "application/json"
+NPZ_MEDIA_TYPE = "application/x-npz"
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_store(request: Request) -> Store:
+    return request.app.state.store
+
+
+def get_runtime(request: Request) -> RuntimeClient:
+    return request.app.state.runtime
+
+
+def get_telemetry(request: Request) -> Telemetry:
+    return request.app.state.telemetry
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+RuntimeDep = Annotated[RuntimeClient, Depends(get_runtime)]
+TelemetryDep = Annotated[Telemetry, Depends(get_telemetry)]
+
+
+def media_type(request: Request) -> str | None:
+    """The request's media type, lower-case, without parameters; None when absent."""
+    value = request.headers.get("content-type")
+    if not value:
+        return None
+    message = email.message.Message()
+    message["content-type"] = value
+    return message.get_content_type().lower()
+
+
+def is_json_media(media: str | None) -> bool:
+    return media is not None and (media == JSON_MEDIA_TYPE or media.endswith("+json"))
+
+
+def require_json(request: Request) -> None:
+    """415 ``unsupported_media_type`` unless the body is declared JSON.
+
+    Runs before body validation, so a form or text body is a 415, not a 422.
+    """
+    media = media_type(request)
+    if not is_json_media(media):
+        raise UnsupportedMediaType(
+            f"Content-Type {request.headers.get('content-type')!r} is not accepted here; "
+            f"send {JSON_MEDIA_TYPE}"
+        )
+
+
+JsonBody = Depends(require_json)
+
+# Documentation only: the token is enforced by ``BearerAuthMiddleware`` in ``app.main``,
+# before anything reads the body, so an unauthenticated request costs nothing. This
+# dependency puts the bearer scheme on mutating operations in the OpenAPI document.
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearerAuth",
+    description="required on POST and DELETE when DATARAX_API_TOKEN is set",
+)
+
+
+def _document_bearer(
+    _credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> None:
+    return None
+
+
+BearerDoc = Depends(_document_bearer)

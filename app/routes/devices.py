@@ -1,0 +1,27 @@
+"""``GET /v1/devices``: the runtime's global devices."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.deps import RuntimeDep
+from app.errors import WorkerUnavailable
+from app.schemas import DevicesResponse, problem_responses
+
+router = APIRouter(tags=["devices"])
+
+
+@router.get(
+    "/v1/devices",
+    response_model=DevicesResponse,
+    summary="List devices",
+    responses=problem_responses(503),
+)
+async def list_devices(runtime: RuntimeDep) -> dict:
+    """Platform, process count and index, and every global device (id, kind, process
+    index, physical coordinates where the platform has them). 503 ``worker_lost`` while the
+    runtime is down."""
+    info = runtime.device_info()
+    if info is None:
+        raise WorkerUnavailable("the device runtime is not ready; retry shortly")
+    return info

@@ -1,0 +1,57 @@
+"""Operational endpoints: liveness, readiness and the Prometheus exposition."""
+
+from __future__ import annotations
+
+import anyio.to_thread
+from fastapi import APIRouter
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from app.deps import RuntimeDep, StoreDep, TelemetryDep
+from app.errors import NotReady, WorkerUnavailable
+from app.schemas import Liveness, Readiness, problem_responses
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health/live", response_model=Liveness, summary="Liveness")
+async def live() -> dict:
+    """Always 200 while the HTTP process serves requests."""
+    return {"status": "ok"}
+
+
+@router.get(
+    "/health/ready",
+    response_model=Readiness,
+    summary="Readiness",
+    responses=problem_responses(503),
+)
+async def ready(store: StoreDep, runtime: RuntimeDep) -> dict:
+    """200 when the store is open and the device runtime (every process) is up.
+
+    503 ``not_ready`` while the service is still starting, ``worker_lost`` after the
+    runtime died (it is being restarted). ``runtime_pid`` is the runtime process's pid.
+    """
+    extra = {"runtime_pid": runtime.pid, "runtime_restarts": runtime.restarts}
+    if not store.is_open or not await anyio.to_thread.run_sync(store.ping):
+        raise NotReady("the database is not open", extra=extra)
+    if not runtime.ready:
+        if runtime.pid is None or runtime.restarts > 0:
+            raise WorkerUnavailable(
+                "the device runtime was lost and is restarting; device requests answer 503 "
+                "until it is back",
+                extra=extra,
+            )
+        raise NotReady("the device runtime is starting", extra=extra)
+    return {"status": "ready", "store": "ok", **extra}
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "text exposition"}},
+)
+async def prometheus(telemetry: TelemetryDep) -> Response:
+    """The service's own counters in the Prometheus text format."""
+    return Response(generate_latest(telemetry.registry), media_type=CONTENT_TYPE_LATEST)

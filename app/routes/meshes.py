@@ -1,0 +1,223 @@
+"""Mesh plans: create (live or abstract), list, read, delete, draw."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+import anyio.to_thread
+from fastapi import APIRouter, Body, Path, Query
+from starlette.responses import Response
+
+from app.deps import BearerDoc, JsonBody, RuntimeDep, StoreDep, TelemetryDep
+from app.errors import MeshNotFound, WorkerUnavailable
+from app.layout_svg import render_layout_svg
+from app.plans import (
+    PlanRequest,
+    abstract_devices,
+    check_plan_request,
+    live_devices,
+    new_plan_id,
+    render_plan,
+    utc_now,
+)
+from app.schemas import (
+    PLAN_REQUEST_EXAMPLE,
+    MeshPlan,
+    MeshPlanList,
+    MeshPlanRequest,
+    OptimizerSpec,
+    problem_responses,
+)
+from datarax.distributed.planning import resolve_axes
+
+router = APIRouter(tags=["meshes"])
+
+MeshId = Annotated[str, Path(description="plan id, e.g. m_01J...", max_length=64)]
+
+_ABSTRACT_EXAMPLE = {
+    "axes": {"data": -1, "fsdp": 16, "model": 16},
+    "batch_shape": [131072, 1024],
+    "batch_axes": ["data", "fsdp"],
+    "num_devices": 65536,
+    "name": "pod-plan",
+}
+
+
+def _optimizer_name(value: str | OptimizerSpec | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return value.name
+
+
+def _plan_request(body: MeshPlanRequest) -> PlanRequest:
+    model = body.model
+    param_sharding = body.param_sharding
+    optimizer = _optimizer_name(body.optimizer) or "adam"
+    if model is not None:
+        param_sharding = model.param_sharding or param_sharding
+        optimizer = _optimizer_name(model.optimizer) or optimizer
+    return PlanRequest(
+        axes=body.axes,
+        batch_shape=body.batch_shape,
+        batch_axes=body.batch_axes,
+        features=None if model is None else model.features,
+        param_sharding=param_sharding,
+        optimizer=optimizer,
+        name=body.name,
+    )
+
+
+def _json(text: str, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(text, status_code=status, media_type="application/json", headers=headers)
+
+
+@router.post(
+    "/v1/meshes",
+    status_code=201,
+    summary="Plan a mesh",
+    response_class=Response,
+    dependencies=[JsonBody, BearerDoc],
+    responses={
+        201: {
+            "model": MeshPlan,
+            "description": "the stored plan; Location: /v1/meshes/{id}",
+            "headers": {"Location": {"schema": {"type": "string"}}},
+        },
+        **problem_responses(401, 413, 415, 422, 503, 504),
+    },
+)
+async def create_mesh(
+    body: Annotated[
+        MeshPlanRequest,
+        Body(
+            openapi_examples={
+                "live": {"summary": "live plan on this service", "value": PLAN_REQUEST_EXAMPLE},
+                "abstract": {"summary": "abstract 65,536-device plan", "value": _ABSTRACT_EXAMPLE},
+            }
+        ),
+    ],
+    store: StoreDep,
+    runtime: RuntimeDep,
+    telemetry: TelemetryDep,
+) -> Response:
+    """Plans a mesh, stores it and answers it (201, ``Location`` header).
+
+    - ``num_devices`` given: an *abstract* plan for exactly that many devices, numbered
+      ``0..n-1`` row-major, all in process 0; no device is touched. ``platform`` is echoed.
+    - ``num_devices`` absent/null: a *live* plan on this service's devices, the first
+      ``prod(axes)`` of them in JAX's mesh order; fewer than the host has is fine, more is
+      ``not_enough_devices``. 503 ``worker_lost`` while the runtime is down.
+
+    Shards equal ``NamedSharding(mesh, spec).devices_indices_map(batch_shape)``. 422 codes:
+    ``invalid_axis_name``, ``invalid_axis_size``, ``multiple_auto_axes``,
+    ``axes_product_mismatch``, ``not_enough_devices``, ``batch_not_divisible`` (nearest
+    valid sizes in the detail), ``unknown_batch_axis``, ``duplicate_batch_axis``,
+    ``invalid_batch_shape``, ``validation_error``, ``invalid_json``.
+    """
+    request = _plan_request(body)
+    plan_id, created_at = new_plan_id(), utc_now()
+    if body.num_devices is not None:
+        axes = resolve_axes(body.axes, body.num_devices, exact=True)
+        devices = abstract_devices(axes, body.platform)
+    else:
+        info = runtime.device_info()
+        if info is None:
+            raise WorkerUnavailable(
+                "the device runtime is not ready, so a live plan cannot be made now; retry "
+                "shortly, or send num_devices for an abstract plan"
+            )
+        available = len(info["devices"])
+        axes = resolve_axes(body.axes, available, exact=False)
+        check_plan_request(request, axes)
+        answer, _ = await runtime.call("mesh_grid", {"axes": axes})
+        devices = live_devices(axes, answer, available)
+        if body.platform is not None:
+            devices.notes.append("platform is ignored for live plans (the runtime reports it)")
+    rendered = await anyio.to_thread.run_sync(
+        lambda: render_plan(request, axes, devices, plan_id=plan_id, created_at=created_at)
+    )
+    await store.insert_plan(
+        plan_id, created_at, body.name, devices.live, rendered.body, rendered.summary
+    )
+    telemetry.plans_created.labels(kind="live" if devices.live else "abstract").inc()
+    return _json(rendered.body, 201, {"Location": f"/v1/meshes/{plan_id}"})
+
+
+@router.get(
+    "/v1/meshes",
+    summary="List plans",
+    response_class=Response,
+    responses={200: {"model": MeshPlanList, "description": "stored plans, newest first"}},
+)
+async def list_meshes(
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20,
+    offset: Annotated[int, Query(ge=0, description="plans to skip")] = 0,
+    view: Annotated[
+        Literal["full", "summary"],
+        Query(
+            description="full: whole plans; summary: without device_grid and shards (a "
+            "65,536-device plan is ~8 MB in full, ~1 KB as a summary)"
+        ),
+    ] = "full",
+) -> Response:
+    """Stored plans, newest first: ``{"items": [...], "total": n}`` (``total`` counts all
+    stored plans, not just this page)."""
+    bodies, total = await store.list_plans(limit, offset, summary=view == "summary")
+    return _json('{"items":[' + ",".join(bodies) + '],"total":' + str(total) + "}")
+
+
+@router.get(
+    "/v1/meshes/{mesh_id}",
+    summary="Read a plan",
+    response_class=Response,
+    responses={
+        200: {"model": MeshPlan, "description": "the stored plan"},
+        **problem_responses(404),
+    },
+)
+async def get_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
+    """The stored plan, exactly as it was answered when created. 404 ``mesh_not_found``."""
+    text = await store.get_plan(mesh_id)
+    if text is None:
+        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
+    return _json(text)
+
+
+@router.delete(
+    "/v1/meshes/{mesh_id}",
+    status_code=204,
+    summary="Forget a plan",
+    response_class=Response,
+    dependencies=[BearerDoc],
+    responses={204: {"description": "deleted"}, **problem_responses(401, 404)},
+)
+async def delete_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
+    """Deletes a stored plan. 404 ``mesh_not_found`` when there is none."""
+    if not await store.delete_plan(mesh_id):
+        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}")
+    return Response(status_code=204)
+
+
+@router.get(
+    "/v1/meshes/{mesh_id}/layout.svg",
+    summary="Draw a plan",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"image/svg+xml": {"schema": {"type": "string"}}},
+            "description": "the device grid coloured by batch slice",
+        },
+        **problem_responses(404),
+    },
+)
+async def mesh_layout(mesh_id: MeshId, store: StoreDep) -> Response:
+    """An SVG of the device grid: every device labelled with its id and mesh coordinates,
+    coloured by the batch slice it holds (replicas share a colour), with axis names and a
+    legend. Meshes over 1,024 devices show their first rows and columns."""
+    text = await store.get_plan(mesh_id)
+    if text is None:
+        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}")
+    svg = await anyio.to_thread.run_sync(lambda: render_layout_svg(json.loads(text)))
+    return Response(svg, media_type="image/svg+xml")

@@ -1,0 +1,348 @@
+"""``make bench``: every benchmark, side by side in one run, written to BENCHMARKS.md.
+
+Each result is a ratio of two things measured in this same run on this same machine, so
+the numbers compare like with like. The device-side benchmark needs 8 simulated CPU
+devices in this process, set before JAX starts.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    ).strip()
+
+import argparse  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+
+from benchmarks import http_load  # noqa: E402
+from benchmarks.server import ROOT, running_server  # noqa: E402
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_reduce_vs_live(base: str, seconds: float, concurrency: int) -> dict:
+    body = {
+        "metrics": {
+            "loss": [0.9, 1.1, 1.0, 1.0, 0.8, 1.2, 1.0, 1.0],
+            "accuracy": [0.5, 0.6, 0.7, 0.8, 0.5, 0.6, 0.7, 0.8],
+            "step": [10] * 8,
+        },
+        "reduce": {"loss": "mean", "accuracy": "mean", "step": "max"},
+    }
+    live = http_load.requests_per_second(
+        base, "GET", "/health/live", None, seconds=seconds, concurrency=concurrency
+    )
+    reduce = http_load.requests_per_second(
+        base,
+        "POST",
+        "/v1/metrics/reduce",
+        json.dumps(body).encode(),
+        seconds=seconds,
+        concurrency=concurrency,
+    )
+    return {
+        "live_rps": live,
+        "reduce_rps": reduce,
+        "ratio": reduce / live,
+        "concurrency": concurrency,
+        "seconds": seconds,
+    }
+
+
+def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def bench_npz_reduce(client: httpx.Client, repeats: int) -> dict:
+    data = np.random.default_rng(0).standard_normal((8, 1_000_000), dtype=np.float32)
+    body = _npz({"loss": data})
+    headers = {"content-type": "application/x-npz"}
+
+    def over_http():
+        r = client.post("/v1/metrics/reduce?reduce=loss:mean", content=body, headers=headers)
+        r.raise_for_status()
+
+    def in_process_reduce():
+        np.mean(data, axis=0)
+
+    def in_process_decode_and_reduce():
+        with np.load(io.BytesIO(body), allow_pickle=False) as f:
+            np.mean(f["loss"], axis=0)
+
+    over_http()
+    http_s = _median_time(over_http, repeats)
+    numpy_s = _median_time(in_process_reduce, repeats)
+    numpy_decode_s = _median_time(in_process_decode_and_reduce, repeats)
+    return {
+        "http_s": http_s,
+        "numpy_s": numpy_s,
+        "numpy_decode_s": numpy_decode_s,
+        "ratio_vs_numpy": http_s / numpy_s,
+        "ratio_vs_numpy_with_decode": http_s / numpy_decode_s,
+        "body_mb": len(body) / 1e6,
+    }
+
+
+def bench_json_vs_npz(client: httpx.Client, repeats: int) -> dict:
+    data = np.random.default_rng(1).standard_normal((8, 100_000), dtype=np.float32)
+    json_body = json.dumps({"metrics": {"loss": data.tolist()}}).encode()
+    npz_body = _npz({"loss": data})
+
+    def post_json():
+        client.post(
+            "/v1/metrics/reduce", content=json_body, headers={"content-type": "application/json"}
+        ).raise_for_status()
+
+    def post_npz():
+        client.post(
+            "/v1/metrics/reduce", content=npz_body, headers={"content-type": "application/x-npz"}
+        ).raise_for_status()
+
+    post_json()
+    post_npz()
+    json_s = _median_time(post_json, repeats)
+    npz_s = _median_time(post_npz, repeats)
+    return {
+        "shape": [8, 100_000],
+        "json_s": json_s,
+        "npz_s": npz_s,
+        "json_over_npz": json_s / npz_s,
+        "json_mb": len(json_body) / 1e6,
+        "npz_mb": len(npz_body) / 1e6,
+    }
+
+
+def bench_abstract_plans(client: httpx.Client, repeats: int) -> dict:
+    def plan(n: int):
+        body = {
+            "axes": {"data": -1, "fsdp": 16, "model": 16},
+            "num_devices": n,
+            "batch_shape": [n * 4, 1024],
+            "batch_axes": ["data", "fsdp"],
+            "model": {"kind": "mlp", "features": [1024, 4096, 4096, 1024]},
+        }
+        r = client.post("/v1/meshes", json=body)
+        r.raise_for_status()
+        return len(r.content)
+
+    sizes = {}
+    for n in (4096, 65536):
+        plan(n)
+        sizes[n] = {"s": _median_time(lambda n=n: plan(n), repeats), "bytes": plan(n)}
+    return {
+        "plan_4096_s": sizes[4096]["s"],
+        "plan_65536_s": sizes[65536]["s"],
+        "growth_for_16x_devices": sizes[65536]["s"] / sizes[4096]["s"],
+        "response_mb_65536": sizes[65536]["bytes"] / 1e6,
+    }
+
+
+def bench_served_steps(client: httpx.Client, repeats: int) -> dict:
+    """Served steps vs the same steps through the library in this process."""
+    import jax
+    import optax
+    from flax import nnx
+
+    from datarax.distributed import (
+        DeviceMeshManager,
+        create_data_parallel_sharding,
+        place_batch_on_shards,
+        spmd_train_step,
+    )
+    from datarax.models import MLP, mse_loss, synthetic_batch
+
+    features, batch_size, steps = [512, 2048, 2048, 16], 256, 10
+    rng = np.random.default_rng(0)
+    inputs = rng.standard_normal((batch_size, features[0]), dtype=np.float32)
+    targets = rng.standard_normal((batch_size, features[-1]), dtype=np.float32)
+
+    mesh_id = client.post("/v1/meshes", json={"axes": {"data": 8}}).json()["id"]
+    session = client.post(
+        f"/v1/meshes/{mesh_id}/sessions",
+        json={
+            "model": {"kind": "mlp", "features": features},
+            "optimizer": {"name": "adam", "learning_rate": 1e-3},
+            "loss": "mse",
+            "seed": 0,
+        },
+    ).json()["id"]
+    body = {"steps": steps, "batch": {"inputs": inputs.tolist(), "targets": targets.tolist()}}
+    npz_body = _npz({"inputs": inputs, "targets": targets})
+
+    def served():
+        r = client.post(
+            f"/v1/sessions/{session}/steps?steps={steps}",
+            content=npz_body,
+            headers={"content-type": "application/x-npz"},
+        )
+        r.raise_for_status()
+        return r.json()
+
+    client.post(f"/v1/sessions/{session}/steps", json=body).raise_for_status()  # compile
+    served_s = _median_time(served, repeats)
+    runtime_run_s = served()["timing"]["run_s"]
+
+    mesh = DeviceMeshManager.create_data_parallel_mesh()
+    sharding = create_data_parallel_sharding(mesh)
+    model = MLP(features, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+
+    def direct():
+        with jax.set_mesh(mesh):
+            batch = place_batch_on_shards({"inputs": inputs, "targets": targets}, sharding)
+            losses = [spmd_train_step(model, optimizer, mse_loss, batch) for _ in range(steps)]
+            jax.block_until_ready(losses)
+            [float(v) for v in losses]
+
+    direct()
+    direct_s = _median_time(direct, repeats)
+    del synthetic_batch
+    return {
+        "features": features,
+        "batch": batch_size,
+        "steps_per_call": steps,
+        "served_s": served_s,
+        "served_runtime_run_s": runtime_run_s,
+        "direct_s": direct_s,
+        "ratio": served_s / direct_s,
+        "served_examples_per_s": steps * batch_size / served_s,
+        "direct_examples_per_s": steps * batch_size / direct_s,
+    }
+
+
+def machine() -> dict:
+    import jax
+
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_gb, 1),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "numpy": np.__version__,
+        "os": platform.platform(),
+    }
+
+
+def write_markdown(results: dict, path: Path) -> None:
+    m, r = results["machine"], results
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (`python -m benchmarks.run`). Every ratio compares two",
+        "things measured side by side in the same run on the same machine.",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']};",
+        f"Python {m['python']}, jax {m['jax']}, numpy {m['numpy']}. Server: `datarax-serve`",
+        "with 8 simulated CPU devices; the load generator runs on the same cores.",
+        "",
+        "| benchmark | measured | ratio | target |",
+        "|---|---|---|---|",
+    ]
+    a = r["reduce_vs_live"]
+    lines.append(
+        f"| small reduce (3 metrics x 8 devices) vs `GET /health/live`, "
+        f"{a['concurrency']} concurrent | {a['reduce_rps']:.0f} vs {a['live_rps']:.0f} req/s "
+        f"| {a['ratio']:.2f} | >= 0.8 |"
+    )
+    b = r["npz_reduce"]
+    lines.append(
+        f"| 8 x 1,000,000 float32 npz reduce over HTTP vs numpy in process "
+        f"| {b['http_s'] * 1e3:.1f} ms vs {b['numpy_s'] * 1e3:.1f} ms "
+        f"(decode+reduce {b['numpy_decode_s'] * 1e3:.1f} ms) "
+        f"| {b['ratio_vs_numpy']:.2f} ({b['ratio_vs_numpy_with_decode']:.2f} with decode) "
+        f"| <= 3x |"
+    )
+    c = r["json_vs_npz"]
+    lines.append(
+        f"| JSON vs npz, 8 x 100,000 float32 ({c['json_mb']:.1f} MB vs {c['npz_mb']:.1f} MB) "
+        f"| {c['json_s'] * 1e3:.1f} ms vs {c['npz_s'] * 1e3:.1f} ms "
+        f"| {c['json_over_npz']:.1f}x | (report) |"
+    )
+    d = r["abstract_plans"]
+    lines.append(
+        f"| abstract plan, 4,096 vs 65,536 devices, end to end "
+        f"| {d['plan_4096_s'] * 1e3:.0f} ms vs {d['plan_65536_s'] * 1e3:.0f} ms "
+        f"({d['response_mb_65536']:.1f} MB answer) "
+        f"| {d['growth_for_16x_devices']:.1f}x for 16x devices | <= 0.75 s; <= 20x |"
+    )
+    if "served_steps" in r:
+        e = r["served_steps"]
+        lines.append(
+            f"| served steps vs library in process, MLP {e['features']}, batch {e['batch']}, "
+            f"{e['steps_per_call']} steps a call | {e['served_s'] * 1e3:.0f} ms "
+            f"({e['served_examples_per_s']:.0f} ex/s) vs {e['direct_s'] * 1e3:.0f} ms "
+            f"({e['direct_examples_per_s']:.0f} ex/s) | {e['ratio']:.2f} | <= 1.1x |"
+        )
+    lines += [
+        "",
+        "GPU: `python -m benchmarks.gpu_mlp` measures a bf16 MLP step against the",
+        "device's measured `jnp.dot` peak. It has not been run on a GPU yet: the sessions",
+        "that wrote these numbers had no accelerator. Its CPU smoke run:",
+        "`python -m benchmarks.gpu_mlp --size small`.",
+        "",
+        "Raw results:",
+        "",
+        "```json",
+        json.dumps(results, indent=2),
+        "```",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    args = parser.parse_args()
+    results: dict = {"machine": machine()}
+    with running_server() as base, httpx.Client(base_url=base, timeout=300) as client:
+        results["reduce_vs_live"] = bench_reduce_vs_live(base, args.seconds, args.concurrency)
+        print("reduce_vs_live", results["reduce_vs_live"], flush=True)
+        results["npz_reduce"] = bench_npz_reduce(client, args.repeats)
+        print("npz_reduce", results["npz_reduce"], flush=True)
+        results["json_vs_npz"] = bench_json_vs_npz(client, args.repeats)
+        print("json_vs_npz", results["json_vs_npz"], flush=True)
+        results["abstract_plans"] = bench_abstract_plans(client, args.repeats)
+        print("abstract_plans", results["abstract_plans"], flush=True)
+        results["served_steps"] = bench_served_steps(client, args.repeats)
+        print("served_steps", results["served_steps"], flush=True)
+    write_markdown(results, args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
