@@ -29,7 +29,7 @@ from pydantic.json_schema import models_json_schema
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_MEDIA_TYPE, install_error_handlers, problem_bytes
-from app.routes import devices, health, jobs, meshes, metrics
+from app.routes import devices, health, jobs, meshes, metrics, sessions
 from app.runtime import RuntimeClient
 from app.schemas import (
     FieldError,
@@ -305,6 +305,7 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         lifespan=lifespan,
         openapi_tags=[
             {"name": "meshes", "description": "mesh plans: live and abstract"},
+            {"name": "sessions", "description": "sharded training steps on live meshes"},
             {"name": "metrics", "description": "reductions of stacked per-device metrics"},
             {"name": "jobs", "description": "per-job metric history"},
             {"name": "devices", "description": "the runtime's devices"},
@@ -319,7 +320,7 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         lambda: bool(getattr(app.state.runtime, "ready", False)),
     )
     install_error_handlers(app)
-    for module in (health, devices, meshes, metrics, jobs):
+    for module in (health, devices, meshes, sessions, metrics, jobs):
         app.include_router(module.router)
     app.openapi = _openapi(app)  # type: ignore[method-assign]
 
