@@ -37,6 +37,7 @@ from app.schemas import (
     MetricsCollectRequest,
     MetricsReduceRequest,
     Problem,
+    StepRequest,
     ValidationProblem,
 )
 from app.settings import Settings
@@ -235,6 +236,7 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
                 MetricsReduceRequest,
                 MetricsCollectRequest,
                 JobMetricsRequest,
+                StepRequest,
             )
         ]
         _, extra = models_json_schema(models, ref_template="#/components/schemas/{model}")

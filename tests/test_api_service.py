@@ -75,6 +75,9 @@ def test_openapi_is_complete(api):
         "/v1/metrics/reduce": {"post"},
         "/v1/metrics/collect": {"post"},
         "/v1/jobs/{job}/metrics": {"get", "post"},
+        "/v1/meshes/{mesh_id}/sessions": {"post"},
+        "/v1/sessions/{session_id}": {"get", "delete"},
+        "/v1/sessions/{session_id}/steps": {"post"},
         "/metrics": {"get"},
     }
     for path, methods in expected.items():
