@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hmac
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from pydantic.json_schema import models_json_schema
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_MEDIA_TYPE, install_error_handlers, problem_bytes
+from app.multihost import is_leader, run_follower
 from app.routes import devices, health, jobs, meshes, metrics, sessions
 from app.runtime import RuntimeClient
 from app.schemas import (
@@ -349,6 +351,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-processes", type=int, help="JAX processes in the cluster")
     parser.add_argument("--process-id", type=int, help="this host's JAX process id")
     parser.add_argument(
+        "--distributed",
+        action="store_true",
+        default=None,
+        help="let jax.distributed.initialize() detect the cluster (SLURM, Kubernetes)",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=["critical", "error", "warning", "info", "debug"],
@@ -368,6 +376,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             "coordinator": args.coordinator,
             "num_processes": args.num_processes,
             "process_id": args.process_id,
+            "distributed": args.distributed,
         }.items()
         if value is not None
     }
@@ -381,6 +390,9 @@ def cli(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = settings_from_args(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if not is_leader(settings):
+        # Processes other than 0 serve no HTTP: they only keep their runtime in the group.
+        sys.exit(run_follower(settings))
     uvicorn.run(
         create_app(settings),
         host=settings.host,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -29,10 +29,46 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(10.0, gt=0, le=30, description="lost-peer detection bound")
     platforms: str | None = Field(None, description="JAX_PLATFORMS for the runtime, e.g. 'cpu'")
     test_commands: bool = Field(False, description="enable runtime commands used only by tests")
-    # multi-host (one JAX distributed runtime across processes)
-    coordinator: str | None = None
-    num_processes: int | None = None
-    process_id: int | None = None
+    # multi-host (one JAX distributed runtime across processes): see app/multihost.py
+    coordinator: str | None = Field(None, description="JAX coordinator HOST:PORT (process 0)")
+    num_processes: int | None = Field(None, ge=1, description="processes in the group")
+    process_id: int | None = Field(None, ge=0, description="this process, 0 serves HTTP")
+    distributed: bool = Field(
+        False,
+        description="join a JAX distributed runtime, detecting what is not given "
+        "(SLURM, Open MPI, Kubernetes indexed Job/JobSet, Cloud TPU)",
+    )
+    distributed_init_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="a runtime waits this long for every process to join, then exits "
+        "and is restarted",
+    )
+
+    @model_validator(mode="after")
+    def _check_multihost(self) -> Settings:
+        given = (self.coordinator, self.num_processes, self.process_id)
+        if not self.distributed and any(v is not None for v in given):
+            if any(v is None for v in given):
+                raise ValueError(
+                    "multi-host needs coordinator, num_processes and process_id together "
+                    f"(got {given}); or set DATARAX_DISTRIBUTED=true to detect the rest"
+                )
+        if (
+            self.num_processes is not None
+            and self.process_id is not None
+            and self.process_id >= self.num_processes
+        ):
+            raise ValueError(
+                f"process_id {self.process_id} must be below num_processes {self.num_processes}"
+            )
+        return self
+
+    @property
+    def multihost(self) -> bool:
+        """This service is one process of a JAX distributed runtime."""
+        return self.distributed or self.coordinator is not None
 
     @property
     def data_dir(self) -> Path:

@@ -31,10 +31,15 @@ from jax.sharding import PartitionSpec as P
 from app.channel import CommandError
 from app.worker import command, settings
 from datarax.distributed import (
-    place_batch_on_shards,
-    place_model_state_on_shards,
+    model_state_shardings,
     reduce_gradients_across_devices,
     spmd_train_step,
+)
+from datarax.distributed.multihost import (
+    fetch_global,
+    global_array_from_host,
+    owns_devices_of,
+    place_global_batch,
 )
 from datarax.distributed.planning import nearest_valid_sizes
 from datarax.distributed.train_step import _compiled_collective_step
@@ -73,6 +78,8 @@ class Session:
     step: int = 0
     last_loss: float | None = None
     key_prefix: tuple = field(default_factory=tuple)
+    participates: bool = True
+    """False on a process that holds no device of the mesh (multi-host): no state here."""
 
 
 SESSIONS: dict[str, Session] = {}
@@ -148,12 +155,9 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
     opt = payload.get("optimizer") or {}
     opt_name, lr = opt.get("name", "adam"), float(opt.get("learning_rate", 1e-3))
     model = MLP(features, rngs=nnx.Rngs(int(payload.get("seed", 0))))
-    with jax.set_mesh(mesh):
-        nnx.update(model, place_model_state_on_shards(nnx.state(model), mesh, rule))
-        optimizer = nnx.Optimizer(model, make_optimizer(opt_name, lr), wrt=nnx.Param)
-        graphdef, state = nnx.split((model, optimizer))
-        # Optimizer slots follow their parameter; counters and scalars are replicated.
-        state = jax.tree.map(_ensure_on_mesh(mesh), state)
+    host_state = nnx.state(model)
+    shardings, _ = model_state_shardings(host_state, mesh, rule)
+    tx = make_optimizer(opt_name, lr)
     session = Session(
         id=sid,
         features=features,
@@ -163,10 +167,27 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
         optimizer=(opt_name, lr),
         mesh=mesh,
         batch_sharding=_batch_sharding(mesh, strategy, payload["mesh"].get("batch_axes")),
-        graphdef=graphdef,
-        state=state,
-        state_shardings=jax.tree.map(lambda a: a.sharding, state),
+        graphdef=None,
+        state=None,
+        state_shardings=None,
+        participates=owns_devices_of(mesh),
     )
+    if not session.participates:
+        # Multi-host, a mesh without devices of this process: it takes no part in the
+        # session's computations, but keeps the bookkeeping (it validated alike above, and
+        # validates steps alike) so every process answers every command the same way.
+        SESSIONS[sid] = session
+        return {"id": sid, "step": 0, "params": []}, {}
+    with jax.set_mesh(mesh):
+        # Every process built the same model from the same seed: each fills its own
+        # shards from its copy (no cross-process equality check, see global_array_from_host).
+        nnx.update(model, jax.tree.map(global_array_from_host, host_state, shardings))
+        optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+        graphdef, state = nnx.split((model, optimizer))
+        # Optimizer slots follow their parameter; counters and scalars are replicated.
+        state = jax.tree.map(_ensure_on_mesh(mesh), state)
+    session.graphdef, session.state = graphdef, state
+    session.state_shardings = jax.tree.map(lambda a: a.sharding, state)
     session.key_prefix = (
         tuple(d.id for d in mesh.devices.flat),
         tuple(mesh.shape.items()),
@@ -188,7 +209,7 @@ def _ensure_on_mesh(mesh: Mesh):
         if isinstance(a, jax.Array) and isinstance(a.sharding, NamedSharding):
             if a.sharding.mesh.devices.shape == mesh.devices.shape:
                 return a
-        return jax.device_put(a, replicated)
+        return global_array_from_host(a, replicated)
 
     return fix
 
@@ -209,6 +230,8 @@ def _session(payload: dict[str, Any]) -> Session:
 @command("session_info")
 def session_info(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
     s = _session(payload)
+    if not s.participates:
+        return {"id": s.id, "step": s.step, "last_loss": None, "params": []}, {}
     model, _ = nnx.merge(s.graphdef, s.state)
     return {
         "id": s.id,
@@ -358,14 +381,26 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     if synthetic is not None:
         size = int(synthetic["batch_size"])
         _check_divisible(s, size)
+    else:
+        _check_batch(s, arrays)
+    if not s.participates:  # multi-host: the processes that own the mesh run the steps
+        s.step += steps
+        return {
+            "step": s.step,
+            "losses": [],
+            "timing": {"compile_s": 0.0, "run_s": 0.0, "cache_hit": True},
+            "examples_per_s": None,
+        }, {}
+    if synthetic is not None:
         seed = int(synthetic.get("seed", 0))
         host_batches = [
             synthetic_batch(s.features, s.loss, size, seed, s.step + i) for i in range(steps)
         ]
     else:
-        _check_batch(s, arrays)
         host_batches = [_host_batch(s, arrays)]
-    first = place_batch_on_shards(host_batches[0], s.batch_sharding)
+    # Multi-host: every process holds the whole batch (generated alike, or sent by the
+    # leader) and places only the rows its devices hold.
+    first = place_global_batch(host_batches[0], s.batch_sharding)
     executable, hit, compile_s = _compiled(s, first)
 
     start = time.perf_counter()
@@ -373,10 +408,12 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     for i in range(steps):
         batch = first if i == 0 or synthetic is None else None
         if batch is None:
-            batch = place_batch_on_shards(host_batches[i], s.batch_sharding)
+            batch = place_global_batch(host_batches[i], s.batch_sharding)
         state, loss = executable(state, batch)
         losses.append(loss)
-    values = [float(np.mean(v)) for v in jax.device_get(losses)]
+    # Replicated spmd losses are read from a local shard; per-device collective losses
+    # are gathered (every process runs this line, so the gather lines up).
+    values = [float(np.mean(fetch_global(v))) for v in losses]
     run_s = time.perf_counter() - start
     s.state = state
     s.step += steps

@@ -24,6 +24,13 @@ array. Errors it raises become error replies: :class:`app.channel.CommandError` 
 ``PlanError``; ``invalid_request`` otherwise), anything else as 500 ``runtime_error``. The
 runtime keeps serving after any of them.
 
+Multi-host (settings with a coordinator, or ``distributed``): before anything touches a
+device the runtime joins JAX's distributed runtime (:func:`app.multihost.join_group`).
+Process 0's runtime then sends every command not registered ``local=True`` to every other
+runtime process through the coordination service and waits for them; the others run those
+commands instead of their parent's (see :mod:`app.multihost`). A runtime of a group ends
+with ``os._exit``: a normal interpreter shutdown would wait for the other processes.
+
 Nothing here imports JAX at module level: :func:`main` sets ``XLA_FLAGS`` and
 ``JAX_PLATFORMS`` first, and importing this module (from the HTTP process, for
 :func:`worker_environment`) stays cheap.
@@ -43,13 +50,16 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from app import channel
 from app.channel import ArrayError, ChannelError, CommandError
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.multihost import CommandGroup
 
 log = logging.getLogger("datarax.runtime")
 
@@ -61,18 +71,27 @@ COMMANDS: dict[str, Handler] = {}
 TEST_ONLY: set[str] = set()
 """Commands served only when ``settings.test_commands`` is on."""
 
+LOCAL: set[str] = set()
+"""Commands that run on this runtime only; every other one reaches every process of a
+multi-host group (:mod:`app.multihost`)."""
+
 _settings: Settings | None = None
 _started = time.monotonic()
 
 _DEVICE_COUNT_FLAG = re.compile(r"\s*--xla_force_host_platform_device_count=\S*")
 
 
-def command(name: str, *, test_only: bool = False) -> Callable[[Handler], Handler]:
+def command(
+    name: str, *, test_only: bool = False, local: bool = False
+) -> Callable[[Handler], Handler]:
     """Registers ``handler(payload, arrays) -> (result, arrays)`` as runtime command ``name``.
 
     Args:
       name: the command name clients send.
       test_only: serve it only when ``settings.test_commands`` is on (``DATARAX_TEST_COMMANDS``).
+      local: run it on the leader's runtime only. By default a command reaches every
+        runtime process of a multi-host group, in order, and all of them run it: anything
+        that touches global devices (meshes, sessions, collectives) must.
 
     Raises:
       ValueError: ``name`` is already registered (two modules claiming one command).
@@ -84,6 +103,8 @@ def command(name: str, *, test_only: bool = False) -> Callable[[Handler], Handle
         COMMANDS[name] = handler
         if test_only:
             TEST_ONLY.add(name)
+        if local:
+            LOCAL.add(name)
         return handler
 
     return register
@@ -115,7 +136,7 @@ def worker_environment(settings: Settings, base: Mapping[str, str]) -> dict[str,
 # ---------------------------------------------------------------------------------- commands
 
 
-@command("ping")
+@command("ping", local=True)
 def ping(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
     """Liveness: ``{"pid", "uptime_s"}``."""
     return {"pid": os.getpid(), "uptime_s": time.monotonic() - _started}, {}
@@ -174,13 +195,13 @@ def mesh_grid(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[d
     }, {}
 
 
-@command("echo", test_only=True)
+@command("echo", test_only=True, local=True)
 def echo(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
     """Test only: answers the payload and arrays it was sent."""
     return payload, arrays
 
 
-@command("sleep", test_only=True)
+@command("sleep", test_only=True, local=True)
 def sleep(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
     """Test only: blocks the runtime for ``payload["seconds"]``; answers CLOCK_MONOTONIC times."""
     seconds = payload.get("seconds", 0)
@@ -191,7 +212,7 @@ def sleep(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict,
     return {"started": started, "finished": time.monotonic(), "tag": payload.get("tag")}, {}
 
 
-@command("crash", test_only=True)
+@command("crash", test_only=True, local=True)
 def crash(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
     """Test only: dies like a JAX abort (``{"how": "abort"}``) or a hard exit (default)."""
     if payload.get("how") == "abort":
@@ -218,35 +239,123 @@ def _error_reply(request_id: Any, exc: BaseException) -> dict[str, Any]:
     return {"id": request_id, "ok": False, "error": error.to_json()}
 
 
-def handle(header: dict[str, Any], arrays: dict[str, np.ndarray] | ArrayError) -> list:
-    """Runs one request; returns the framed reply. Never raises for a handler's error."""
+def _resolve(header: dict[str, Any], *, trusted: bool = False) -> tuple[Handler, dict]:
+    """The handler and payload of a request; raises what the error reply should say."""
+    name = header.get("command")
+    handler = COMMANDS.get(name) if isinstance(name, str) else None
+    if handler is None or (name in TEST_ONLY and not trusted and not settings().test_commands):
+        raise CommandError(400, "unknown_command", "Unknown runtime command", repr(name))
+    payload = header.get("payload") or {}
+    if not isinstance(payload, dict):
+        raise ValueError(f"payload must be a JSON object, got {type(payload).__name__}")
+    return handler, payload
+
+
+def execute(
+    header: dict[str, Any],
+    arrays: dict[str, np.ndarray] | ArrayError,
+    *,
+    trusted: bool = False,
+) -> tuple[dict[str, Any], Mapping]:
+    """Runs one request; returns the reply header and its arrays. Never raises for a
+    handler's error. ``trusted``: the leader already admitted it (a multi-host follower
+    runs what the leader sends, whatever its own ``test_commands``)."""
     request_id = header.get("id")
     name = header.get("command")
     try:
         if isinstance(arrays, ArrayError):
             raise arrays
-        handler = COMMANDS.get(name) if isinstance(name, str) else None
-        if handler is None or (name in TEST_ONLY and not settings().test_commands):
-            raise CommandError(400, "unknown_command", "Unknown runtime command", repr(name))
-        payload = header.get("payload") or {}
-        if not isinstance(payload, dict):
-            raise ValueError(f"payload must be a JSON object, got {type(payload).__name__}")
+        handler, payload = _resolve(header, trusted=trusted)
         result, out_arrays = handler(payload, arrays)
-        return channel.encode_message({"id": request_id, "ok": True, "result": result}, out_arrays)
+        return {"id": request_id, "ok": True, "result": result}, out_arrays
     except Exception as exc:  # the runtime outlives any single command
         if not isinstance(exc, CommandError | ValueError):
             log.exception("runtime command %r failed", name)
-        return channel.encode_message(_error_reply(request_id, exc))
+        return _error_reply(request_id, exc), {}
 
 
-def serve(sock: socket.socket) -> None:
-    """Answers requests one at a time, in arrival order, until the parent closes the channel."""
+def _frame(reply: dict[str, Any], out_arrays: Mapping) -> list:
+    try:
+        return channel.encode_message(reply, out_arrays)
+    except Exception as exc:  # a handler's unsendable result is its error, not ours
+        log.exception("runtime command reply could not be framed")
+        return channel.encode_message(_error_reply(reply.get("id"), exc))
+
+
+def handle(header: dict[str, Any], arrays: dict[str, np.ndarray] | ArrayError) -> list:
+    """Runs one request; returns the framed reply. Never raises for a handler's error."""
+    return _frame(*execute(header, arrays))
+
+
+def _fans_out(header: dict[str, Any], arrays: dict[str, np.ndarray] | ArrayError) -> bool:
+    """Whether a request must reach every process: a valid, non-local command."""
+    if isinstance(arrays, ArrayError) or header.get("command") in LOCAL:
+        return False
+    try:
+        _resolve(header)
+    except (CommandError, ValueError):
+        return False  # refused alike everywhere: nothing to send
+    return True
+
+
+def handle_in_group(
+    group: CommandGroup, header: dict[str, Any], arrays: dict[str, np.ndarray] | ArrayError
+) -> tuple[list, bool]:
+    """The leader's :func:`handle` in a multi-host group (:class:`app.multihost.CommandGroup`):
+    sends the command to every follower first, runs it, and waits for their acks.
+
+    Returns:
+      The framed reply, and whether the group is still consistent (False: exit now).
+    """
+    from app.multihost import outcome_of
+
+    if not _fans_out(header, arrays):
+        return handle(header, arrays), True
+    seq = group.publish(header, arrays)
+    reply, out_arrays = execute(header, arrays)
+    problems = group.collect_acks(seq, outcome_of(reply))
+    if not problems:
+        return _frame(reply, out_arrays), True
+    name = header.get("command")
+    log.error("runtime processes diverged on %r: %s", name, "; ".join(problems))
+    error = CommandError(
+        500,
+        "runtime_diverged",
+        "Runtime processes diverged",
+        f"command {name!r}: {'; '.join(problems)}; the runtime group is restarting",
+    )
+    return channel.encode_message(_error_reply(header.get("id"), error)), False
+
+
+def serve(sock: socket.socket, group: CommandGroup | None = None) -> int:
+    """Answers requests one at a time, in arrival order, until the parent closes the channel.
+
+    In a multi-host group (:mod:`app.multihost`) the leader fans every non-local command
+    out to all processes, and a follower runs the leader's commands instead of its
+    parent's (it answers only its parent's handshake).
+
+    Returns:
+      The exit status: 0 when the channel closed; ``app.multihost.EXIT_DIVERGED`` when
+      the group's processes disagreed about a command; 1 when a follower lost the group.
+    """
+    if group is not None and not group.is_leader:
+        from app.multihost import follow
+
+        return follow(sock, group, lambda h, a: execute(h, a, trusted=True), LOCAL | {"devices"})
     while True:
         try:
             header, arrays = channel.recv_message(sock)
         except EOFError:
-            return
-        channel.send_message(sock, handle(header, arrays))
+            return 0
+        if group is None:
+            channel.send_message(sock, handle(header, arrays))
+            continue
+        reply, consistent = handle_in_group(group, header, arrays)
+        channel.send_message(sock, reply)
+        if not consistent:
+            from app.multihost import EXIT_DIVERGED
+
+            return EXIT_DIVERGED
 
 
 def _die_with_parent(parent_pid: int | None) -> None:
@@ -277,21 +386,34 @@ def main(argv: list[str] | None = None) -> int:
     _settings = Settings(**json.loads(args.settings_json)) if args.settings_json else Settings()
     # Before anything imports jax: the device count and platform are fixed at backend start.
     os.environ.update(worker_environment(_settings, os.environ))
-    for module in args.command_module:
+    group = None
+    modules = list(args.command_module)
+    if _settings.multihost:
+        from app import multihost
+
+        # Joins JAX's distributed runtime before any device use; followers load the
+        # leader's command modules so that every process knows every command.
+        group = multihost.join_group(_settings, modules)
+        if not group.is_leader:
+            modules = multihost.leader_modules(group)
+    for module in modules:
         importlib.import_module(module)
 
     sock = socket.socket(fileno=args.fd)
     sock.setblocking(True)
+    status = 0
     try:
-        serve(sock)
+        status = serve(sock, group)
     except ChannelError as exc:
         log.error("corrupt request stream, exiting: %s", exc)
-        return 2
+        status = 2
     except (BrokenPipeError, ConnectionResetError):
-        return 0
+        status = 0
     finally:
         sock.close()
-    return 0
+    if group is not None:
+        multihost.exit_now(status)  # not through Python's shutdown: see exit_now
+    return status
 
 
 if __name__ == "__main__":

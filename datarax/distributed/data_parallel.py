@@ -44,15 +44,23 @@ def _dim0_shards(sharding: NamedSharding) -> int:
     return int(np.prod([sharding.mesh.shape[n] for n in names]))
 
 
+def _local_dim0_blocks(sharding: NamedSharding, shards: int) -> int:
+    """How many distinct dimension-0 shards this process's devices hold."""
+    index_map = sharding.addressable_devices_indices_map((shards,))
+    return len({idx[0].start or 0 for idx in index_map.values()})
+
+
 def place_batch_on_shards(batch: PyTree, sharding: NamedSharding) -> PyTree:
     """Places every array leaf of ``batch`` with ``sharding``.
 
     Leaves that are ``np.ndarray`` or ``jax.Array`` are placed; other leaves (strings,
     ints, None) pass through. 0-d arrays are replicated. In a multi-process runtime
-    (``sharding`` spans devices of other processes) each process passes its own slice of
-    the batch, and the leaves become global arrays through
-    ``jax.make_array_from_process_local_data``: the global leading dimension is the local
-    one times the number of processes.
+    (``sharding`` spans devices of other processes) each process passes its own rows of
+    the batch (the rows its devices hold, in order) and the leaves become global arrays
+    through ``jax.make_array_from_process_local_data``: the global leading dimension is
+    the local one times ``shards / shards held here``, so a replicated batch stays whole.
+    To give every process the whole batch instead, use
+    ``datarax.distributed.multihost.place_global_batch``.
 
     Args:
       batch: a pytree, e.g. ``{"inputs": [B, F] float32, "targets": [B] int32}``.
@@ -68,7 +76,7 @@ def place_batch_on_shards(batch: PyTree, sharding: NamedSharding) -> PyTree:
     """
     shards = _dim0_shards(sharding)
     multi_process = not sharding.is_fully_addressable
-    processes = jax.process_count() if multi_process else 1
+    local_blocks = _local_dim0_blocks(sharding, shards) if multi_process else shards
     replicated = NamedSharding(sharding.mesh, P())
 
     def place(path: Any, leaf: Any) -> Any:
@@ -76,17 +84,18 @@ def place_batch_on_shards(batch: PyTree, sharding: NamedSharding) -> PyTree:
             return leaf
         if leaf.ndim == 0:
             return jax.device_put(leaf, replicated)
-        global_rows = leaf.shape[0] * processes
-        if global_rows % shards:
-            low, high = nearest_valid_sizes(global_rows, shards)
-            where = "global " if multi_process else ""
+        rows = leaf.shape[0]
+        if rows % local_blocks:
+            low, high = nearest_valid_sizes(rows, local_blocks)
+            where = "process-local " if multi_process else ""
             raise ValueError(
                 f"batch leaf {path_to_str(path) or '<root>'!r} has shape {tuple(leaf.shape)}: "
-                f"{where}leading dimension {global_rows} is not divisible by {shards} shards; "
+                f"{where}leading dimension {rows} is not divisible by {local_blocks} shards; "
                 f"nearest valid sizes: {low} or {high}"
             )
         if multi_process:
-            return jax.make_array_from_process_local_data(sharding, np.asarray(leaf))
+            global_shape = (rows // local_blocks * shards, *leaf.shape[1:])
+            return jax.make_array_from_process_local_data(sharding, np.asarray(leaf), global_shape)
         return jax.device_put(leaf, sharding)
 
     return jax.tree_util.tree_map_with_path(place, batch)

@@ -1,0 +1,610 @@
+"""Multi-host: one service across two real JAX processes of 4 CPU devices each.
+
+Process 0's runtime is driven through :class:`app.runtime.RuntimeClient`, as the HTTP
+process does; process 1 is a real follower host (``python -m app.multihost``) in its own
+process group. They form one JAX distributed runtime over 127.0.0.1 (gloo collectives),
+with the heartbeat timeout lowered to :data:`HEARTBEAT_S`. Every spawned process is
+bounded by timeouts and killed by process group, its runtime included.
+
+The first tests need no processes: settings, roles, the fan-out frame and the library's
+row arithmetic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from app import channel, multihost
+from app.channel import CommandError
+from app.runtime import RuntimeClient, WorkerLost
+from app.settings import Settings
+from app.worker import command
+from datarax.distributed import multihost as dmh
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULES = ("app.training", "tests.test_multihost")
+"""The leader's command modules; followers load the same (announced by the leader)."""
+HEARTBEAT_S = 4.0
+LOST_MARGIN_S = 3.0
+"""Readiness must drop within HEARTBEAT_S (measured: 2.5 to 4.2 s); slack for a busy box."""
+READY_S = 120.0
+DEVICES_PER_PROCESS = 4
+FEATURES = [16, 64, 64, 8]
+STEPS = 3
+BATCH = 32
+
+
+@command("mh_fail_on_followers", test_only=True)
+def _fail_on_followers(payload: dict, arrays: dict) -> tuple[dict, dict]:  # noqa: ARG001
+    """Test only: succeeds on process 0 and fails elsewhere (processes diverge)."""
+    if jax.process_index() != 0:
+        raise RuntimeError("only followers fail")
+    return {"process": jax.process_index()}, {}
+
+
+@command("mh_local_rows", test_only=True)
+def _local_rows(payload: dict, arrays: dict) -> tuple[dict, dict]:  # noqa: ARG001
+    """Test only: the batch rows this process's devices hold on a plan's mesh."""
+    from app.training import _batch_sharding, _mesh_from
+
+    mesh = _mesh_from(payload)
+    sharding = _batch_sharding(mesh, "spmd", None)
+    rows = dmh.process_local_rows(sharding, (payload["rows"], 1))
+    return {"process": jax.process_index(), "rows": [list(r) for r in rows]}, {}
+
+
+@command("mh_place_local", test_only=True)
+def _place_local(payload: dict, arrays: dict) -> tuple[dict, dict]:  # noqa: ARG001
+    """Test only: every process passes only its own rows to place_batch_on_shards."""
+    import jax.numpy as jnp
+
+    from app.training import _batch_sharding, _mesh_from
+    from datarax.distributed import place_batch_on_shards
+
+    mesh = _mesh_from(payload)
+    sharding = _batch_sharding(mesh, "spmd", None)
+    whole = np.arange(payload["rows"] * 3, dtype=np.float32).reshape(payload["rows"], 3)
+    local = dmh.process_local_slice(whole, sharding)
+    placed = place_batch_on_shards({"x": local}, sharding)["x"]
+    total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(placed)
+    starts = sorted({s.index[0].start or 0 for s in placed.addressable_shards})
+    return {
+        "shape": list(placed.shape),
+        "sum": float(dmh.fetch_global(total)),
+        "local_rows": int(local.shape[0]),
+        "shard_starts": starts,
+    }, {}
+
+
+# ------------------------------------------------------------------ without processes
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"coordinator": "h:1"}, "together"),
+        ({"coordinator": "h:1", "num_processes": 2}, "together"),
+        ({"num_processes": 2, "process_id": 1}, "together"),
+        ({"coordinator": "h:1", "num_processes": 2, "process_id": 2}, "below num_processes"),
+    ],
+    ids=["coordinator-only", "no-process-id", "no-coordinator", "id-out-of-range"],
+)
+def test_partial_multihost_settings_are_refused(values, message):
+    with pytest.raises(ValueError, match=message):
+        Settings(**values)
+
+
+def test_roles(monkeypatch):
+    group = {"coordinator": "h:1", "num_processes": 2}
+    assert multihost.is_leader(Settings()) and not Settings().multihost
+    assert multihost.is_leader(Settings(**group, process_id=0))
+    assert not multihost.is_leader(Settings(**group, process_id=1))
+    auto = Settings(distributed=True, process_id=3)
+    assert auto.multihost and multihost.process_id_of(auto) == 3
+    assert not multihost.is_leader(auto)
+    auto = Settings(distributed=True)
+    slurm = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_STEP_NODELIST": "n[1-2]",
+        "SLURM_NTASKS": "2",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+    }
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    assert multihost.is_leader(auto)
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    assert multihost.process_id_of(auto) == 1
+    with pytest.raises(ValueError, match="leader|process 0"):
+        multihost.run_follower(Settings(**group, process_id=0))
+    with pytest.raises(ValueError, match="multi-host"):
+        multihost.run_follower(Settings())
+
+
+def test_undetectable_process_id_is_a_clear_error(monkeypatch):
+    for key in ("SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ValueError, match="DATARAX_PROCESS_ID"):
+        multihost.is_leader(Settings(distributed=True))
+
+
+def test_initialize_distributed_validates_before_touching_jax():
+    assert dmh.initialize_distributed() is False  # single process: nothing to do
+    with pytest.raises(ValueError, match="together"):
+        dmh.initialize_distributed("h:1", 2)
+    with pytest.raises(ValueError, match="process_id"):
+        dmh.initialize_distributed("h:1", 2, 5)
+    with pytest.raises(ValueError, match="heartbeat"):
+        dmh.initialize_distributed("h:1", 2, 0, heartbeat_timeout_s=0)
+
+
+@pytest.mark.parametrize(
+    ("heartbeat_s", "jax_s"), [(10, 9), (30, 29), (4.5, 4), (1.5, 1), (0.5, 1)]
+)
+def test_jax_heartbeat_leaves_headroom_below_the_setting(heartbeat_s, jax_s):
+    assert multihost.jax_heartbeat_timeout_s(heartbeat_s) == jax_s
+
+
+def test_command_frame_round_trip():
+    arrays = {"inputs": np.arange(12, dtype=np.float32).reshape(3, 4), "k": np.int64(5)}
+    raw = b"".join(channel.encode_message({"command": "x", "payload": {"a": 1}}, arrays))
+    header, decoded = multihost.decode_frame(raw)
+    assert header["command"] == "x" and header["payload"] == {"a": 1}
+    np.testing.assert_array_equal(decoded["inputs"], arrays["inputs"])
+    assert decoded["k"].shape == () and decoded["k"] == 5
+    with pytest.raises(channel.ChannelError):
+        multihost.decode_frame(raw[:-1])
+    assert multihost.outcome_of({"ok": True}) == "ok"
+    assert multihost.outcome_of({"ok": False, "error": {"code": "x_y"}}) == "error:x_y"
+
+
+def test_local_commands_do_not_fan_out():
+    from app import worker
+
+    assert {"ping", "crash", "sleep", "echo"} <= worker.LOCAL
+    assert not worker._fans_out({"command": "ping"}, {})
+    assert not worker._fans_out({"command": "no_such_command"}, {})
+    assert not worker._fans_out({"command": "devices", "payload": "x"}, {})
+    assert worker._fans_out({"command": "devices"}, {})
+    assert worker._fans_out({"command": "mesh_grid", "payload": {"axes": {"data": 2}}}, {})
+
+
+def test_process_local_rows_in_one_process(eight_devices):
+    mesh = jax.make_mesh((2, 4), ("data", "model"), devices=eight_devices)
+    sharded = NamedSharding(mesh, P("data"))
+    assert dmh.process_local_rows(sharded, (8, 3)) == [(0, 8)]  # both blocks are here
+    assert dmh.process_local_rows(NamedSharding(mesh, P()), (8, 3)) == [(0, 8)]
+    value = np.arange(24.0).reshape(8, 3)
+    np.testing.assert_array_equal(dmh.process_local_slice(value, sharded), value)
+    placed = dmh.place_global_batch({"x": value, "n": np.array(2.0), "tag": "t"}, sharded)
+    assert placed["x"].sharding == sharded and placed["tag"] == "t"
+    np.testing.assert_array_equal(dmh.fetch_global(placed["x"]), value)
+    assert dmh.fetch_global(placed["n"]) == 2
+    with pytest.raises(ValueError, match="divisible"):
+        dmh.place_global_batch({"x": np.zeros((3, 2))}, sharded)
+
+
+# ----------------------------------------------------------------------- real processes
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _group_settings(tmp: Path, port: int, process_id: int) -> dict[str, Any]:
+    return {
+        "coordinator": f"127.0.0.1:{port}",
+        "num_processes": 2,
+        "process_id": process_id,
+        "cpu_devices": DEVICES_PER_PROCESS,
+        "platforms": "cpu",
+        "heartbeat_s": HEARTBEAT_S,
+        "distributed_init_timeout_s": 60.0,
+        "runtime_start_timeout_s": READY_S,
+        "step_timeout_s": 120.0,
+        "test_commands": True,
+        "db": tmp / f"p{process_id}" / "datarax.sqlite",
+    }
+
+
+def _env_of(values: dict[str, Any]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATARAX_")}
+    env.update({f"DATARAX_{k.upper()}": str(v) for k, v in values.items()})
+    env["PYTHONPATH"] = str(ROOT)
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+class Follower:
+    """``python -m app.multihost`` (process 1) in its own process group."""
+
+    def __init__(self, values: dict[str, Any], log_path: Path):
+        self.env = _env_of(values)
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Follower:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "app.multihost"],
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    def runtime_pids(self) -> set[int]:
+        text = self.log_tail(1 << 20)
+        return {int(p) for p in re.findall(r"runtime process (\d+) started", text)}
+
+    def kill(self) -> None:
+        """SIGKILL to the follower's process group; its runtime (own session) goes too."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+        for pid in self.runtime_pids():  # dies with its parent (PDEATHSIG); make sure
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-chars:]
+        return ""
+
+
+class Leader:
+    """Process 0's runtime, driven through RuntimeClient in a private event loop."""
+
+    def __init__(self, settings: Settings, modules: tuple[str, ...] = MODULES):
+        self.loop = asyncio.new_event_loop()
+        self.client = RuntimeClient(settings, command_modules=modules)
+        self.run(self.client.start(), 60)
+
+    def run(self, coro: Any, timeout: float) -> Any:
+        return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+    def wait_ready(self, timeout: float = READY_S) -> bool:
+        return self.run(self.client.wait_ready(timeout), timeout + 5)
+
+    def call(self, command: str, payload: dict | None = None, arrays: dict | None = None):
+        return self.run(self.client.call(command, payload, arrays, timeout=120), 150)
+
+    def seconds_until_not_ready(self, limit: float) -> float:
+        async def poll() -> float:
+            start = time.monotonic()
+            for _ in range(int(limit / 0.05)):
+                if not self.client.ready:
+                    break
+                await asyncio.sleep(0.05)
+            return time.monotonic() - start
+
+        return self.run(poll(), limit + 5)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.run(self.client.stop(), 30)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Losses of the same sessions in a single-process runtime with 8 devices."""
+    tmp = tmp_path_factory.mktemp("single")
+    leader = Leader(
+        Settings(
+            cpu_devices=8, platforms="cpu", db=tmp / "db.sqlite", runtime_start_timeout_s=READY_S
+        )
+    )
+    try:
+        assert leader.wait_ready(), "single-process runtime did not become ready"
+        yield {name: _train(leader, axes, spec) for name, (axes, spec) in TRAINING.items()}
+    finally:
+        leader.close()
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    """A two-process group: ``(leader, follower)``; torn down by process group."""
+    tmp = tmp_path_factory.mktemp("group")
+    port = _free_port()
+    for pid in (0, 1):
+        (tmp / f"p{pid}").mkdir()
+    follower = Follower(_group_settings(tmp, port, 1), tmp / "follower.log").start()
+    leader = Leader(Settings(**_group_settings(tmp, port, 0)))
+    try:
+        assert leader.wait_ready(), f"group did not form; follower log:\n{follower.log_tail()}"
+        yield leader, follower
+    finally:
+        leader.close()
+        follower.kill()
+
+
+TRAINING = {
+    "data8": ({"data": 8}, {}),
+    "data2-model4": ({"data": 2, "model": 4}, {"param_sharding": "model"}),
+    "data8-collective": ({"data": 8}, {"strategy": "collective"}),
+    "model8": ({"model": 8}, {"param_sharding": "model"}),  # batch replicated on both
+    "data4-process0-only": ({"data": 4}, {}),  # process 1 owns no device of this mesh
+}
+
+_ids = iter(range(10_000))
+
+
+def _create(leader: Leader, axes: dict, spec: dict) -> tuple[str, dict]:
+    grid, _ = leader.call("mesh_grid", {"axes": axes})
+    payload = {
+        "id": f"s{next(_ids)}",
+        "mesh": {"axes": grid["axes"], "device_grid": grid["device_grid"]},
+        "model": {"kind": "mlp", "features": FEATURES},
+        "optimizer": {"name": "adam", "learning_rate": 0.01},
+        "loss": "mse",
+        "seed": 0,
+        **spec,
+    }
+    created, _ = leader.call("session_create", payload)
+    return payload["id"], created
+
+
+def _client_batch() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    return {
+        "inputs": rng.standard_normal((BATCH, FEATURES[0])).astype(np.float32),
+        "targets": rng.standard_normal((BATCH, FEATURES[-1])).astype(np.float32),
+    }
+
+
+def _train(leader: Leader, axes: dict, spec: dict) -> dict[str, list[float]]:
+    """Synthetic steps, then steps on a batch the caller sends (shipped to every process)."""
+    sid, created = _create(leader, axes, spec)
+    if spec.get("param_sharding") == "model":  # kernels split over 'model', across hosts
+        kernel = next(p for p in created["params"] if p["path"] == "layers/0/kernel")
+        assert kernel["spec"] == [None, "model"]
+        assert kernel["shard_shape"] == [FEATURES[0], FEATURES[1] // axes["model"]]
+    synthetic, _ = leader.call(
+        "session_step", {"id": sid, "steps": STEPS, "synthetic": {"seed": 3, "batch_size": BATCH}}
+    )
+    given, _ = leader.call("session_step", {"id": sid, "steps": 2}, _client_batch())
+    assert given["step"] == STEPS + 2
+    return {"synthetic": synthetic["losses"], "given": given["losses"]}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_devices_are_global(group):
+    leader, _ = group
+    info = leader.client.device_info()
+    assert info is not None and info["process_count"] == 2 and info["process_index"] == 0
+    devices = info["devices"]
+    assert len(devices) == 2 * DEVICES_PER_PROCESS
+    by_process = {0: [], 1: []}
+    for device in devices:
+        by_process[device["process_index"]].append(device["id"])
+    assert [len(ids) for ids in by_process.values()] == [DEVICES_PER_PROCESS] * 2
+    assert len({d["id"] for d in devices}) == len(devices)
+    fresh, _ = leader.call("devices")
+    assert fresh == info
+    ping, _ = leader.call("ping")  # local: answered by process 0 alone
+    assert ping["pid"] == leader.client.pid
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_live_meshes_span_processes(group):
+    leader, _ = group
+    flat, _ = leader.call("mesh_grid", {"axes": {"data": 8}})
+    owners = [flat["process_index"][str(i)] for i in flat["device_grid"]]
+    assert owners == [0] * 4 + [1] * 4
+    hybrid, _ = leader.call("mesh_grid", {"axes": {"data": 2, "model": -1}})
+    assert hybrid["axes"] == {"data": 2, "model": 4}
+    rows = [[hybrid["process_index"][str(i)] for i in row] for row in hybrid["device_grid"]]
+    assert rows == [[0] * 4, [1] * 4]  # one data row per process
+    with pytest.raises(CommandError) as err:  # refused alike on every process
+        leader.call("mesh_grid", {"axes": {"data": 16}})
+    assert err.value.code == "not_enough_devices"
+    assert leader.call("mesh_grid", {"axes": {"data": 8}})[0] == flat  # group still in step
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("axes", "rows"),
+    [({"data": 8}, [[0, 16]]), ({"data": 2, "model": 4}, [[0, 16]]), ({"model": 8}, [[0, 32]])],
+    ids=["data8", "data2-model4", "model8-replicated"],
+)
+def test_each_process_places_only_its_rows(group, axes, rows):
+    leader, _ = group
+    grid, _ = leader.call("mesh_grid", {"axes": axes})
+    mine, _ = leader.call("mh_local_rows", {**grid, "rows": 32})
+    assert mine == {"process": 0, "rows": rows}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("axes", "local_rows", "starts"),
+    [({"data": 8}, 16, [0, 4, 8, 12]), ({"data": 2, "model": 4}, 16, [0]), ({"model": 8}, 32, [0])],
+    ids=["data8", "data2-model4", "model8-replicated"],
+)
+def test_process_local_batches_become_global_arrays(group, axes, local_rows, starts):
+    """place_batch_on_shards with each process's own rows builds the one global batch."""
+    leader, _ = group
+    grid, _ = leader.call("mesh_grid", {"axes": axes})
+    got, _ = leader.call("mh_place_local", {**grid, "rows": 32})
+    assert got["shape"] == [32, 3] and got["local_rows"] == local_rows
+    assert got["sum"] == float(np.arange(96).sum())
+    assert got["shard_starts"] == starts
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("case", list(TRAINING))
+def test_training_across_processes_matches_one_process(group, reference, case):
+    leader, _ = group
+    axes, spec = TRAINING[case]
+    got = _train(leader, axes, spec)
+    for kind in ("synthetic", "given"):
+        np.testing.assert_allclose(
+            got[kind], reference[case][kind], rtol=2e-4, err_msg=f"{case} {kind}"
+        )
+    assert got["synthetic"][-1] < got["synthetic"][0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_refused_step_changes_nothing_on_any_process(group):
+    leader, _ = group
+    sid, _ = _create(leader, {"data": 8}, {})
+    with pytest.raises(CommandError) as err:
+        leader.call(
+            "session_step", {"id": sid, "steps": 1, "synthetic": {"seed": 0, "batch_size": 12}}
+        )
+    assert err.value.code == "batch_not_divisible"
+    ok, _ = leader.call(
+        "session_step", {"id": sid, "steps": 1, "synthetic": {"seed": 0, "batch_size": 16}}
+    )
+    assert ok["step"] == 1
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_diverging_processes_restart_the_group(group):
+    leader, _ = group
+    old_pid = leader.client.pid
+    with pytest.raises(CommandError) as err:
+        leader.call("mh_fail_on_followers")
+    assert err.value.status == 500 and err.value.code == "runtime_diverged"
+    assert "error:runtime_error" in err.value.detail
+    leader.seconds_until_not_ready(10.0)  # the leader's runtime exits after answering
+    assert not leader.client.ready, "the leader's runtime kept running after diverging"
+    assert leader.wait_ready(), "group did not re-form after diverging"
+    assert leader.client.pid != old_pid
+    assert leader.call("mesh_grid", {"axes": {"data": 8}})[0]["axes"] == {"data": 8}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_lost_follower_is_worker_lost_and_the_group_comes_back(group, reference):
+    leader, follower = group
+    sid, _ = _create(leader, {"data": 8}, {})
+    old_pid = leader.client.pid
+
+    follower.kill()
+    lost_after = leader.seconds_until_not_ready(HEARTBEAT_S + LOST_MARGIN_S)
+    assert not leader.client.ready, (
+        f"leader still ready {lost_after:.1f} s after the follower died (heartbeat {HEARTBEAT_S} s)"
+    )
+    with pytest.raises(WorkerLost):
+        leader.call("devices")
+    print(f"readiness dropped {lost_after:.2f} s after kill -9 (heartbeat {HEARTBEAT_S} s)")
+
+    restarted = time.monotonic()
+    follower.start()
+    assert leader.wait_ready(), f"group did not re-form:\n{follower.log_tail()}"
+    print(f"group re-formed {time.monotonic() - restarted:.2f} s after the follower restarted")
+    assert leader.client.pid != old_pid and leader.client.restarts >= 1
+    assert leader.client.device_info()["process_count"] == 2
+    with pytest.raises(CommandError) as err:
+        leader.call("session_info", {"id": sid})
+    assert err.value.status == 410 and err.value.code == "session_lost"
+    axes, spec = TRAINING["data8"]
+    got = _train(leader, axes, spec)
+    np.testing.assert_allclose(got["synthetic"], reference["data8"]["synthetic"], rtol=2e-4)
+
+
+def _gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_sigterm_stops_runtimes_and_followers(group):
+    """The preemption notifier is off: SIGTERM ends a runtime (JAX would swallow it), and
+    a follower host exits 0 on SIGTERM, taking its runtime with it."""
+    leader, follower = group
+    assert leader.wait_ready()
+    runtime = max(follower.runtime_pids())
+    os.kill(runtime, signal.SIGTERM)
+    assert _gone(runtime, 5.0), "the follower's runtime ignored SIGTERM"
+    follower.proc.send_signal(signal.SIGTERM)
+    assert follower.proc.wait(timeout=20) == 0
+    assert all(_gone(pid, 5.0) for pid in follower.runtime_pids())
+
+
+# --------------------------------------------------------------------- through HTTP
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_datarax_serve_leader_end_to_end(tmp_path):
+    try:
+        from service_helpers import ServiceProcess, assert_problem
+    except Exception as exc:  # noqa: BLE001 - the FastAPI layer is built in parallel
+        pytest.skip(f"LOUD SKIP: the FastAPI app is not importable yet ({exc!r})")
+    port = _free_port()
+    for pid in (0, 1):
+        (tmp_path / f"p{pid}").mkdir()
+    leader_values = _group_settings(tmp_path, port, 0)
+    env = {
+        f"DATARAX_{k.upper()}": str(v)
+        for k, v in leader_values.items()
+        if k not in ("db", "platforms")
+    }
+    follower = Follower(_group_settings(tmp_path, port, 1), tmp_path / "follower.log").start()
+    try:
+        with ServiceProcess(leader_values["db"], tmp_path / "leader.log", env=env) as service:
+            service.wait_ready()
+            with service.client() as client:
+                devices = client.get("/v1/devices").json()
+                assert devices["process_count"] == 2 and len(devices["devices"]) == 8
+                assert {d["process_index"] for d in devices["devices"]} == {0, 1}
+                live = client.post("/v1/meshes", json={"axes": {"data": 8}, "batch_shape": [16]})
+                assert live.status_code == 201, live.text
+                assert {s["process_index"] for s in live.json()["shards"]} == {0, 1}
+
+                follower.kill()
+                start = time.monotonic()
+                while time.monotonic() - start < HEARTBEAT_S + LOST_MARGIN_S:
+                    ready = client.get("/health/ready")
+                    if ready.status_code == 503:
+                        break
+                    time.sleep(0.1)
+                assert_problem(ready, 503, "worker_lost")
+                print(f"/health/ready 503 {time.monotonic() - start:.2f} s after kill -9")
+                assert_problem(client.get("/v1/devices"), 503, "worker_lost")
+                abstract = client.post("/v1/meshes", json={"axes": {"data": -1}, "num_devices": 8})
+                assert abstract.status_code == 201, abstract.text
+                assert client.get("/health/live").status_code == 200
+    finally:
+        follower.kill()
