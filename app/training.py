@@ -31,7 +31,7 @@ from jax.sharding import PartitionSpec as P
 from app.channel import CommandError
 from app.worker import command, settings
 from datarax.distributed import (
-    model_state_shardings,
+    place_model_state_on_shards,
     reduce_gradients_across_devices,
     spmd_train_step,
 )
@@ -155,8 +155,6 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
     opt = payload.get("optimizer") or {}
     opt_name, lr = opt.get("name", "adam"), float(opt.get("learning_rate", 1e-3))
     model = MLP(features, rngs=nnx.Rngs(int(payload.get("seed", 0))))
-    host_state = nnx.state(model)
-    shardings, _ = model_state_shardings(host_state, mesh, rule)
     tx = make_optimizer(opt_name, lr)
     session = Session(
         id=sid,
@@ -180,8 +178,8 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
         return {"id": sid, "step": 0, "params": []}, {}
     with jax.set_mesh(mesh):
         # Every process built the same model from the same seed: each fills its own
-        # shards from its copy (no cross-process equality check, see global_array_from_host).
-        nnx.update(model, jax.tree.map(global_array_from_host, host_state, shardings))
+        # shards from its copy (no cross-process equality check).
+        nnx.update(model, place_model_state_on_shards(nnx.state(model), mesh, rule))
         optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
         graphdef, state = nnx.split((model, optimizer))
         # Optimizer slots follow their parameter; counters and scalars are replicated.

@@ -157,13 +157,18 @@ def place_model_state_on_shards(
     Returns:
       The same structure (an ``nnx.State`` stays one) with every array a ``jax.Array``
       placed with its ``NamedSharding``. Apply it to a model with
-      ``nnx.update(model, sharded_state)``.
+      ``nnx.update(model, sharded_state)``. On a mesh spanning processes every process
+      passes the same state and fills only the shards its devices hold.
 
     Raises:
       ValueError: an unknown rule name or a dict naming unknown paths.
     """
+    from datarax.distributed.multihost import global_array_from_host
+
     shardings, _ = model_state_shardings(state, mesh, param_sharding)
-    return jax.tree.map(jax.device_put, state, shardings)
+    # One process: device_put. Several: every process holds the same state (same seed,
+    # same code) and fills only its own shards, with no cross-process traffic.
+    return jax.tree.map(global_array_from_host, state, shardings)
 
 
 def reduce_gradients_across_devices(

@@ -246,23 +246,20 @@ def place_global_batch(batch: PyTree, sharding: NamedSharding) -> PyTree:
     Raises:
       ValueError: a leaf whose leading dimension does not split over the shards.
     """
+    from datarax.distributed.data_parallel import place_batch_on_shards
+
     if sharding.is_fully_addressable:
-        from datarax.distributed.data_parallel import place_batch_on_shards
-
         return place_batch_on_shards(batch, sharding)
-    replicated = NamedSharding(sharding.mesh, PartitionSpec())
 
-    def place(leaf: Any) -> Any:
-        if not _is_host_array(leaf):
+    def local_rows(leaf: Any) -> Any:
+        if not _is_host_array(leaf) or np.ndim(leaf) == 0:
             return leaf
         value = np.asarray(leaf)
-        if value.ndim == 0:
-            return global_array_from_host(value, replicated)
         sharding.shard_shape(value.shape)  # ValueError when a dimension does not divide
-        local = process_local_slice(value, sharding)
-        return jax.make_array_from_process_local_data(sharding, local, value.shape)
+        return process_local_slice(value, sharding)
 
-    return jax.tree.map(place, batch)
+    # Each process keeps its own rows; place_batch_on_shards turns them into global arrays.
+    return place_batch_on_shards(jax.tree.map(local_rows, batch), sharding)
 
 
 def global_array_from_host(value: jax.typing.ArrayLike, sharding: Sharding) -> jax.Array:
