@@ -9,24 +9,39 @@ Inputs:
     INT8..INT64, FP16, FP32, FP64 (BF16 and BYTES are ``unsupported_datatype``); integer
     and boolean tensors must hold exactly representable values;
   - npz bodies, loaded with ``allow_pickle=False`` after checking the archive's
-    decompressed size against the body limit (a small zip may inflate enormously).
+    decompressed size against the body limit (a small zip may inflate enormously). An
+    uncompressed archive (``np.savez``) is read in place: its arrays are read-only views
+    into the body, not copies.
 
 Every metric needs a leading device axis (rank >= 1).
 
-Outputs: ``to_jsonable`` turns reduced values into JSON-ready Python values; non-finite
-floats become ``null`` (JSON has no NaN), float16/float32 values are written with the
-shortest decimal that reads back as the same value (``0.65``, not ``0.6499999761581421``).
+Outputs: ``encode_json`` writes reduced values (numpy arrays and scalars included) as
+JSON bytes with orjson, in C: non-finite floats become ``null`` (JSON has no NaN),
+float16/float32 values are written with the shortest decimal that reads back as the same
+value (``0.65``, not ``0.6499999761581421``). ``to_jsonable`` gives the same values as
+Python objects.
+
+Speed: ``loads_json`` parses with orjson and falls back to the standard library only for
+what orjson refuses (``NaN``/``Infinity`` literals, integers beyond 64 bits, other
+encodings, and malformed JSON, so error messages stay the standard library's).
+``plain_metrics_fields`` recognises the common request shape (lists of numbers, OIP
+tensors, plain options) so it skips pydantic; anything else goes through the models.
 """
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 import math
+import struct
 import zipfile
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import orjson
 
 from app.errors import (
     InvalidNpz,
@@ -57,6 +72,105 @@ WEIGHTS_ARRAY = "_weights"
 
 
 # ---------------------------------------------------------------------------- JSON in
+
+
+def loads_json(body: bytes) -> Any:
+    """Parses a JSON body: orjson, else the standard library (same result, or its error).
+
+    Raises:
+      json.JSONDecodeError, UnicodeDecodeError: as ``json.loads`` does.
+    """
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # NaN/Infinity literals, integers beyond 64 bits, UTF-16/32 bodies, lone
+        # surrogates, or malformed JSON: the standard library parses or explains it.
+        return json.loads(body)
+
+
+_REDUCE_MEMBERS = frozenset({"metrics", "reduce", "weights", "nan_policy"})
+_JOB_MEMBERS = _REDUCE_MEMBERS | {"step"}
+_TENSOR_FIELDS = frozenset({"shape", "datatype", "data"})
+
+
+def _plain_number(value: Any) -> bool:
+    # bool is an int subclass; ints are limited to what float64 conversion handles alike
+    # in pydantic and numpy.
+    kind = type(value)
+    return kind is float or (kind is int and -(2**63) <= value < 2**64)
+
+
+def _plain_tensor(value: Any) -> bool:
+    """An OIP tensor object exactly as ``Tensor`` takes it (a list metric needs no check:
+    ``list[Any]``, its contents are checked while decoding)."""
+    if type(value) is not dict or value.keys() != _TENSOR_FIELDS:
+        return False
+    shape = value["shape"]
+    return (
+        type(shape) is list
+        and all(type(n) is int and n >= 0 for n in shape)
+        and type(value["datatype"]) is str
+        and type(value["data"]) is list
+    )
+
+
+def plain_metrics_fields(data: Any, *, options: bool, step: bool) -> dict[str, Any] | None:
+    """The fields of a metrics request in its common form, or None to use the models.
+
+    Accepts only what ``MetricsReduceRequest`` (``options``), ``JobMetricsRequest``
+    (``options`` and ``step``) or ``MetricsCollectRequest`` (neither: other members are
+    ignored) accept *unchanged*: ``metrics`` maps names to lists or exact OIP tensor
+    objects, ``reduce`` maps names to strings, ``weights`` is a list of numbers or null,
+    ``nan_policy`` a string, ``step`` an int >= 0. Anything else (a missing or extra
+    member, a coercible string, a bool weight) returns None, and the pydantic model then
+    gives the answer and its exact error.
+
+    Args:
+      data: the parsed JSON body.
+      options: accept ``reduce``, ``weights`` and ``nan_policy`` (extra members forbidden).
+      step: require ``step``.
+
+    Returns:
+      ``{"metrics", "reduce", "weights", "nan_policy", "step"}`` with the defaults filled
+      in, or None.
+    """
+    if type(data) is not dict:
+        return None
+    metrics = data.get("metrics")
+    if type(metrics) is not dict:
+        return None
+    for value in metrics.values():
+        if type(value) is not list and not _plain_tensor(value):
+            return None
+    fields: dict[str, Any] = {
+        "metrics": metrics,
+        "reduce": {},
+        "weights": None,
+        "nan_policy": "propagate",
+        "step": None,
+    }
+    if not options:
+        return fields
+    if not data.keys() <= (_JOB_MEMBERS if step else _REDUCE_MEMBERS):
+        return None
+    reduce = data.get("reduce", {})
+    if type(reduce) is not dict or not all(type(op) is str for op in reduce.values()):
+        return None
+    weights = data.get("weights")
+    if weights is not None and (
+        type(weights) is not list or not all(_plain_number(w) for w in weights)
+    ):
+        return None
+    nan_policy = data.get("nan_policy", "propagate")
+    if type(nan_policy) is not str:
+        return None
+    if step:
+        value = data.get("step")
+        if type(value) is not int or value < 0:
+            return None
+        fields["step"] = value
+    fields.update(reduce=reduce, weights=weights, nan_policy=nan_policy)
+    return fields
 
 
 def _numeric_from_json(name: str, value: Any) -> np.ndarray:
@@ -194,7 +308,84 @@ def load_npz(body: bytes, *, max_bytes: int) -> dict[str, np.ndarray]:
         raise PayloadTooLarge(
             f"the npz arrays decompress to {inflated} bytes, above the limit of {max_bytes} bytes"
         )
-    arrays: dict[str, np.ndarray] = {}
+    arrays = _stored_arrays(body, members)
+    if arrays is None:
+        arrays = _np_load(body)
+    if not arrays:
+        raise InvalidNpz("the npz holds no arrays; send at least one metric")
+    for name, array in arrays.items():
+        if not isinstance(array, np.ndarray):
+            # NpzFile hands back the raw bytes of a member that is not a .npy file.
+            raise InvalidNpz(f"npz member {name!r} is not a .npy array; write it with np.savez")
+        if array.dtype.kind not in "biuf":
+            raise UnsupportedDatatype(
+                f"npz array {name!r} has dtype {array.dtype}; send bool, integer or float "
+                "arrays (convert bfloat16 to float32)"
+            )
+    return arrays
+
+
+_ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... name length, extra length
+_NPY_HEADER_BYTES = 16384  # above numpy's own limit on .npy header size (10,000)
+
+
+def _stored_arrays(body: bytes, members: list[zipfile.ZipInfo]) -> dict[str, Any] | None:
+    """Zero-copy arrays of an uncompressed npz (what ``np.savez`` writes), or None.
+
+    Every member must be a stored (not deflated), unencrypted ``.npy`` file whose CRC
+    matches and whose header is a plain numeric array; the arrays are then read-only views
+    into ``body``, with no copy and no allocation. Anything else returns None and is read
+    by ``np.load``, which owns every error message.
+    """
+    view = memoryview(body)
+    arrays: dict[str, Any] = {}
+    for member in members:
+        name = member.filename
+        if (
+            member.compress_type != zipfile.ZIP_STORED
+            or member.flag_bits & 0x1
+            or not name.endswith(".npy")
+            or member.compress_size != member.file_size
+        ):
+            return None
+        try:
+            signature, name_size, extra_size = _ZIP_LOCAL_HEADER.unpack_from(
+                body, member.header_offset
+            )
+        except struct.error:
+            return None
+        start = member.header_offset + _ZIP_LOCAL_HEADER.size + name_size + extra_size
+        data = view[start : start + member.file_size]
+        if signature != b"PK\x03\x04" or len(data) != member.file_size:
+            return None
+        if zlib.crc32(data) != member.CRC:
+            return None
+        header = io.BytesIO(data[:_NPY_HEADER_BYTES])
+        try:
+            version = np.lib.format.read_magic(header)
+            if version == (1, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(header)
+            elif version == (2, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(header)
+            else:
+                return None
+        except ValueError:
+            return None
+        count = math.prod(shape)
+        offset = header.tell()
+        if dtype.hasobject or offset + count * dtype.itemsize != member.file_size:
+            return None
+        flat = np.frombuffer(body, dtype=dtype, count=count, offset=start + offset)
+        # Fortran order as np.lib.format.read_array reads it.
+        arrays[name[:-4]] = (
+            flat.reshape(shape[::-1]).transpose() if fortran_order else flat.reshape(shape)
+        )
+    return arrays
+
+
+def _np_load(body: bytes) -> dict[str, Any]:
+    """Every member through ``np.load`` (compressed archives, odd members, errors)."""
+    arrays: dict[str, Any] = {}
     try:
         with np.load(io.BytesIO(body), allow_pickle=False) as npz:
             for name in npz.files:
@@ -208,17 +399,6 @@ def load_npz(body: bytes, *, max_bytes: int) -> dict[str, np.ndarray]:
         raise InvalidNpz(f"the npz could not be read ({err})") from None
     except (OSError, EOFError, KeyError, zipfile.BadZipFile, TypeError) as err:
         raise InvalidNpz(f"the npz could not be read ({type(err).__name__}: {err})") from None
-    if not arrays:
-        raise InvalidNpz("the npz holds no arrays; send at least one metric")
-    for name, array in arrays.items():
-        if not isinstance(array, np.ndarray):
-            # NpzFile hands back the raw bytes of a member that is not a .npy file.
-            raise InvalidNpz(f"npz member {name!r} is not a .npy array; write it with np.savez")
-        if array.dtype.kind not in "biuf":
-            raise UnsupportedDatatype(
-                f"npz array {name!r} has dtype {array.dtype}; send bool, integer or float "
-                "arrays (convert bfloat16 to float32)"
-            )
     return arrays
 
 
@@ -265,35 +445,81 @@ def parse_reduce_query(text: str | None) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------- JSON out
 
+_ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
-def _shortest_floats(array: np.ndarray) -> np.ndarray:
-    """float16/32 -> float64 holding the shortest decimal of each value (``0.65``)."""
-    flat = array.reshape(-1)
-    return np.array([float(str(v)) for v in flat], dtype=np.float64).reshape(array.shape)
+
+@functools.cache
+def _float16_decimals() -> np.ndarray:
+    """float64 holding the shortest decimal of every float16 bit pattern (65,536 values)."""
+    every = np.arange(2**16, dtype=np.uint16).view(np.float16)
+    return np.array([float(str(v)) for v in every], dtype=np.float64)
+
+
+def _float16_to_decimal(array: np.ndarray) -> np.ndarray:
+    """float16 -> float64 holding the shortest float16 decimal (``0.1``, not 0.0999755859375)."""
+    if array.size <= 64:
+        flat = [float(str(v)) for v in array.reshape(-1)]
+        return np.array(flat, dtype=np.float64).reshape(array.shape)
+    return _float16_decimals()[array.astype(np.float16).view(np.uint16)]
+
+
+def _json_ready(value: Any) -> Any:
+    """What orjson writes as intended: float16 as its own shortest decimal, native byte
+    order, 0-d arrays as scalars; containers walked."""
+    if type(value) is dict:
+        return {key: _json_ready(v) for key, v in value.items()}
+    if isinstance(value, np.generic):  # numpy scalars are always in native byte order
+        kind = value.dtype.kind
+        if kind not in "biuf":
+            raise TypeError(f"values of dtype {value.dtype} have no JSON form")
+        return float(str(value)) if value.dtype == np.float16 else value
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"values of dtype {value.dtype} have no JSON form")
+        if value.ndim == 0:
+            return _json_ready(value[()])
+        if value.dtype == np.float16:
+            return _float16_to_decimal(value)
+        if not value.dtype.isnative:
+            return value.astype(value.dtype.newbyteorder("="))
+        return value
+    if isinstance(value, dict):
+        return {key: _json_ready(v) for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    return value
+
+
+def _orjson_default(value: Any) -> Any:
+    # orjson hands over what it cannot write natively: arrays that are not C-contiguous.
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return np.ascontiguousarray(value)
+    raise TypeError(f"{type(value).__name__} has no JSON form")
+
+
+def encode_json(value: Any) -> bytes:
+    """JSON bytes of ``value``: dicts, lists, Python and numpy scalars, numpy arrays.
+
+    Arrays become nested lists and 0-d arrays scalars; non-finite floats are ``null``;
+    float16/float32 values are written with their own shortest decimal.
+
+    Raises:
+      TypeError: complex values, or objects with no JSON form.
+    """
+    return orjson.dumps(_json_ready(value), default=_orjson_default, option=_ORJSON_OPTIONS)
 
 
 def to_jsonable(value: Any) -> Any:
     """A reduced value (numpy scalar/array or Python value) -> JSON-ready Python value.
 
-    0-d -> scalar; arrays -> nested lists; non-finite floats -> None.
+    0-d -> scalar; arrays -> nested lists; non-finite floats -> None; float16/float32 ->
+    the float64 of their shortest decimal (``0.65``). Exactly what ``encode_json`` sends.
     """
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    array = np.asarray(value)
-    if array.dtype.kind == "c":
-        raise TypeError("complex values have no JSON form")
-    if array.dtype.kind != "f":
-        return array.tolist()
-    if array.dtype.itemsize < 8:
-        array = _shortest_floats(array)
-    finite = np.isfinite(array)
-    if finite.all():
-        return array.tolist()
-    out = array.astype(object)
-    out[~finite] = None
-    return out.tolist()
+    return orjson.loads(encode_json(value))
 
 
 def metrics_to_json(values: Mapping[str, Any]) -> dict[str, Any]:

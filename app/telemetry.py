@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -83,8 +84,30 @@ class Telemetry:
         )
         for kind in ("live", "abstract"):
             self.plans_created.labels(kind=kind)
-        for endpoint in ("reduce", "collect", "job"):
-            self.reductions.labels(endpoint=endpoint)
+        # Children looked up once: ``labels()`` takes a lock and builds a key per call.
+        self._reductions = {
+            endpoint: self.reductions.labels(endpoint=endpoint)
+            for endpoint in ("reduce", "collect", "job")
+        }
+        self._per_route: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def count_reduction(self, endpoint: str) -> None:
+        """One more answered ``reduce``, ``collect`` or ``job`` request."""
+        self._reductions[endpoint].inc()
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Counts one answered request and its latency (children cached per key; the
+        keys are bounded by methods x route templates x statuses)."""
+        key = (method, route, status)
+        children = self._per_route.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
+            self._per_route[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def watch_runtime(self, restarts: Callable[[], int], ready: Callable[[], bool]) -> None:
         """Exports the runtime's restart count and readiness, read at every scrape."""
@@ -120,6 +143,6 @@ class RequestMetricsMiddleware:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or UNMATCHED_ROUTE
-            method = scope.get("method", "")
-            self.telemetry.requests.labels(method, template, str(status)).inc()
-            self.telemetry.latency.labels(method, template).observe(time.perf_counter() - start)
+            self.telemetry.observe_request(
+                scope.get("method", ""), template, status, time.perf_counter() - start
+            )

@@ -254,26 +254,31 @@ def machine() -> dict:
     }
 
 
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
 def write_markdown(results: dict, path: Path) -> None:
     m, r = results["machine"], results
     lines = [
         "# Benchmarks",
         "",
         "Written by `make bench` (`python -m benchmarks.run`). Every ratio compares two",
-        "things measured side by side in the same run on the same machine.",
+        "things measured side by side in the same run on the same machine; `met` says",
+        "whether the ratio meets its target in this run.",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']};",
         f"Python {m['python']}, jax {m['jax']}, numpy {m['numpy']}. Server: `datarax-serve`",
         "with 8 simulated CPU devices; the load generator runs on the same cores.",
         "",
-        "| benchmark | measured | ratio | target |",
-        "|---|---|---|---|",
+        "| benchmark | measured | ratio | target | met |",
+        "|---|---|---|---|---|",
     ]
     a = r["reduce_vs_live"]
     lines.append(
         f"| small reduce (3 metrics x 8 devices) vs `GET /health/live`, "
         f"{a['concurrency']} concurrent | {a['reduce_rps']:.0f} vs {a['live_rps']:.0f} req/s "
-        f"| {a['ratio']:.2f} | >= 0.8 |"
+        f"| {a['ratio']:.2f} | >= 0.8 | {_met(a['ratio'] >= 0.8)} |"
     )
     b = r["npz_reduce"]
     lines.append(
@@ -281,20 +286,23 @@ def write_markdown(results: dict, path: Path) -> None:
         f"| {b['http_s'] * 1e3:.1f} ms vs {b['numpy_s'] * 1e3:.1f} ms "
         f"(decode+reduce {b['numpy_decode_s'] * 1e3:.1f} ms) "
         f"| {b['ratio_vs_numpy']:.2f} ({b['ratio_vs_numpy_with_decode']:.2f} with decode) "
-        f"| <= 3x |"
+        f"| <= 3x | {_met(b['ratio_vs_numpy'] <= 3)} "
+        f"({_met(b['ratio_vs_numpy_with_decode'] <= 3)} with decode) |"
     )
     c = r["json_vs_npz"]
     lines.append(
         f"| JSON vs npz, 8 x 100,000 float32 ({c['json_mb']:.1f} MB vs {c['npz_mb']:.1f} MB) "
         f"| {c['json_s'] * 1e3:.1f} ms vs {c['npz_s'] * 1e3:.1f} ms "
-        f"| {c['json_over_npz']:.1f}x | (report) |"
+        f"| {c['json_over_npz']:.1f}x | (report) | - |"
     )
     d = r["abstract_plans"]
+    plans_met = d["plan_65536_s"] <= 0.75 and d["growth_for_16x_devices"] <= 20
     lines.append(
         f"| abstract plan, 4,096 vs 65,536 devices, end to end "
         f"| {d['plan_4096_s'] * 1e3:.0f} ms vs {d['plan_65536_s'] * 1e3:.0f} ms "
         f"({d['response_mb_65536']:.1f} MB answer) "
-        f"| {d['growth_for_16x_devices']:.1f}x for 16x devices | <= 0.75 s; <= 20x |"
+        f"| {d['growth_for_16x_devices']:.1f}x for 16x devices | <= 0.75 s; <= 20x "
+        f"| {_met(plans_met)} |"
     )
     if "served_steps" in r:
         e = r["served_steps"]
@@ -302,7 +310,8 @@ def write_markdown(results: dict, path: Path) -> None:
             f"| served steps vs library in process, MLP {e['features']}, batch {e['batch']}, "
             f"{e['steps_per_call']} steps a call | {e['served_s'] * 1e3:.0f} ms "
             f"({e['served_examples_per_s']:.0f} ex/s) vs {e['direct_s'] * 1e3:.0f} ms "
-            f"({e['direct_examples_per_s']:.0f} ex/s) | {e['ratio']:.2f} | <= 1.1x |"
+            f"({e['direct_examples_per_s']:.0f} ex/s) | {e['ratio']:.2f} | <= 1.1x "
+            f"| {_met(e['ratio'] <= 1.1)} |"
         )
     lines += [
         "",

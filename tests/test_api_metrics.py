@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import io
+import json
+
 import numpy as np
 import pytest
-from service_helpers import npz_bytes
+from service_helpers import StubRuntime, assert_problem, make_settings, npz_bytes
 
-from app.metrics_io import to_jsonable
+from app.main import create_app
+from app.metrics_io import encode_json, load_npz, to_jsonable
+from app.routes.metrics import INLINE_BODY_BYTES
 
 pytest_plugins = ["service_helpers"]
 
@@ -159,3 +164,132 @@ def test_job_history_in_step_order_and_replace(api):
 
 def test_unknown_job_has_empty_history(api):
     assert api.get("/v1/jobs/never-posted/metrics").json() == {"job": "never-posted", "points": []}
+
+
+# ------------------------------------------------------------- fast paths, same answers
+
+SMALL_BODY = {
+    "metrics": {
+        "loss": [0.9, 1.1, 1.0, 1.0],
+        "per_class": [[1, 2], [3, 4], [5, 6], [7, 8]],
+        "acc": {"shape": [4], "datatype": "FP32", "data": [0.5, 0.6, 0.7, 0.8]},
+    },
+    "reduce": {"per_class": "sum"},
+    "weights": [32, 32, 32, 16],
+}
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        # Forms the plain fast path leaves to the pydantic models (coercions they allow).
+        {"weights": ["32", "32", "32", "16"]},
+        {"weights": [32.0, 32.0, 32.0, 16.0], "nan_policy": "propagate"},
+    ],
+    ids=["string-weights", "float-weights"],
+)
+def test_plain_and_model_paths_answer_alike(api, variant):
+    plain = api.post("/v1/metrics/reduce", json=SMALL_BODY)
+    other = api.post("/v1/metrics/reduce", json={**SMALL_BODY, **variant})
+    assert plain.status_code == other.status_code == 200, (plain.text, other.text)
+    assert plain.json() == other.json()
+
+
+def test_utf16_json_body_is_read_like_before(api):
+    content = json.dumps({"metrics": {"x": [1, 2]}}).encode("utf-16")
+    response = api.post("/v1/metrics/reduce", content=content, headers=JSON)
+    assert response.status_code == 200, response.text
+    assert response.json()["reduced"] == {"x": 1.5}
+
+
+def test_large_json_body_is_decoded_off_the_event_loop(api):
+    # Above INLINE_BODY_BYTES: decoded, reduced and encoded in a worker thread.
+    values = np.arange(8 * 2_000, dtype=np.float64).reshape(8, 2_000) / 7
+    body = {"metrics": {"x": values.tolist()}, "reduce": {"x": "max"}}
+    assert len(json.dumps(body)) > INLINE_BODY_BYTES
+    response = api.post("/v1/metrics/reduce", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["reduced"]["x"] == values.max(axis=0).tolist()
+    ragged = {"metrics": {"x": [*values.tolist(), [1.0]]}}
+    assert_problem(api.post("/v1/metrics/reduce", json=ragged), 422, "ragged_array")
+
+
+def _savez(compressed: bool, **arrays) -> bytes:
+    buffer = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buffer, **arrays)
+    return buffer.getvalue()
+
+
+NPZ_ARRAYS = {
+    "f32": np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32),
+    "big_endian": np.arange(8, dtype=">i4").reshape(4, 2),
+    "fortran": np.asfortranarray(np.arange(12.0).reshape(4, 3)),
+    "flags": np.array([True, False, True, True]),
+    "half": np.array([0.1, 0.2, 0.3, 0.4], np.float16),
+}
+
+
+def test_uncompressed_npz_read_in_place_matches_np_load(api):
+    stored = _savez(False, **NPZ_ARRAYS)
+    in_place = load_npz(stored, max_bytes=1 << 20)
+    for name, array in NPZ_ARRAYS.items():
+        np.testing.assert_array_equal(in_place[name], array)
+        assert in_place[name].dtype == array.dtype and in_place[name].shape == array.shape
+    answers = [
+        api.post(
+            "/v1/metrics/reduce",
+            content=_savez(compressed, **NPZ_ARRAYS),
+            headers=NPZ,
+            params={"reduce": "big_endian:max,flags:sum,fortran:min"},
+        )
+        for compressed in (False, True)
+    ]
+    assert answers[0].status_code == answers[1].status_code == 200, answers[0].text
+    assert answers[0].json() == answers[1].json()
+    assert answers[0].json()["reduced"]["half"] == 0.25
+
+
+def test_npz_with_a_bad_checksum_is_invalid_npz(api):
+    content = bytearray(npz_bytes(x=np.arange(64.0)))
+    content[len(content) // 3] ^= 0xFF  # inside the array data
+    assert_problem(
+        api.post("/v1/metrics/reduce", content=bytes(content), headers=NPZ), 422, "invalid_npz"
+    )
+
+
+def test_encode_json_writes_numpy_values_as_documented():
+    half = np.random.default_rng(1).standard_normal(200).astype(np.float16)
+    half[3] = np.nan
+    encoded = json.loads(encode_json({"h": half, "h1": half[:5]}))
+    expected = [None if np.isnan(v) else float(str(v)) for v in half]
+    assert encoded["h"] == expected and encoded["h1"] == expected[:5]
+    value = {
+        "zero_d": np.array(2.5, np.float32),
+        "big_endian": np.array([1, 2], ">i8"),
+        "transposed": np.arange(6.0).reshape(2, 3).T,
+        "scalar": np.float32(0.1),
+        "inf": np.float64(np.inf),
+    }
+    assert json.loads(encode_json(value)) == {
+        "zero_d": 2.5,
+        "big_endian": [1, 2],
+        "transposed": [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]],
+        "scalar": 0.1,
+        "inf": None,
+    }
+    with pytest.raises(TypeError):
+        encode_json({"c": np.array([1j])})
+
+
+def test_reduce_documents_the_parameters_fastapi_would(tmp_path):
+    # reduce and collect take only the Request (no per-request dependency solving) and
+    # declare their query parameters and bearer scheme in openapi_extra; the jobs route
+    # declares the same ones through FastAPI, so the two documents must agree.
+    app = create_app(make_settings(tmp_path), runtime=StubRuntime())
+    paths = app.openapi()["paths"]
+    reduce_op = paths["/v1/metrics/reduce"]["post"]
+    job_op = paths["/v1/jobs/{job}/metrics"]["post"]
+    from_fastapi = {p["name"]: p for p in job_op["parameters"]}
+    assert reduce_op["parameters"] == [from_fastapi["reduce"], from_fastapi["nan_policy"]]
+    assert reduce_op["security"] == job_op["security"]
+    assert paths["/v1/metrics/collect"]["post"]["security"] == job_op["security"]

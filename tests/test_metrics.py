@@ -594,3 +594,38 @@ def test_collectives_inside_pmap():
     np.testing.assert_allclose(mean, np.full(N, x.mean()))
     np.testing.assert_allclose(total, np.full(N, x.sum()))
     np.testing.assert_allclose(gathered, np.tile(x, (N, 1)))
+
+
+# ---------------------------------------------------------- NumPy fast paths, exactly
+
+
+MEAN_DTYPES = ["float16", "float32", "float64", "int8", "int64", "uint64", "bool", "complex64"]
+
+
+@pytest.mark.parametrize("dtype", MEAN_DTYPES)
+@pytest.mark.parametrize("shape", [(1,), (N,), (17,), (N, 5), (3, 4, 2), (300, 2)], ids=str)
+def test_numpy_mean_is_bit_identical_to_np_mean(dtype, shape):
+    x = stacked(shape, dtype)
+    if dtype.startswith(("float", "complex")):
+        x = (x * 1e3).astype(dtype)
+        x.flat[0] = np.nan if x.size > 1 else x.flat[0]
+    ref = np.mean(x.astype(np.int64) if dtype == "bool" else x, axis=0)
+    out = reduce_over_devices(x, "mean")
+    assert type(out) is type(ref) and out.dtype == ref.dtype
+    assert np.asarray(out).tobytes() == np.asarray(ref).tobytes()
+
+
+def test_flat_dict_reduction_matches_the_tree_path():
+    flat = {"b": stacked((N, 3), "float32"), "a": stacked((N,), "int32"), "": np.float32(2)}
+    ops = {"a": "max", "b": "sum"}
+    fast = reduce_custom(flat, ops)
+    tree = reduce_custom({k: {"leaf": v} for k, v in flat.items()}, ops)
+    assert list(fast) == list(flat)
+    for name, value in fast.items():
+        assert np.asarray(value).tobytes() == np.asarray(tree[name]["leaf"]).tobytes()
+    per_device = collect_from_devices(flat)
+    nested = collect_from_devices({"m": flat})
+    assert [list(d) for d in per_device] == [["", "a", "b"]] * N  # tree_unflatten's order
+    for fast_d, tree_d in zip(per_device, nested, strict=True):
+        for name, value in fast_d.items():
+            np.testing.assert_array_equal(value, tree_d["m"][name])

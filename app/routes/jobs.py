@@ -10,22 +10,22 @@ poll a job before its first step arrives.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
-import anyio.to_thread
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from app.deps import BearerDoc, SettingsDep, StoreDep, TelemetryDep
+from app.deps import BearerDoc, SettingsDep, StoreDep, TelemetryDep, media_type
 from app.errors import InvalidParameter
+from app.metrics_io import encode_json
 from app.plans import utc_now
 from app.routes.metrics import (
     NanPolicyQuery,
     ReduceQuery,
-    read_metrics_request,
+    decode_metrics_body,
     reduce_metrics,
     request_body_openapi,
+    run_for_body,
 )
 from app.schemas import (
     JOB_NAME_PATTERN,
@@ -48,8 +48,8 @@ JobName = Annotated[
 ]
 
 
-def _json(text: str, status: int = 200) -> Response:
-    return Response(text, status_code=status, media_type="application/json")
+def _json(content: bytes, status: int = 200) -> Response:
+    return Response(content, status_code=status, media_type="application/json")
 
 
 @router.post(
@@ -81,31 +81,42 @@ async def post_job_metrics(
     ``?step=``), reduces it and stores the reduced values durably before answering.
     201 for a new step, 200 when it replaced the stored point of the same step. Errors as
     for reduce."""
-    data = await read_metrics_request(
-        request,
-        JobMetricsRequest,
-        max_bytes=settings.max_body_bytes,
-        reduce_query=reduce,
-        nan_policy_query=nan_policy,
-        step_query=step,
-    )
-    if data.step is None:
-        raise InvalidParameter(["query", "step"], "npz bodies need ?step=N (an integer >= 0)")
-    reduced, num_devices = await anyio.to_thread.run_sync(lambda: reduce_metrics(data))
-    reduced_text = json.dumps(reduced, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    body = await request.body()
+    media, content_type = media_type(request), request.headers.get("content-type")
+
+    def work() -> tuple[int, bytes, int]:
+        data = decode_metrics_body(
+            body,
+            media,
+            content_type,
+            JobMetricsRequest,
+            max_bytes=settings.max_body_bytes,
+            reduce_query=reduce,
+            nan_policy_query=nan_policy,
+            step_query=step,
+        )
+        if data.step is None:
+            raise InvalidParameter(["query", "step"], "npz bodies need ?step=N (an integer >= 0)")
+        reduced, num_devices = reduce_metrics(data)
+        return data.step, encode_json(reduced), num_devices
+
+    point_step, reduced_json, num_devices = await run_for_body(work, len(body))
     received_at = utc_now()
-    created = await store.put_job_point(job, data.step, reduced_text, received_at)
-    telemetry.reductions.labels(endpoint="job").inc()
+    created = await store.put_job_point(job, point_step, reduced_json.decode(), received_at)
+    telemetry.count_reduction("job")
     telemetry.job_points.inc()
-    point = {
-        "job": job,
-        "step": data.step,
-        "reduced": reduced,
-        "received_at": received_at,
-        "num_devices": num_devices,
-    }
-    text = json.dumps(point, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return _json(text, 201 if created else 200)
+    point = b"".join(
+        (
+            b'{"job":',
+            encode_json(job),
+            b',"step":%d,"reduced":' % point_step,
+            reduced_json,
+            b',"received_at":',
+            encode_json(received_at),
+            b',"num_devices":%d}' % num_devices,
+        )
+    )
+    return _json(point, 201 if created else 200)
 
 
 @router.get(
@@ -119,7 +130,8 @@ async def get_job_metrics(job: JobName, store: StoreDep) -> Response:
     unknown job has no points."""
     points = await store.job_points(job)
     parts = [
-        f'{{"step":{p.step},"reduced":{p.reduced},"received_at":{json.dumps(p.received_at)}}}'
+        b'{"step":%d,"reduced":%s,"received_at":%s}'
+        % (p.step, p.reduced.encode(), encode_json(p.received_at))
         for p in points
     ]
-    return _json('{"job":' + json.dumps(job) + ',"points":[' + ",".join(parts) + "]}")
+    return _json(b'{"job":' + encode_json(job) + b',"points":[' + b",".join(parts) + b"]}")

@@ -93,6 +93,23 @@ def _is_none(x: Any) -> bool:
     return x is None
 
 
+def _is_inexact(dtype: Any) -> bool:
+    """Floating or complex, ml_dtypes (bfloat16, ...) included."""
+    kind = np.dtype(dtype).kind
+    if kind in "fc":
+        return True
+    if kind in "biuOSUMm":
+        return False
+    return bool(jnp.issubdtype(dtype, jnp.inexact))
+
+
+def _flat_numpy_dict(metrics: Any) -> bool:
+    """``{str: np.ndarray}``: the common case, flattened without ``jax.tree_util``."""
+    return type(metrics) is dict and all(
+        type(k) is str and type(v) is np.ndarray for k, v in metrics.items()
+    )
+
+
 def _check_nan_policy(nan_policy: Any) -> None:
     if not isinstance(nan_policy, str) or nan_policy not in NAN_POLICIES:
         raise MetricsError(
@@ -145,6 +162,9 @@ def _lists_to_arrays(metrics: Any) -> Any:
 
 
 def _flatten(metrics: Any) -> tuple[list[tuple[str, Any]], Any]:
+    if _flat_numpy_dict(metrics):
+        # What tree_flatten_with_path gives for a flat dict (keys sorted), without it.
+        return [(k or _ROOT, metrics[k]) for k in sorted(metrics)], None
     path_leaves, treedef = jax.tree_util.tree_flatten_with_path(metrics, is_leaf=_is_none)
     named = [
         (jax.tree_util.keystr(path, simple=True, separator="/") or _ROOT, leaf)
@@ -222,7 +242,7 @@ def _check_weights(weights: Any, n: int | None) -> Any:
 
 def _check_finite(name: str, x: Any) -> None:
     """For nan_policy='raise': rejects non-finite entries of one array leaf."""
-    if not _is_array(x) or x.ndim == 0 or not jnp.issubdtype(x.dtype, jnp.inexact):
+    if not _is_array(x) or x.ndim == 0 or not _is_inexact(x.dtype):
         return
     if _is_traced(x):
         raise MetricsError(
@@ -246,7 +266,7 @@ def _check_finite(name: str, x: Any) -> None:
 
 def _mean_dtype(x: Any) -> np.dtype:
     """Floating dtypes stay; integers become NumPy float64 or JAX's default float."""
-    if jnp.issubdtype(x.dtype, jnp.inexact):
+    if _is_inexact(x.dtype):
         return x.dtype
     if isinstance(x, np.ndarray):
         return np.dtype(np.float64)
@@ -262,7 +282,9 @@ def _int_dtype(x: Any) -> np.dtype:
 
 def _reduce_array(x: Any, op: str, w: Any, nan_policy: str) -> Any:
     """Reduces the leading axis of one array with ``ndim >= 1`` (inputs validated)."""
-    use_jax = isinstance(x, jax.Array) or (w is not None and op == "mean" and _is_traced(w))
+    use_jax = (type(x) is not np.ndarray and isinstance(x, jax.Array)) or (
+        w is not None and op == "mean" and _is_traced(w)
+    )
     if use_jax:
         return _reduce_with(jnp, jnp.asarray(x), op, w, nan_policy)
     with np.errstate(all="ignore"):
@@ -270,11 +292,40 @@ def _reduce_array(x: Any, op: str, w: Any, nan_policy: str) -> Any:
     return out[()] if isinstance(out, np.ndarray) and out.ndim == 0 else out
 
 
+def _numpy_mean(x: np.ndarray, axis: int = 0) -> Any:
+    """``np.mean(x, axis=0)`` of an ndarray with ``x.shape[0] > 0``: numpy's own ``_mean``
+    steps (float64 sums of integers, float32 sums of float16, division by an ``intp``
+    count) without its Python wrapper, so the results are bit-identical."""
+    count = np.intp(x.shape[axis])
+    dtype = x.dtype
+    if dtype.kind in "biu":
+        total = np.add.reduce(x, axis=axis, dtype=np.float64)
+    elif dtype == np.float16:
+        total = np.add.reduce(x, axis=axis, dtype=np.float32)
+    else:
+        total = np.add.reduce(x, axis=axis)
+    if isinstance(total, np.ndarray):
+        total = np.true_divide(total, count, out=total, casting="unsafe")
+        return dtype.type(total) if dtype == np.float16 else total
+    if dtype == np.float16:
+        return dtype.type(total / count)
+    return total.dtype.type(total / count)
+
+
+# np.sum/max/min on an ndarray are these ufunc reductions behind a Python wrapper.
+_NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {
+    "mean": _numpy_mean,
+    "sum": np.add.reduce,
+    "max": np.maximum.reduce,
+    "min": np.minimum.reduce,
+}
+
+
 def _reduce_with(xp: Any, x: Any, op: str, w: Any, nan_policy: str) -> Any:
     """Shared NumPy/JAX kernel; ``xp`` is ``np`` or ``jnp``."""
     if x.dtype == np.bool_:
         x = x.astype(_int_dtype(x))
-    inexact = jnp.issubdtype(x.dtype, jnp.inexact)
+    inexact = _is_inexact(x.dtype)
     weighted = op == "mean" and w is not None
 
     if weighted:
@@ -295,6 +346,8 @@ def _reduce_with(xp: Any, x: Any, op: str, w: Any, nan_policy: str) -> Any:
         return xp.sum(wn * x, axis=0)
 
     if nan_policy != "omit" or not inexact:
+        if xp is np:
+            return _NUMPY_REDUCTIONS[op](x, axis=0)
         return {"mean": xp.mean, "sum": xp.sum, "max": xp.max, "min": xp.min}[op](x, axis=0)
 
     finite = xp.isfinite(x)
@@ -308,6 +361,46 @@ def _reduce_with(xp: Any, x: Any, op: str, w: Any, nan_policy: str) -> Any:
     return xp.where(count > 0, out, xp.nan).astype(x.dtype)
 
 
+def _plain_numpy_ops(
+    metrics: Any, reduce_fn: Any, weights: Any, nan_policy: Any
+) -> dict[str, str] | None:
+    """``reduce_custom``'s checks for its most common call, all at once: a non-empty
+    ``{str: np.ndarray}`` sharing one non-zero device count, known op names for known
+    metrics, no weights, ``nan_policy`` propagate or omit. Returns every metric's op, or
+    None so the general path runs (and raises whatever error applies)."""
+    if weights is not None or (nan_policy != "propagate" and nan_policy != "omit"):
+        return None
+    if not _flat_numpy_dict(metrics) or not metrics:
+        return None
+    if reduce_fn is None:
+        reduce_fn = {}
+    elif type(reduce_fn) is not dict:
+        return None
+    for name, op in reduce_fn.items():
+        if type(op) is not str or op not in REDUCE_OPS or name not in metrics:
+            return None
+    sizes = {x.shape[0] for x in metrics.values() if x.ndim >= 1}
+    if len(sizes) > 1 or 0 in sizes:
+        return None
+    return {name: reduce_fn.get(name, "mean") for name in metrics}
+
+
+def _reduce_numpy_dict(
+    metrics: dict[str, np.ndarray], ops: dict[str, str], w: Any, nan_policy: str
+) -> dict[str, Any]:
+    """``_apply`` over a validated flat ``{name: np.ndarray}`` with op names: the same
+    results, without a ``tree_map`` and an ``errstate`` per metric."""
+    out: dict[str, Any] = {}
+    with np.errstate(all="ignore"):
+        for name, x in metrics.items():
+            if x.ndim == 0:
+                out[name] = x
+                continue
+            value = _reduce_with(np, x, ops[name], w, nan_policy)
+            out[name] = value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+    return out
+
+
 def _reduce_leaf(x: Any, op: str | Callable[[Any], Any], w: Any, nan_policy: str) -> Any:
     if not _is_array(x) or x.ndim == 0:
         return x
@@ -319,7 +412,8 @@ def _reduce_leaf(x: Any, op: str | Callable[[Any], Any], w: Any, nan_policy: str
 def _validate(metrics: Any, weights: Any, nan_policy: str) -> tuple[Any, Any]:
     """Checks a whole tree before any work; returns (tree with lists read, weights)."""
     _check_nan_policy(nan_policy)
-    prepared = _lists_to_arrays(metrics)
+    # A flat {str: np.ndarray} has no lists to read.
+    prepared = metrics if _flat_numpy_dict(metrics) else _lists_to_arrays(metrics)
     named, _ = _flatten(prepared)
     _check_nonempty(named, metrics)
     w = _check_weights(weights, _device_count(named))
@@ -330,6 +424,8 @@ def _validate(metrics: Any, weights: Any, nan_policy: str) -> tuple[Any, Any]:
 
 
 def _apply(tree: Any, op: str | Callable[[Any], Any], w: Any, nan_policy: str) -> Any:
+    if type(tree) is np.ndarray:
+        return _reduce_leaf(tree, op, w, nan_policy)  # what tree_map does to one leaf
     return jax.tree_util.tree_map(
         lambda x: _reduce_leaf(x, op, w, nan_policy), tree, is_leaf=_is_none
     )
@@ -477,6 +573,9 @@ def reduce_custom(
       ... )
       {'loss': np.float64(2.0), 'step': np.int64(10)}
     """
+    ops = _plain_numpy_ops(metrics, reduce_fn, weights, nan_policy)
+    if ops is not None:
+        return _reduce_numpy_dict(metrics, ops, None, nan_policy)
     _check_nan_policy(nan_policy)
     reduce_fn = {} if reduce_fn is None else reduce_fn
     if not isinstance(reduce_fn, Mapping):
@@ -504,6 +603,10 @@ def reduce_custom(
             f"(available: {sorted(map(str, metrics))}); fix the names or drop them.",
         )
     prepared, w = _validate(metrics, weights, nan_policy)
+    if _flat_numpy_dict(prepared) and (w is None or type(w) is np.ndarray):
+        ops = {k: reduce_fn.get(k, "mean") for k in prepared}
+        if all(type(op) is str for op in ops.values()):
+            return _reduce_numpy_dict(prepared, ops, w, nan_policy)
     return {k: _apply(v, reduce_fn.get(k, "mean"), w, nan_policy) for k, v in prepared.items()}
 
 
@@ -537,6 +640,12 @@ def collect_from_devices(metrics: Any) -> list[Any]:
             "[n_devices, ...].",
         )
     leaves = [leaf for _, leaf in named]
+    if treedef is None:  # a flat {str: np.ndarray}; keys sorted as tree_unflatten gives them
+        keys = sorted(prepared)
+        return [
+            {k: x[i] if x.ndim >= 1 else x for k, x in zip(keys, leaves, strict=True)}
+            for i in range(n)
+        ]
     return [
         jax.tree_util.tree_unflatten(
             treedef, [x[i] if _is_array(x) and x.ndim >= 1 else x for x in leaves]
