@@ -108,6 +108,14 @@ def test_second_call_hits_the_compile_cache(api):
     assert state["step"] == 4 and state["last_loss"] == pytest.approx(second["losses"][-1])
 
 
+def test_compiled_steps_land_in_the_persistent_cache(api):
+    """JAX's persistent compilation cache lives under the data directory."""
+    _, session = _session(api, {"data": 4})
+    _steps(api, session["id"], 1, synthetic=SYNTH)
+    cache = api.app.state.settings.data_dir / "jax-cache"
+    assert any(p.name.startswith("jit_program") for p in cache.iterdir()), list(cache.iterdir())
+
+
 def test_concurrent_calls_add_up(api):
     _, session = _session(api, {"data": 8})
     calls, k = 4, 3
