@@ -209,8 +209,27 @@ class MeshPlan(BaseModel):
     warnings: list[str]
 
 
+class MeshPlanSummary(BaseModel):
+    """A stored plan without ``device_grid`` and ``shards`` (``GET /v1/meshes?view=summary``)."""
+
+    id: str
+    name: str | None
+    created_at: str
+    live: bool
+    platform: str | None
+    axes: dict[str, int]
+    total_devices: int
+    batch: BatchLayout | None
+    params: list[ParamLayout]
+    memory_per_device: MemoryPerDevice
+    warnings: list[str]
+
+
 class MeshPlanList(BaseModel):
-    items: list[MeshPlan] = Field(description="stored plans, newest first")
+    items: list[MeshPlan | MeshPlanSummary] = Field(
+        description="stored plans, newest first: whole plans (view=full) or summaries "
+        "without device_grid and shards (view=summary)"
+    )
     total: int = Field(description="number of stored plans")
 
 
