@@ -568,10 +568,8 @@ def test_sigterm_stops_runtimes_and_followers(group):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_datarax_serve_leader_end_to_end(tmp_path):
-    try:
-        from service_helpers import ServiceProcess, assert_problem
-    except Exception as exc:  # noqa: BLE001 - the FastAPI layer is built in parallel
-        pytest.skip(f"LOUD SKIP: the FastAPI app is not importable yet ({exc!r})")
+    from service_helpers import ServiceProcess, assert_problem
+
     port = _free_port()
     for pid in (0, 1):
         (tmp_path / f"p{pid}").mkdir()
@@ -592,6 +590,15 @@ def test_datarax_serve_leader_end_to_end(tmp_path):
                 live = client.post("/v1/meshes", json={"axes": {"data": 8}, "batch_shape": [16]})
                 assert live.status_code == 201, live.text
                 assert {s["process_index"] for s in live.json()["shards"]} == {0, 1}
+                session = client.post(
+                    f"/v1/meshes/{live.json()['id']}/sessions",
+                    json={"model": {"kind": "mlp", "features": [4, 8, 2]}},
+                )
+                assert session.status_code == 201, session.text
+                steps_url = f"/v1/sessions/{session.json()['id']}/steps"
+                step_body = {"steps": 2, "synthetic": {"seed": 1, "batch_size": 16}}
+                first = client.post(steps_url, json=step_body)
+                assert first.status_code == 200 and first.json()["step"] == 2, first.text
 
                 follower.kill()
                 start = time.monotonic()
@@ -603,8 +610,28 @@ def test_datarax_serve_leader_end_to_end(tmp_path):
                 assert_problem(ready, 503, "worker_lost")
                 print(f"/health/ready 503 {time.monotonic() - start:.2f} s after kill -9")
                 assert_problem(client.get("/v1/devices"), 503, "worker_lost")
+                assert_problem(client.post(steps_url, json=step_body), 503, "worker_lost")
+                # Everything that needs no devices keeps working meanwhile.
                 abstract = client.post("/v1/meshes", json={"axes": {"data": -1}, "num_devices": 8})
                 assert abstract.status_code == 201, abstract.text
+                reduced = client.post("/v1/metrics/reduce", json={"metrics": {"loss": [1, 3]}})
+                assert reduced.status_code == 200 and reduced.json()["reduced"]["loss"] == 2.0
                 assert client.get("/health/live").status_code == 200
+
+                # The lost host comes back with its same command: the group re-forms.
+                follower = Follower(
+                    _group_settings(tmp_path, port, 1), tmp_path / "follower.log"
+                ).start()
+                service.wait_ready()
+                assert len(client.get("/v1/devices").json()["devices"]) == 8
+                assert_problem(client.post(steps_url, json=step_body), 410, "session_lost")
+                again = client.post(
+                    f"/v1/meshes/{live.json()['id']}/sessions",
+                    json={"model": {"kind": "mlp", "features": [4, 8, 2]}},
+                )
+                assert again.status_code == 201, again.text
+                after = client.post(f"/v1/sessions/{again.json()['id']}/steps", json=step_body)
+                assert after.status_code == 200, after.text
+                np.testing.assert_allclose(after.json()["losses"], first.json()["losses"])
     finally:
         follower.kill()
