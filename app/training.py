@@ -42,7 +42,7 @@ from datarax.distributed.multihost import (
     place_global_batch,
 )
 from datarax.distributed.planning import nearest_valid_sizes
-from datarax.distributed.train_step import _compiled_collective_step
+from datarax.distributed.train_step import compiled_collective_step
 from datarax.models import LOSS_FNS, MLP, make_optimizer, synthetic_batch
 
 COLLECTIVE_AXIS = "batch"
@@ -310,10 +310,6 @@ def _host_batch(s: Session, batch: dict[str, np.ndarray]) -> dict[str, np.ndarra
     return {"inputs": x, "targets": y}
 
 
-def _collective_step_fn(loss_name: str):
-    return _COLLECTIVE_FNS[loss_name]
-
-
 def _make_collective(loss_fn):
     def step(model: nnx.Module, optimizer: nnx.Optimizer, batch: Any) -> jax.Array:
         loss, grads = nnx.value_and_grad(lambda m: loss_fn(m, batch))(model)
@@ -350,9 +346,7 @@ def _compiled(s: Session, batch: dict[str, jax.Array]) -> tuple[Any, bool, float
     if s.strategy == "collective":
         # shard_map brings its own one-axis mesh; no context mesh around it.
         devices = tuple(s.mesh.devices.flat)
-        fn = _compiled_collective_step(
-            _collective_step_fn(s.loss), s.graphdef, COLLECTIVE_AXIS, devices
-        )
+        fn = compiled_collective_step(_COLLECTIVE_FNS[s.loss], s.graphdef, COLLECTIVE_AXIS, devices)
         executable = fn.lower(s.state, batch).compile()
     else:
         replicated = NamedSharding(s.mesh, P())

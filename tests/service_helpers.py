@@ -174,6 +174,15 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to ``proc``'s process group (it was started with a session of its own);
+    waits up to 30 s for ``proc``."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+
+
 class ServiceProcess:
     """``datarax-serve`` in its own session (process group), on a free port.
 
@@ -245,12 +254,8 @@ class ServiceProcess:
 
     def kill(self) -> None:
         """SIGKILL to the server's whole process group; waits for it."""
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=30)
+        if self.proc is not None:
+            kill_group(self.proc)
 
     def stop(self) -> None:
         self.kill()

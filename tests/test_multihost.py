@@ -536,6 +536,8 @@ def test_lost_follower_is_worker_lost_and_the_group_comes_back(group, reference)
     np.testing.assert_allclose(got["synthetic"], reference["data8"]["synthetic"], rtol=2e-4)
 
 
+# Not imported from service_helpers: the runtime imports this module as a command
+# module, where only the project root is on sys.path.
 def _gone(pid: int, within: float) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:

@@ -66,6 +66,8 @@ def with_runtime(
     asyncio.run(main())
 
 
+# Not imported from service_helpers: the runtime imports this module as a command
+# module, where only the project root is on sys.path.
 def pid_gone(pid: int, within: float = 10.0) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:

@@ -146,7 +146,7 @@ def _validate_model[M: BaseModel](data: Any, model: type[M]) -> M:
         raise _validation_error(err) from None
 
 
-def _parse_json_model[M: BaseModel](body: bytes, model: type[M]) -> M:
+def parse_json_model[M: BaseModel](body: bytes, model: type[M]) -> M:
     return _validate_model(_loads_body(body), model)
 
 

@@ -38,7 +38,7 @@ from app.errors import (
 )
 from app.metrics_io import decode_json_metrics, load_npz
 from app.plans import new_ulid, utc_now
-from app.routes.metrics import _parse_json_model
+from app.routes.metrics import parse_json_model
 from app.schemas import (
     SESSION_REQUEST_EXAMPLE,
     STEP_REQUEST_EXAMPLE,
@@ -206,7 +206,7 @@ async def _step_input(
     media = media_type(request)
     body = await request.body()
     if is_json_media(media):
-        parsed = _parse_json_model(body, StepRequest)
+        parsed = parse_json_model(body, StepRequest)
         steps = steps_query if steps_query is not None else parsed.steps
         _check_steps(steps, settings.max_steps_per_call, ("body", "steps"))
         if (parsed.batch is None) == (parsed.synthetic is None):

@@ -10,7 +10,7 @@ Pass ``axis_types`` to :meth:`DeviceMeshManager.create_device_mesh` for Explicit
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -99,13 +99,3 @@ class DeviceMeshManager:
             "process_count": len(processes),
             "process_indices": processes,
         }
-
-
-def mesh_axes(mesh: Mesh) -> dict[str, int]:
-    """The mesh's ``{axis name: size}`` in axis order."""
-    return {name: int(size) for name, size in mesh.shape.items()}
-
-
-def as_axes_dict(mesh_shape: Mapping[str, int] | Sequence[tuple[str, int]]) -> dict[str, int]:
-    """Normalises a dict or list of ``(name, size)`` pairs to an ordered dict."""
-    return dict(mesh_shape.items()) if isinstance(mesh_shape, Mapping) else dict(mesh_shape)

@@ -82,7 +82,7 @@ def collective_pmap(
     def run(model: nnx.Module, optimizer: nnx.Optimizer, batch: PyTree) -> jax.Array:
         devices = _devices_of(mesh)
         graphdef, state = nnx.split((model, optimizer))
-        compiled = _compiled_collective_step(step_fn, graphdef, axis_name, devices)
+        compiled = compiled_collective_step(step_fn, graphdef, axis_name, devices)
         new_state, losses = compiled(state, batch)
         nnx.update((model, optimizer), new_state)
         return losses
@@ -98,9 +98,16 @@ def _devices_of(mesh: Mesh | None) -> tuple[jax.Device, ...]:
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled_collective_step(
+def compiled_collective_step(
     step_fn: Callable, graphdef: Any, axis_name: str, devices: tuple[jax.Device, ...]
 ) -> Callable:
+    """The jitted ``shard_map`` program behind :func:`collective_pmap`, cached.
+
+    ``(state, batch) -> (new_state, losses [n_devices])`` for ``state`` from
+    ``nnx.split((model, optimizer))`` with ``graphdef``; the batch is split over
+    ``devices`` (renamed to one axis ``axis_name``). Exposed for callers that lower and
+    compile ahead of time (the service's runtime).
+    """
     mesh = Mesh(np.asarray(devices), (axis_name,), axis_types=(AxisType.Auto,))
 
     def per_device(state: PyTree, batch: PyTree) -> tuple[PyTree, jax.Array]:
