@@ -7,11 +7,14 @@ import json
 
 import numpy as np
 import pytest
+from fastapi import Request
 from service_helpers import StubRuntime, assert_problem, make_settings, npz_bytes
+from starlette.responses import Response
 
 from app.main import create_app
 from app.metrics_io import encode_json, load_npz, to_jsonable
 from app.routes.metrics import INLINE_BODY_BYTES
+from app.routing import RequestOnlyRoute
 
 pytest_plugins = ["service_helpers"]
 
@@ -293,3 +296,40 @@ def test_reduce_documents_the_parameters_fastapi_would(tmp_path):
     assert reduce_op["parameters"] == [from_fastapi["reduce"], from_fastapi["nan_policy"]]
     assert reduce_op["security"] == job_op["security"]
     assert paths["/v1/metrics/collect"]["post"]["security"] == job_op["security"]
+
+
+def test_request_only_route_refuses_endpoints_it_would_not_feed():
+    # RequestOnlyRoute calls endpoint(request) and nothing else, so an endpoint that
+    # declares another parameter (or is sync) must be refused when the route is built.
+    async def ok(request: Request) -> Response:  # noqa: ARG001
+        return Response(b"")
+
+    async def with_query(request: Request, steps: int = 1) -> Response:  # noqa: ARG001
+        return Response(b"")
+
+    async def no_request(steps: int = 1) -> Response:  # noqa: ARG001
+        return Response(b"")
+
+    def sync(request: Request) -> Response:  # noqa: ARG001
+        return Response(b"")
+
+    assert RequestOnlyRoute("/ok", ok, methods=["POST"]).path == "/ok"
+    for endpoint in (with_query, no_request, sync):
+        with pytest.raises(TypeError, match="RequestOnlyRoute"):
+            RequestOnlyRoute("/bad", endpoint, methods=["POST"])
+
+
+def test_metric_routes_answer_problems_through_the_app_handlers(api):
+    # The metric routes skip FastAPI's per-route wrapper; their errors must still be
+    # the app's problem+json answers, validation errors included.
+    routes = {r.path: r for r in api.app.router.routes if hasattr(r, "methods")}
+    assert isinstance(routes["/v1/metrics/reduce"], RequestOnlyRoute)
+    assert isinstance(routes["/v1/metrics/collect"], RequestOnlyRoute)
+    response = api.post("/v1/metrics/reduce", json={"metrics": {"a": [1, 2]}, "bogus": 1})
+    assert_problem(response, 422, "validation_error")
+    response = api.post("/v1/metrics/collect", content=b"{", headers=JSON)
+    assert_problem(response, 422, "invalid_json")
+    response = api.post(
+        "/v1/metrics/reduce", json={"metrics": {"a": [1, 2]}, "reduce": {"a": "median"}}
+    )
+    assert_problem(response, 422, "unknown_reduce_op")

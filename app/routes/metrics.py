@@ -45,6 +45,7 @@ from app.metrics_io import (
     plain_metrics_fields,
     split_npz_metrics,
 )
+from app.routing import RequestOnlyRoute
 from app.schemas import (
     METRICS_REQUEST_EXAMPLE,
     CollectResponse,
@@ -55,7 +56,8 @@ from app.schemas import (
 )
 from datarax.distributed.metrics import collect_from_devices, reduce_custom
 
-router = APIRouter(tags=["metrics"])
+# Both routes take only the Request: see app.routing for what that saves.
+router = APIRouter(tags=["metrics"], route_class=RequestOnlyRoute)
 
 _NAN_POLICY_QUERY = "npz bodies only: propagate (default), omit or raise"
 _REDUCE_QUERY = "npz bodies only: per-metric ops, e.g. loss:mean,step:max"

@@ -1,0 +1,58 @@
+"""``RequestOnlyRoute``: a FastAPI route for endpoints that take the Request and nothing else.
+
+FastAPI runs every route through its request handler: two ``AsyncExitStack`` s per
+request, dependency solving, parameter and body parsing, response-model handling. For
+an endpoint whose one parameter is the ``Request`` and that returns a ``Response``, all
+of that does nothing, yet it cost about 40 us a request under socket load on the
+benchmark machine: more than twice the work of a small metrics reduction (see
+BENCHMARKS.md). This route class keeps everything FastAPI derives from the route (path
+matching, the OpenAPI operation with its ``openapi_extra``, ``responses`` and tags) and
+calls the endpoint directly.
+
+Exceptions the endpoint raises propagate to Starlette's ``ExceptionMiddleware``, which
+looks them up in the same handler table FastAPI's per-route wrapper uses, so every error
+answer (RFC 9457 problems with their codes) is the same as on other routes.
+
+Only endpoints of the form ``async def endpoint(request: Request) -> Response`` are
+accepted; anything else is refused when the route is built, so no parameter can be
+silently ignored.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+
+def _check_request_only(endpoint: Callable[..., Any]) -> None:
+    if not inspect.iscoroutinefunction(endpoint):
+        raise TypeError(f"{endpoint.__qualname__}: a RequestOnlyRoute endpoint must be async")
+    params = list(inspect.signature(endpoint).parameters)
+    hints = typing.get_type_hints(endpoint)
+    if len(params) != 1 or hints.get(params[0]) is not Request:
+        raise TypeError(
+            f"{endpoint.__qualname__}: a RequestOnlyRoute endpoint takes exactly one "
+            "parameter, annotated Request"
+        )
+
+
+class RequestOnlyRoute(APIRoute):
+    """An ``APIRoute`` that calls ``endpoint(request)`` and sends the Response it returns."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        _check_request_only(endpoint)
+        super().__init__(path, endpoint, **kwargs)
+        call: Callable[[Request], Awaitable[Response]] = endpoint
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            response = await call(Request(scope, receive, send))
+            await response(scope, receive, send)
+
+        self.app = app
