@@ -51,10 +51,11 @@ TelemetryDep = Annotated[Telemetry, Depends(get_telemetry)]
 
 def media_type(request: Request) -> str | None:
     """The request's media type, lower-case, without parameters; None when absent."""
-    value = request.headers.get("content-type")
-    if not value:
-        return None
-    return _parse_media_type(value)
+    # Read from the raw ASGI headers: building request.headers costs more than this.
+    for name, value in request.scope["headers"]:
+        if name == b"content-type":
+            return _parse_media_type(value.decode("latin-1")) if value else None
+    return None
 
 
 @functools.lru_cache(maxsize=256)

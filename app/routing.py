@@ -13,6 +13,9 @@ Exceptions the endpoint raises propagate to Starlette's ``ExceptionMiddleware``,
 looks them up in the same handler table FastAPI's per-route wrapper uses, so every error
 answer (RFC 9457 problems with their codes) is the same as on other routes.
 
+``read_body`` and ``BytesResponse`` are the matching thin ends of such an endpoint: the
+body straight from the ASGI ``receive`` and pre-encoded bytes straight to ``send``.
+
 Only endpoints of the form ``async def endpoint(request: Request) -> Response`` are
 accepted; anything else is refused when the route is built, so no parameter can be
 silently ignored.
@@ -26,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi.routing import APIRoute
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -56,3 +59,45 @@ class RequestOnlyRoute(APIRoute):
             await response(scope, receive, send)
 
         self.app = app
+
+
+async def read_body(request: Request) -> bytes:
+    """The whole request body, read once from the ASGI ``receive``.
+
+    Starlette's ``Request.body()`` goes through an async generator and a cache; a body
+    that arrives in one message (every small one) is returned as is here, larger ones
+    are joined once. Raises ``ClientDisconnect`` like Starlette when the client goes.
+    Only for endpoints that read the body nowhere else.
+    """
+    receive = request.receive
+    message = await receive()
+    if message["type"] != "http.request":
+        raise ClientDisconnect()
+    if not message.get("more_body", False):
+        return message.get("body", b"")
+    chunks = [message.get("body", b"")]
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class BytesResponse(Response):
+    """A 200 (or ``status``) answer of bytes already encoded, with the two headers it needs.
+
+    ``Response.__init__`` renders its content and derives headers generically; here the
+    body is ready and the headers are known, so they are set directly.
+    """
+
+    def __init__(self, content: bytes, media_type: str, status_code: int = 200) -> None:
+        self.status_code = status_code
+        self.media_type = media_type
+        self.background = None
+        self.body = content
+        self.raw_headers = [
+            (b"content-length", str(len(content)).encode("latin-1")),
+            (b"content-type", media_type.encode("latin-1")),
+        ]

@@ -333,3 +333,31 @@ def test_metric_routes_answer_problems_through_the_app_handlers(api):
         "/v1/metrics/reduce", json={"metrics": {"a": [1, 2]}, "reduce": {"a": "median"}}
     )
     assert_problem(response, 422, "unknown_reduce_op")
+
+
+def test_read_body_joins_chunks_and_reports_a_disconnect():
+    import asyncio
+
+    from starlette.requests import ClientDisconnect
+
+    from app.routing import read_body
+
+    def request_of(messages):
+        queue = list(messages)
+
+        async def receive():
+            return queue.pop(0)
+
+        return Request({"type": "http", "method": "POST", "headers": []}, receive)
+
+    chunked = [
+        {"type": "http.request", "body": b"ab", "more_body": True},
+        {"type": "http.request", "body": b"", "more_body": True},
+        {"type": "http.request", "body": b"cd", "more_body": False},
+    ]
+    assert asyncio.run(read_body(request_of(chunked))) == b"abcd"
+    one = [{"type": "http.request", "body": b"xyz"}]
+    assert asyncio.run(read_body(request_of(one))) == b"xyz"
+    gone = [chunked[0], {"type": "http.disconnect"}]
+    with pytest.raises(ClientDisconnect):
+        asyncio.run(read_body(request_of(gone)))

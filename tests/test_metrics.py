@@ -629,3 +629,23 @@ def test_flat_dict_reduction_matches_the_tree_path():
     for fast_d, tree_d in zip(per_device, nested, strict=True):
         for name, value in fast_d.items():
             np.testing.assert_array_equal(value, tree_d["m"][name])
+
+
+@pytest.mark.parametrize("op", ["mean", "sum", "max", "min"])
+@pytest.mark.parametrize("nan_policy", ["propagate", "omit"])
+def test_flat_dict_fast_path_is_bit_identical_to_numpy(op, nan_policy):
+    # reduce_custom's {str: ndarray} path calls the ufunc reductions directly for
+    # unweighted propagate; every dtype must still answer exactly as numpy (bool as int).
+    metrics = {
+        dtype: stacked(shape, dtype)
+        for dtype in ("float64", "float32", "float16", "int32", "uint8", "bool")
+        for shape in [(N,)]
+    } | {"f64_2d": stacked((N, 3), "float64"), "i64_2d": stacked((N, 2), "int64")}
+    out = reduce_custom(metrics, dict.fromkeys(metrics, op), nan_policy=nan_policy)
+    assert list(out) == list(metrics)
+    for name, x in metrics.items():
+        ref = NP_OPS[op](x.astype(np.int64) if x.dtype == np.bool_ else x, axis=0)
+        got = out[name]
+        assert type(got) is type(ref), name
+        assert np.asarray(got).dtype == np.asarray(ref).dtype, name
+        assert np.asarray(got).tobytes() == np.asarray(ref).tobytes(), name

@@ -45,7 +45,7 @@ from app.metrics_io import (
     plain_metrics_fields,
     split_npz_metrics,
 )
-from app.routing import RequestOnlyRoute
+from app.routing import BytesResponse, RequestOnlyRoute, read_body
 from app.schemas import (
     METRICS_REQUEST_EXAMPLE,
     CollectResponse,
@@ -254,8 +254,15 @@ def _num_devices(metrics: dict[str, np.ndarray]) -> int:
     return 0
 
 
+def _raw_content_type(request: Request, media: str | None) -> str | None:
+    """The Content-Type header as sent, for the 415 message only (read lazily)."""
+    if is_json_media(media) or media == NPZ_MEDIA_TYPE:
+        return None
+    return request.headers.get("content-type")
+
+
 def _json_response(content: bytes, status: int = 200) -> Response:
-    return Response(content, status_code=status, media_type=JSON_MEDIA_TYPE)
+    return BytesResponse(content, JSON_MEDIA_TYPE, status)
 
 
 # The two hot metric routes take only the Request. FastAPI's per-request dependency
@@ -294,8 +301,9 @@ async def reduce_endpoint(request: Request) -> Response:
     ``empty_metrics``, ``weights_mismatch``, ``invalid_weights``, ``non_finite_values``.
     """
     state = request.app.state
-    body = await request.body()
-    media, content_type = media_type(request), request.headers.get("content-type")
+    body = await read_body(request)
+    media = media_type(request)
+    content_type = _raw_content_type(request, media)
     # Options travel in the query string only with npz bodies (JSON ignores it).
     query = request.query_params if media == NPZ_MEDIA_TYPE else {}
 
@@ -342,8 +350,9 @@ async def collect_endpoint(request: Request) -> Response:
     """``{"devices": [{"device": i, "metrics": {name: value}}]}``: entry i holds every
     metric's ``[i]`` slice. Non-finite values are ``null``."""
     state = request.app.state
-    body = await request.body()
-    media, content_type = media_type(request), request.headers.get("content-type")
+    body = await read_body(request)
+    media = media_type(request)
+    content_type = _raw_content_type(request, media)
 
     def work() -> bytes:
         data = decode_metrics_body(
@@ -358,3 +367,4 @@ async def collect_endpoint(request: Request) -> Response:
     content = await run_for_body(work, len(body))
     state.telemetry.count_reduction("collect")
     return _json_response(content)
+

@@ -292,12 +292,18 @@ def _reduce_array(x: Any, op: str, w: Any, nan_policy: str) -> Any:
     return out[()] if isinstance(out, np.ndarray) and out.ndim == 0 else out
 
 
+_FLOAT64 = np.dtype(np.float64)
+
+
 def _numpy_mean(x: np.ndarray, axis: int = 0) -> Any:
     """``np.mean(x, axis=0)`` of an ndarray with ``x.shape[0] > 0``: numpy's own ``_mean``
     steps (float64 sums of integers, float32 sums of float16, division by an ``intp``
     count) without its Python wrapper, so the results are bit-identical."""
-    count = np.intp(x.shape[axis])
     dtype = x.dtype
+    if dtype is _FLOAT64 and x.ndim == 1:
+        # float64 sum / count, as np.mean divides it (float64 by intp), minus its wrappers.
+        return np.add.reduce(x, axis=0) / x.shape[0]
+    count = np.intp(x.shape[axis])
     if dtype.kind in "biu":
         total = np.add.reduce(x, axis=axis, dtype=np.float64)
     elif dtype == np.float16:
@@ -370,7 +376,7 @@ def _plain_numpy_ops(
     None so the general path runs (and raises whatever error applies)."""
     if weights is not None or (nan_policy != "propagate" and nan_policy != "omit"):
         return None
-    if not _flat_numpy_dict(metrics) or not metrics:
+    if type(metrics) is not dict or not metrics:
         return None
     if reduce_fn is None:
         reduce_fn = {}
@@ -379,8 +385,16 @@ def _plain_numpy_ops(
     for name, op in reduce_fn.items():
         if type(op) is not str or op not in REDUCE_OPS or name not in metrics:
             return None
-    sizes = {x.shape[0] for x in metrics.values() if x.ndim >= 1}
-    if len(sizes) > 1 or 0 in sizes:
+    size = None
+    for name, x in metrics.items():  # one pass: _flat_numpy_dict plus one device count
+        if type(name) is not str or type(x) is not np.ndarray:
+            return None
+        if x.ndim:
+            if size is None:
+                size = x.shape[0]
+            elif x.shape[0] != size:
+                return None
+    if size == 0:
         return None
     return {name: reduce_fn.get(name, "mean") for name in metrics}
 
@@ -391,13 +405,19 @@ def _reduce_numpy_dict(
     """``_apply`` over a validated flat ``{name: np.ndarray}`` with op names: the same
     results, without a ``tree_map`` and an ``errstate`` per metric."""
     out: dict[str, Any] = {}
+    # Unweighted propagate: _reduce_with would pick exactly the plain ufunc reduction for
+    # every dtype but bool; called directly for small inputs, where call overhead is the cost.
+    plain = w is None and nan_policy == "propagate"
     with np.errstate(all="ignore"):
         for name, x in metrics.items():
             if x.ndim == 0:
                 out[name] = x
                 continue
-            value = _reduce_with(np, x, ops[name], w, nan_policy)
-            out[name] = value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+            if plain and x.dtype.kind != "b":
+                value = _NUMPY_REDUCTIONS[ops[name]](x, axis=0)
+            else:
+                value = _reduce_with(np, x, ops[name], w, nan_policy)
+            out[name] = value[()] if type(value) is np.ndarray and value.ndim == 0 else value
     return out
 
 
