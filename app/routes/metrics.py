@@ -367,4 +367,3 @@ async def collect_endpoint(request: Request) -> Response:
     content = await run_for_body(work, len(body))
     state.telemetry.count_reduction("collect")
     return _json_response(content)
-
