@@ -66,6 +66,40 @@ def _parse_media_type(value: str) -> str:
     return message.get_content_type().lower()
 
 
+def accepts_npz(request: Request) -> bool:
+    """True when the client prefers an ``application/x-npz`` answer to JSON.
+
+    That is: its Accept header gives ``application/x-npz`` a q above 0 and above the q
+    of an explicit ``application/json``. Wildcards (``*/*``, ``application/*``) and a
+    missing header keep the JSON default, and a tie goes to JSON.
+    """
+    for name, value in request.scope["headers"]:
+        if name == b"accept":
+            return _prefers_npz(value.decode("latin-1"))
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _prefers_npz(accept: str) -> bool:
+    npz_q = json_q = 0.0
+    for item in accept.split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, raw = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(raw)
+                except ValueError:
+                    q = 0.0
+        media = media.lower()
+        if media == NPZ_MEDIA_TYPE:
+            npz_q = max(npz_q, q)
+        elif media == JSON_MEDIA_TYPE:
+            json_q = max(json_q, q)
+    return npz_q > 0 and npz_q > json_q
+
+
 def is_json_media(media: str | None) -> bool:
     return media is not None and (media == JSON_MEDIA_TYPE or media.endswith("+json"))
 

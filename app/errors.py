@@ -146,6 +146,10 @@ class InvalidNpz(ServiceError):
     status, code, title = 422, "invalid_npz", "Invalid npz body"
 
 
+class ReservedMetricName(ServiceError):
+    status, code, title = 422, "reserved_metric_name", "Reserved metric name"
+
+
 class WorkerUnavailable(ServiceError):
     status, code, title = 503, "worker_lost", "Device runtime unavailable"
 

@@ -36,12 +36,12 @@ import json
 import math
 import struct
 import zipfile
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import orjson
+from isal.isal_zlib import crc32  # zlib's CRC-32, about 6x faster (8 ms -> 1.3 ms for 32 MB)
 
 from app.errors import (
     InvalidNpz,
@@ -358,7 +358,7 @@ def _stored_arrays(body: bytes, members: list[zipfile.ZipInfo]) -> dict[str, Any
         data = view[start : start + member.file_size]
         if signature != b"PK\x03\x04" or len(data) != member.file_size:
             return None
-        if zlib.crc32(data) != member.CRC:
+        if crc32(data) != member.CRC:
             return None
         header = io.BytesIO(data[:_NPY_HEADER_BYTES])
         try:
@@ -525,3 +525,61 @@ def to_jsonable(value: Any) -> Any:
 def metrics_to_json(values: Mapping[str, Any]) -> dict[str, Any]:
     """name -> reduced value, JSON-ready."""
     return {str(name): to_jsonable(value) for name, value in values.items()}
+
+
+# ----------------------------------------------------------------------------- npz out
+
+NUM_DEVICES_ARRAY = "_num_devices"
+"""The npz answer's extra member: the device count (the JSON answer's ``num_devices``)."""
+
+_ZIP_LOCAL = struct.Struct("<IHHHHHIIIHH")
+_ZIP_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_ZIP_END = struct.Struct("<IHHHHIIH")
+_ZIP_LIMIT = 0xFFFF_FFFF  # past this a member or offset needs ZIP64: left to np.savez
+_ZIP_DOS_DATE = (1980 - 1980) << 9 | 1 << 5 | 1  # 1980-01-01, as zipfile writes a zero date
+
+
+def _npy_parts(value: Any) -> tuple[bytes, memoryview]:
+    """The ``.npy`` header and the raw data of one value (C order, no copy when possible)."""
+    array = np.asarray(value)  # not ascontiguousarray: it turns 0-d into 1-d
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")
+    if array.dtype.hasobject:
+        raise TypeError(f"values of dtype {array.dtype} have no npz form")
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    return header.getvalue(), memoryview(array.reshape(-1)).cast("B")
+
+
+def encode_npz(arrays: Mapping[str, Any]) -> bytes:
+    """An uncompressed npz archive of ``arrays`` (numpy values; scalars become 0-d arrays).
+
+    The same archive ``np.savez`` writes (``np.load`` reads it, ``allow_pickle=False``),
+    assembled directly: one CRC pass (ISA-L) and one copy of each array into the answer,
+    where ``np.savez`` through ``zipfile`` takes about 8 ms for one 4 MB array. Archives
+    that would need ZIP64 (a member or offset past 4 GiB) go through ``np.savez``.
+
+    Raises:
+      TypeError: an object (pickle-only) value.
+    """
+    parts: list[Any] = []
+    central: list[bytes] = []
+    offset = 0
+    members = [(f"{name}.npy".encode(), *_npy_parts(value)) for name, value in arrays.items()]
+    for name, header, data in members:
+        size = len(header) + data.nbytes
+        if size >= _ZIP_LIMIT or offset + size + 30 + len(name) >= _ZIP_LIMIT:
+            buf = io.BytesIO()
+            np.savez(buf, **{str(k): np.asarray(v) for k, v in arrays.items()})
+            return buf.getvalue()
+        crc = crc32(data, crc32(header))
+        # version 20, no flags, stored, time 0, date 1980-01-01
+        fields = (20, 0, 0, 0, _ZIP_DOS_DATE, crc, size, size, len(name))
+        parts += [_ZIP_LOCAL.pack(0x04034B50, *fields, 0), name, header, data]
+        central.append(
+            _ZIP_CENTRAL.pack(0x02014B50, 20, *fields, 0, 0, 0, 0, 0o600 << 16, offset) + name
+        )
+        offset += _ZIP_LOCAL.size + len(name) + size
+    directory = b"".join(central)
+    end = _ZIP_END.pack(0x06054B50, 0, 0, len(central), len(central), len(directory), offset, 0)
+    return b"".join([*parts, directory, end])

@@ -92,7 +92,13 @@ class BytesResponse(Response):
     body is ready and the headers are known, so they are set directly.
     """
 
-    def __init__(self, content: bytes, media_type: str, status_code: int = 200) -> None:
+    def __init__(
+        self,
+        content: bytes,
+        media_type: str,
+        status_code: int = 200,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> None:
         self.status_code = status_code
         self.media_type = media_type
         self.background = None
@@ -100,4 +106,5 @@ class BytesResponse(Response):
         self.raw_headers = [
             (b"content-length", str(len(content)).encode("latin-1")),
             (b"content-type", media_type.encode("latin-1")),
+            *headers,
         ]

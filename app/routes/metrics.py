@@ -31,14 +31,17 @@ from app.deps import (
     BEARER_SCHEME,
     JSON_MEDIA_TYPE,
     NPZ_MEDIA_TYPE,
+    accepts_npz,
     is_json_media,
     media_type,
 )
-from app.errors import InvalidJson, UnsupportedMediaType
+from app.errors import InvalidJson, ReservedMetricName, UnsupportedMediaType
 from app.metrics_io import (
+    NUM_DEVICES_ARRAY,
     decode_json_metrics,
     decode_weights,
     encode_json,
+    encode_npz,
     load_npz,
     loads_json,
     parse_reduce_query,
@@ -103,16 +106,14 @@ def request_body_openapi(schema_name: str, example: dict[str, Any]) -> dict[str,
     return {
         "requestBody": {
             "required": True,
+            "description": "JSON, or an np.savez archive (application/x-npz): one array per "
+            "metric, weights as '_weights', options in the query string",
             "content": {
                 JSON_MEDIA_TYPE: {
                     "schema": {"$ref": f"#/components/schemas/{schema_name}"},
                     "example": example,
                 },
-                NPZ_MEDIA_TYPE: {
-                    "schema": {"type": "string", "format": "binary"},
-                    "description": "np.savez archive: one array per metric, weights as "
-                    "'_weights'; options in the query string",
-                },
+                NPZ_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
             },
         }
     }
@@ -285,7 +286,13 @@ _NO_DI_SECURITY = {"security": [{BEARER_SCHEME: []}]}
         **request_body_openapi("MetricsReduceRequest", METRICS_REQUEST_EXAMPLE),
     },
     responses={
-        200: {"model": ReduceResponse, "description": "reduced values"},
+        200: {
+            "model": ReduceResponse,
+            "description": "reduced values as JSON; with Accept: application/x-npz, an "
+            "np.savez archive: one array per metric (0-d for scalars, NaN kept), plus "
+            f"'{NUM_DEVICES_ARRAY}'",
+            "content": {NPZ_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+        },
         **problem_responses(401, 413, 415, 422),
     },
 )
@@ -295,10 +302,15 @@ async def reduce_endpoint(request: Request) -> Response:
     ``sum``, ``max``, ``min``; unlisted metrics use ``mean``. Non-finite results are
     ``null`` (JSON has no NaN).
 
+    With ``Accept: application/x-npz`` the answer is an npz archive instead: one array
+    per metric (0-d for scalars, non-finite values kept) and ``_num_devices``. Large
+    reductions answer in a fraction of JSON's time and size; errors stay problem+json.
+
     422 codes: ``validation_error``, ``invalid_json``, ``invalid_tensor``,
     ``ragged_array``, ``unsupported_datatype``, ``invalid_npz``, ``unknown_reduce_op``,
     ``unknown_nan_policy``, ``unknown_metric``, ``device_count_mismatch``,
-    ``empty_metrics``, ``weights_mismatch``, ``invalid_weights``, ``non_finite_values``.
+    ``empty_metrics``, ``weights_mismatch``, ``invalid_weights``, ``non_finite_values``,
+    ``reserved_metric_name`` (a metric named ``_num_devices`` with an npz answer).
     """
     state = request.app.state
     body = await read_body(request)
@@ -318,11 +330,25 @@ async def reduce_endpoint(request: Request) -> Response:
             nan_policy_query=query.get("nan_policy"),
         )
         reduced, num_devices = reduce_metrics(data)
+        if npz_answer:
+            if NUM_DEVICES_ARRAY in reduced:
+                raise ReservedMetricName(
+                    f"{NUM_DEVICES_ARRAY!r} names the device count in npz answers; rename "
+                    "that metric, or ask for JSON"
+                )
+            return encode_npz({**reduced, NUM_DEVICES_ARRAY: np.int64(num_devices)})
         return encode_json({"reduced": reduced, "num_devices": num_devices})
 
+    npz_answer = accepts_npz(request)
     content = await run_for_body(work, len(body))
     state.telemetry.count_reduction("reduce")
-    return _json_response(content)
+    return BytesResponse(
+        content, NPZ_MEDIA_TYPE if npz_answer else JSON_MEDIA_TYPE, headers=_VARY_ACCEPT
+    )
+
+
+# Both answers of the reduce route depend on Accept (RFC 9110 section 12.5.5).
+_VARY_ACCEPT = ((b"vary", b"Accept"),)
 
 
 def collect_metrics(data: MetricsInput) -> list[dict[str, Any]]:

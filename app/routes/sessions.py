@@ -244,15 +244,14 @@ async def _step_input(
     openapi_extra={
         "requestBody": {
             "required": True,
+            "description": "JSON, or an np.savez archive (application/x-npz) with 'inputs' "
+            "and 'targets' and ?steps=K",
             "content": {
                 "application/json": {
                     "schema": {"$ref": "#/components/schemas/StepRequest"},
                     "example": STEP_REQUEST_EXAMPLE,
                 },
-                NPZ_MEDIA_TYPE: {
-                    "schema": {"type": "string", "format": "binary"},
-                    "description": "np.savez archive with 'inputs' and 'targets'; ?steps=K",
-                },
+                NPZ_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
             },
         }
     },
