@@ -463,9 +463,18 @@ def _float16_to_decimal(array: np.ndarray) -> np.ndarray:
     return _float16_decimals()[array.astype(np.float16).view(np.uint16)]
 
 
+# numpy scalar types orjson writes as they are (float16 needs its decimal, see below).
+_ORJSON_SCALARS = frozenset(
+    {np.float64, np.float32, np.int64, np.int32, np.int16, np.int8}
+    | {np.uint64, np.uint32, np.uint16, np.uint8, np.bool_}
+)
+
+
 def _json_ready(value: Any) -> Any:
     """What orjson writes as intended: float16 as its own shortest decimal, native byte
     order, 0-d arrays as scalars; containers walked."""
+    if type(value) in _ORJSON_SCALARS:
+        return value
     if type(value) is dict:
         return {key: _json_ready(v) for key, v in value.items()}
     if isinstance(value, np.generic):  # numpy scalars are always in native byte order
