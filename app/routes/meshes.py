@@ -153,7 +153,8 @@ async def create_mesh(
 async def list_meshes(
     store: StoreDep,
     limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20,
-    offset: Annotated[int, Query(ge=0, description="plans to skip")] = 0,
+    # SQLite integers are 64-bit: a larger offset would fail in the driver, not be empty.
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="plans to skip")] = 0,
     view: Annotated[
         Literal["full", "summary"],
         Query(
