@@ -26,6 +26,19 @@ class Settings(BaseSettings):
     step_timeout_s: float = Field(120.0, gt=0, description="runtime calls longer than this: 504")
     runtime_start_timeout_s: float = Field(180.0, gt=0)
     max_steps_per_call: int = Field(1000, ge=1)
+    memory_fraction: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="share of device memory (host memory for CPU devices) that sessions may "
+        "plan to hold; a session or step beyond it is 422 insufficient_memory",
+    )
+    memory_budget_mb: float | None = Field(
+        None,
+        gt=0,
+        description="that budget in MiB instead (per accelerator, or for the host's CPU "
+        "devices together); set it alike on every host of a group with unequal memory",
+    )
     heartbeat_s: float = Field(10.0, gt=0, le=30, description="lost-peer detection bound")
     platforms: str | None = Field(None, description="JAX_PLATFORMS for the runtime, e.g. 'cpu'")
     test_commands: bool = Field(False, description="enable runtime commands used only by tests")

@@ -17,9 +17,11 @@ one-op programs (well under 0.1 s) stay out of it.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -29,6 +31,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from app.channel import CommandError
+from app.plans import BYTES_PER_ELEMENT, OPTIMIZER_STATE_FACTOR
+from app.plans import param_layouts as planned_param_layouts
 from app.worker import command, settings
 from datarax.distributed import (
     place_model_state_on_shards,
@@ -80,6 +84,8 @@ class Session:
     key_prefix: tuple = field(default_factory=tuple)
     participates: bool = True
     """False on a process that holds no device of the mesh (multi-host): no state here."""
+    reserved: dict[Any, int] = field(default_factory=dict)
+    """Memory pool -> bytes this session's state may take there (see ``_admit``)."""
 
 
 SESSIONS: dict[str, Session] = {}
@@ -134,6 +140,125 @@ def param_layouts(state: Any) -> list[dict[str, Any]]:
     return sorted(entries, key=lambda e: e["path"])
 
 
+# ------------------------------------------------------------------ memory admission
+#
+# A session or a step that does not fit would be killed by the kernel (CPU) or fail in
+# the allocator mid-step (accelerators), and take every other session down with the
+# runtime. So both are admitted first, against a budget: DATARAX_MEMORY_FRACTION of the
+# memory of each *pool* (the host, for CPU devices, which share it; each accelerator on its
+# own), or DATARAX_MEMORY_BUDGET_MB. A session reserves what its steps need for
+# parameters, optimizer state, gradients and (without donation) the next state; a step
+# checks its batch and activations against what is left. The inputs are deterministic
+# (capacity, not momentary free memory; the sessions this runtime holds), so every
+# process of a multi-host group with equal hosts decides alike.
+
+
+def _host_capacity_bytes() -> int:
+    """Physical memory, or the cgroup (container) limit when lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if raw != "max":
+            total = min(total, int(raw))
+    except (OSError, ValueError):
+        pass
+    return total
+
+
+def _pool(device: Any) -> Any:
+    return "host" if device.platform == "cpu" else device.id
+
+
+def _pool_budget(pool: Any) -> int:
+    s = settings()
+    if s.memory_budget_mb is not None:
+        return int(s.memory_budget_mb * 2**20)
+    if pool == "host":
+        capacity = _host_capacity_bytes()
+    else:
+        device = next(d for d in jax.local_devices() if d.id == pool)
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # some backends do not implement it
+            stats = {}
+        capacity = int(stats.get("bytes_limit") or _host_capacity_bytes())
+    return int(capacity * s.memory_fraction)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def _admit(what: str, need: dict[Any, int]) -> None:
+    """422 ``insufficient_memory`` unless ``need`` (pool -> bytes) fits beside the
+    reservations of the sessions this runtime holds."""
+    for pool, bytes_needed in need.items():
+        held = sum(r.reserved.get(pool, 0) for r in SESSIONS.values())
+        budget = _pool_budget(pool)
+        if held + bytes_needed > budget:
+            where = (
+                "host memory (shared by the CPU devices)" if pool == "host" else (f"device {pool}")
+            )
+            raise CommandError(
+                422,
+                "insufficient_memory",
+                "Not enough device memory",
+                f"{what} needs about {_gib(bytes_needed)} of {where}; sessions hold "
+                f"{_gib(held)} of its {_gib(budget)} budget. Use a smaller model or batch, "
+                "shard the parameters (param_sharding fsdp or model), delete sessions, or "
+                "raise DATARAX_MEMORY_FRACTION",
+            )
+
+
+def _local_devices(mesh: Mesh) -> list[Any]:
+    here = jax.process_index()
+    return [d for d in mesh.devices.flat if d.process_index == here]
+
+
+def _session_need(
+    mesh: Mesh, features: tuple[int, ...], rule: str, opt_name: str, donate: bool
+) -> dict[Any, int]:
+    """Pool -> bytes of a session's state while it steps, plus the whole model once (it
+    is initialised unsharded, then placed)."""
+    layouts, _ = planned_param_layouts(features, dict(mesh.shape), rule)
+    per_device = sum(int(e["bytes_per_device"]) for e in layouts)
+    state = 1 + OPTIMIZER_STATE_FACTOR.get(opt_name, 2)  # params + optimizer slots
+    copies = state + 1 + (0 if donate else state)  # + gradients, + the next state
+    need: dict[Any, int] = {}
+    local = _local_devices(mesh)
+    for device in local:
+        need[_pool(device)] = need.get(_pool(device), 0) + per_device * copies
+    if local:
+        whole = sum(math.prod(e["shape"]) for e in layouts) * BYTES_PER_ELEMENT
+        need[_pool(local[0])] += whole
+    return need
+
+
+def _step_need(s: Session, rows: int) -> dict[Any, int]:
+    """Pool -> bytes of one step's batch and activations (forward kept for backward)."""
+    spec = s.batch_sharding.spec
+    entry = spec[0] if len(spec) else None
+    names = () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+    shard_rows = rows // max(1, math.prod(s.mesh.shape[n] for n in names))
+    width = sum(s.features)
+    per_device = shard_rows * (2 * width + s.features[0] + s.features[-1]) * BYTES_PER_ELEMENT
+    need: dict[Any, int] = {}
+    for device in _local_devices(s.mesh):
+        need[_pool(device)] = need.get(_pool(device), 0) + per_device
+    # The host copy of the batch (CPU: the same pool as the devices).
+    host = rows * (s.features[0] + s.features[-1]) * BYTES_PER_ELEMENT
+    if "host" in need:
+        need["host"] += host
+    return need
+
+
+def _donates(mesh: Mesh) -> bool:
+    # Donating the old state halves peak memory on accelerators. On CPU it made the
+    # benchmark step ~28% slower (4.51 s vs 3.53 s for 10 steps of the served-steps MLP),
+    # and host memory is rarely the limit, so CPU does not donate.
+    return mesh.devices.flat[0].platform != "cpu"
+
+
 @command("session_create")
 def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
     """Builds the model on the plan's mesh. Payload: ``id``, ``mesh`` {axes, device_grid,
@@ -154,6 +279,8 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
     mesh = _mesh_from(payload["mesh"])
     opt = payload.get("optimizer") or {}
     opt_name, lr = opt.get("name", "adam"), float(opt.get("learning_rate", 1e-3))
+    reserved = _session_need(mesh, features, rule, opt_name, _donates(mesh))
+    _admit(f"a session of MLP {list(features)} ({rule}, {opt_name})", reserved)
     model = MLP(features, rngs=nnx.Rngs(int(payload.get("seed", 0))))
     tx = make_optimizer(opt_name, lr)
     session = Session(
@@ -169,6 +296,7 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
         state=None,
         state_shardings=None,
         participates=owns_devices_of(mesh),
+        reserved=reserved,
     )
     if not session.participates:
         # Multi-host, a mesh without devices of this process: it takes no part in the
@@ -350,10 +478,7 @@ def _compiled(s: Session, batch: dict[str, jax.Array]) -> tuple[Any, bool, float
         executable = fn.lower(s.state, batch).compile()
     else:
         replicated = NamedSharding(s.mesh, P())
-        # Donating the old state halves peak memory on accelerators. On CPU it made the
-        # benchmark step ~28% slower (4.51 s vs 3.53 s for 10 steps of the served-steps
-        # MLP), and host memory is rarely the limit, so CPU does not donate.
-        donate = () if s.mesh.devices.flat[0].platform == "cpu" else (0,)
+        donate = (0,) if _donates(s.mesh) else ()
         fn = jax.jit(
             _spmd_program(s.graphdef, s.loss),
             out_shardings=(s.state_shardings, replicated),
@@ -379,6 +504,8 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
         _check_divisible(s, size)
     else:
         _check_batch(s, arrays)
+        size = int(arrays["inputs"].shape[0])
+    _admit(f"a step of batch size {size}", _step_need(s, size))
     if not s.participates:  # multi-host: the processes that own the mesh run the steps
         s.step += steps
         return {
@@ -387,16 +514,18 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
             "timing": {"compile_s": 0.0, "run_s": 0.0, "cache_hit": True},
             "examples_per_s": None,
         }, {}
-    if synthetic is not None:
-        seed = int(synthetic.get("seed", 0))
-        host_batches = [
-            synthetic_batch(s.features, s.loss, size, seed, s.step + i) for i in range(steps)
-        ]
-    else:
-        host_batches = [_host_batch(s, arrays)]
+    seed = int(synthetic.get("seed", 0)) if synthetic is not None else 0
+
+    def host_batch(i: int) -> dict[str, np.ndarray]:
+        # Synthetic batches are made one step at a time (step i's depends only on the
+        # seed and the step number), so K steps never hold K batches.
+        if synthetic is None:
+            return _host_batch(s, arrays)
+        return synthetic_batch(s.features, s.loss, size, seed, s.step + i)
+
     # Multi-host: every process holds the whole batch (generated alike, or sent by the
     # leader) and places only the rows its devices hold.
-    first = place_global_batch(host_batches[0], s.batch_sharding)
+    first = place_global_batch(host_batch(0), s.batch_sharding)
     executable, hit, compile_s = _compiled(s, first)
 
     start = time.perf_counter()
@@ -404,7 +533,7 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     for i in range(steps):
         batch = first if i == 0 or synthetic is None else None
         if batch is None:
-            batch = place_global_batch(host_batches[i], s.batch_sharding)
+            batch = place_global_batch(host_batch(i), s.batch_sharding)
         state, loss = executable(state, batch)
         losses.append(loss)
     # Replicated spmd losses are read from a local shard; per-device collective losses
@@ -414,7 +543,7 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     s.state = state
     s.step += steps
     s.last_loss = values[-1]
-    rows = host_batches[0]["inputs"].shape[0]
+    rows = size
     return {
         "step": s.step,
         "losses": values,

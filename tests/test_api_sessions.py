@@ -269,3 +269,28 @@ def test_step_timeout_is_504_and_runtime_comes_back(tmp_path):
         assert_problem(r, 504, "step_timeout")
         wait_ready(client)
         assert client.get("/health/ready").json()["runtime_pid"] != pid
+
+
+def test_sessions_and_steps_beyond_memory_are_refused_before_anything_runs(api):
+    # Both requests are valid by schema; without admission the first got the runtime
+    # killed by the kernel (schemathesis found it), losing every session.
+    restarts = api.get("/health/ready").json()["runtime_restarts"]
+    plan = _plan(api, {"data": 8})
+    huge = {"model": {"kind": "mlp", "features": [65536, 65536]}, "optimizer": {"name": "sgd"}}
+    response = api.post(f"/v1/meshes/{plan['id']}/sessions", json=huge)
+    assert_problem(response, 422, "insufficient_memory")
+    assert "host memory" in response.json()["detail"]
+
+    _, session = _session(api, {"data": 8})
+    before = _steps(api, session["id"], 1, synthetic=SYNTH)
+    # 1,048,576 rows x 64 hidden units: 1,048,576 x (2 x 88 + 24) floats ~ 0.8 GiB is
+    # fine; 65,536 hidden units would need ~550 GiB of activations.
+    wide_plan, wide = _session(api, {"data": 8}, model={"kind": "mlp", "features": [16, 65536, 8]})
+    step = {"steps": 1, "synthetic": {"seed": 0, "batch_size": 1_048_576}}
+    response = api.post(f"/v1/sessions/{wide['id']}/steps", json=step)
+    assert_problem(response, 422, "insufficient_memory")
+    assert api.get(f"/v1/sessions/{wide['id']}").json()["step"] == 0
+    # The runtime is still the same one: earlier sessions keep training.
+    after = _steps(api, session["id"], 1, synthetic=SYNTH)
+    assert after["step"] == before["step"] + 1
+    assert api.get("/health/ready").json()["runtime_restarts"] == restarts

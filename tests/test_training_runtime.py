@@ -23,8 +23,12 @@ BATCH = 32
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory):
+    yield from _running(tmp_path_factory)
+
+
+def _running(tmp_path_factory, **overrides):
     settings = Settings(
-        db=tmp_path_factory.mktemp("rt") / "db.sqlite", cpu_devices=8, platforms="cpu"
+        db=tmp_path_factory.mktemp("rt") / "db.sqlite", cpu_devices=8, platforms="cpu", **overrides
     )
     loop = asyncio.new_event_loop()
     client = RuntimeClient(settings, command_modules=["app.training"])
@@ -42,13 +46,13 @@ def runtime(tmp_path_factory):
 _counter = iter(range(10_000))
 
 
-def _create(call, axes, grid=None, **spec):
+def _payload(axes, sid, grid=None, features=FEATURES, **spec):
     n = int(np.prod(list(axes.values())))
     grid = grid if grid is not None else np.arange(n).reshape(tuple(axes.values())).tolist()
     payload = {
-        "id": f"s{next(_counter)}",
+        "id": sid,
         "mesh": {"axes": axes, "device_grid": grid},
-        "model": {"kind": "mlp", "features": FEATURES},
+        "model": {"kind": "mlp", "features": features},
         "optimizer": {"name": "adam", "learning_rate": 0.01},
         "loss": "mse",
         "seed": 0,
@@ -56,6 +60,11 @@ def _create(call, axes, grid=None, **spec):
         "strategy": "spmd",
     }
     payload.update(spec)
+    return payload
+
+
+def _create(call, axes, grid=None, **spec):
+    payload = _payload(axes, f"s{next(_counter)}", grid, **spec)
     result, _ = call("session_create", payload)
     return payload["id"], result
 
@@ -148,3 +157,76 @@ def test_unknown_session_is_lost(runtime):
     with pytest.raises(CommandError) as err:
         runtime("session_info", {"id": "nope"})
     assert err.value.status == 410 and err.value.code == "session_lost"
+
+
+# ------------------------------------------------------------------ memory admission
+
+# MLP [16, 64, 64, 8]: 5,768 float32 parameters = 23,072 bytes. Replicated on 8 CPU
+# devices with adam and no donation (CPU), a session reserves per device params +
+# 2 adam slots + gradients + the next state (7 copies), plus the whole model once while it
+# is initialised: 8 * 7 * 23,072 + 23,072 = 1,315,104 bytes.
+SESSION_BYTES = 8 * 7 * 23_072 + 23_072
+BUDGET_MB = 3  # two such sessions fit (2.51 MiB), a third does not
+
+
+@pytest.fixture(scope="module")
+def small_runtime(tmp_path_factory):
+    yield from _running(tmp_path_factory, memory_budget_mb=BUDGET_MB)
+
+
+def _refused(call, command, payload, arrays=None) -> CommandError:
+    with pytest.raises(CommandError) as err:
+        call(command, payload, arrays)
+    assert err.value.status == 422 and err.value.code == "insufficient_memory"
+    return err.value
+
+
+def test_sessions_are_admitted_against_the_memory_budget(small_runtime):
+    assert 2 * SESSION_BYTES <= BUDGET_MB * 2**20 < 3 * SESSION_BYTES
+    first, _ = _create(small_runtime, {"data": 8})
+    second, _ = _create(small_runtime, {"data": 8})
+    err = _refused(small_runtime, "session_create", _payload({"data": 8}, "third"))
+    assert "needs about 1.25 MiB of host memory" in str(err)
+    assert "sessions hold 2.51 MiB of its 3.00 MiB budget" in str(err)
+    assert "delete sessions" in str(err)
+    with pytest.raises(CommandError) as lost:  # the refused session does not exist
+        small_runtime("session_info", {"id": "third"})
+    assert lost.value.code == "session_lost"
+    # fsdp over 8 devices splits the kernels: the same model now needs far less.
+    sharded, created = _create(small_runtime, {"fsdp": 8}, param_sharding="fsdp")
+    assert created["params"][0]["shard_shape"] != created["params"][0]["shape"]
+    small_runtime("session_delete", {"id": sharded})
+    # Deleting a session returns its reservation.
+    small_runtime("session_delete", {"id": second})
+    _create(small_runtime, {"data": 8})
+    small_runtime("session_delete", {"id": first})
+
+
+def test_a_step_that_would_not_fit_changes_nothing(small_runtime):
+    sid, _ = _create(small_runtime, {"data": 8})
+    ok, _ = small_runtime(
+        "session_step", {"id": sid, "steps": 2, "synthetic": {"seed": 0, "batch_size": 32}}
+    )
+    # 4,096 rows: 512 per device x (2 x 152 + 24) floats x 8 devices ~ 5.4 MB of activations.
+    _refused(
+        small_runtime,
+        "session_step",
+        {"id": sid, "steps": 1, "synthetic": {"seed": 0, "batch_size": 4096}},
+    )
+    big = {
+        "inputs": np.zeros((4096, 16), np.float32),
+        "targets": np.zeros((4096, 8), np.float32),
+    }
+    _refused(small_runtime, "session_step", {"id": sid, "steps": 1}, big)
+    info, _ = small_runtime("session_info", {"id": sid})
+    assert info["step"] == ok["step"] == 2
+    small_runtime("session_delete", {"id": sid})
+
+
+def test_default_budget_refuses_a_model_the_host_cannot_hold(runtime):
+    # [65536, 65536] is 4.3e9 parameters, 17 GiB per copy: without admission this
+    # session got the runtime killed by the kernel (found by schemathesis).
+    err = _refused(
+        runtime, "session_create", _payload({"data": 8}, "huge", features=[65536, 65536])
+    )
+    assert "host memory" in str(err)

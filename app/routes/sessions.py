@@ -103,8 +103,10 @@ async def create_session(
     """Places the built-in MLP and its optimizer on the plan's devices.
 
     404 ``mesh_not_found``; 409 ``plan_not_live`` for abstract plans; 422
-    ``invalid_strategy`` (collective needs replicated parameters), ``validation_error``;
-    503 ``worker_lost`` while the runtime is down.
+    ``invalid_strategy`` (collective needs replicated parameters), ``validation_error``,
+    ``insufficient_memory`` (parameters, optimizer state and gradients would not fit the
+    memory budget beside the other sessions: ``DATARAX_MEMORY_FRACTION``); 503
+    ``worker_lost`` while the runtime is down.
     """
     text = await store.get_plan(mesh_id)
     if text is None:
@@ -274,7 +276,8 @@ async def run_steps(
 
     A refused request changes nothing. 422: ``validation_error`` (steps out of range, both
     or neither of batch/synthetic), ``batch_shape_mismatch``, ``missing_targets``,
-    ``invalid_targets``, ``batch_not_divisible``; 410 ``session_lost``; 503
+    ``invalid_targets``, ``batch_not_divisible``, ``insufficient_memory`` (the batch and
+    its activations would not fit); 410 ``session_lost``; 503
     ``worker_lost``; 504 ``step_timeout`` (the runtime is restarted).
     """
     await _record(store, session_id)
