@@ -73,10 +73,11 @@ def accepts_npz(request: Request) -> bool:
     of an explicit ``application/json``. Wildcards (``*/*``, ``application/*``) and a
     missing header keep the JSON default, and a tie goes to JSON.
     """
-    for name, value in request.scope["headers"]:
-        if name == b"accept":
-            return _prefers_npz(value.decode("latin-1"))
-    return False
+    values = [value for name, value in request.scope["headers"] if name == b"accept"]
+    if not values:
+        return False
+    # Repeated Accept headers are one comma-separated list (RFC 9110 section 5.3).
+    return _prefers_npz(b",".join(values).decode("latin-1"))
 
 
 @functools.lru_cache(maxsize=256)

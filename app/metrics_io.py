@@ -81,11 +81,20 @@ def loads_json(body: bytes) -> Any:
       json.JSONDecodeError, UnicodeDecodeError: as ``json.loads`` does.
     """
     try:
-        return orjson.loads(body)
+        return orjson.loads(body)  # orjson itself refuses unpaired surrogates
     except orjson.JSONDecodeError:
         # NaN/Infinity literals, integers beyond 64 bits, UTF-16/32 bodies, lone
         # surrogates, or malformed JSON: the standard library parses or explains it.
-        return json.loads(body)
+        data = json.loads(body)
+    # A lone surrogate (\ud800) parses but is not text: no answer, JSON or npz, could
+    # name it. Refused here, as malformed JSON, instead of failing when answering.
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise json.JSONDecodeError(
+            f"a string holds an unpaired surrogate ({err.reason})", err.object, err.start
+        ) from None
+    return data
 
 
 _REDUCE_MEMBERS = frozenset({"metrics", "reduce", "weights", "nan_policy"})
@@ -544,7 +553,10 @@ NUM_DEVICES_ARRAY = "_num_devices"
 _ZIP_LOCAL = struct.Struct("<IHHHHHIIIHH")
 _ZIP_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
 _ZIP_END = struct.Struct("<IHHHHIIH")
-_ZIP_LIMIT = 0xFFFF_FFFF  # past this a member or offset needs ZIP64: left to np.savez
+_ZIP_LIMIT = 0xFFFF_FFFF  # past this a member or offset needs ZIP64 (_zip64_npz)
+_ZIP_MAX_MEMBERS = 0xFFFF
+_ZIP_MAX_NAME = 0xFFFF
+_ZIP_UTF8 = 0x800  # general purpose flag bit 11: the name is UTF-8 (APPNOTE 4.4.4)
 _ZIP_DOS_DATE = (1980 - 1980) << 9 | 1 << 5 | 1  # 1980-01-01, as zipfile writes a zero date
 
 
@@ -563,32 +575,50 @@ def _npy_parts(value: Any) -> tuple[bytes, memoryview]:
 def encode_npz(arrays: Mapping[str, Any]) -> bytes:
     """An uncompressed npz archive of ``arrays`` (numpy values; scalars become 0-d arrays).
 
-    The same archive ``np.savez`` writes (``np.load`` reads it, ``allow_pickle=False``),
+    The archive ``np.savez`` writes (``np.load`` reads it, ``allow_pickle=False``),
     assembled directly: one CRC pass (ISA-L) and one copy of each array into the answer,
-    where ``np.savez`` through ``zipfile`` takes about 8 ms for one 4 MB array. Archives
-    that would need ZIP64 (a member or offset past 4 GiB) go through ``np.savez``.
+    where ``np.savez`` through ``zipfile`` takes about 8 ms for one 4 MB array. Non-ASCII
+    names carry the UTF-8 flag, as ``zipfile`` sets it. Archives past the classic ZIP
+    limits (a member or offset past 4 GiB, more than 65,535 members, a name longer than
+    65,535 bytes) are written by ``zipfile`` with ZIP64, as ``np.savez`` does.
 
     Raises:
       TypeError: an object (pickle-only) value.
     """
+    members = [(str(name), *_npy_parts(value)) for name, value in arrays.items()]
+    if len(members) > _ZIP_MAX_MEMBERS:
+        return _zip64_npz(members)
     parts: list[Any] = []
     central: list[bytes] = []
     offset = 0
-    members = [(f"{name}.npy".encode(), *_npy_parts(value)) for name, value in arrays.items()]
     for name, header, data in members:
+        filename = f"{name}.npy".encode()
         size = len(header) + data.nbytes
-        if size >= _ZIP_LIMIT or offset + size + 30 + len(name) >= _ZIP_LIMIT:
-            buf = io.BytesIO()
-            np.savez(buf, **{str(k): np.asarray(v) for k, v in arrays.items()})
-            return buf.getvalue()
+        end = offset + _ZIP_LOCAL.size + len(filename) + size
+        if len(filename) > _ZIP_MAX_NAME or size >= _ZIP_LIMIT or end >= _ZIP_LIMIT:
+            return _zip64_npz(members)
         crc = crc32(data, crc32(header))
-        # version 20, no flags, stored, time 0, date 1980-01-01
-        fields = (20, 0, 0, 0, _ZIP_DOS_DATE, crc, size, size, len(name))
-        parts += [_ZIP_LOCAL.pack(0x04034B50, *fields, 0), name, header, data]
+        flags = 0 if name.isascii() else _ZIP_UTF8
+        # version 20, stored, time 0, date 1980-01-01
+        fields = (20, flags, 0, 0, _ZIP_DOS_DATE, crc, size, size, len(filename))
+        parts += [_ZIP_LOCAL.pack(0x04034B50, *fields, 0), filename, header, data]
         central.append(
-            _ZIP_CENTRAL.pack(0x02014B50, 20, *fields, 0, 0, 0, 0, 0o600 << 16, offset) + name
+            _ZIP_CENTRAL.pack(0x02014B50, 20, *fields, 0, 0, 0, 0, 0o600 << 16, offset) + filename
         )
-        offset += _ZIP_LOCAL.size + len(name) + size
+        offset = end
     directory = b"".join(central)
-    end = _ZIP_END.pack(0x06054B50, 0, 0, len(central), len(central), len(directory), offset, 0)
-    return b"".join([*parts, directory, end])
+    end_record = _ZIP_END.pack(
+        0x06054B50, 0, 0, len(central), len(central), len(directory), offset, 0
+    )
+    return b"".join([*parts, directory, end_record])
+
+
+def _zip64_npz(members: list[tuple[str, bytes, memoryview]]) -> bytes:
+    """The same archive through ``zipfile`` with ZIP64 (what ``np.savez`` does)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, header, data in members:
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                member.write(header)
+                member.write(data)
+    return buffer.getvalue()

@@ -17,8 +17,8 @@ answer (RFC 9457 problems with their codes) is the same as on other routes.
 body straight from the ASGI ``receive`` and pre-encoded bytes straight to ``send``.
 
 Only endpoints of the form ``async def endpoint(request: Request) -> Response`` are
-accepted; anything else is refused when the route is built, so no parameter can be
-silently ignored.
+accepted, without ``dependencies`` or ``status_code``; anything else is refused when the
+route is built, so nothing declared can be silently ignored.
 """
 
 from __future__ import annotations
@@ -51,7 +51,11 @@ class RequestOnlyRoute(APIRoute):
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         _check_request_only(endpoint)
+        if kwargs.get("status_code") is not None:
+            raise TypeError(f"{path}: a RequestOnlyRoute's status is its Response's own")
         super().__init__(path, endpoint, **kwargs)
+        if self.dependant.dependencies:
+            raise TypeError(f"{path}: a RequestOnlyRoute runs no dependencies")
         call: Callable[[Request], Awaitable[Response]] = endpoint
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -164,6 +164,13 @@ class RuntimeClient:
         """The current runtime's ``devices`` answer (a copy); ``None`` while not ready."""
         return copy.deepcopy(self._device_info) if self.ready else None
 
+    def memory_budget(self) -> dict[str, int | None] | None:
+        """The ``memory_budget`` of the ``devices`` answer (``app.worker.memory_budgets``),
+        for commands that must decide alike on every process; ``None`` while not ready."""
+        if not self.ready or self._device_info is None:
+            return None
+        return dict(self._device_info.get("memory_budget") or {}) or None
+
     async def wait_ready(self, timeout: float) -> bool:  # noqa: ASYNC109 - the agreed API
         """Waits up to ``timeout`` seconds for readiness; returns whether it is ready."""
         with contextlib.suppress(TimeoutError):

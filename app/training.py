@@ -17,11 +17,9 @@ one-op programs (well under 0.1 s) stay out of it.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -33,7 +31,7 @@ from jax.sharding import PartitionSpec as P
 from app.channel import CommandError
 from app.plans import BYTES_PER_ELEMENT, OPTIMIZER_STATE_FACTOR
 from app.plans import param_layouts as planned_param_layouts
-from app.worker import command, settings
+from app.worker import command, memory_budgets, settings
 from datarax.distributed import (
     place_model_state_on_shards,
     reduce_gradients_across_devices,
@@ -144,111 +142,95 @@ def param_layouts(state: Any) -> list[dict[str, Any]]:
 #
 # A session or a step that does not fit would be killed by the kernel (CPU) or fail in
 # the allocator mid-step (accelerators), and take every other session down with the
-# runtime. So both are admitted first, against a budget: DATARAX_MEMORY_FRACTION of the
-# memory of each *pool* (the host, for CPU devices, which share it; each accelerator on its
-# own), or DATARAX_MEMORY_BUDGET_MB. A session reserves what its steps need for
-# parameters, optimizer state, gradients and (without donation) the next state; a step
-# checks its batch and activations against what is left. The inputs are deterministic
-# (capacity, not momentary free memory; the sessions this runtime holds), so every
-# process of a multi-host group with equal hosts decides alike.
+# runtime. So both are admitted first, against the budget of each memory *pool*: a host's
+# memory, shared by its CPU devices, or one accelerator's (``app.worker.memory_budgets``:
+# DATARAX_MEMORY_FRACTION of capacity, or DATARAX_MEMORY_BUDGET_MB). A session reserves
+# what its steps need for parameters, optimizer state, gradients and (without donation)
+# the next state; a step checks its batch and activations against what is left.
+#
+# Multi-host, every process must decide alike, or the group restarts (runtime_diverged).
+# So the need covers every device of the mesh (pools named globally), every process keeps
+# every session's reservation (participating or not), and the budgets come from the
+# command (the leader's, which the HTTP process adds), not from each host.
 
 
-def _host_capacity_bytes() -> int:
-    """Physical memory, or the cgroup (container) limit when lower."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if raw != "max":
-            total = min(total, int(raw))
-    except (OSError, ValueError):
-        pass
-    return total
+def _pool(device: Any) -> tuple[str, int]:
+    return ("host", device.process_index) if device.platform == "cpu" else ("device", device.id)
 
 
-def _pool(device: Any) -> Any:
-    return "host" if device.platform == "cpu" else device.id
+def _pool_budget(pool: tuple[str, int], budgets: dict[str, Any] | None) -> int:
+    if budgets is None:  # a caller without the leader's numbers: one process, local ones
+        budgets = memory_budgets(settings())
+    value = budgets.get(pool[0])
+    return int(value if value is not None else budgets["host"])
 
 
-def _pool_budget(pool: Any) -> int:
-    s = settings()
-    if s.memory_budget_mb is not None:
-        return int(s.memory_budget_mb * 2**20)
-    if pool == "host":
-        capacity = _host_capacity_bytes()
-    else:
-        device = next(d for d in jax.local_devices() if d.id == pool)
-        try:
-            stats = device.memory_stats() or {}
-        except Exception:  # some backends do not implement it
-            stats = {}
-        capacity = int(stats.get("bytes_limit") or _host_capacity_bytes())
-    return int(capacity * s.memory_fraction)
-
-
-def _gib(n: float) -> str:
+def _size(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
-def _admit(what: str, need: dict[Any, int]) -> None:
+def _admit(what: str, need: dict[Any, int], budgets: dict[str, Any] | None) -> None:
     """422 ``insufficient_memory`` unless ``need`` (pool -> bytes) fits beside the
     reservations of the sessions this runtime holds."""
     for pool, bytes_needed in need.items():
         held = sum(r.reserved.get(pool, 0) for r in SESSIONS.values())
-        budget = _pool_budget(pool)
+        budget = _pool_budget(pool, budgets)
         if held + bytes_needed > budget:
+            kind, index = pool
             where = (
-                "host memory (shared by the CPU devices)" if pool == "host" else (f"device {pool}")
+                f"host memory (process {index}, shared by its CPU devices)"
+                if kind == "host"
+                else f"device {index}"
             )
             raise CommandError(
                 422,
                 "insufficient_memory",
                 "Not enough device memory",
-                f"{what} needs about {_gib(bytes_needed)} of {where}; sessions hold "
-                f"{_gib(held)} of its {_gib(budget)} budget. Use a smaller model or batch, "
-                "shard the parameters (param_sharding fsdp or model), delete sessions, or "
-                "raise DATARAX_MEMORY_FRACTION",
+                f"{what} needs about {_size(bytes_needed)} of {where}; sessions hold "
+                f"{_size(held)} of its {_size(budget)} budget. Use a smaller model or "
+                "batch, shard the parameters (param_sharding fsdp or model), delete "
+                "sessions, or raise DATARAX_MEMORY_FRACTION",
             )
-
-
-def _local_devices(mesh: Mesh) -> list[Any]:
-    here = jax.process_index()
-    return [d for d in mesh.devices.flat if d.process_index == here]
 
 
 def _session_need(
     mesh: Mesh, features: tuple[int, ...], rule: str, opt_name: str, donate: bool
 ) -> dict[Any, int]:
-    """Pool -> bytes of a session's state while it steps, plus the whole model once (it
-    is initialised unsharded, then placed)."""
+    """Pool -> bytes of a session's state while it steps, on every device of the mesh,
+    plus the whole model once per process (each initialises it unsharded, then places)."""
     layouts, _ = planned_param_layouts(features, dict(mesh.shape), rule)
     per_device = sum(int(e["bytes_per_device"]) for e in layouts)
     state = 1 + OPTIMIZER_STATE_FACTOR.get(opt_name, 2)  # params + optimizer slots
     copies = state + 1 + (0 if donate else state)  # + gradients, + the next state
+    whole = sum(math.prod(e["shape"]) for e in layouts) * BYTES_PER_ELEMENT
     need: dict[Any, int] = {}
-    local = _local_devices(mesh)
-    for device in local:
-        need[_pool(device)] = need.get(_pool(device), 0) + per_device * copies
-    if local:
-        whole = sum(math.prod(e["shape"]) for e in layouts) * BYTES_PER_ELEMENT
-        need[_pool(local[0])] += whole
+    first_of_process: dict[int, Any] = {}
+    for device in mesh.devices.flat:
+        pool = _pool(device)
+        need[pool] = need.get(pool, 0) + per_device * copies
+        first_of_process.setdefault(device.process_index, pool)
+    for pool in first_of_process.values():
+        need[pool] += whole
     return need
 
 
 def _step_need(s: Session, rows: int) -> dict[Any, int]:
-    """Pool -> bytes of one step's batch and activations (forward kept for backward)."""
+    """Pool -> bytes of one step's batch and activations (forward kept for backward), and
+    of the host copy of the batch every process holds."""
     spec = s.batch_sharding.spec
     entry = spec[0] if len(spec) else None
     names = () if entry is None else entry if isinstance(entry, tuple) else (entry,)
     shard_rows = rows // max(1, math.prod(s.mesh.shape[n] for n in names))
     width = sum(s.features)
     per_device = shard_rows * (2 * width + s.features[0] + s.features[-1]) * BYTES_PER_ELEMENT
-    need: dict[Any, int] = {}
-    for device in _local_devices(s.mesh):
-        need[_pool(device)] = need.get(_pool(device), 0) + per_device
-    # The host copy of the batch (CPU: the same pool as the devices).
     host = rows * (s.features[0] + s.features[-1]) * BYTES_PER_ELEMENT
-    if "host" in need:
-        need["host"] += host
+    need: dict[Any, int] = {}
+    for device in s.mesh.devices.flat:
+        pool = _pool(device)
+        need[pool] = need.get(pool, 0) + per_device
+    for pool in need:
+        if pool[0] == "host":
+            need[pool] += host
     return need
 
 
@@ -280,7 +262,8 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
     opt = payload.get("optimizer") or {}
     opt_name, lr = opt.get("name", "adam"), float(opt.get("learning_rate", 1e-3))
     reserved = _session_need(mesh, features, rule, opt_name, _donates(mesh))
-    _admit(f"a session of MLP {list(features)} ({rule}, {opt_name})", reserved)
+    budgets = payload.get("memory_budget")
+    _admit(f"a session of MLP {list(features)} ({rule}, {opt_name})", reserved, budgets)
     model = MLP(features, rngs=nnx.Rngs(int(payload.get("seed", 0))))
     tx = make_optimizer(opt_name, lr)
     session = Session(
@@ -505,7 +488,7 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     else:
         _check_batch(s, arrays)
         size = int(arrays["inputs"].shape[0])
-    _admit(f"a step of batch size {size}", _step_need(s, size))
+    _admit(f"a step of batch size {size}", _step_need(s, size), payload.get("memory_budget"))
     if not s.participates:  # multi-host: the processes that own the mesh run the steps
         s.step += steps
         return {

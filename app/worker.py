@@ -50,6 +50,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -142,9 +143,52 @@ def ping(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, 
     return {"pid": os.getpid(), "uptime_s": time.monotonic() - _started}, {}
 
 
+def host_capacity_bytes() -> int:
+    """Physical memory, or the container's limit (cgroup v2 or v1) when lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit_file in (
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ):
+        try:
+            raw = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit():  # "max" (v2) means no limit; v1 writes a huge number instead
+            total = min(total, int(raw))
+    return total
+
+
+def memory_budgets(settings: Settings) -> dict[str, int | None]:
+    """Bytes training sessions may plan to hold (see ``app.training``): ``host`` for this
+    host's CPU devices together, ``device`` for each accelerator (the smallest local
+    ``bytes_limit``, which is already XLA's share of the device; None without one).
+    ``DATARAX_MEMORY_BUDGET_MB`` replaces both; else ``DATARAX_MEMORY_FRACTION`` of them."""
+    import jax
+
+    if settings.memory_budget_mb is not None:
+        fixed = int(settings.memory_budget_mb * 2**20)
+        return {"host": fixed, "device": fixed}
+    limits = []
+    for device in jax.local_devices():
+        if device.platform == "cpu":
+            continue
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # a backend without memory statistics
+            stats = {}
+        limits.append(int(stats.get("bytes_limit") or host_capacity_bytes()))
+    fraction = settings.memory_fraction
+    return {
+        "host": int(host_capacity_bytes() * fraction),
+        "device": int(min(limits) * fraction) if limits else None,
+    }
+
+
 @command("devices")
 def devices(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
-    """Every global device: ``{"platform", "process_count", "process_index", "devices"}``."""
+    """Every global device: ``{"platform", "process_count", "process_index", "devices",
+    "memory_budget"}``."""
     import jax
 
     all_devices = jax.devices()
@@ -152,6 +196,7 @@ def devices(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dic
         "platform": all_devices[0].platform,
         "process_count": jax.process_count(),
         "process_index": jax.process_index(),
+        "memory_budget": memory_budgets(settings()),
         "devices": [
             {
                 "id": d.id,

@@ -125,6 +125,9 @@ class StubRuntime:
             ],
         }
 
+    def memory_budget(self) -> dict | None:
+        return {"host": 2**34, "device": None} if self.ready else None
+
     async def call(self, command: str, payload: dict | None = None, arrays=None, **options):
         del arrays, options
         if self.call_error is not None:

@@ -318,6 +318,16 @@ def test_request_only_route_refuses_endpoints_it_would_not_feed():
         with pytest.raises(TypeError, match="RequestOnlyRoute"):
             RequestOnlyRoute("/bad", endpoint, methods=["POST"])
 
+    async def guard() -> None:
+        raise AssertionError("never run")
+
+    from fastapi import Depends
+
+    with pytest.raises(TypeError, match="no dependencies"):
+        RequestOnlyRoute("/bad", ok, methods=["POST"], dependencies=[Depends(guard)])
+    with pytest.raises(TypeError, match="status"):
+        RequestOnlyRoute("/bad", ok, methods=["POST"], status_code=201)
+
 
 def test_metric_routes_answer_problems_through_the_app_handlers(api):
     # The metric routes skip FastAPI's per-route wrapper; their errors must still be
@@ -368,6 +378,10 @@ def test_read_body_joins_chunks_and_reports_a_disconnect():
 NPZ_ACCEPT = {"accept": "application/x-npz"}
 
 
+def json_bytes(value) -> bytes:
+    return json.dumps(value).encode()
+
+
 def _npz_answer(response) -> dict[str, np.ndarray]:
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/x-npz"
@@ -402,6 +416,16 @@ def test_npz_body_with_npz_answer_equals_numpy(api):
     assert np.isnan(answer["loss"][5]) and answer["loss"].dtype == np.float32
     np.testing.assert_array_equal(answer["hits"], hits.max(axis=0))
     assert int(answer["_num_devices"]) == 8
+
+
+def test_repeated_accept_headers_are_one_list(api):
+    headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json;q=0.5"),
+        ("accept", "application/x-npz"),
+    ]
+    response = api.post("/v1/metrics/reduce", content=json_bytes(DESIGN_BODY), headers=headers)
+    assert response.headers["content-type"] == "application/x-npz"
 
 
 @pytest.mark.parametrize(
@@ -454,9 +478,15 @@ def test_encode_npz_is_what_np_load_reads():
         "strided": np.arange(10.0)[::3],
         "nan": np.array([np.nan, np.inf]),
         "path/like name": np.int64(7),
+        "λoss ünïcode": np.float32(3),  # needs the UTF-8 flag, else read back as cp437
+        "file": np.int8(1),  # np.savez(**kwargs) would clash with these two
+        "allow_pickle": np.int8(2),
     }
     encoded = encode_npz(values)
-    assert zipfile.ZipFile(io.BytesIO(encoded)).testzip() is None  # every CRC checks
+    archive = zipfile.ZipFile(io.BytesIO(encoded))
+    assert archive.testzip() is None  # every CRC checks
+    flags = {m.filename: m.flag_bits for m in archive.infolist()}
+    assert flags["λoss ünïcode.npy"] & 0x800 and not flags["scalar.npy"] & 0x800
     with np.load(io.BytesIO(encoded), allow_pickle=False) as archive:
         assert archive.files == list(values)
         for name, value in values.items():
@@ -468,16 +498,34 @@ def test_encode_npz_is_what_np_load_reads():
         encode_npz({"o": np.array([object()])})
 
 
-def test_encode_npz_leaves_zip64_archives_to_np_savez(monkeypatch):
+@pytest.mark.parametrize("limit", ["_ZIP_LIMIT", "_ZIP_MAX_MEMBERS", "_ZIP_MAX_NAME"])
+def test_encode_npz_writes_zip64_past_the_classic_limits(monkeypatch, limit):
     import app.metrics_io as metrics_io
 
-    values = {"a": np.arange(100, dtype=np.float64), "b": np.float32(2)}
-    monkeypatch.setattr(metrics_io, "_ZIP_LIMIT", 500)  # a's 800 bytes now "need ZIP64"
+    values = {"a": np.arange(100, dtype=np.float64), "b": np.float32(2), "file": np.int8(3)}
+    # Shrunk limits stand for 4 GiB members, 65,536 members and 64 KiB names.
+    monkeypatch.setattr(metrics_io, limit, {"_ZIP_LIMIT": 500}.get(limit, 2))
     encoded = encode_npz(values)
-    # np.savez writes a ZIP64 extra field into its local headers (extra length at byte
-    # 28), the direct writer none: so the fallback ran.
+    # zipfile's ZIP64 writer puts an extra field into every local header (extra length
+    # at byte 28); the direct writer none: so the fallback wrote this one.
     assert int.from_bytes(encoded[28:30], "little") > 0
-    assert int.from_bytes(encode_npz({"b": 1.0})[28:30], "little") == 0
     with np.load(io.BytesIO(encoded), allow_pickle=False) as archive:
+        assert archive.files == list(values)
         np.testing.assert_array_equal(archive["a"], values["a"])
-        assert archive["b"].shape == () and archive["b"] == 2
+        assert archive["b"].shape == () and archive["b"] == 2 and archive["file"] == 3
+    monkeypatch.undo()
+    assert int.from_bytes(encode_npz(values)[28:30], "little") == 0
+
+
+@pytest.mark.parametrize("accept", [None, "application/x-npz"])
+def test_unpaired_surrogate_names_are_invalid_json(api, accept):
+    # Python's json reads "\ud800" into a str no answer could carry (orjson refuses it
+    # in both directions): it must be a 422, not a failure while answering.
+    headers = {**JSON, **({"accept": accept} if accept else {})}
+    for body in (
+        b'{"metrics": {"\\ud800": [1, 2]}}',
+        b'{"metrics": {"a": [NaN, 1]}, "x\\udc00": 1}',
+    ):
+        response = api.post("/v1/metrics/reduce", content=body, headers=headers)
+        assert_problem(response, 422, "invalid_json")
+        assert "surrogate" in response.json()["detail"]

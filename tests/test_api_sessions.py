@@ -294,3 +294,9 @@ def test_sessions_and_steps_beyond_memory_are_refused_before_anything_runs(api):
     after = _steps(api, session["id"], 1, synthetic=SYNTH)
     assert after["step"] == before["step"] + 1
     assert api.get("/health/ready").json()["runtime_restarts"] == restarts
+
+
+def test_devices_report_the_memory_budget(api):
+    budget = api.get("/v1/devices").json()["memory_budget"]
+    assert budget["device"] is None  # CPU only
+    assert 0 < budget["host"] < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -492,6 +492,36 @@ def test_refused_step_changes_nothing_on_any_process(group):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
+def test_memory_refusals_agree_across_processes(group):
+    # A mesh on process 0's devices only, with a budget that cannot hold the session:
+    # process 1 holds none of its devices, yet must refuse it too. Had it admitted the
+    # session, the outcomes would differ and the group restart (500 runtime_diverged).
+    leader, _ = group
+    pid = leader.client.pid
+    budget = leader.client.memory_budget()
+    assert budget is not None and budget["host"] > 0  # the leader's, sent with commands
+    grid, _ = leader.call("mesh_grid", {"axes": {"data": 4}})
+    assert set(grid["process_index"].values()) == {0}
+    payload = {
+        "id": "too-big",
+        "mesh": {"axes": grid["axes"], "device_grid": grid["device_grid"]},
+        "model": {"kind": "mlp", "features": FEATURES},
+        "memory_budget": {"host": 1000, "device": None},
+    }
+    with pytest.raises(CommandError) as err:
+        leader.call("session_create", payload)
+    assert err.value.status == 422 and err.value.code == "insufficient_memory"
+    assert "process 0" in err.value.detail
+    assert leader.client.ready and leader.client.pid == pid  # no restart
+    with pytest.raises(CommandError) as lost:  # on no process
+        leader.call("session_info", {"id": "too-big"})
+    assert lost.value.code == "session_lost"
+    sid, _ = _create(leader, {"data": 4}, {})  # the leader's real budget admits it
+    leader.call("session_delete", {"id": sid})
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
 def test_diverging_processes_restart_the_group(group):
     leader, _ = group
     old_pid = leader.client.pid

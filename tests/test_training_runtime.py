@@ -230,3 +230,13 @@ def test_default_budget_refuses_a_model_the_host_cannot_hold(runtime):
         runtime, "session_create", _payload({"data": 8}, "huge", features=[65536, 65536])
     )
     assert "host memory" in str(err)
+
+
+def test_the_budget_sent_with_a_command_wins_over_the_local_one(runtime):
+    # Multi-host processes must decide alike: they use the leader's budget carried in
+    # the payload, not their own host's.
+    payload = _payload({"data": 8}, "tiny-budget", memory_budget={"host": 10_000, "device": None})
+    err = _refused(runtime, "session_create", payload)
+    assert "of its 0.01 MiB budget" in str(err)
+    sid, _ = _create(runtime, {"data": 8})  # the local default admits the same session
+    runtime("session_delete", {"id": sid})

@@ -127,6 +127,8 @@ async def create_session(
             "device_grid": plan["device_grid"],
             "batch_axes": _batch_axes(plan),
         },
+        # The leader's budgets, so every process of a group admits alike (app.training).
+        "memory_budget": runtime.memory_budget(),
         **spec,
     }
     # Creation initialises parameters and optimizer state: bounded like a runtime start,
@@ -284,7 +286,10 @@ async def run_steps(
     payload, arrays = await _step_input(request, steps, settings)
     _require_ready(runtime)
     result, _ = await runtime.call(
-        "session_step", {"id": session_id, **payload}, arrays, timeout=settings.step_timeout_s
+        "session_step",
+        {"id": session_id, "memory_budget": runtime.memory_budget(), **payload},
+        arrays,
+        timeout=settings.step_timeout_s,
     )
     async with _metadata_lock:
         record = await _record(store, session_id)
