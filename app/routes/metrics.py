@@ -275,6 +275,9 @@ def _json_response(content: bytes, status: int = 200) -> Response:
 # then skips the rest of FastAPI's handler (another ~40 us under load).
 _NO_DI_SECURITY = {"security": [{BEARER_SCHEME: []}]}
 
+# Both answers of the reduce route depend on Accept (RFC 9110 section 12.5.5).
+_VARY_ACCEPT = ((b"vary", b"Accept"),)
+
 
 @router.post(
     "/v1/metrics/reduce",
@@ -348,10 +351,6 @@ async def reduce_endpoint(request: Request) -> Response:
     return BytesResponse(
         content, NPZ_MEDIA_TYPE if npz_answer else JSON_MEDIA_TYPE, headers=_VARY_ACCEPT
     )
-
-
-# Both answers of the reduce route depend on Accept (RFC 9110 section 12.5.5).
-_VARY_ACCEPT = ((b"vary", b"Accept"),)
 
 
 def collect_metrics(data: MetricsInput) -> list[dict[str, Any]]:
