@@ -7,7 +7,8 @@ One message is::
 The header lists the arrays that follow as ``{"name", "dtype", "shape", "nbytes"}`` in
 order; their bytes are C-ordered, native byte order (both ends run on one host). Requests
 are ``{"id", "command", "payload", "arrays"}``; replies are ``{"id", "ok": true, "result",
-"arrays"}`` or ``{"id", "ok": false, "error": {"status", "code", "title", "detail"}}``.
+"arrays"}`` or ``{"id", "ok": false, "error": ServiceError.to_reply()}`` (see
+:mod:`app.errors`: ``{"status", "code", "title", "detail", "extra"}``).
 
 Nothing is ever unpickled: headers are JSON and array dtypes must be in
 :data:`ALLOWED_DTYPES` (bool, integers, floats, complex; never ``object``). Both ends use
@@ -77,32 +78,6 @@ class ArrayError(ValueError):
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code = code
-
-
-class CommandError(Exception):
-    """An error reply: raised by command handlers in the runtime, re-raised by the client.
-
-    Attributes:
-      status: the HTTP status the service should answer with.
-      code: snake_case machine-readable reason.
-      title: short human summary.
-      detail: the specific explanation.
-    """
-
-    def __init__(self, status: int, code: str, title: str, detail: str = ""):
-        super().__init__(f"{code}: {detail or title}")
-        self.status = status
-        self.code = code
-        self.title = title
-        self.detail = detail
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "code": self.code,
-            "title": self.title,
-            "detail": self.detail,
-        }
 
 
 # ------------------------------------------------------------------------------ encoding

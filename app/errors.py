@@ -1,172 +1,356 @@
-"""Domain errors and the handlers that turn every error into RFC 9457 problem details.
+"""The service's one error model: every problem code it can answer, and the errors that carry them.
 
-Every 4xx/5xx answer of the service is ``application/problem+json``::
+Every 4xx/5xx answer is RFC 9457 problem details (``application/problem+json``)::
 
     {"type": "urn:datarax:problem:not_enough_devices", "title": "Not enough devices",
      "status": 422, "detail": "mesh {...} needs 16 devices but only 8 are available",
      "code": "not_enough_devices"}
 
-``code`` is the stable, machine-readable snake_case reason; ``type`` is a URN built
-from it (not dereferenceable, but unique per code). Validation errors add ``errors``:
-one entry per problem with ``loc`` (the full location, e.g. ``["body", "axes",
-"data"]``), ``field`` (the dotted path inside that location, ``"axes.data"``), ``msg``
-and ``type``.
+:data:`CODES` is the single table of codes: status, title and meaning. A
+:class:`ServiceError` names its code; status and title come from the table, so one code
+always answers alike. Both processes raise these errors: the HTTP process's handlers
+(:mod:`app.middleware`) turn them into answers, and the runtime process sends them over
+the channel as ``to_reply()`` dicts, which :func:`from_reply` turns back into the same
+error in the HTTP process. The library's ``PlanError`` and ``MetricsError`` carry codes of
+this table too (:func:`from_library`).
 
-Codes produced by the service itself (library codes from ``PlanError`` and
-``MetricsError`` pass through unchanged, all 422):
-
-=====  =========================  ================================================
-400    ``bad_request``            a request Starlette could not parse
-401    ``unauthorized``           missing/wrong bearer token (``WWW-Authenticate``)
-404    ``not_found``              no such path
-404    ``mesh_not_found``         no stored plan with that id
-405    ``method_not_allowed``     path exists, method does not (``Allow`` header)
-409    ``plan_not_live``          a device operation on an abstract plan
-413    ``payload_too_large``      body (or decompressed npz) above the size limit
-415    ``unsupported_media_type`` body neither JSON nor ``application/x-npz``
-422    ``validation_error``       schema violation; ``errors`` names the fields
-422    ``invalid_json``           body is not parseable JSON
-422    ``invalid_tensor``         bad OIP tensor / array (shape vs data, rank 0, ...)
-422    ``ragged_array``           nested lists that are not rectangular
-422    ``unsupported_datatype``   OIP datatype such as BF16 or BYTES
-422    ``invalid_npz``            npz body that cannot be read without pickle
-500    ``internal_error``         a bug; the detail never carries a traceback
-503    ``worker_lost``            the device runtime died or is restarting
-503    ``not_ready``              the service is still starting
-504    ``step_timeout``           a device command exceeded ``step_timeout_s``
-=====  =========================  ================================================
+Nothing here imports FastAPI or JAX: the runtime process imports this module.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
-from http import HTTPStatus
+from dataclasses import dataclass
 from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
-from starlette.routing import Match
-
-from app.runtime import RuntimeCommandError, RuntimeTimeout, WorkerLost
-from datarax.distributed.metrics import MetricsError
-from datarax.distributed.planning import PlanError
-
-logger = logging.getLogger("app.errors")
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:datarax:problem:"
 
 
-class ServiceError(Exception):
-    """Base of every error the service raises on purpose.
+@dataclass(frozen=True)
+class Code:
+    """One problem code: the HTTP status it answers with, its title, what it means."""
 
-    Subclasses fix ``status``, ``code`` and ``title``; instances carry the ``detail``
-    (what was received and how to fix it), optional extension members and headers.
+    status: int
+    title: str
+    meaning: str
+
+
+def _codes(*rows: tuple[str, int, str, str]) -> dict[str, Code]:
+    return {code: Code(status, title, meaning) for code, status, title, meaning in rows}
+
+
+CODES: dict[str, Code] = _codes(
+    # --- HTTP and request shape
+    ("bad_request", 400, "Bad request", "a request the server could not parse (Content-Length)"),
+    ("unauthorized", 401, "Unauthorized", "missing or wrong bearer token (DATARAX_API_TOKEN)"),
+    ("not_found", 404, "Not Found", "no such path"),
+    ("method_not_allowed", 405, "Method Not Allowed", "the path exists; the method does not"),
+    ("payload_too_large", 413, "Payload too large", "body or decompressed npz above the limit"),
+    ("unsupported_media_type", 415, "Unsupported media type", "body neither JSON nor npz"),
+    ("validation_error", 422, "Request validation failed", "schema violation; see errors"),
+    ("invalid_json", 422, "Malformed JSON body", "the body is not parseable JSON"),
+    ("invalid_request", 422, "Invalid request", "a value the runtime refused"),
+    # --- arrays in bodies (metrics and training batches alike)
+    ("invalid_tensor", 422, "Invalid tensor", "bad OIP tensor or array (shape vs data, rank 0)"),
+    ("ragged_array", 422, "Ragged array", "nested lists that are not rectangular"),
+    ("unsupported_datatype", 422, "Unsupported tensor datatype", "e.g. BF16 or BYTES"),
+    ("invalid_npz", 422, "Invalid npz body", "an npz that cannot be read without pickle"),
+    ("unsupported_dtype", 422, "Array not accepted", "a dtype that cannot cross the channel"),
+    ("invalid_array", 422, "Array not accepted", "a malformed array description"),
+    # --- plans (the library's PlanError)
+    ("mesh_not_found", 404, "Mesh plan not found", "no stored plan with that id"),
+    ("not_enough_devices", 422, "Invalid mesh plan", "the mesh needs more devices than exist"),
+    ("axes_product_mismatch", 422, "Invalid mesh plan", "axes do not multiply to the devices"),
+    ("multiple_auto_axes", 422, "Invalid mesh plan", "more than one axis of size -1"),
+    ("invalid_axis_name", 422, "Invalid mesh plan", "an axis name that is not an identifier"),
+    ("invalid_axis_size", 422, "Invalid mesh plan", "an axis size below 1 (other than -1)"),
+    ("invalid_device_count", 422, "Invalid mesh plan", "a device count below 1"),
+    ("batch_not_divisible", 422, "Invalid mesh plan", "the batch does not split evenly"),
+    ("unknown_batch_axis", 422, "Invalid mesh plan", "a batch axis the mesh does not have"),
+    ("duplicate_batch_axis", 422, "Invalid mesh plan", "a batch axis named twice"),
+    ("invalid_batch_shape", 422, "Invalid mesh plan", "a batch shape with a size below 1"),
+    # --- hardware plans and recommendations (the library's PlanError)
+    ("hardware_not_found", 404, "Hardware not found", "no catalog entry with that name"),
+    ("unknown_hardware", 422, "Invalid hardware plan", "a hardware name not in /v1/hardware"),
+    ("invalid_topology", 422, "Invalid hardware plan", "a topology the hardware does not take"),
+    ("missing_topology", 422, "Invalid hardware plan", "a TPU plan without a topology"),
+    ("option_not_applicable", 422, "Invalid hardware plan", "e.g. hosts on TPU, slices on GPU"),
+    ("invalid_slice_count", 422, "Invalid hardware plan", "slices below 1"),
+    ("invalid_host_count", 422, "Invalid hardware plan", "hosts that fill no whole domain"),
+    ("unknown_dcn_axis", 422, "Invalid hardware plan", "a dcn axis that is not an ici axis"),
+    ("physical_axes_split_required", 422, "Invalid hardware plan", "JAX would refuse the order"),
+    ("device_mesh_unsupported", 422, "Invalid hardware plan", "a mesh JAX cannot lay out"),
+    ("invalid_model", 422, "Invalid model", "a model spec with bad sizes"),
+    ("unknown_axis_role", 422, "Invalid hardware plan", "an axis whose role is not known"),
+    ("tensor_not_divisible", 422, "Invalid hardware plan", "tensor axis does not divide heads"),
+    ("unknown_optimizer", 422, "Invalid model", "an optimizer other than adam/adamw/sgd"),
+    ("invalid_top_k", 422, "Invalid recommendation request", "top_k below 1"),
+    ("no_plan_fits", 422, "No plan fits", "no factorisation fits; the detail says what would"),
+    # --- metrics (the library's MetricsError, and the service's own)
+    ("unknown_reduce_op", 422, "Invalid metrics", "an op other than mean, sum, max, min"),
+    ("unknown_nan_policy", 422, "Invalid metrics", "a policy other than propagate/omit/raise"),
+    ("unknown_metric", 422, "Invalid metrics", "reduce names a metric that was not sent"),
+    ("device_count_mismatch", 422, "Invalid metrics", "metrics disagree on the device count"),
+    ("empty_metrics", 422, "Invalid metrics", "no metric was sent"),
+    ("weights_mismatch", 422, "Invalid metrics", "weights do not match the device count"),
+    ("invalid_weights", 422, "Invalid metrics", "negative, non-finite or all-zero weights"),
+    ("non_finite_values", 422, "Invalid metrics", "NaN/Inf with nan_policy raise"),
+    ("nan_policy_traced", 422, "Invalid metrics", "nan_policy raise on traced values"),
+    ("unbound_axis_name", 422, "Invalid metrics", "a collective outside pmap/shard_map"),
+    ("reserved_metric_name", 422, "Reserved metric name", "a metric named _num_devices (npz)"),
+    # --- sessions and training steps
+    ("session_not_found", 404, "Session not found", "no stored session with that id"),
+    ("plan_not_live", 409, "Plan is not live", "a device operation on an abstract plan"),
+    ("devices_changed", 409, "Plan devices not present", "the plan's devices are gone"),
+    ("session_lost", 410, "Session state lost", "the runtime restarted; the state is gone"),
+    ("invalid_strategy", 422, "Invalid strategy", "collective needs replicated parameters"),
+    ("insufficient_memory", 422, "Not enough device memory", "beyond the memory budget"),
+    ("missing_inputs", 422, "Batch has no inputs", "a batch without 'inputs'"),
+    ("missing_targets", 422, "Batch has no targets", "a batch without 'targets'"),
+    ("invalid_inputs", 422, "Invalid inputs", "inputs that are not numeric"),
+    ("invalid_targets", 422, "Invalid targets", "targets that are not valid class ids"),
+    ("batch_shape_mismatch", 422, "Batch does not fit the model", "wrong feature sizes"),
+    # --- the runtime
+    ("internal_error", 500, "Internal server error", "a bug; the detail has no traceback"),
+    ("runtime_error", 500, "Runtime error", "a device command failed unexpectedly"),
+    ("runtime_diverged", 500, "Runtime processes diverged", "multi-host processes disagreed"),
+    ("unknown_command", 400, "Unknown runtime command", "a command the runtime does not serve"),
+    ("not_leader", 409, "Not the leader", "a group command sent to a follower's runtime"),
+    ("worker_lost", 503, "Device runtime unavailable", "the runtime died or is restarting"),
+    ("not_ready", 503, "Service not ready", "the service is still starting"),
+    ("step_timeout", 504, "Device command timed out", "a device command ran too long"),
+)
+"""Every problem ``code`` the service can answer. README's error table lists the same."""
+
+
+_STATUS_FALLBACK = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    503: "worker_lost",
+}
+
+
+def code_for_status(status: int) -> str:
+    """The generic code of an HTTP status (framework errors without a domain code)."""
+    return _STATUS_FALLBACK.get(status, "internal_error" if status >= 500 else "bad_request")
+
+
+class ServiceError(Exception):
+    """Base of every error the service answers on purpose.
+
+    Subclasses name a ``code`` of :data:`CODES`; status and title come from there. An
+    instance may name another code of the same family (``InvalidBatch(..., code=
+    "missing_targets")``).
+
+    Args:
+      detail: what was received and how to fix it.
+      code: overrides the class's code; must be in :data:`CODES`.
+      extra: extension members of the problem body (e.g. ``errors``).
+      headers: HTTP headers of the answer (e.g. ``WWW-Authenticate``).
     """
 
-    status: int = 500
     code: str = "internal_error"
-    title: str = "Internal server error"
 
     def __init__(
         self,
         detail: str,
         *,
+        code: str | None = None,
         extra: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
     ):
         super().__init__(detail)
+        code = code or type(self).code
+        if code not in CODES:
+            raise KeyError(f"problem code {code!r} is not in app.errors.CODES")
+        self.code = code
+        self.status = CODES[code].status
+        self.title = CODES[code].title
         self.detail = detail
         self.extra = dict(extra or {})
         self.headers = dict(headers or {})
 
+    def problem(self) -> dict[str, Any]:
+        """The problem-details body."""
+        return problem_body(self.status, self.code, self.detail, title=self.title, **self.extra)
+
+    def to_reply(self) -> dict[str, Any]:
+        """What crosses the runtime channel (:func:`from_reply` reads it back)."""
+        return {
+            "status": self.status,
+            "code": self.code,
+            "title": self.title,
+            "detail": self.detail,
+            "extra": self.extra,
+        }
+
 
 class BadRequest(ServiceError):
-    status, code, title = 400, "bad_request", "Bad request"
+    code = "bad_request"
 
 
 class Unauthorized(ServiceError):
-    status, code, title = 401, "unauthorized", "Unauthorized"
+    code = "unauthorized"
 
     def __init__(self, detail: str):
         super().__init__(detail, headers={"WWW-Authenticate": 'Bearer realm="datarax"'})
 
 
 class MeshNotFound(ServiceError):
-    status, code, title = 404, "mesh_not_found", "Mesh plan not found"
+    code = "mesh_not_found"
 
 
 class SessionNotFound(ServiceError):
-    status, code, title = 404, "session_not_found", "Session not found"
+    code = "session_not_found"
+
+
+class SessionLost(ServiceError):
+    code = "session_lost"
 
 
 class PlanNotLive(ServiceError):
-    status, code, title = 409, "plan_not_live", "Plan is not live"
+    code = "plan_not_live"
 
 
 class PayloadTooLarge(ServiceError):
-    status, code, title = 413, "payload_too_large", "Payload too large"
+    code = "payload_too_large"
 
 
 class UnsupportedMediaType(ServiceError):
-    status, code, title = 415, "unsupported_media_type", "Unsupported media type"
+    code = "unsupported_media_type"
 
 
 class InvalidJson(ServiceError):
-    status, code, title = 422, "invalid_json", "Malformed JSON body"
+    code = "invalid_json"
+
+
+class InvalidRequest(ServiceError):
+    code = "invalid_request"
 
 
 class InvalidParameter(ServiceError):
-    """A query/body value that fails validation outside the pydantic models."""
+    """A query or body value that fails validation outside the pydantic models."""
 
-    status, code, title = 422, "validation_error", "Request validation failed"
+    code = "validation_error"
 
     def __init__(self, loc: Sequence[str | int], msg: str, *, error_type: str = "value_error"):
-        entry = _error_entry(loc, msg, error_type)
-        super().__init__(f"{_dotted(loc)}: {msg}", extra={"errors": [entry]})
+        entry = error_entry(loc, msg, error_type)
+        super().__init__(f"{dotted(loc)}: {msg}", extra={"errors": [entry]})
 
 
 class InvalidTensor(ServiceError):
-    status, code, title = 422, "invalid_tensor", "Invalid tensor"
+    code = "invalid_tensor"
 
 
 class RaggedArray(ServiceError):
-    status, code, title = 422, "ragged_array", "Ragged array"
+    code = "ragged_array"
 
 
 class UnsupportedDatatype(ServiceError):
-    status, code, title = 422, "unsupported_datatype", "Unsupported tensor datatype"
+    code = "unsupported_datatype"
 
 
 class InvalidNpz(ServiceError):
-    status, code, title = 422, "invalid_npz", "Invalid npz body"
+    code = "invalid_npz"
+
+
+class ArrayNotAccepted(ServiceError):
+    """An array that cannot cross the runtime channel (``unsupported_dtype``, ``invalid_array``)."""
+
+    code = "invalid_array"
 
 
 class ReservedMetricName(ServiceError):
-    status, code, title = 422, "reserved_metric_name", "Reserved metric name"
+    code = "reserved_metric_name"
 
 
-class WorkerUnavailable(ServiceError):
-    status, code, title = 503, "worker_lost", "Device runtime unavailable"
+class InvalidBatch(ServiceError):
+    """A training batch the session cannot take; the code says why."""
+
+    code = "batch_shape_mismatch"
+
+
+class InsufficientMemory(ServiceError):
+    code = "insufficient_memory"
+
+
+class InvalidStrategy(ServiceError):
+    code = "invalid_strategy"
+
+
+class DevicesChanged(ServiceError):
+    code = "devices_changed"
+
+
+class UnknownCommand(ServiceError):
+    code = "unknown_command"
+
+
+class NotLeader(ServiceError):
+    code = "not_leader"
+
+
+class RuntimeFailed(ServiceError):
+    """A runtime command raised something unexpected; the detail names it."""
+
+    code = "runtime_error"
+
+
+class RuntimeDiverged(ServiceError):
+    code = "runtime_diverged"
+
+
+class WorkerLost(ServiceError):
+    """The runtime process died or is not up (yet)."""
+
+    code = "worker_lost"
 
 
 class NotReady(ServiceError):
-    status, code, title = 503, "not_ready", "Service not ready"
+    code = "not_ready"
 
 
 class StepTimeout(ServiceError):
-    status, code, title = 504, "step_timeout", "Device command timed out"
+    """A runtime call ran past its timeout; the runtime was killed and is restarting."""
+
+    code = "step_timeout"
+
+
+def from_reply(error: Mapping[str, Any]) -> ServiceError:
+    """The :class:`ServiceError` of a runtime error reply (``ServiceError.to_reply()``).
+
+    A code outside :data:`CODES` (a runtime of another version) answers as
+    ``runtime_error`` with the original code named in the detail.
+    """
+    code = str(error.get("code", "runtime_error"))
+    detail = str(error.get("detail", ""))
+    extra = error.get("extra") if isinstance(error.get("extra"), Mapping) else None
+    if code not in CODES:
+        return RuntimeFailed(f"{code}: {detail}")
+    return ServiceError(detail, code=code, extra=extra)
+
+
+def from_library(exc: Exception) -> ServiceError:
+    """The :class:`ServiceError` of a library ``PlanError`` or ``MetricsError``.
+
+    Both are ``ValueError`` s with ``code`` and ``message``; every code they raise is in
+    :data:`CODES` (a test checks it), anything else is ``invalid_request``.
+    """
+    code = getattr(exc, "code", None)
+    message = str(getattr(exc, "message", None) or exc)
+    if not isinstance(code, str) or code not in CODES:
+        return InvalidRequest(message)
+    return ServiceError(message, code=code)
 
 
 # --------------------------------------------------------------------------- rendering
-
-
-def _title_from_code(code: str) -> str:
-    return code.replace("_", " ").capitalize()
 
 
 def problem_body(
@@ -175,7 +359,7 @@ def problem_body(
     """The problem-details object (a plain dict)."""
     body = {
         "type": TYPE_PREFIX + code,
-        "title": title or _title_from_code(code),
+        "title": title or (CODES[code].title if code in CODES else code.replace("_", " ")),
         "status": status,
         "detail": detail,
         "code": code,
@@ -184,204 +368,43 @@ def problem_body(
     return body
 
 
-def problem_response(
-    status: int,
-    code: str,
-    detail: str,
-    *,
-    title: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    **extra: Any,
-) -> Response:
-    """An ``application/problem+json`` response."""
-    body = problem_body(status, code, detail, title=title, **extra)
-    content = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return Response(content, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
-
-
 def problem_bytes(status: int, code: str, detail: str, **extra: Any) -> bytes:
-    """Encoded problem body, for pure ASGI middleware that answers on its own."""
-    return json.dumps(problem_body(status, code, detail, **extra), separators=(",", ":")).encode()
+    """The encoded problem body (strict JSON)."""
+    body = problem_body(status, code, detail, **extra)
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-def _dotted(loc: Sequence[str | int]) -> str:
+def dotted(loc: Sequence[str | int]) -> str:
     return ".".join(str(part) for part in loc)
 
 
-def _error_entry(loc: Sequence[str | int], msg: str, error_type: str) -> dict[str, Any]:
+def error_entry(loc: Sequence[str | int], msg: str, error_type: str) -> dict[str, Any]:
+    """One ``errors`` entry: ``loc`` (full location), ``field`` (dotted, inside it), ``msg``,
+    ``type``."""
     loc = list(loc)
     inner = loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc
-    return {"loc": loc, "field": _dotted(inner), "msg": msg, "type": error_type}
+    return {"loc": loc, "field": dotted(inner), "msg": msg, "type": error_type}
 
 
-def validation_problem(errors: Sequence[Mapping[str, Any]]) -> Response:
-    """422 for pydantic/FastAPI errors; malformed JSON is ``invalid_json``."""
-    entries = [
-        _error_entry(err.get("loc", ()), str(err.get("msg", "")), str(err.get("type", "")))
-        for err in errors
-    ]
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> ServiceError:
+    """The problem of pydantic/FastAPI validation errors: 422 ``validation_error`` whose
+    ``errors`` name every field, or ``invalid_json`` for a body that is not JSON."""
     for err in errors:
         if err.get("type") == "json_invalid":
             reason = (err.get("ctx") or {}).get("error", "JSON decode error")
             position = err.get("loc", ("body", "?"))[-1]
-            return problem_response(
-                422,
-                InvalidJson.code,
+            return InvalidJson(
                 f"request body is not valid JSON ({reason} at character {position}); "
-                "send a JSON object with Content-Type: application/json",
-                title=InvalidJson.title,
+                "send a JSON object with Content-Type: application/json"
             )
+    entries = [
+        error_entry(err.get("loc", ()), str(err.get("msg", "")), str(err.get("type", "")))
+        for err in errors
+    ]
     first = entries[0] if entries else {"loc": [], "msg": "invalid request"}
     more = f" (and {len(entries) - 1} more)" if len(entries) > 1 else ""
-    return problem_response(
-        422,
-        "validation_error",
-        f"{_dotted(first['loc'])}: {first['msg']}{more}",
-        title="Request validation failed",
-        errors=entries,
+    return ServiceError(
+        f"{dotted(first['loc'])}: {first['msg']}{more}",
+        code="validation_error",
+        extra={"errors": entries},
     )
-
-
-_STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "validation_error",
-    429: "too_many_requests",
-    500: "internal_error",
-    503: "service_unavailable",
-}
-
-
-def _status_code_name(status: int) -> str:
-    if status in _STATUS_CODES:
-        return _STATUS_CODES[status]
-    try:
-        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
-    except ValueError:
-        return "http_error"
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
-
-
-# ----------------------------------------------------------------------------- handlers
-
-
-async def _service_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ServiceError)
-    return problem_response(
-        exc.status, exc.code, exc.detail, title=exc.title, headers=exc.headers, **exc.extra
-    )
-
-
-async def _plan_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, PlanError)
-    return problem_response(422, exc.code, exc.message, title="Invalid mesh plan")
-
-
-async def _metrics_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, MetricsError)
-    return problem_response(422, exc.code, exc.message, title="Invalid metrics")
-
-
-async def _worker_lost(_request: Request, exc: Exception) -> Response:
-    detail = str(exc) or "the device runtime is not running; it is being restarted"
-    return problem_response(503, "worker_lost", detail, title=WorkerUnavailable.title)
-
-
-async def _runtime_timeout(_request: Request, exc: Exception) -> Response:
-    detail = str(exc) or "the device command did not finish in time"
-    return problem_response(504, "step_timeout", detail, title=StepTimeout.title)
-
-
-async def _runtime_command_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RuntimeCommandError)
-    status = int(getattr(exc, "status", 500) or 500)
-    code = getattr(exc, "code", None) or _status_code_name(status)
-    title = getattr(exc, "title", None) or _title_from_code(code)
-    detail = getattr(exc, "detail", None) or str(exc)
-    if status >= 500 and code == "internal_error":
-        logger.error("runtime command failed: %s", detail)
-        detail = "the device runtime failed to run the command; see the service log"
-    return problem_response(status, code, detail, title=title)
-
-
-async def _request_validation(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    return validation_problem(exc.errors())
-
-
-_FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
-
-
-def _allowed_methods(request: Request) -> str:
-    """Every method some route serves on this path (Starlette names only the first route).
-
-    Probes the router with each method: routes may sit inside included routers, so their
-    method sets are not all visible from the app.
-    """
-    allowed = []
-    for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
-        probe = {**request.scope, "method": method}
-        if any(route.matches(probe)[0] == Match.FULL for route in request.app.router.routes):
-            allowed.append(method)
-    return ", ".join(allowed)
-
-
-async def _http_exception(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, StarletteHTTPException)
-    status = exc.status_code
-    code = _status_code_name(status)
-    if status == 400 and exc.detail == _FASTAPI_BODY_PARSE_ERROR:
-        # FastAPI's answer to a JSON body it cannot decode (e.g. not UTF-8): the same
-        # problem as any other malformed JSON.
-        return problem_response(
-            422,
-            InvalidJson.code,
-            "request body is not valid JSON (it could not be decoded); send UTF-8 JSON",
-            title=InvalidJson.title,
-        )
-    if status == 404:
-        detail = "no such path; see /docs for the API"
-    elif status == 405:
-        allow = _allowed_methods(request) or (exc.headers or {}).get("Allow", "")
-        headers = {**(exc.headers or {}), "Allow": allow}
-        detail = f"{request.method} is not allowed on this path; allowed: {allow}"
-        return problem_response(status, code, detail, title=_phrase(status), headers=headers)
-    else:
-        detail = exc.detail if isinstance(exc.detail, str) else _phrase(status)
-    return problem_response(status, code, detail, title=_phrase(status), headers=exc.headers)
-
-
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return problem_response(
-        500,
-        "internal_error",
-        "the service failed to handle this request; the error was logged",
-        title="Internal server error",
-    )
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Registers every handler: all 4xx/5xx answers become problem details."""
-    app.add_exception_handler(ServiceError, _service_error)
-    app.add_exception_handler(PlanError, _plan_error)
-    app.add_exception_handler(MetricsError, _metrics_error)
-    app.add_exception_handler(WorkerLost, _worker_lost)
-    app.add_exception_handler(RuntimeTimeout, _runtime_timeout)
-    app.add_exception_handler(RuntimeCommandError, _runtime_command_error)
-    app.add_exception_handler(RequestValidationError, _request_validation)
-    app.add_exception_handler(StarletteHTTPException, _http_exception)
-    app.add_exception_handler(Exception, _unexpected)

@@ -23,15 +23,23 @@ route is built, so nothing declared can be silently ignored.
 
 from __future__ import annotations
 
+import email.message
+import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio.to_thread
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from app.errors import UnsupportedMediaType
+
+JSON_MEDIA_TYPE = "application/json"
+NPZ_MEDIA_TYPE = "application/x-npz"
 
 
 def _check_request_only(endpoint: Callable[..., Any]) -> None:
@@ -112,3 +120,94 @@ class BytesResponse(Response):
             (b"content-type", media_type.encode("latin-1")),
             *headers,
         ]
+
+
+def json_response(
+    content: bytes | str, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """An ``application/json`` answer of already-encoded JSON."""
+    return Response(content, status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)
+
+
+INLINE_BODY_BYTES = 64 * 1024
+"""Bodies up to this size are decoded on the event loop (tens of microseconds, less than a
+thread hop costs); larger ones in one worker thread, so the loop never waits on big arrays."""
+
+
+async def run_for_body[T](fn: Callable[[], T], body_size: int) -> T:
+    """Runs ``fn`` inline for a small body, else in a worker thread (one hop for all)."""
+    if body_size <= INLINE_BODY_BYTES:
+        return fn()
+    return await anyio.to_thread.run_sync(fn)
+
+
+# ------------------------------------------------------------------- media types
+
+
+def media_type(request: Request) -> str | None:
+    """The request's media type, lower-case, without parameters; None when absent."""
+    # Read from the raw ASGI headers: building request.headers costs more than this.
+    for name, value in request.scope["headers"]:
+        if name == b"content-type":
+            return _parse_media_type(value.decode("latin-1")) if value else None
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_media_type(value: str) -> str:
+    # Clients send a handful of distinct Content-Type values; parsing one costs ~10 us.
+    message = email.message.Message()
+    message["content-type"] = value
+    return message.get_content_type().lower()
+
+
+def accepts_npz(request: Request) -> bool:
+    """True when the client prefers an ``application/x-npz`` answer to JSON.
+
+    That is: its Accept header gives ``application/x-npz`` a q above 0 and above the q
+    of an explicit ``application/json``. Wildcards (``*/*``, ``application/*``) and a
+    missing header keep the JSON default, and a tie goes to JSON.
+    """
+    values = [value for name, value in request.scope["headers"] if name == b"accept"]
+    if not values:
+        return False
+    # Repeated Accept headers are one comma-separated list (RFC 9110 section 5.3).
+    return _prefers_npz(b",".join(values).decode("latin-1"))
+
+
+@functools.lru_cache(maxsize=256)
+def _prefers_npz(accept: str) -> bool:
+    npz_q = json_q = 0.0
+    for item in accept.split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, raw = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(raw)
+                except ValueError:
+                    q = 0.0
+        media = media.lower()
+        if media == NPZ_MEDIA_TYPE:
+            npz_q = max(npz_q, q)
+        elif media == JSON_MEDIA_TYPE:
+            json_q = max(json_q, q)
+    return npz_q > 0 and npz_q > json_q
+
+
+def is_json_media(media: str | None) -> bool:
+    return media is not None and (media == JSON_MEDIA_TYPE or media.endswith("+json"))
+
+
+def require_json(request: Request) -> None:
+    """415 ``unsupported_media_type`` unless the body is declared JSON.
+
+    Runs before body validation, so a form or text body is a 415, not a 422.
+    """
+    media = media_type(request)
+    if not is_json_media(media):
+        raise UnsupportedMediaType(
+            f"Content-Type {request.headers.get('content-type')!r} is not accepted here; "
+            f"send {JSON_MEDIA_TYPE}"
+        )

@@ -1,8 +1,10 @@
-"""Service settings: CLI flags and ``DATARAX_*`` environment variables (pydantic-settings)."""
+"""Service settings: ``DATARAX_*`` environment variables, and CLI flags (:mod:`app.cli`), both
+through pydantic-settings."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,8 +43,10 @@ class Settings(BaseSettings):
     )
     heartbeat_s: float = Field(10.0, gt=0, le=30, description="lost-peer detection bound")
     platforms: str | None = Field(None, description="JAX_PLATFORMS for the runtime, e.g. 'cpu'")
-    test_commands: bool = Field(False, description="enable runtime commands used only by tests")
-    # multi-host (one JAX distributed runtime across processes): see app/multihost.py
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="log level of the service and uvicorn"
+    )
+    # multi-host (one JAX distributed runtime across processes): see app/runtime/group.py
     coordinator: str | None = Field(None, description="JAX coordinator HOST:PORT (process 0)")
     num_processes: int | None = Field(None, ge=1, description="processes in the group")
     process_id: int | None = Field(None, ge=0, description="this process, 0 serves HTTP")

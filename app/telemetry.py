@@ -20,7 +20,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -54,6 +61,10 @@ class Telemetry:
         # is process-wide; the service owns its process.
         disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=True)
+        # The HTTP process's CPU, memory and file descriptors, and the Python version,
+        # from prometheus-client's own collectors.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self.requests = Counter(
             "datarax_http_requests",
             "HTTP requests by method, route template and status",

@@ -1,7 +1,8 @@
 """Built-in models and losses: the MLP the service trains and the tests use.
 
 Parameters are named ``layers/{i}/kernel`` ``[f_i, f_{i+1}]`` and ``layers/{i}/bias``
-``[f_{i+1}]``, float32; ReLU between layers, none after the last.
+``[f_{i+1}]``, float32; ReLU between layers, none after the last. Their shapes without
+building a model: :func:`datarax.distributed.memory.mlp_param_shapes`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import numpy as np
 import optax
 from flax import nnx
 
-LOSSES: tuple[str, ...] = ("mse", "cross_entropy")
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "sgd")
 
 
@@ -43,15 +43,6 @@ class MLP(nnx.Module):
             if i < last:
                 x = jax.nn.relu(x)
         return x
-
-
-def mlp_param_shapes(features: Sequence[int]) -> dict[str, tuple[int, ...]]:
-    """``{path: shape}`` of ``MLP(features)``'s parameters, without building it."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for i, (a, b) in enumerate(zip(features[:-1], features[1:], strict=True)):
-        shapes[f"layers/{i}/bias"] = (int(b),)
-        shapes[f"layers/{i}/kernel"] = (int(a), int(b))
-    return shapes
 
 
 def mse_loss(model: nnx.Module, batch: dict) -> jax.Array:

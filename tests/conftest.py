@@ -12,6 +12,9 @@ import pytest  # noqa: E402
 
 NUM_DEVICES = 8
 
+# Fixtures shared by the service tests (``api``, ...).
+pytest_plugins = ["tests.helpers"]
+
 
 def require_devices(n: int) -> None:
     """Skip loudly (with the numbers) when fewer than ``n`` devices exist."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.deps import RuntimeDep
-from app.errors import WorkerUnavailable
-from app.schemas import DevicesResponse, problem_responses
+from app.errors import WorkerLost
+from app.openapi import problem_responses
+from app.schemas.devices import DevicesResponse
 
 router = APIRouter(tags=["devices"])
 
@@ -23,5 +24,5 @@ async def list_devices(runtime: RuntimeDep) -> dict:
     runtime is down."""
     info = runtime.device_info()
     if info is None:
-        raise WorkerUnavailable("the device runtime is not ready; retry shortly")
+        raise WorkerLost("the device runtime is not ready; retry shortly")
     return info

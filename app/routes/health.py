@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import anyio.to_thread
-from fastapi import APIRouter
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import choose_encoder
 from starlette.responses import Response
 
 from app.deps import RuntimeDep, StoreDep, TelemetryDep
-from app.errors import NotReady, WorkerUnavailable
-from app.schemas import Liveness, Readiness, problem_responses
+from app.errors import NotReady, WorkerLost
+from app.openapi import problem_responses
+from app.schemas.devices import Liveness, Readiness
 
 router = APIRouter(tags=["health"])
 
@@ -37,7 +39,7 @@ async def ready(store: StoreDep, runtime: RuntimeDep) -> dict:
         raise NotReady("the database is not open", extra=extra)
     if not runtime.ready:
         if runtime.pid is None or runtime.restarts > 0:
-            raise WorkerUnavailable(
+            raise WorkerLost(
                 "the device runtime was lost and is restarting; device requests answer 503 "
                 "until it is back",
                 extra=extra,
@@ -50,8 +52,15 @@ async def ready(store: StoreDep, runtime: RuntimeDep) -> dict:
     "/metrics",
     summary="Prometheus metrics",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "text exposition"}},
+    responses={
+        200: {
+            "content": {CONTENT_TYPE_LATEST: {}, "application/openmetrics-text": {}},
+            "description": "text exposition, or OpenMetrics when the Accept header asks",
+        }
+    },
 )
-async def prometheus(telemetry: TelemetryDep) -> Response:
-    """The service's own counters in the Prometheus text format."""
-    return Response(generate_latest(telemetry.registry), media_type=CONTENT_TYPE_LATEST)
+async def prometheus(request: Request, telemetry: TelemetryDep) -> Response:
+    """The service's counters plus the HTTP process's own (CPU, memory, open files), in
+    the Prometheus text format or OpenMetrics, negotiated on Accept by prometheus-client."""
+    encoder, content_type = choose_encoder(request.headers.get("accept"))
+    return Response(encoder(telemetry.registry), media_type=content_type)

@@ -1,12 +1,4 @@
-"""``POST/GET /v1/jobs/{job}/metrics``: reduce and store one step of a job; read history.
-
-Same step posted twice: the newer point *replaces* the stored one (200 instead of 201).
-A training job that retries a POST after a lost answer must not be refused, and the
-latest values are the ones it meant; ``received_at`` tells when a point was last written.
-
-A job nobody has posted to yet has an empty history (200, ``points: []``): dashboards may
-poll a job before its first step arrives.
-"""
+"""``POST/GET /v1/jobs/{job}/metrics``: HTTP only (app.services.jobs does the work)."""
 
 from __future__ import annotations
 
@@ -15,26 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from app.deps import BearerDoc, SettingsDep, StoreDep, TelemetryDep, media_type
-from app.errors import InvalidParameter
-from app.metrics_io import encode_json
-from app.plans import utc_now
-from app.routes.metrics import (
-    NanPolicyQuery,
-    ReduceQuery,
-    decode_metrics_body,
-    reduce_metrics,
-    request_body_openapi,
-    run_for_body,
-)
-from app.schemas import (
-    JOB_NAME_PATTERN,
-    METRICS_REQUEST_EXAMPLE,
-    JobHistory,
-    JobMetricsRequest,
-    JobPointCreated,
-    problem_responses,
-)
+from app.deps import BearerDoc, SettingsDep, StoreDep, TelemetryDep
+from app.openapi import NanPolicyQuery, ReduceQuery, problem_responses, request_body_openapi
+from app.routing import json_response, media_type
+from app.schemas.jobs import JOB_NAME_PATTERN, JobHistory, JobPointCreated
+from app.schemas.metrics import METRICS_REQUEST_EXAMPLE
+from app.services import jobs
 
 router = APIRouter(tags=["jobs"])
 
@@ -46,10 +24,6 @@ JobName = Annotated[
         examples=["llm-sweep-7"],
     ),
 ]
-
-
-def _json(content: bytes, status: int = 200) -> Response:
-    return Response(content, status_code=status, media_type="application/json")
 
 
 @router.post(
@@ -81,42 +55,20 @@ async def post_job_metrics(
     ``?step=``), reduces it and stores the reduced values durably before answering.
     201 for a new step, 200 when it replaced the stored point of the same step. Errors as
     for reduce."""
-    body = await request.body()
-    media, content_type = media_type(request), request.headers.get("content-type")
-
-    def work() -> tuple[int, bytes, int]:
-        data = decode_metrics_body(
-            body,
-            media,
-            content_type,
-            JobMetricsRequest,
-            max_bytes=settings.max_body_bytes,
-            reduce_query=reduce,
-            nan_policy_query=nan_policy,
-            step_query=step,
-        )
-        if data.step is None:
-            raise InvalidParameter(["query", "step"], "npz bodies need ?step=N (an integer >= 0)")
-        reduced, num_devices = reduce_metrics(data)
-        return data.step, encode_json(reduced), num_devices
-
-    point_step, reduced_json, num_devices = await run_for_body(work, len(body))
-    received_at = utc_now()
-    created = await store.put_job_point(job, point_step, reduced_json.decode(), received_at)
+    point = await jobs.push_point(
+        store,
+        job,
+        await request.body(),
+        media_type(request),
+        request.headers.get("content-type"),
+        max_bytes=settings.max_body_bytes,
+        step=step,
+        reduce=reduce,
+        nan_policy=nan_policy,
+    )
     telemetry.count_reduction("job")
     telemetry.job_points.inc()
-    point = b"".join(
-        (
-            b'{"job":',
-            encode_json(job),
-            b',"step":%d,"reduced":' % point_step,
-            reduced_json,
-            b',"received_at":',
-            encode_json(received_at),
-            b',"num_devices":%d}' % num_devices,
-        )
-    )
-    return _json(point, 201 if created else 200)
+    return json_response(point.body, 201 if point.created else 200)
 
 
 @router.get(
@@ -128,10 +80,4 @@ async def post_job_metrics(
 async def get_job_metrics(job: JobName, store: StoreDep) -> Response:
     """``{"job", "points": [{"step", "reduced", "received_at"}]}`` in step order; an
     unknown job has no points."""
-    points = await store.job_points(job)
-    parts = [
-        b'{"step":%d,"reduced":%s,"received_at":%s}'
-        % (p.step, p.reduced.encode(), encode_json(p.received_at))
-        for p in points
-    ]
-    return _json(b'{"job":' + encode_json(job) + b',"points":[' + b",".join(parts) + b"]}")
+    return json_response(await jobs.history(store, job))

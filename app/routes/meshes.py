@@ -1,35 +1,19 @@
-"""Mesh plans: create (live or abstract), list, read, delete, draw."""
+"""Mesh plans over HTTP: create (live or abstract), list, read, delete, draw.
+
+HTTP only; :mod:`app.services.meshes` does the work."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Literal
 
-import anyio.to_thread
 from fastapi import APIRouter, Body, Path, Query
 from starlette.responses import Response
 
 from app.deps import BearerDoc, JsonBody, RuntimeDep, StoreDep, TelemetryDep
-from app.errors import MeshNotFound, WorkerUnavailable
-from app.layout_svg import render_layout_svg
-from app.plans import (
-    PlanRequest,
-    abstract_devices,
-    check_plan_request,
-    live_devices,
-    new_plan_id,
-    render_plan,
-    utc_now,
-)
-from app.schemas import (
-    PLAN_REQUEST_EXAMPLE,
-    MeshPlan,
-    MeshPlanList,
-    MeshPlanRequest,
-    OptimizerSpec,
-    problem_responses,
-)
-from datarax.distributed.planning import resolve_axes
+from app.openapi import problem_responses
+from app.routing import json_response
+from app.schemas.meshes import PLAN_REQUEST_EXAMPLE, MeshPlan, MeshPlanList, MeshPlanRequest
+from app.services import meshes
 
 router = APIRouter(tags=["meshes"])
 
@@ -42,34 +26,6 @@ _ABSTRACT_EXAMPLE = {
     "num_devices": 65536,
     "name": "pod-plan",
 }
-
-
-def _optimizer_name(value: str | OptimizerSpec | None) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return value.name
-
-
-def _plan_request(body: MeshPlanRequest) -> PlanRequest:
-    model = body.model
-    param_sharding = body.param_sharding
-    optimizer = _optimizer_name(body.optimizer) or "adam"
-    if model is not None:
-        param_sharding = model.param_sharding or param_sharding
-        optimizer = _optimizer_name(model.optimizer) or optimizer
-    return PlanRequest(
-        axes=body.axes,
-        batch_shape=body.batch_shape,
-        batch_axes=body.batch_axes,
-        features=None if model is None else model.features,
-        param_sharding=param_sharding,
-        optimizer=optimizer,
-        name=body.name,
-    )
-
-
-def _json(text: str, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(text, status_code=status, media_type="application/json", headers=headers)
 
 
 @router.post(
@@ -115,33 +71,9 @@ async def create_mesh(
     valid sizes in the detail), ``unknown_batch_axis``, ``duplicate_batch_axis``,
     ``invalid_batch_shape``, ``validation_error``, ``invalid_json``.
     """
-    request = _plan_request(body)
-    plan_id, created_at = new_plan_id(), utc_now()
-    if body.num_devices is not None:
-        axes = resolve_axes(body.axes, body.num_devices, exact=True)
-        devices = abstract_devices(axes, body.platform)
-    else:
-        info = runtime.device_info()
-        if info is None:
-            raise WorkerUnavailable(
-                "the device runtime is not ready, so a live plan cannot be made now; retry "
-                "shortly, or send num_devices for an abstract plan"
-            )
-        available = len(info["devices"])
-        axes = resolve_axes(body.axes, available, exact=False)
-        check_plan_request(request, axes)
-        answer, _ = await runtime.call("mesh_grid", {"axes": axes})
-        devices = live_devices(axes, answer, available)
-        if body.platform is not None:
-            devices.notes.append("platform is ignored for live plans (the runtime reports it)")
-    rendered = await anyio.to_thread.run_sync(
-        lambda: render_plan(request, axes, devices, plan_id=plan_id, created_at=created_at)
-    )
-    await store.insert_plan(
-        plan_id, created_at, body.name, devices.live, rendered.body, rendered.summary
-    )
-    telemetry.plans_created.labels(kind="live" if devices.live else "abstract").inc()
-    return _json(rendered.body, 201, {"Location": f"/v1/meshes/{plan_id}"})
+    plan = await meshes.create_plan(body, store, runtime)
+    telemetry.plans_created.labels(kind="live" if plan.live else "abstract").inc()
+    return json_response(plan.body, 201, {"Location": f"/v1/meshes/{plan.id}"})
 
 
 @router.get(
@@ -165,8 +97,7 @@ async def list_meshes(
 ) -> Response:
     """Stored plans, newest first: ``{"items": [...], "total": n}`` (``total`` counts all
     stored plans, not just this page)."""
-    bodies, total = await store.list_plans(limit, offset, summary=view == "summary")
-    return _json('{"items":[' + ",".join(bodies) + '],"total":' + str(total) + "}")
+    return json_response(await meshes.list_plans(store, limit, offset, summary=view == "summary"))
 
 
 @router.get(
@@ -180,10 +111,7 @@ async def list_meshes(
 )
 async def get_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
     """The stored plan, exactly as it was answered when created. 404 ``mesh_not_found``."""
-    text = await store.get_plan(mesh_id)
-    if text is None:
-        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
-    return _json(text)
+    return json_response(await meshes.get_plan(store, mesh_id))
 
 
 @router.delete(
@@ -196,8 +124,7 @@ async def get_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
 )
 async def delete_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
     """Deletes a stored plan. 404 ``mesh_not_found`` when there is none."""
-    if not await store.delete_plan(mesh_id):
-        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}")
+    await meshes.delete_plan(store, mesh_id)
     return Response(status_code=204)
 
 
@@ -217,8 +144,4 @@ async def mesh_layout(mesh_id: MeshId, store: StoreDep) -> Response:
     """An SVG of the device grid: every device labelled with its id and mesh coordinates,
     coloured by the batch slice it holds (replicas share a colour), with axis names and a
     legend. Meshes over 1,024 devices show their first rows and columns."""
-    text = await store.get_plan(mesh_id)
-    if text is None:
-        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}")
-    svg = await anyio.to_thread.run_sync(lambda: render_layout_svg(json.loads(text)))
-    return Response(svg, media_type="image/svg+xml")
+    return Response(await meshes.layout_svg(store, mesh_id), media_type="image/svg+xml")

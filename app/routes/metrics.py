@@ -1,260 +1,60 @@
-"""``POST /v1/metrics/reduce`` and ``/v1/metrics/collect``: stacked per-device arrays.
+"""``POST /v1/metrics/reduce`` and ``/v1/metrics/collect``: HTTP only (app.services.metrics
+does the work).
 
 Bodies are JSON (nested lists or OIP tensors) or ``application/x-npz`` (options in the
 query string, weights as the array ``_weights``). The body is read here and dispatched on
-its media type, so the request models are validated by hand and declared in the OpenAPI
-document through ``openapi_extra``.
-
-Speed: a body in the common form (see ``plain_metrics_fields``) skips pydantic; any other
-body is validated by the models, which give every error. Bodies up to
-``INLINE_BODY_BYTES`` are decoded, reduced and encoded on the event loop (tens of
-microseconds, less than a thread hop costs); larger ones in one worker thread, so the loop
-never waits on big arrays. Answers are written by orjson straight from numpy, or, for a
-reduce whose Accept header prefers it, as an npz archive (``encode_npz``). Both routes are
-``RequestOnlyRoute`` s (see ``app.routing``): FastAPI's request handler is skipped.
+its media type, so the request models are validated by the service and declared in the
+OpenAPI document through ``openapi_extra``. Small bodies are handled on the event loop,
+large ones in one worker thread (``app.routing.run_for_body``). Answers are written by
+orjson straight from numpy, or, for a reduce whose Accept header prefers it, as an npz
+archive. Both routes are ``RequestOnlyRoute`` s (see ``app.routing``): FastAPI's request
+handler is skipped.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any
-
-import anyio.to_thread
-import numpy as np
-from fastapi import APIRouter, Query, Request
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.deps import (
-    BEARER_SCHEME,
+from app.codecs.json_arrays import encode_json
+from app.codecs.npz import encode_npz
+from app.deps import BEARER_SCHEME
+from app.openapi import (
+    NAN_POLICY_QUERY,
+    REDUCE_QUERY,
+    REDUCE_QUERY_EXAMPLES,
+    optional_query_doc,
+    problem_responses,
+    request_body_openapi,
+)
+from app.routing import (
     JSON_MEDIA_TYPE,
     NPZ_MEDIA_TYPE,
+    BytesResponse,
+    RequestOnlyRoute,
     accepts_npz,
     is_json_media,
     media_type,
+    read_body,
+    run_for_body,
 )
-from app.errors import InvalidJson, ReservedMetricName, UnsupportedMediaType
-from app.metrics_io import (
-    NUM_DEVICES_ARRAY,
-    decode_json_metrics,
-    decode_weights,
-    encode_json,
-    encode_npz,
-    load_npz,
-    loads_json,
-    parse_reduce_query,
-    plain_metrics_fields,
-    split_npz_metrics,
-)
-from app.routing import BytesResponse, RequestOnlyRoute, read_body
-from app.schemas import (
+from app.schemas.metrics import (
     METRICS_REQUEST_EXAMPLE,
     CollectResponse,
     MetricsCollectRequest,
     MetricsReduceRequest,
     ReduceResponse,
-    problem_responses,
 )
-from datarax.distributed.metrics import collect_from_devices, reduce_custom
+from app.services.metrics import (
+    NUM_DEVICES_ARRAY,
+    collect_metrics,
+    decode_metrics_body,
+    reduce_metrics,
+    reduced_npz_arrays,
+)
 
 # Both routes take only the Request: see app.routing for what that saves.
 router = APIRouter(tags=["metrics"], route_class=RequestOnlyRoute)
-
-_NAN_POLICY_QUERY = "npz bodies only: propagate (default), omit or raise"
-_REDUCE_QUERY = "npz bodies only: per-metric ops, e.g. loss:mean,step:max"
-_REDUCE_QUERY_EXAMPLES = ["loss:mean,step:max"]
-
-NanPolicyQuery = Annotated[str | None, Query(description=_NAN_POLICY_QUERY)]
-ReduceQuery = Annotated[
-    str | None, Query(description=_REDUCE_QUERY, examples=_REDUCE_QUERY_EXAMPLES)
-]
-
-
-def _optional_query_doc(name: str, description: str, examples: list[str] | None = None) -> dict:
-    """The OpenAPI entry FastAPI writes for ``Annotated[str | None, Query(...)] = None``."""
-    schema: dict[str, Any] = {
-        "anyOf": [{"type": "string"}, {"type": "null"}],
-        "description": description,
-        "title": name.replace("_", " ").title(),
-    }
-    if examples:
-        schema["examples"] = examples
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "description": description,
-        "schema": schema,
-    }
-
-
-@dataclass
-class MetricsInput:
-    """A decoded metrics request."""
-
-    metrics: dict[str, np.ndarray]
-    reduce: dict[str, str]
-    weights: np.ndarray | None
-    nan_policy: str
-    step: int | None = None
-
-
-def request_body_openapi(schema_name: str, example: dict[str, Any]) -> dict[str, Any]:
-    """``openapi_extra`` declaring a JSON-or-npz request body."""
-    return {
-        "requestBody": {
-            "required": True,
-            "description": "JSON, or an np.savez archive (application/x-npz): one array per "
-            "metric, weights as '_weights', options in the query string",
-            "content": {
-                JSON_MEDIA_TYPE: {
-                    "schema": {"$ref": f"#/components/schemas/{schema_name}"},
-                    "example": example,
-                },
-                NPZ_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
-            },
-        }
-    }
-
-
-def _validation_error(err: ValidationError) -> RequestValidationError:
-    errors = []
-    for entry in err.errors(include_url=False):
-        entry = dict(entry)
-        entry["loc"] = ("body", *entry.get("loc", ()))
-        errors.append(entry)
-    return RequestValidationError(errors)
-
-
-def _loads_body(body: bytes) -> Any:
-    if not body:
-        raise RequestValidationError(
-            [{"loc": ("body",), "msg": "Field required", "type": "missing", "input": None}]
-        )
-    try:
-        return loads_json(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InvalidJson(
-            f"request body is not valid JSON ({err}); send a JSON object with "
-            "Content-Type: application/json"
-        ) from None
-
-
-def _validate_model[M: BaseModel](data: Any, model: type[M]) -> M:
-    try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        raise _validation_error(err) from None
-
-
-def parse_json_model[M: BaseModel](body: bytes, model: type[M]) -> M:
-    return _validate_model(_loads_body(body), model)
-
-
-INLINE_BODY_BYTES = 64 * 1024
-"""Bodies up to this size are handled on the event loop; larger ones in a worker thread."""
-
-
-async def run_for_body[T](fn: Callable[[], T], body_size: int) -> T:
-    """Runs ``fn`` inline for a small body, else in a worker thread (one hop for all)."""
-    if body_size <= INLINE_BODY_BYTES:
-        return fn()
-    return await anyio.to_thread.run_sync(fn)
-
-
-@functools.cache
-def _model_members(model: type[BaseModel]) -> tuple[bool, bool]:
-    """(takes reduce/weights/nan_policy, takes step) for a metrics request model."""
-    return "reduce" in model.model_fields, "step" in model.model_fields
-
-
-def _json_metrics_input(body: bytes, model: type[BaseModel]) -> MetricsInput:
-    data = _loads_body(body)
-    options, step = _model_members(model)
-    fields = plain_metrics_fields(data, options=options, step=step)
-    if fields is None:
-        parsed = _validate_model(data, model)
-        fields = {
-            "metrics": parsed.metrics,  # type: ignore[attr-defined]
-            "reduce": getattr(parsed, "reduce", None) or {},
-            "weights": getattr(parsed, "weights", None),
-            "nan_policy": getattr(parsed, "nan_policy", "propagate"),
-            "step": getattr(parsed, "step", None),
-        }
-    return MetricsInput(
-        metrics=decode_json_metrics(fields["metrics"]),
-        reduce=dict(fields["reduce"]),
-        weights=decode_weights(fields["weights"]),
-        nan_policy=fields["nan_policy"],
-        step=fields["step"],
-    )
-
-
-def decode_metrics_body(
-    body: bytes,
-    media: str | None,
-    content_type: str | None,
-    model: type[MetricsReduceRequest] | type[MetricsCollectRequest],
-    *,
-    max_bytes: int,
-    reduce_query: str | None = None,
-    nan_policy_query: str | None = None,
-    step_query: int | None = None,
-) -> MetricsInput:
-    """Decodes a JSON or npz metrics body (plain function: no I/O).
-
-    Args:
-      body: the raw request body.
-      media: its media type (``app.deps.media_type``); ``content_type``: the raw header,
-        for the 415 message.
-      model: the request model a JSON body must satisfy.
-      max_bytes: the largest decompressed npz accepted.
-      reduce_query, nan_policy_query, step_query: npz bodies' options.
-
-    Raises:
-      UnsupportedMediaType, InvalidJson, RequestValidationError, InvalidNpz,
-      InvalidTensor, RaggedArray, UnsupportedDatatype, PayloadTooLarge.
-    """
-    if is_json_media(media):
-        return _json_metrics_input(body, model)
-    if media == NPZ_MEDIA_TYPE:
-        metrics, weights = split_npz_metrics(load_npz(body, max_bytes=max_bytes))
-        return MetricsInput(
-            metrics=metrics,
-            reduce=parse_reduce_query(reduce_query),
-            weights=weights,
-            nan_policy=nan_policy_query or "propagate",
-            step=step_query,
-        )
-    raise UnsupportedMediaType(
-        f"Content-Type {content_type!r} is not accepted; send {JSON_MEDIA_TYPE} or {NPZ_MEDIA_TYPE}"
-    )
-
-
-def reduce_metrics(data: MetricsInput) -> tuple[dict[str, Any], int]:
-    """Reduces over the device axis; returns (reduced values, device count).
-
-    The values are numpy scalars and arrays, for ``encode_json``.
-
-    Raises:
-      MetricsError: with the library's codes.
-    """
-    reduced = reduce_custom(
-        data.metrics, reduce_fn=data.reduce, weights=data.weights, nan_policy=data.nan_policy
-    )
-    return reduced, _num_devices(data.metrics)
-
-
-def _num_devices(metrics: dict[str, np.ndarray]) -> int:
-    """The leading (device) axis size; 0 when no metric has one."""
-    for value in metrics.values():
-        if value.ndim >= 1:
-            return int(value.shape[0])
-    return 0
 
 
 def _raw_content_type(request: Request, media: str | None) -> str | None:
@@ -262,10 +62,6 @@ def _raw_content_type(request: Request, media: str | None) -> str | None:
     if is_json_media(media) or media == NPZ_MEDIA_TYPE:
         return None
     return request.headers.get("content-type")
-
-
-def _json_response(content: bytes, status: int = 200) -> Response:
-    return BytesResponse(content, JSON_MEDIA_TYPE, status)
 
 
 # The two hot metric routes take only the Request. FastAPI's per-request dependency
@@ -285,8 +81,8 @@ _VARY_ACCEPT = ((b"vary", b"Accept"),)
     response_class=Response,
     openapi_extra={
         "parameters": [
-            _optional_query_doc("reduce", _REDUCE_QUERY, _REDUCE_QUERY_EXAMPLES),
-            _optional_query_doc("nan_policy", _NAN_POLICY_QUERY),
+            optional_query_doc("reduce", REDUCE_QUERY, REDUCE_QUERY_EXAMPLES),
+            optional_query_doc("nan_policy", NAN_POLICY_QUERY),
         ],
         **_NO_DI_SECURITY,
         **request_body_openapi("MetricsReduceRequest", METRICS_REQUEST_EXAMPLE),
@@ -337,12 +133,7 @@ async def reduce_endpoint(request: Request) -> Response:
         )
         reduced, num_devices = reduce_metrics(data)
         if npz_answer:
-            if NUM_DEVICES_ARRAY in reduced:
-                raise ReservedMetricName(
-                    f"{NUM_DEVICES_ARRAY!r} names the device count in npz answers; rename "
-                    "that metric, or ask for JSON"
-                )
-            return encode_npz({**reduced, NUM_DEVICES_ARRAY: np.int64(num_devices)})
+            return encode_npz(reduced_npz_arrays(reduced, num_devices))
         return encode_json({"reduced": reduced, "num_devices": num_devices})
 
     npz_answer = accepts_npz(request)
@@ -351,12 +142,6 @@ async def reduce_endpoint(request: Request) -> Response:
     return BytesResponse(
         content, NPZ_MEDIA_TYPE if npz_answer else JSON_MEDIA_TYPE, headers=_VARY_ACCEPT
     )
-
-
-def collect_metrics(data: MetricsInput) -> list[dict[str, Any]]:
-    """Splits stacked metrics into per-device values (numpy, for ``encode_json``)."""
-    per_device = collect_from_devices(data.metrics)
-    return [{"device": i, "metrics": m} for i, m in enumerate(per_device)]
 
 
 @router.post(
@@ -394,4 +179,4 @@ async def collect_endpoint(request: Request) -> Response:
 
     content = await run_for_body(work, len(body))
     state.telemetry.count_reduction("collect")
-    return _json_response(content)
+    return BytesResponse(content, JSON_MEDIA_TYPE)

@@ -1,31 +1,58 @@
 """datarax.distributed: device meshes, sharding, sharded training steps and metric
 reductions across devices, as described in the distributed-training guide.
 
-Submodules: ``device_mesh`` (meshes), ``planning`` (pure layout arithmetic),
-``data_parallel`` (placement), ``sharding`` (parameter rules), ``train_step`` and
-``metrics``. Importing this package never touches devices.
+Every name of upstream datarax's ``datarax.distributed`` is here, importable from this
+package and from the same submodule as upstream, plus ours. Submodules:
+
+- ``device_mesh``: :class:`DeviceMeshManager`.
+- ``device_placement``: explicit placement, batch-size recommendations, prefetching.
+- ``planning``: pure layout arithmetic (no devices); ``memory``: plan and memory sizes.
+- ``sharding``: logical axis rules (:class:`MeshRules`) and named parameter rules.
+- ``data_parallel``: batch and model-state placement; the data-parallel steps and
+  gradient reductions are re-exported there from ``train_step`` and ``collectives``.
+- ``train_step``: SPMD, collective and functional pmap-style steps.
+- ``metrics``: reductions of stacked per-device metrics; ``collectives``: ``lax.p*``
+  over pytrees inside ``pmap``/``shard_map``.
+- ``multihost``: multi-process runtime and global arrays (``global_arrays`` below it).
+- ``typing``: shared type aliases.
+
+Importing this package never touches devices.
 """
 
+from datarax.distributed.collectives import (
+    all_gather,
+    reduce_gradients_across_devices,
+    reduce_mean_collective,
+    reduce_sum_collective,
+)
 from datarax.distributed.data_parallel import (
     create_data_parallel_sharding,
     model_state_shardings,
     place_batch_on_shards,
     place_model_state_on_shards,
-    reduce_gradients_across_devices,
+    place_nnx_state_on_shards,
+    reduce_gradient_tree,
 )
 from datarax.distributed.device_mesh import DeviceMeshManager
+from datarax.distributed.device_placement import (
+    BatchSizeRecommendation,
+    DevicePlacement,
+    HardwareType,
+    distribute_batch,
+    get_batch_size_recommendation,
+    place_on_device,
+    prefetch_to_device,
+)
 from datarax.distributed.metrics import (
     MetricsError,
-    all_gather,
     collect_from_devices,
     reduce_custom,
     reduce_max,
     reduce_mean,
-    reduce_mean_collective,
     reduce_min,
     reduce_over_devices,
     reduce_sum,
-    reduce_sum_collective,
+    split_by_device,
 )
 from datarax.distributed.planning import (
     PlanError,
@@ -33,24 +60,53 @@ from datarax.distributed.planning import (
     resolve_axes,
     shard_index_ranges,
 )
-from datarax.distributed.sharding import PARAM_SHARDING_RULES, param_partition_spec
-from datarax.distributed.train_step import collective_pmap, spmd_train_step
+from datarax.distributed.sharding import (
+    PARAM_SHARDING_RULES,
+    MeshRules,
+    apply_sharding_rules,
+    create_named_sharding,
+    data_parallel_rules,
+    fsdp_rules,
+    param_partition_spec,
+    partition_spec_for_names,
+)
+from datarax.distributed.train_step import (
+    collective_pmap,
+    data_parallel_train_step,
+    spmd_train_step,
+)
 
 __all__ = [
     "PARAM_SHARDING_RULES",
+    "BatchSizeRecommendation",
     "DeviceMeshManager",
+    "DevicePlacement",
+    "HardwareType",
+    "MeshRules",
     "MetricsError",
     "PlanError",
     "all_gather",
+    "apply_sharding_rules",
     "batch_partition_spec",
     "collect_from_devices",
     "collective_pmap",
     "create_data_parallel_sharding",
+    "create_named_sharding",
+    "data_parallel_rules",
+    "data_parallel_train_step",
+    "distribute_batch",
+    "fsdp_rules",
+    "get_batch_size_recommendation",
     "model_state_shardings",
     "param_partition_spec",
+    "partition_spec_for_names",
     "place_batch_on_shards",
     "place_model_state_on_shards",
+    "place_nnx_state_on_shards",
+    "place_on_device",
+    "prefetch_to_device",
     "reduce_custom",
+    "reduce_gradient_tree",
     "reduce_gradients_across_devices",
     "reduce_max",
     "reduce_mean",
@@ -61,5 +117,6 @@ __all__ = [
     "reduce_sum_collective",
     "resolve_axes",
     "shard_index_ranges",
+    "split_by_device",
     "spmd_train_step",
 ]

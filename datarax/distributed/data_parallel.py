@@ -1,5 +1,14 @@
-"""Data-parallel placement: batch shardings, batch and model-state placement, gradient
-reduction inside collective contexts."""
+"""Data-parallel placement: batch shardings, batch and model-state placement, and the
+data-parallel training steps and gradient reductions, importable from here as in
+upstream datarax.
+
+Defined here: :func:`create_data_parallel_sharding`, :func:`place_batch_on_shards`,
+:func:`model_state_shardings`, :func:`place_model_state_on_shards`,
+:func:`place_nnx_state_on_shards`, :func:`reduce_gradient_tree`. Re-exported from the
+modules that own them: ``spmd_train_step`` and ``data_parallel_train_step``
+(:mod:`~datarax.distributed.train_step`), ``reduce_gradients_across_devices``
+(:mod:`~datarax.distributed.collectives`).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +16,30 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-from jax import lax
-from jax.sharding import Mesh, NamedSharding
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, Sharding
 from jax.sharding import PartitionSpec as P
 
+from datarax.distributed.collectives import reduce_gradients_across_devices
+from datarax.distributed.global_arrays import global_array_from_host
 from datarax.distributed.planning import nearest_valid_sizes
-from datarax.distributed.sharding import param_partition_spec, path_to_str
+from datarax.distributed.sharding import dim0_shard_count, param_partition_spec, path_to_str
+from datarax.distributed.train_step import data_parallel_train_step, spmd_train_step
+from datarax.distributed.typing import GradientReduction, PyTree
 
-PyTree = Any
+__all__ = [
+    "create_data_parallel_sharding",
+    "data_parallel_train_step",
+    "model_state_shardings",
+    "place_batch_on_shards",
+    "place_model_state_on_shards",
+    "place_nnx_state_on_shards",
+    "reduce_gradient_tree",
+    "reduce_gradients_across_devices",
+    "spmd_train_step",
+]
 
 
 def create_data_parallel_sharding(mesh: Mesh, data_axis: str = "data") -> NamedSharding:
@@ -34,14 +58,6 @@ def create_data_parallel_sharding(mesh: Mesh, data_axis: str = "data") -> NamedS
 
 def _is_array(x: Any) -> bool:
     return isinstance(x, np.ndarray | jax.Array)
-
-
-def _dim0_shards(sharding: NamedSharding) -> int:
-    spec = sharding.spec
-    if len(spec) == 0 or spec[0] is None:
-        return 1
-    names = spec[0] if isinstance(spec[0], tuple) else (spec[0],)
-    return int(np.prod([sharding.mesh.shape[n] for n in names]))
 
 
 def _local_dim0_blocks(sharding: NamedSharding, shards: int) -> int:
@@ -74,7 +90,7 @@ def place_batch_on_shards(batch: PyTree, sharding: NamedSharding) -> PyTree:
       ValueError: a leaf whose leading dimension does not split into the shard count
         (the message names the leaf, its shape, the count and the nearest valid sizes).
     """
-    shards = _dim0_shards(sharding)
+    shards = dim0_shard_count(sharding)
     multi_process = not sharding.is_fully_addressable
     local_blocks = _local_dim0_blocks(sharding, shards) if multi_process else shards
     replicated = NamedSharding(sharding.mesh, P())
@@ -163,28 +179,84 @@ def place_model_state_on_shards(
     Raises:
       ValueError: an unknown rule name or a dict naming unknown paths.
     """
-    from datarax.distributed.multihost import global_array_from_host
-
     shardings, _ = model_state_shardings(state, mesh, param_sharding)
     # One process: device_put. Several: every process holds the same state (same seed,
     # same code) and fills only its own shards, with no cross-process traffic.
     return jax.tree.map(global_array_from_host, state, shardings)
 
 
-def reduce_gradients_across_devices(
-    grads: PyTree, reduce_type: str = "mean", axis_name: str = "batch"
-) -> PyTree:
-    """All-reduces ``grads`` over ``axis_name``: ``lax.pmean`` or ``lax.psum``.
+def place_nnx_state_on_shards(
+    state: nnx.State,
+    mesh: Mesh,
+    filter_sharding: nnx.StateSharding | Mapping[Any, P | Sharding],
+) -> nnx.State:
+    """Places an NNX state with shardings chosen by NNX filters (upstream's API).
 
-    Only valid inside a collective context that binds ``axis_name`` (``jax.pmap``,
-    ``jax.shard_map``, :func:`datarax.distributed.collective_pmap`). Under ``nnx.jit``
-    with a sharded batch the compiler already all-reduces; do not call this there.
+    Each variable takes the sharding of the first filter that matches it, as
+    ``nnx.StateSharding`` matches (``nnx.Param``, ``"kernel"``, a path predicate, ``...``
+    for everything else). A ``PartitionSpec`` is taken on ``mesh``; a ``Sharding`` is used
+    as given. Works on a mesh spanning processes too (each process fills its own shards).
+
+    Args:
+      state: ``nnx.state(model)`` or a sub-state, e.g. ``kernel [F, H] float32``.
+      mesh: the device mesh the specs refer to.
+      filter_sharding: ``{nnx.Param: P(None, "model"), ...: P()}`` or an
+        ``nnx.StateSharding``.
+
+    Returns:
+      An ``nnx.State`` of the same structure, every variable holding a ``jax.Array``
+      placed with its sharding (``kernel [F, H]`` sharded over 'model' above). Apply it
+      with ``nnx.update(model, placed)``.
 
     Raises:
-      ValueError: ``reduce_type`` other than ``"mean"`` or ``"sum"``.
+      ValueError: a variable no filter matches (the message names its path and the
+        filters; add ``...: P()`` to replicate the rest), or a spec naming an axis
+        ``mesh`` lacks.
     """
-    if reduce_type == "mean":
-        return jax.tree.map(lambda g: lax.pmean(g, axis_name), grads)
-    if reduce_type == "sum":
-        return jax.tree.map(lambda g: lax.psum(g, axis_name), grads)
-    raise ValueError(f"reduce_type must be 'mean' or 'sum', got {reduce_type!r}")
+    rules = (
+        filter_sharding
+        if isinstance(filter_sharding, nnx.StateSharding)
+        else nnx.StateSharding(filter_sharding)
+    )
+    placed = []
+    for path, variable in nnx.to_flat_state(state):
+        try:
+            target = rules.map_prefix(path, variable)
+        except ValueError as err:
+            raise ValueError(
+                f"no filter of {list(rules.filters)} matches the variable at "
+                f"{'/'.join(map(str, path))!r} ({type(variable).__name__}); add a catch-all "
+                "entry such as `...: PartitionSpec()` to replicate the rest"
+            ) from err
+        sharding = target if isinstance(target, Sharding) else NamedSharding(mesh, P(*target))
+        value = global_array_from_host(variable[...], sharding)
+        placed.append((path, variable.replace(value=value)))
+    return nnx.from_flat_state(placed)
+
+
+def reduce_gradient_tree(gradients: PyTree, reduce_type: GradientReduction = "mean") -> PyTree:
+    """Reduces every gradient leaf to a scalar with ``jnp.mean`` or ``jnp.sum``.
+
+    The SPMD counterpart of ``reduce_gradients_across_devices``: it works on global
+    arrays, inside ``nnx.jit`` under a mesh (XLA does the cross-device part) or eagerly.
+    Each leaf is reduced over *all* its elements, as upstream datarax does, e.g. a
+    ``[F, H]`` float32 gradient becomes a ``[]`` float32 scalar.
+
+    Args:
+      gradients: pytree of arrays.
+      reduce_type: ``"mean"`` or ``"sum"`` (any case).
+
+    Returns:
+      The same structure with 0-d ``jax.Array`` leaves.
+
+    Raises:
+      ValueError: another ``reduce_type`` (message starts "Unsupported reduce_type").
+    """
+    kind = reduce_type.lower() if isinstance(reduce_type, str) else reduce_type
+    if kind == "mean":
+        return jax.tree.map(jnp.mean, gradients)
+    if kind == "sum":
+        return jax.tree.map(jnp.sum, gradients)
+    raise ValueError(
+        f"Unsupported reduce_type {reduce_type!r}: reduce_type must be 'mean' or 'sum'"
+    )

@@ -11,6 +11,8 @@ scalar, ``per_class: [n_devices, k]`` to ``[k]``. Two families:
   :func:`all_gather`) call ``lax.pmean``/``psum``/``all_gather`` and are only valid
   inside ``jax.pmap`` or ``jax.shard_map`` with a matching ``axis_name``.
 
+  inside ``jax.pmap`` or ``jax.shard_map`` with a matching ``axis_name``; they live in
+  :mod:`datarax.distributed.collectives` and are re-exported here.
 The backend is chosen per leaf: ``np.ndarray`` in, NumPy out, computed with NumPy (no
 ``jnp``, no ``device_put``, so a process that only reduces NumPy arrays never starts a
 JAX backend); ``jax.Array`` or tracer in, ``jax.Array`` out. NumPy scalar results are
@@ -33,433 +35,76 @@ NaN), ``"raise"`` (any non-finite entry is a :class:`MetricsError`; not possible
 floating values, see :class:`MetricsError` code ``nan_policy_traced``).
 
 An empty tree (no leaves at all) is ``empty_metrics``, so a service can turn it into a 422.
+
+Per-device views: :func:`collect_from_devices` (upstream datarax's shape: a dict whose
+stacked values become per-device lists) and :func:`split_by_device` (one pytree per
+device, what ``POST /v1/metrics/collect`` answers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from numbers import Number
-from typing import Any, Literal
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
-ReduceOp = Literal["mean", "sum", "max", "min"]
-NanPolicy = Literal["propagate", "omit", "raise"]
-
-REDUCE_OPS: tuple[str, ...] = ("mean", "sum", "max", "min")
-NAN_POLICIES: tuple[str, ...] = ("propagate", "omit", "raise")
-
-_ROOT = "<metrics>"
-
-
-class MetricsError(ValueError):
-    """A metrics reduction could not run; ``code`` says why, in snake_case.
-
-    Codes: ``unknown_reduce_op``, ``unknown_nan_policy``, ``non_finite_values``,
-    ``weights_mismatch``, ``invalid_weights``, ``device_count_mismatch``,
-    ``empty_metrics``, ``unknown_metric``, ``ragged_array`` (a list metric that is not
-    rectangular), ``nan_policy_traced`` (``nan_policy="raise"`` on a traced floating
-    value) and ``unbound_axis_name`` (a collective outside ``pmap``/``shard_map``).
-
-    Attributes:
-      code: machine-readable reason, e.g. ``"weights_mismatch"``.
-      message: human-readable text naming the value received and the fix.
-    """
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"[{self.code}] {self.message}"
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _is_array(x: Any) -> bool:
-    return isinstance(x, (np.ndarray, jax.Array))
-
-
-def _is_traced(x: Any) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
-def _is_none(x: Any) -> bool:
-    return x is None
-
-
-def _is_inexact(dtype: Any) -> bool:
-    """Floating or complex, ml_dtypes (bfloat16, ...) included."""
-    kind = np.dtype(dtype).kind
-    if kind in "fc":
-        return True
-    if kind in "biuOSUMm":
-        return False
-    return bool(jnp.issubdtype(dtype, jnp.inexact))
-
-
-def _flat_numpy_dict(metrics: Any) -> bool:
-    """``{str: np.ndarray}``: the common case, flattened without ``jax.tree_util``."""
-    return type(metrics) is dict and all(
-        type(k) is str and type(v) is np.ndarray for k, v in metrics.items()
-    )
-
-
-def _check_nan_policy(nan_policy: Any) -> None:
-    if not isinstance(nan_policy, str) or nan_policy not in NAN_POLICIES:
-        raise MetricsError(
-            "unknown_nan_policy",
-            f"nan_policy={nan_policy!r} is not supported; use one of {list(NAN_POLICIES)}.",
-        )
-
-
-def _check_op(op: Any, name: str | None = None) -> None:
-    if isinstance(op, str) and op in REDUCE_OPS:
-        return
-    where = f" for metric {name!r}" if name is not None else ""
-    raise MetricsError(
-        "unknown_reduce_op",
-        f"reduce op {op!r}{where} is not supported; use one of {list(REDUCE_OPS)}"
-        + (" or a callable on the stacked array." if name is not None else "."),
-    )
-
-
-def _is_number_list(value: Any) -> bool:
-    """A non-empty plain list/tuple whose items are numbers or such lists."""
-    if type(value) not in (list, tuple) or not value:
-        return False
-    return all(
-        _is_number_list(v) if type(v) in (list, tuple) else isinstance(v, (Number, np.bool_))
-        for v in value
-    )
-
-
-def _list_to_array(name: str, value: Any) -> Any:
-    if not _is_number_list(value):
-        return value
-    try:
-        return np.asarray(value)
-    except ValueError as err:
-        raise MetricsError(
-            "ragged_array",
-            f"metric {name!r} is a ragged list ({err}); every device must send the same "
-            "shape, e.g. [[1, 2], [3, 4]] for [n_devices, 2].",
-        ) from err
-
-
-def _lists_to_arrays(metrics: Any) -> Any:
-    """Reads top-level list values of a mapping as NumPy arrays (see module doc)."""
-    if not isinstance(metrics, Mapping):
-        return metrics
-    if not any(_is_number_list(v) for v in metrics.values()):
-        return metrics
-    return {k: _list_to_array(str(k), v) for k, v in metrics.items()}
-
-
-def _flatten(metrics: Any) -> tuple[list[tuple[str, Any]], Any]:
-    if _flat_numpy_dict(metrics):
-        # What tree_flatten_with_path gives for a flat dict (keys sorted), without it.
-        return [(k or _ROOT, metrics[k]) for k in sorted(metrics)], None
-    path_leaves, treedef = jax.tree_util.tree_flatten_with_path(metrics, is_leaf=_is_none)
-    named = [
-        (jax.tree_util.keystr(path, simple=True, separator="/") or _ROOT, leaf)
-        for path, leaf in path_leaves
-    ]
-    return named, treedef
-
-
-def _device_count(named: list[tuple[str, Any]]) -> int | None:
-    """The shared leading size of all array leaves with ``ndim >= 1`` (None if none)."""
-    sizes = {name: leaf.shape[0] for name, leaf in named if _is_array(leaf) and leaf.ndim >= 1}
-    if not sizes:
-        return None
-    if len(set(sizes.values())) > 1:
-        listing = ", ".join(f"{k}: {v}" for k, v in sizes.items())
-        raise MetricsError(
-            "device_count_mismatch",
-            f"metrics disagree on the number of devices (leading axis sizes {listing}); "
-            "stack every metric as [n_devices, ...] with the same n_devices.",
-        )
-    n = next(iter(sizes.values()))
-    if n == 0:
-        raise MetricsError(
-            "empty_metrics",
-            f"metrics have 0 devices on the leading axis ({', '.join(sizes)}); "
-            "send at least one device's values.",
-        )
-    return n
-
-
-def _check_nonempty(named: list[tuple[str, Any]], metrics: Any) -> None:
-    if not named:
-        raise MetricsError(
-            "empty_metrics",
-            f"no metrics to reduce (received {metrics!r}); pass e.g. "
-            '{"loss": losses} with losses shaped [n_devices].',
-        )
-
-
-def _check_weights(weights: Any, n: int | None) -> Any:
-    """Validates weights; returns float64 NumPy weights, or the tracer unchanged."""
-    if weights is None:
-        return None
-    if _is_traced(weights):
-        # Values are unknown under tracing; only the shape can be checked.
-        w = weights
-    else:
-        w = np.asarray(weights)
-        if w.dtype.kind not in "biuf":
-            raise MetricsError(
-                "invalid_weights",
-                f"weights must be real numbers, got dtype {w.dtype}; pass e.g. [32, 32, 16].",
-            )
-    if w.ndim != 1:
-        raise MetricsError(
-            "invalid_weights",
-            f"weights must be 1-D [n_devices], got shape {tuple(w.shape)}.",
-        )
-    if n is not None and w.shape[0] != n:
-        raise MetricsError(
-            "weights_mismatch",
-            f"got {w.shape[0]} weights for {n} devices; pass one weight per device "
-            "(e.g. its batch size).",
-        )
-    if _is_traced(w):
-        return w
-    w = w.astype(np.float64)
-    if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
-        raise MetricsError(
-            "invalid_weights",
-            f"weights must be finite, >= 0 and not all zero, got {w.tolist()}.",
-        )
-    return w
-
-
-def _check_finite(name: str, x: Any) -> None:
-    """For nan_policy='raise': rejects non-finite entries of one array leaf."""
-    if not _is_array(x) or x.ndim == 0 or not _is_inexact(x.dtype):
-        return
-    if _is_traced(x):
-        raise MetricsError(
-            "nan_policy_traced",
-            f"nan_policy='raise' cannot inspect traced values of metric {name!r} inside "
-            "jit/pmap/shard_map; use nan_policy='propagate' or 'omit' there, or reduce "
-            "outside the compiled function.",
-        )
-    xp = jnp if isinstance(x, jax.Array) else np
-    count = int(xp.count_nonzero(~xp.isfinite(x)))
-    if count:
-        raise MetricsError(
-            "non_finite_values",
-            f"metric {name!r} has {count} non-finite value(s) (NaN or inf) in shape "
-            f"{tuple(x.shape)}; fix the source or use nan_policy='omit'.",
-        )
-
-
-# ------------------------------------------------------------------------- kernels
-
-
-def _mean_dtype(x: Any) -> np.dtype:
-    """Floating dtypes stay; integers become NumPy float64 or JAX's default float."""
-    if _is_inexact(x.dtype):
-        return x.dtype
-    if isinstance(x, np.ndarray):
-        return np.dtype(np.float64)
-    return jax.dtypes.canonicalize_dtype(np.float64)
-
-
-def _int_dtype(x: Any) -> np.dtype:
-    """The integer dtype bools are counted in: NumPy int64, JAX's default int."""
-    if isinstance(x, np.ndarray):
-        return np.dtype(np.int_)
-    return jax.dtypes.canonicalize_dtype(np.int64)
-
-
-def _reduce_array(x: Any, op: str, w: Any, nan_policy: str) -> Any:
-    """Reduces the leading axis of one array with ``ndim >= 1`` (inputs validated)."""
-    use_jax = (type(x) is not np.ndarray and isinstance(x, jax.Array)) or (
-        w is not None and op == "mean" and _is_traced(w)
-    )
-    if use_jax:
-        return _reduce_with(jnp, jnp.asarray(x), op, w, nan_policy)
-    with np.errstate(all="ignore"):
-        out = _reduce_with(np, x, op, w, nan_policy)
-    return out[()] if isinstance(out, np.ndarray) and out.ndim == 0 else out
-
-
-_FLOAT64 = np.dtype(np.float64)
-
-
-def _numpy_mean(x: np.ndarray, axis: int = 0) -> Any:
-    """``np.mean(x, axis=0)`` of an ndarray with ``x.shape[0] > 0``: numpy's own ``_mean``
-    steps (float64 sums of integers, float32 sums of float16, division by an ``intp``
-    count) without its Python wrapper, so the results are bit-identical."""
-    dtype = x.dtype
-    if dtype is _FLOAT64 and x.ndim == 1:
-        # float64 sum / count, as np.mean divides it (float64 by intp), minus its wrappers.
-        return np.add.reduce(x, axis=0) / x.shape[0]
-    count = np.intp(x.shape[axis])
-    if dtype.kind in "biu":
-        total = np.add.reduce(x, axis=axis, dtype=np.float64)
-    elif dtype == np.float16:
-        total = np.add.reduce(x, axis=axis, dtype=np.float32)
-    else:
-        total = np.add.reduce(x, axis=axis)
-    if isinstance(total, np.ndarray):
-        total = np.true_divide(total, count, out=total, casting="unsafe")
-        return dtype.type(total) if dtype == np.float16 else total
-    if dtype == np.float16:
-        return dtype.type(total / count)
-    return total.dtype.type(total / count)
-
-
-# np.sum/max/min on an ndarray are these ufunc reductions behind a Python wrapper.
-_NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {
-    "mean": _numpy_mean,
-    "sum": np.add.reduce,
-    "max": np.maximum.reduce,
-    "min": np.minimum.reduce,
-}
-
-
-def _reduce_with(xp: Any, x: Any, op: str, w: Any, nan_policy: str) -> Any:
-    """Shared NumPy/JAX kernel; ``xp`` is ``np`` or ``jnp``."""
-    if x.dtype == np.bool_:
-        x = x.astype(_int_dtype(x))
-    inexact = _is_inexact(x.dtype)
-    weighted = op == "mean" and w is not None
-
-    if weighted:
-        dtype = _mean_dtype(x)
-        wn = w / w.sum()  # float64 for NumPy (validated); normalising keeps it in range
-        wn = xp.asarray(wn).astype(dtype).reshape((-1,) + (1,) * (x.ndim - 1))
-        if x.dtype != dtype:
-            x = x.astype(dtype)
-        if nan_policy == "omit" and inexact:
-            finite = xp.isfinite(x)
-            wf = xp.where(finite, wn, 0)
-            num = xp.sum(wf * xp.where(finite, x, 0), axis=0)
-            den = xp.sum(wf, axis=0)
-            return xp.where(den > 0, num / xp.where(den > 0, den, 1), xp.nan).astype(dtype)
-        if xp is np:
-            return np.tensordot(wn.reshape(-1), x, axes=(0, 0))  # BLAS, no [n, ...] temp
-        # Multiply-then-sum (not a dot) stays valid on Explicit meshes too.
-        return xp.sum(wn * x, axis=0)
-
-    if nan_policy != "omit" or not inexact:
-        if xp is np:
-            return _NUMPY_REDUCTIONS[op](x, axis=0)
-        return {"mean": xp.mean, "sum": xp.sum, "max": xp.max, "min": xp.min}[op](x, axis=0)
-
-    finite = xp.isfinite(x)
-    count = xp.sum(finite, axis=0)
-    fill = {"mean": 0, "sum": 0, "max": -xp.inf, "min": xp.inf}[op]
-    kept = xp.where(finite, x, fill)
-    if op == "mean":
-        out = xp.sum(kept, axis=0) / xp.where(count > 0, count, 1).astype(x.dtype)
-    else:
-        out = {"sum": xp.sum, "max": xp.max, "min": xp.min}[op](kept, axis=0)
-    return xp.where(count > 0, out, xp.nan).astype(x.dtype)
-
-
-def _plain_numpy_ops(
-    metrics: Any, reduce_fn: Any, weights: Any, nan_policy: Any
-) -> dict[str, str] | None:
-    """``reduce_custom``'s checks for its most common call, all at once: a non-empty
-    ``{str: np.ndarray}`` sharing one non-zero device count, known op names for known
-    metrics, no weights, ``nan_policy`` propagate or omit. Returns every metric's op, or
-    None so the general path runs (and raises whatever error applies)."""
-    if weights is not None or (nan_policy != "propagate" and nan_policy != "omit"):
-        return None
-    if type(metrics) is not dict or not metrics:
-        return None
-    if reduce_fn is None:
-        reduce_fn = {}
-    elif type(reduce_fn) is not dict:
-        return None
-    for name, op in reduce_fn.items():
-        if type(op) is not str or op not in REDUCE_OPS or name not in metrics:
-            return None
-    size = None
-    for name, x in metrics.items():  # one pass: _flat_numpy_dict plus one device count
-        if type(name) is not str or type(x) is not np.ndarray:
-            return None
-        if x.ndim:
-            if size is None:
-                size = x.shape[0]
-            elif x.shape[0] != size:
-                return None
-    if size == 0:
-        return None
-    return {name: reduce_fn.get(name, "mean") for name in metrics}
-
-
-def _reduce_numpy_dict(
-    metrics: dict[str, np.ndarray], ops: dict[str, str], w: Any, nan_policy: str
-) -> dict[str, Any]:
-    """``_apply`` over a validated flat ``{name: np.ndarray}`` with op names: the same
-    results, without a ``tree_map`` and an ``errstate`` per metric."""
-    out: dict[str, Any] = {}
-    # Unweighted propagate: _reduce_with would pick exactly the plain ufunc reduction for
-    # every dtype but bool; called directly for small inputs, where call overhead is the cost.
-    plain = w is None and nan_policy == "propagate"
-    with np.errstate(all="ignore"):
-        for name, x in metrics.items():
-            if x.ndim == 0:
-                out[name] = x
-                continue
-            if plain and x.dtype.kind != "b":
-                value = _NUMPY_REDUCTIONS[ops[name]](x, axis=0)
-            else:
-                value = _reduce_with(np, x, ops[name], w, nan_policy)
-            out[name] = value[()] if type(value) is np.ndarray and value.ndim == 0 else value
-    return out
-
-
-def _reduce_leaf(x: Any, op: str | Callable[[Any], Any], w: Any, nan_policy: str) -> Any:
-    if not _is_array(x) or x.ndim == 0:
-        return x
-    if callable(op):
-        return op(x)
-    return _reduce_array(x, op, w, nan_policy)
-
-
-def _validate(metrics: Any, weights: Any, nan_policy: str) -> tuple[Any, Any]:
-    """Checks a whole tree before any work; returns (tree with lists read, weights)."""
-    _check_nan_policy(nan_policy)
-    # A flat {str: np.ndarray} has no lists to read.
-    prepared = metrics if _flat_numpy_dict(metrics) else _lists_to_arrays(metrics)
-    named, _ = _flatten(prepared)
-    _check_nonempty(named, metrics)
-    w = _check_weights(weights, _device_count(named))
-    if nan_policy == "raise":
-        for name, leaf in named:
-            _check_finite(name, leaf)
-    return prepared, w
-
-
-def _apply(tree: Any, op: str | Callable[[Any], Any], w: Any, nan_policy: str) -> Any:
-    if type(tree) is np.ndarray:
-        return _reduce_leaf(tree, op, w, nan_policy)  # what tree_map does to one leaf
-    return jax.tree_util.tree_map(
-        lambda x: _reduce_leaf(x, op, w, nan_policy), tree, is_leaf=_is_none
-    )
-
+from datarax.distributed._reduce_kernels import (
+    NAN_POLICIES,
+    REDUCE_OPS,
+    MetricsError,
+    UnboundAxisError,
+    _apply,
+    _check_finite,
+    _check_nan_policy,
+    _check_nonempty,
+    _check_op,
+    _check_weights,
+    _device_count,
+    _flat_numpy_dict,
+    _flatten,
+    _is_array,
+    _list_to_array,
+    _lists_to_arrays,
+    _plain_numpy_ops,
+    _reduce_array,
+    _reduce_numpy_dict,
+    _validate,
+)
+from datarax.distributed.collectives import (
+    all_gather,
+    reduce_mean_collective,
+    reduce_sum_collective,
+)
+from datarax.distributed.typing import NanPolicy, PyTree, ReduceOp
+
+__all__ = [
+    "NAN_POLICIES",
+    "REDUCE_OPS",
+    "MetricsError",
+    "UnboundAxisError",
+    "all_gather",
+    "collect_from_devices",
+    "reduce_custom",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_mean_collective",
+    "reduce_min",
+    "reduce_over_devices",
+    "reduce_sum",
+    "reduce_sum_collective",
+    "split_by_device",
+]
 
 # --------------------------------------------------------------------- public API
 
 
 def reduce_over_devices(
-    values: Any,
-    op: str = "mean",
+    values: jax.typing.ArrayLike | list[Any],
+    op: ReduceOp = "mean",
     *,
-    weights: Any = None,
-    nan_policy: str = "propagate",
+    weights: jax.typing.ArrayLike | None = None,
+    nan_policy: NanPolicy = "propagate",
 ) -> Any:
     """Reduces one stacked array over its leading (device) axis.
 
@@ -504,7 +149,12 @@ def reduce_over_devices(
     return _reduce_array(values, op, w, nan_policy)
 
 
-def reduce_mean(metrics: Any, *, weights: Any = None, nan_policy: str = "propagate") -> Any:
+def reduce_mean(
+    metrics: PyTree,
+    *,
+    weights: jax.typing.ArrayLike | None = None,
+    nan_policy: NanPolicy = "propagate",
+) -> PyTree:
     """Mean over the device axis of every stacked metric in a pytree.
 
     Args:
@@ -530,7 +180,7 @@ def reduce_mean(metrics: Any, *, weights: Any = None, nan_policy: str = "propaga
     return _apply(prepared, "mean", w, nan_policy)
 
 
-def reduce_sum(metrics: Any, *, nan_policy: str = "propagate") -> Any:
+def reduce_sum(metrics: PyTree, *, nan_policy: NanPolicy = "propagate") -> PyTree:
     """Sum over the device axis of every stacked metric; see :func:`reduce_mean`.
 
     Args:
@@ -547,13 +197,13 @@ def reduce_sum(metrics: Any, *, nan_policy: str = "propagate") -> Any:
     return _apply(prepared, "sum", w, nan_policy)
 
 
-def reduce_max(metrics: Any, *, nan_policy: str = "propagate") -> Any:
+def reduce_max(metrics: PyTree, *, nan_policy: NanPolicy = "propagate") -> PyTree:
     """Maximum over the device axis of every stacked metric; see :func:`reduce_sum`."""
     prepared, w = _validate(metrics, None, nan_policy)
     return _apply(prepared, "max", w, nan_policy)
 
 
-def reduce_min(metrics: Any, *, nan_policy: str = "propagate") -> Any:
+def reduce_min(metrics: PyTree, *, nan_policy: NanPolicy = "propagate") -> PyTree:
     """Minimum over the device axis of every stacked metric; see :func:`reduce_sum`."""
     prepared, w = _validate(metrics, None, nan_policy)
     return _apply(prepared, "min", w, nan_policy)
@@ -561,10 +211,10 @@ def reduce_min(metrics: Any, *, nan_policy: str = "propagate") -> Any:
 
 def reduce_custom(
     metrics: Mapping[str, Any],
-    reduce_fn: Mapping[str, str | Callable[[Any], Any]] | None = None,
+    reduce_fn: Mapping[str, ReduceOp | Callable[[Any], Any] | None] | None = None,
     *,
-    weights: Any = None,
-    nan_policy: str = "propagate",
+    weights: jax.typing.ArrayLike | None = None,
+    nan_policy: NanPolicy = "propagate",
 ) -> dict[str, Any]:
     """Reduces each top-level metric with its own operation.
 
@@ -573,7 +223,8 @@ def reduce_custom(
       reduce_fn: ``{name: op}``; ``op`` is ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` or
         a callable applied to each stacked ``[n_devices, ...]`` array leaf under that name
         (the callable owns its NaN handling and ignores weights; ``nan_policy="raise"``
-        still checks its input). Names not listed use ``"mean"``.
+        still checks its input), or ``None``: the value is returned unreduced, as in
+        upstream datarax. Names not listed use ``"mean"``.
       weights: optional ``[n_devices]`` weights; they affect only ``"mean"`` metrics,
         ``sum``/``max``/``min`` ignore them.
       nan_policy: ``"propagate"``, ``"omit"`` or ``"raise"``.
@@ -605,7 +256,7 @@ def reduce_custom(
             'pass e.g. {"loss": "mean", "step": "max"}.',
         )
     for name, op in reduce_fn.items():
-        if not callable(op):
+        if op is not None and not callable(op):
             _check_op(op, name)
     if not isinstance(metrics, Mapping):
         if not reduce_fn:
@@ -623,18 +274,60 @@ def reduce_custom(
             f"(available: {sorted(map(str, metrics))}); fix the names or drop them.",
         )
     prepared, w = _validate(metrics, weights, nan_policy)
+    ops = {k: reduce_fn.get(k, "mean") for k in prepared}
     if _flat_numpy_dict(prepared) and (w is None or type(w) is np.ndarray):
-        ops = {k: reduce_fn.get(k, "mean") for k in prepared}
         if all(type(op) is str for op in ops.values()):
             return _reduce_numpy_dict(prepared, ops, w, nan_policy)
-    return {k: _apply(v, reduce_fn.get(k, "mean"), w, nan_policy) for k, v in prepared.items()}
+    return {
+        k: v if ops[k] is None else _apply(v, ops[k], w, nan_policy) for k, v in prepared.items()
+    }
 
 
-def collect_from_devices(metrics: Any) -> list[Any]:
-    """Splits stacked metrics into one pytree per device.
+def collect_from_devices(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Splits each stacked metric into a per-device list (upstream datarax's semantics).
+
+    Call it outside the mapped function, on what ``pmap`` or a sharded step returned.
 
     Args:
-      metrics: pytree of ``[n_devices, ...]`` arrays (lists read as in the module doc).
+      metrics: mapping ``{name: value}``; a value that is an array (``jax.Array`` or
+        ``np.ndarray``) with ``ndim >= 1`` has the device axis first, ``[n_devices, ...]``.
+
+    Returns:
+      A ``dict`` with the same keys: each such array becomes a list of its
+      ``n_devices`` rows (``[...]`` each; NumPy rows for NumPy input, ``jax.Array`` rows
+      for JAX input); scalars, 0-d arrays and other values (lists, strings, nested
+      dicts) are returned unchanged. Metrics need not agree on ``n_devices``, and a
+      mapping without any stacked value comes back as it is (as a ``dict``).
+
+    Raises:
+      TypeError: ``metrics`` is not a mapping (the message names the type received).
+
+    Example:
+      >>> out = collect_from_devices({"loss": np.array([0.9, 1.1]), "lr": 0.1})
+      >>> out["loss"][1], out["lr"]
+      (np.float64(1.1), 0.1)
+    """
+    if not isinstance(metrics, Mapping):
+        raise TypeError(
+            f"collect_from_devices takes a mapping of metric names to stacked arrays, got "
+            f"{type(metrics).__name__}; pass e.g. {{'loss': losses}} with losses "
+            "[n_devices], or use split_by_device for any pytree."
+        )
+    return {
+        name: list(value) if _is_array(value) and value.ndim >= 1 else value
+        for name, value in metrics.items()
+    }
+
+
+def split_by_device(metrics: PyTree) -> list[PyTree]:
+    """Splits stacked metrics into one pytree per device.
+
+    What ``POST /v1/metrics/collect`` answers (and what ``collect_from_devices`` returned
+    before it took upstream's shape).
+
+    Args:
+      metrics: pytree of ``[n_devices, ...]`` arrays (top-level lists of a mapping read as
+        NumPy arrays, as in the module doc).
 
     Returns:
       List of length ``n_devices``; entry ``i`` has the structure of ``metrics`` with
@@ -646,7 +339,7 @@ def collect_from_devices(metrics: Any) -> list[Any]:
         ``device_count_mismatch``, ``ragged_array``.
 
     Example:
-      >>> collect_from_devices({"loss": np.array([0.9, 1.1])})
+      >>> split_by_device({"loss": np.array([0.9, 1.1])})
       [{'loss': np.float64(0.9)}, {'loss': np.float64(1.1)}]
     """
     prepared = _lists_to_arrays(metrics)
@@ -672,75 +365,3 @@ def collect_from_devices(metrics: Any) -> list[Any]:
         )
         for i in range(n)
     ]
-
-
-# --------------------------------------------------------------------- collectives
-
-
-def _collective(fn: Callable[..., Any], metrics: Any, axis_name: Any, what: str) -> Any:
-    if not isinstance(axis_name, str) or not axis_name:
-        raise MetricsError(
-            "unbound_axis_name",
-            f"axis_name must be a non-empty string, got {axis_name!r}; use the name given "
-            'to jax.pmap(..., axis_name=...) or the mesh axis of shard_map (e.g. "batch").',
-        )
-
-    def one(x: Any) -> Any:
-        if isinstance(x, (np.ndarray, jax.Array, Number, np.generic)):
-            return fn(x, axis_name)
-        return x
-
-    try:
-        return jax.tree_util.tree_map(one, metrics, is_leaf=_is_none)
-    except NameError as err:
-        raise MetricsError(
-            "unbound_axis_name",
-            f"{what} found no mapped axis named {axis_name!r} ({err}); call it inside "
-            f"jax.pmap(..., axis_name={axis_name!r}) or jax.shard_map over a mesh with that "
-            "axis, or use the SPMD reduce_* functions under jit.",
-        ) from err
-
-
-def reduce_mean_collective(metrics: Any, axis_name: str = "batch") -> Any:
-    """``lax.pmean`` of every leaf over a mapped axis (inside ``pmap``/``shard_map``).
-
-    Args:
-      metrics: pytree of per-device values (any shape ``[...]``), e.g. gradients.
-      axis_name: the ``pmap`` axis name or ``shard_map`` mesh axis, e.g. ``"batch"``.
-
-    Returns:
-      Same structure and shapes, each leaf averaged over ``axis_name`` (identical on every
-      device). Non-numeric leaves pass through.
-
-    Raises:
-      MetricsError: ``unbound_axis_name`` when called outside a context binding it.
-    """
-    return _collective(lax.pmean, metrics, axis_name, "reduce_mean_collective")
-
-
-def reduce_sum_collective(metrics: Any, axis_name: str = "batch") -> Any:
-    """``lax.psum`` of every leaf over a mapped axis; see :func:`reduce_mean_collective`."""
-    return _collective(lax.psum, metrics, axis_name, "reduce_sum_collective")
-
-
-def all_gather(metrics: Any, axis_name: str = "batch") -> Any:
-    """``lax.all_gather`` of every leaf over a mapped axis (inside ``pmap``/``shard_map``).
-
-    Args:
-      metrics: pytree of per-device values ``[...]``.
-      axis_name: the ``pmap`` axis name or ``shard_map`` mesh axis.
-
-    Returns:
-      Same structure, each leaf ``[axis_size, ...]`` holding every device's value, marked
-      invariant over ``axis_name`` (so ``shard_map(..., out_specs=P())`` accepts it).
-
-    Raises:
-      MetricsError: ``unbound_axis_name`` when called outside a context binding it.
-    """
-    return _collective(_gather_invariant, metrics, axis_name, "all_gather")
-
-
-def _gather_invariant(x: Any, axis_name: str) -> Any:
-    # "invarying" marks the result as equal on every device, so shard_map's
-    # replication check accepts out_specs=P(); plain all_gather stays "varying".
-    return lax.all_gather(x, axis_name, to="invarying")

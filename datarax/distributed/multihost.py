@@ -10,7 +10,9 @@ its own (addressable) devices. This module covers the three things a program the
   and gloo collectives on CPU.
 - Host data in: :func:`global_array_from_host` (a value identical on every process, such
   as freshly initialised parameters) and :func:`place_global_batch` (a global batch; each
-  process keeps only the rows its devices hold, :func:`process_local_rows`).
+  process keeps only the rows its devices hold, :func:`process_local_rows`). The row and
+  array helpers live in :mod:`datarax.distributed.global_arrays` (below this module and
+  ``data_parallel``, which both use them) and are re-exported here.
 - Results out: :func:`fetch_global` reads a global array back to numpy without touching
   non-addressable shards where it can.
 - Meshes over some of the processes: only processes that hold a device of the mesh
@@ -37,9 +39,27 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-PyTree = Any
+from datarax.distributed.data_parallel import place_batch_on_shards
+from datarax.distributed.global_arrays import (
+    global_array_from_host,
+    process_local_rows,
+    process_local_slice,
+)
+from datarax.distributed.typing import PyTree
+
+__all__ = [
+    "coordination_client",
+    "detect_process_id",
+    "fetch_global",
+    "global_array_from_host",
+    "initialize_distributed",
+    "owns_devices_of",
+    "place_global_batch",
+    "process_local_rows",
+    "process_local_slice",
+]
 
 _MAX_HEARTBEAT_S = 3600
 
@@ -177,53 +197,6 @@ def coordination_client() -> Any:
     return client
 
 
-def process_local_rows(sharding: Sharding, global_shape: Sequence[int]) -> list[tuple[int, int]]:
-    """The ``[start, stop)`` row ranges of dimension 0 that this process's devices hold.
-
-    Sorted, with adjacent device blocks merged; concatenated in this order they are the
-    local data ``jax.make_array_from_process_local_data`` expects. A batch replicated
-    over dimension 0 gives one range with all rows.
-
-    Args:
-      sharding: the global array's sharding (may span several processes).
-      global_shape: the global array's shape, at least 1-d.
-
-    Returns:
-      E.g. ``[(0, 16)]`` on process 0 and ``[(16, 32)]`` on process 1 for 32 rows split
-      over ``data=8`` across two processes of four devices each.
-
-    Raises:
-      ValueError: ``global_shape`` is 0-d.
-    """
-    shape = tuple(int(d) for d in global_shape)
-    if not shape:
-        raise ValueError("process_local_rows needs an array of at least one dimension")
-    blocks = set()
-    for index in sharding.addressable_devices_indices_map(shape).values():
-        rows = index[0] if index else slice(None)
-        start, stop, _ = rows.indices(shape[0])
-        blocks.add((start, stop))
-    merged: list[tuple[int, int]] = []
-    for start, stop in sorted(blocks):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(stop, merged[-1][1]))
-        else:
-            merged.append((start, stop))
-    return merged
-
-
-def process_local_slice(value: np.ndarray, sharding: Sharding) -> np.ndarray:
-    """The rows of the global host array ``value`` that this process's devices hold.
-
-    A view when they are one contiguous block (the usual case), a copy otherwise.
-    """
-    blocks = process_local_rows(sharding, value.shape)
-    if len(blocks) == 1:
-        start, stop = blocks[0]
-        return value[start:stop]
-    return np.concatenate([value[start:stop] for start, stop in blocks])
-
-
 def place_global_batch(batch: PyTree, sharding: NamedSharding) -> PyTree:
     """Places a global host batch, given whole on every process, with ``sharding``.
 
@@ -246,8 +219,6 @@ def place_global_batch(batch: PyTree, sharding: NamedSharding) -> PyTree:
     Raises:
       ValueError: a leaf whose leading dimension does not split over the shards.
     """
-    from datarax.distributed.data_parallel import place_batch_on_shards
-
     if sharding.is_fully_addressable:
         return place_batch_on_shards(batch, sharding)
 
@@ -260,31 +231,6 @@ def place_global_batch(batch: PyTree, sharding: NamedSharding) -> PyTree:
 
     # Each process keeps its own rows; place_batch_on_shards turns them into global arrays.
     return place_batch_on_shards(jax.tree.map(local_rows, batch), sharding)
-
-
-def global_array_from_host(value: jax.typing.ArrayLike, sharding: Sharding) -> jax.Array:
-    """A global array from a value that is identical on every process.
-
-    ``jax.device_put`` onto a sharding that spans processes first checks, with a
-    collective, that the value is equal everywhere (``multihost_utils.assert_equal``):
-    one all-gather per array. Here each process fills its own shards from its copy
-    (``jax.make_array_from_callback``) and nothing crosses processes: the caller promises
-    the values agree (same seed, same code). Global arrays that are already on the same
-    devices are resharded with ``device_put``.
-
-    Args:
-      value: host value (numpy, scalar) or a process-local ``jax.Array``, any shape.
-      sharding: target sharding.
-
-    Returns:
-      ``jax.Array`` with ``sharding``, shape and dtype of ``value``.
-    """
-    if sharding.is_fully_addressable:
-        return jax.device_put(value, sharding)
-    if isinstance(value, jax.Array) and not value.is_fully_addressable:
-        return jax.device_put(value, sharding)
-    host = np.asarray(value)
-    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 def fetch_global(x: jax.typing.ArrayLike) -> np.ndarray:

@@ -311,7 +311,9 @@ def resolve_axes(axes: AxesLike, num_devices: int, *, exact: bool = True) -> dic
     if needed > num_devices:
         raise PlanError(
             "not_enough_devices",
-            f"mesh {resolved} needs {needed} devices but only {num_devices} are available",
+            # "Not enough devices" is upstream datarax's wording; code matching it keeps working.
+            f"Not enough devices: mesh {resolved} needs {needed} devices but only "
+            f"{num_devices} are available",
         )
     return resolved
 

@@ -1,6 +1,16 @@
-"""Parameter sharding rules: which PartitionSpec each parameter gets under a named rule.
+"""Sharding rules: which PartitionSpec each parameter (or tensor dimension) gets.
 
-Rules (the service's ``param_sharding`` uses the same table):
+Two vocabularies:
+
+- Logical axis rules (upstream datarax's, in the style of Flax NNX's FSDP examples):
+  :class:`MeshRules` maps logical dimension names (``data``, ``embed``, ``mlp``,
+  ``heads``) to mesh axes; :func:`data_parallel_rules` and :func:`fsdp_rules` build the
+  two usual tables; :func:`partition_spec_for_names` (alias
+  :func:`apply_sharding_rules`) turns a tensor's logical names into a ``PartitionSpec``;
+  :func:`create_named_sharding` builds the ``NamedSharding``.
+- Named parameter rules (the service's ``param_sharding``), below.
+
+Named parameter rules (the service's ``param_sharding`` uses the same table):
 
 - ``replicate``: every parameter whole on every device (data parallelism).
 - ``model``: tensor parallelism over the ``model`` axis. Matrices (ndim >= 2) split their
@@ -15,11 +25,27 @@ a scalar) stays replicated, and a warning says why: plans report those warnings.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import jax
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+__all__ = [
+    "PARAM_SHARDING_RULES",
+    "MeshRules",
+    "apply_sharding_rules",
+    "create_named_sharding",
+    "data_parallel_rules",
+    "dim0_shard_count",
+    "fsdp_rules",
+    "param_partition_spec",
+    "partition_spec_for_names",
+    "path_to_str",
+]
 
 PARAM_SHARDING_RULES: tuple[str, ...] = ("replicate", "model", "fsdp")
 _RULE_AXIS = {"model": "model", "fsdp": "fsdp"}
@@ -89,6 +115,129 @@ def path_to_str(path: Sequence[Any]) -> str:
     return "/".join(parts)
 
 
-def spec_of(entries: Sequence[str | None]) -> P:
-    """A ``PartitionSpec`` from per-dimension entries."""
-    return P(*entries)
+def dim0_shard_count(sharding: NamedSharding) -> int:
+    """How many blocks dimension 0 is split into under ``sharding``.
+
+    ``P("data")`` on ``{"data": 4, "model": 2}`` gives 4, ``P(("data", "model"))`` gives 8,
+    ``P()`` or ``P(None, "model")`` gives 1.
+
+    Raises:
+      ValueError: ``sharding`` is not a ``NamedSharding``.
+    """
+    if not isinstance(sharding, NamedSharding):
+        raise ValueError(
+            f"dim0_shard_count needs a NamedSharding, got {type(sharding).__name__}; "
+            "build one with NamedSharding(mesh, P('data'))"
+        )
+    spec = sharding.spec
+    if len(spec) == 0 or spec[0] is None:
+        return 1
+    names = spec[0] if isinstance(spec[0], tuple) else (spec[0],)
+    return math.prod(int(sharding.mesh.shape[name]) for name in names)
+
+
+# ------------------------------------------------------------------ logical axis rules
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeshRules:
+    """Logical dimension name -> mesh axis (or ``None``: that dimension is not split).
+
+    Calling the rules with logical names gives the mesh axes, one per name, ready for
+    ``PartitionSpec(*rules("data", "embed"))``.
+
+    Attributes:
+      data: mesh axis of the batch dimension, e.g. ``"data"``.
+      embed: mesh axis of embedding / model-width dimensions.
+      mlp: mesh axis of MLP hidden dimensions.
+      heads: mesh axis of attention-head dimensions.
+
+    Raises:
+      TypeError: a field that is neither a string nor ``None``.
+
+    Example:
+      >>> rules = MeshRules(data="data", mlp="model")
+      >>> rules("data", "embed", "mlp")
+      ('data', None, 'model')
+    """
+
+    data: str | None = None
+    embed: str | None = None
+    mlp: str | None = None
+    heads: str | None = None
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"MeshRules.{field.name} must be a mesh axis name (str) or None, got "
+                    f"{value!r}; e.g. MeshRules(data='data', mlp='model')"
+                )
+
+    def __call__(self, *keys: str) -> tuple[str | None, ...]:
+        """The mesh axis of each logical name in ``keys``, in order.
+
+        Raises:
+          AttributeError: a name that is not a field (``data``, ``embed``, ``mlp``,
+            ``heads``); upstream raises the same type.
+        """
+        known = [field.name for field in fields(self)]
+        for key in keys:
+            if key not in known:
+                raise AttributeError(f"unknown logical axis name {key!r}; MeshRules knows {known}")
+        return tuple(getattr(self, key) for key in keys)
+
+
+def data_parallel_rules(data_axis: str = "data") -> MeshRules:
+    """Rules for pure data parallelism: only the batch dimension is split, over
+    ``data_axis``; every model dimension is replicated."""
+    return MeshRules(data=data_axis)
+
+
+def fsdp_rules(data_axis: str = "data", model_axis: str = "model") -> MeshRules:
+    """Rules for fully sharded training as upstream datarax defines them: the batch
+    dimension over ``data_axis``, and ``embed``, ``mlp`` and ``heads`` over
+    ``model_axis``."""
+    return MeshRules(data=data_axis, embed=model_axis, mlp=model_axis, heads=model_axis)
+
+
+def create_named_sharding(mesh: Mesh, *axis_names: str | None) -> NamedSharding:
+    """``NamedSharding(mesh, PartitionSpec(*axis_names))``: one mesh axis (or ``None``) per
+    array dimension; no names means fully replicated.
+
+    Raises:
+      ValueError: a name that is not an axis of ``mesh`` (the message lists the axes).
+    """
+    unknown = [
+        name
+        for entry in axis_names
+        for name in (entry if isinstance(entry, tuple) else (entry,))
+        if name is not None and name not in mesh.axis_names
+    ]
+    if unknown:
+        raise ValueError(
+            f"axis names {unknown} are not axes of the mesh {dict(mesh.shape)}; use some of "
+            f"{list(mesh.axis_names)} or None"
+        )
+    return NamedSharding(mesh, P(*axis_names))
+
+
+def partition_spec_for_names(rules: MeshRules, *logical_names: str) -> P:
+    """The ``PartitionSpec`` of a tensor whose dimensions have ``logical_names``.
+
+    Example:
+      >>> partition_spec_for_names(fsdp_rules(), "data", "embed")
+      PartitionSpec('data', 'model')
+    """
+    if not isinstance(rules, MeshRules):
+        raise TypeError(
+            f"rules must be a MeshRules, got {type(rules).__name__}; build one with "
+            "fsdp_rules() or MeshRules(data='data')"
+        )
+    return P(*rules(*logical_names))
+
+
+def apply_sharding_rules(rules: MeshRules, *logical_names: str) -> P:
+    """The same as :func:`partition_spec_for_names` (upstream's other name for it)."""
+    return partition_spec_for_names(rules, *logical_names)

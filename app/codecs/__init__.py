@@ -1,0 +1,1 @@
+"""Arrays in and out of HTTP bodies (JSON and npz), for metrics and training batches alike."""

@@ -1,0 +1,290 @@
+"""Arrays in JSON bodies and JSON answers: nested lists and OIP-v2 tensors <-> numpy.
+
+Plain numpy, used by the HTTP process for metrics and training batches alike; nothing
+touches JAX devices. Every error names the field it is about (``metric 'loss'``,
+``batch field 'inputs'``): the caller says what its arrays are.
+
+Inputs:
+  - nested JSON lists: numbers and booleans; ``null`` and the ``NaN``/``Infinity``
+    literals read as non-finite floats; strings, objects and ragged nesting are refused;
+  - OIP tensors ``{"shape", "datatype", "data"}`` with datatypes BOOL, UINT8..UINT64,
+    INT8..INT64, FP16, FP32, FP64 (BF16 and BYTES are ``unsupported_datatype``); integer
+    and boolean tensors must hold exactly representable values.
+
+Outputs: ``encode_json`` writes values (numpy arrays and scalars included) as JSON bytes
+with orjson, in C: non-finite floats become ``null`` (JSON has no NaN), float16/float32
+values are written with the shortest decimal that reads back as the same value (``0.65``,
+not ``0.6499999761581421``).
+
+Speed: ``loads_json`` parses with orjson and falls back to the standard library only for
+what orjson refuses (``NaN``/``Infinity`` literals, integers beyond 64 bits, other
+encodings, and malformed JSON, so error messages stay the standard library's).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from app.errors import (
+    InvalidJson,
+    InvalidTensor,
+    RaggedArray,
+    UnsupportedDatatype,
+    validation_error,
+)
+
+OIP_DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+}
+
+
+def loads_json(body: bytes) -> Any:
+    """Parses a JSON body: orjson, else the standard library (same result, or its error).
+
+    Raises:
+      json.JSONDecodeError, UnicodeDecodeError: as ``json.loads`` does.
+    """
+    try:
+        return orjson.loads(body)  # orjson itself refuses unpaired surrogates
+    except orjson.JSONDecodeError:
+        # NaN/Infinity literals, integers beyond 64 bits, UTF-16/32 bodies, lone
+        # surrogates, or malformed JSON: the standard library parses or explains it.
+        data = json.loads(body)
+    # A lone surrogate (\ud800) parses but is not text: no answer, JSON or npz, could
+    # name it. Refused here, as malformed JSON, instead of failing when answering.
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise json.JSONDecodeError(
+            f"a string holds an unpaired surrogate ({err.reason})", err.object, err.start
+        ) from None
+    return data
+
+
+def loads_body(body: bytes) -> Any:
+    """A request body as parsed JSON.
+
+    Raises:
+      ServiceError: ``validation_error`` for an empty body, ``invalid_json`` for one that
+        does not parse.
+    """
+    if not body:
+        raise validation_error([{"loc": ("body",), "msg": "Field required", "type": "missing"}])
+    try:
+        return loads_json(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InvalidJson(
+            f"request body is not valid JSON ({err}); send a JSON object with "
+            "Content-Type: application/json"
+        ) from None
+
+
+def validate_model[M: BaseModel](data: Any, model: type[M]) -> M:
+    """``model.model_validate(data)``; errors as the 422 FastAPI's own body models give."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        errors = [
+            {**entry, "loc": ("body", *entry.get("loc", ()))}
+            for entry in err.errors(include_url=False)
+        ]
+        raise validation_error(errors) from None
+
+
+def parse_json_model[M: BaseModel](body: bytes, model: type[M]) -> M:
+    """A JSON request body validated by ``model`` (for routes that read the body themselves)."""
+    return validate_model(loads_body(body), model)
+
+
+def _numeric_from_json(name: str, value: Any, what: str) -> np.ndarray:
+    """Nested JSON list -> bool/int/float array; None -> NaN."""
+    try:
+        array = np.asarray(value)
+    except ValueError as err:
+        raise RaggedArray(
+            f"{what} {name!r} is not rectangular ({err}); every device must send the same "
+            "shape, e.g. [[1, 2], [3, 4]] for [n_devices, 2]"
+        ) from None
+    if array.dtype.kind in "biuf":
+        return array
+    if array.dtype.kind == "O":
+        flat = array.reshape(-1)
+        if all(v is None or (isinstance(v, int | float) and not isinstance(v, str)) for v in flat):
+            try:
+                return np.array(array, dtype=np.float64)
+            except (OverflowError, ValueError, TypeError) as err:
+                raise InvalidTensor(f"{what} {name!r}: {err}") from None
+        bad = next(v for v in flat if not (v is None or isinstance(v, int | float)))
+        raise InvalidTensor(
+            f"{what} {name!r} holds {type(bad).__name__} value {bad!r}; only numbers, "
+            "booleans and null (NaN) are allowed"
+        )
+    raise InvalidTensor(
+        f"{what} {name!r} holds non-numeric values (numpy dtype {array.dtype}); only "
+        "numbers, booleans and null (NaN) are allowed"
+    )
+
+
+def _from_list(name: str, value: list[Any], what: str) -> np.ndarray:
+    array = _numeric_from_json(name, value, what)
+    if array.ndim == 0:
+        raise InvalidTensor(f"{what} {name!r} is a scalar; send [n_devices, ...] values")
+    return array
+
+
+def _from_tensor(
+    name: str, shape: list[int], datatype: str, data: list[Any], what: str
+) -> np.ndarray:
+    datatype_upper = str(datatype).upper()
+    dtype = OIP_DTYPES.get(datatype_upper)
+    if dtype is None:
+        raise UnsupportedDatatype(
+            f"{what} {name!r} has datatype {datatype!r}; supported: {', '.join(OIP_DTYPES)}"
+            + (" (convert BF16 to FP32 before sending)" if datatype_upper == "BF16" else "")
+        )
+    if len(shape) == 0:
+        raise InvalidTensor(
+            f"{what} {name!r} has shape []; metrics need a leading device axis, "
+            "e.g. shape [n_devices]"
+        )
+    raw = _numeric_from_json(name, data, what).reshape(-1)
+    expected = math.prod(shape)
+    if raw.size != expected:
+        raise InvalidTensor(
+            f"{what} {name!r} has shape {shape} ({expected} values) but data holds "
+            f"{raw.size} values; data is the row-major flattening of the tensor"
+        )
+    kind = dtype.kind
+    if kind == "b":
+        if raw.dtype.kind != "b" and raw.size:
+            raise InvalidTensor(f"{what} {name!r} is BOOL but data holds non-boolean values")
+    elif kind in "iu":
+        if raw.dtype.kind not in "biu" and raw.size:
+            raise InvalidTensor(
+                f"{what} {name!r} is {datatype_upper} but data holds non-integer values "
+                f"(numpy dtype {raw.dtype}); send integers or use FP32/FP64"
+            )
+        if raw.size and raw.dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            low, high = int(raw.min()), int(raw.max())
+            if low < info.min or high > info.max:
+                raise InvalidTensor(
+                    f"{what} {name!r}: values {low}..{high} do not fit {datatype_upper} "
+                    f"({info.min}..{info.max})"
+                )
+    with np.errstate(over="ignore"):
+        return raw.astype(dtype).reshape(shape)
+
+
+def decode_json_arrays(arrays: Mapping[str, Any], *, what: str = "metric") -> dict[str, np.ndarray]:
+    """Validated request arrays (lists or tensor models/dicts) -> name -> numpy array.
+
+    Args:
+      arrays: name -> nested list or OIP tensor (a dict or a model with those fields).
+      what: what the arrays are, for error messages (``metric``, ``batch field``).
+
+    Raises:
+      RaggedArray, InvalidTensor, UnsupportedDatatype.
+    """
+    out: dict[str, np.ndarray] = {}
+    for name, value in arrays.items():
+        if isinstance(value, list):
+            out[name] = _from_list(name, value, what)
+            continue
+        fields = value if isinstance(value, Mapping) else value.model_dump()
+        out[name] = _from_tensor(name, fields["shape"], fields["datatype"], fields["data"], what)
+    return out
+
+
+# ---------------------------------------------------------------------------- JSON out
+
+_ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+@functools.cache
+def _float16_decimals() -> np.ndarray:
+    """float64 holding the shortest decimal of every float16 bit pattern (65,536 values)."""
+    every = np.arange(2**16, dtype=np.uint16).view(np.float16)
+    return np.array([float(str(v)) for v in every], dtype=np.float64)
+
+
+def _float16_to_decimal(array: np.ndarray) -> np.ndarray:
+    """float16 -> float64 holding the shortest float16 decimal (``0.1``, not 0.0999755859375)."""
+    if array.size <= 64:
+        flat = [float(str(v)) for v in array.reshape(-1)]
+        return np.array(flat, dtype=np.float64).reshape(array.shape)
+    return _float16_decimals()[array.astype(np.float16).view(np.uint16)]
+
+
+# numpy scalar types orjson writes as they are (float16 needs its decimal, see below).
+_ORJSON_SCALARS = frozenset(
+    {np.float64, np.float32, np.int64, np.int32, np.int16, np.int8}
+    | {np.uint64, np.uint32, np.uint16, np.uint8, np.bool_}
+)
+
+
+def _json_ready(value: Any) -> Any:
+    """What orjson writes as intended: float16 as its own shortest decimal, native byte
+    order, 0-d arrays as scalars; containers walked."""
+    if type(value) in _ORJSON_SCALARS:
+        return value
+    if type(value) is dict:
+        return {key: _json_ready(v) for key, v in value.items()}
+    if isinstance(value, np.generic):  # numpy scalars are always in native byte order
+        kind = value.dtype.kind
+        if kind not in "biuf":
+            raise TypeError(f"values of dtype {value.dtype} have no JSON form")
+        return float(str(value)) if value.dtype == np.float16 else value
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"values of dtype {value.dtype} have no JSON form")
+        if value.ndim == 0:
+            return _json_ready(value[()])
+        if value.dtype == np.float16:
+            return _float16_to_decimal(value)
+        if not value.dtype.isnative:
+            return value.astype(value.dtype.newbyteorder("="))
+        return value
+    if isinstance(value, dict):
+        return {key: _json_ready(v) for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    return value
+
+
+def _orjson_default(value: Any) -> Any:
+    # orjson hands over what it cannot write natively: arrays that are not C-contiguous.
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return np.ascontiguousarray(value)
+    raise TypeError(f"{type(value).__name__} has no JSON form")
+
+
+def encode_json(value: Any) -> bytes:
+    """JSON bytes of ``value``: dicts, lists, Python and numpy scalars, numpy arrays.
+
+    Arrays become nested lists and 0-d arrays scalars; non-finite floats are ``null``;
+    float16/float32 values are written with their own shortest decimal.
+
+    Raises:
+      TypeError: complex values, or objects with no JSON form.
+    """
+    return orjson.dumps(_json_ready(value), default=_orjson_default, option=_ORJSON_OPTIONS)

@@ -1,0 +1,225 @@
+"""npz bodies in and out: ``np.savez`` archives <-> numpy, never unpickling anything.
+
+Used by the HTTP process for metrics and training batches alike.
+
+In: the archive's decompressed size is checked against the body limit first (a small zip
+may inflate enormously); an uncompressed archive (``np.savez``) is read in place, its
+arrays read-only views into the body; anything else goes through ``np.load`` with
+``allow_pickle=False``, which owns the error messages.
+
+Out: ``encode_npz`` writes the stored archive ``np.savez`` writes, assembled directly
+(see its docstring and docs/ARCHITECTURE.md for why it is kept by hand).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+import zipfile
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from isal.isal_zlib import crc32  # zlib's CRC-32, about 6x faster (8 ms -> 1.3 ms for 32 MB)
+
+from app.errors import InvalidNpz, PayloadTooLarge, UnsupportedDatatype
+
+
+def load_npz(body: bytes, *, max_bytes: int) -> dict[str, np.ndarray]:
+    """Reads an ``np.savez`` / ``np.savez_compressed`` body without unpickling anything.
+
+    Args:
+      body: the raw request body.
+      max_bytes: the largest total decompressed size accepted.
+
+    Returns:
+      name -> array, including ``_weights`` when present.
+
+    Raises:
+      InvalidNpz: not a zip archive, a member that is not a ``.npy`` array, an object
+        (pickled) array, a corrupt member, or no arrays at all.
+      PayloadTooLarge: the arrays decompress to more than ``max_bytes``.
+      UnsupportedDatatype: a dtype other than bool, integers and floats.
+    """
+    if not body:
+        raise InvalidNpz("the body is empty; send the bytes np.savez writes")
+    try:
+        with zipfile.ZipFile(io.BytesIO(body)) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
+        raise InvalidNpz(
+            f"the body is not an npz archive ({err}); write it with numpy.savez(buffer, "
+            "loss=..., step=...)"
+        ) from None
+    inflated = sum(member.file_size for member in members)
+    if inflated > max_bytes:
+        raise PayloadTooLarge(
+            f"the npz arrays decompress to {inflated} bytes, above the limit of {max_bytes} bytes"
+        )
+    arrays = _stored_arrays(body, members)
+    if arrays is None:
+        arrays = _np_load(body)
+    if not arrays:
+        raise InvalidNpz("the npz holds no arrays; send at least one metric")
+    for name, array in arrays.items():
+        if not isinstance(array, np.ndarray):
+            # NpzFile hands back the raw bytes of a member that is not a .npy file.
+            raise InvalidNpz(f"npz member {name!r} is not a .npy array; write it with np.savez")
+        if array.dtype.kind not in "biuf":
+            raise UnsupportedDatatype(
+                f"npz array {name!r} has dtype {array.dtype}; send bool, integer or float "
+                "arrays (convert bfloat16 to float32)"
+            )
+    return arrays
+
+
+_ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... name length, extra length
+_NPY_HEADER_BYTES = 16384  # above numpy's own limit on .npy header size (10,000)
+
+
+def _stored_arrays(body: bytes, members: list[zipfile.ZipInfo]) -> dict[str, Any] | None:
+    """Zero-copy arrays of an uncompressed npz (what ``np.savez`` writes), or None.
+
+    Every member must be a stored (not deflated), unencrypted ``.npy`` file whose CRC
+    matches and whose header is a plain numeric array; the arrays are then read-only views
+    into ``body``, with no copy and no allocation. Anything else returns None and is read
+    by ``np.load``, which owns every error message.
+    """
+    view = memoryview(body)
+    arrays: dict[str, Any] = {}
+    for member in members:
+        name = member.filename
+        if (
+            member.compress_type != zipfile.ZIP_STORED
+            or member.flag_bits & 0x1
+            or not name.endswith(".npy")
+            or member.compress_size != member.file_size
+        ):
+            return None
+        try:
+            signature, name_size, extra_size = _ZIP_LOCAL_HEADER.unpack_from(
+                body, member.header_offset
+            )
+        except struct.error:
+            return None
+        start = member.header_offset + _ZIP_LOCAL_HEADER.size + name_size + extra_size
+        data = view[start : start + member.file_size]
+        if signature != b"PK\x03\x04" or len(data) != member.file_size:
+            return None
+        if crc32(data) != member.CRC:
+            return None
+        header = io.BytesIO(data[:_NPY_HEADER_BYTES])
+        try:
+            version = np.lib.format.read_magic(header)
+            if version == (1, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(header)
+            elif version == (2, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(header)
+            else:
+                return None
+        except ValueError:
+            return None
+        count = math.prod(shape)
+        offset = header.tell()
+        if dtype.hasobject or offset + count * dtype.itemsize != member.file_size:
+            return None
+        flat = np.frombuffer(body, dtype=dtype, count=count, offset=start + offset)
+        # Fortran order as np.lib.format.read_array reads it.
+        arrays[name[:-4]] = (
+            flat.reshape(shape[::-1]).transpose() if fortran_order else flat.reshape(shape)
+        )
+    return arrays
+
+
+def _np_load(body: bytes) -> dict[str, Any]:
+    """Every member through ``np.load`` (compressed archives, odd members, errors)."""
+    arrays: dict[str, Any] = {}
+    try:
+        with np.load(io.BytesIO(body), allow_pickle=False) as npz:
+            for name in npz.files:
+                arrays[name] = npz[name]
+    except ValueError as err:
+        if "pickle" in str(err).lower() or "object" in str(err).lower():
+            raise InvalidNpz(
+                f"the npz holds an object array, which would need pickle ({err}); send "
+                "numeric arrays only"
+            ) from None
+        raise InvalidNpz(f"the npz could not be read ({err})") from None
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile, TypeError) as err:
+        raise InvalidNpz(f"the npz could not be read ({type(err).__name__}: {err})") from None
+    return arrays
+
+
+_ZIP_LOCAL = struct.Struct("<IHHHHHIIIHH")
+_ZIP_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_ZIP_END = struct.Struct("<IHHHHIIH")
+_ZIP_LIMIT = 0xFFFF_FFFF  # past this a member or offset needs ZIP64 (_zip64_npz)
+_ZIP_MAX_MEMBERS = 0xFFFF
+_ZIP_MAX_NAME = 0xFFFF
+_ZIP_UTF8 = 0x800  # general purpose flag bit 11: the name is UTF-8 (APPNOTE 4.4.4)
+_ZIP_DOS_DATE = (1980 - 1980) << 9 | 1 << 5 | 1  # 1980-01-01, as zipfile writes a zero date
+
+
+def _npy_parts(value: Any) -> tuple[bytes, memoryview]:
+    """The ``.npy`` header and the raw data of one value (C order, no copy when possible)."""
+    array = np.asarray(value)  # not ascontiguousarray: it turns 0-d into 1-d
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")
+    if array.dtype.hasobject:
+        raise TypeError(f"values of dtype {array.dtype} have no npz form")
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    return header.getvalue(), memoryview(array.reshape(-1)).cast("B")
+
+
+def encode_npz(arrays: Mapping[str, Any]) -> bytes:
+    """An uncompressed npz archive of ``arrays`` (numpy values; scalars become 0-d arrays).
+
+    The archive ``np.savez`` writes (``np.load`` reads it, ``allow_pickle=False``),
+    assembled directly: one CRC pass (ISA-L) and one copy of each array into the answer,
+    where ``np.savez`` through ``zipfile`` takes about 8 ms for one 4 MB array. Non-ASCII
+    names carry the UTF-8 flag, as ``zipfile`` sets it. Archives past the classic ZIP
+    limits (a member or offset past 4 GiB, more than 65,535 members, a name longer than
+    65,535 bytes) are written by ``zipfile`` with ZIP64, as ``np.savez`` does.
+
+    Raises:
+      TypeError: an object (pickle-only) value.
+    """
+    members = [(str(name), *_npy_parts(value)) for name, value in arrays.items()]
+    if len(members) > _ZIP_MAX_MEMBERS:
+        return _zip64_npz(members)
+    parts: list[Any] = []
+    central: list[bytes] = []
+    offset = 0
+    for name, header, data in members:
+        filename = f"{name}.npy".encode()
+        size = len(header) + data.nbytes
+        end = offset + _ZIP_LOCAL.size + len(filename) + size
+        if len(filename) > _ZIP_MAX_NAME or size >= _ZIP_LIMIT or end >= _ZIP_LIMIT:
+            return _zip64_npz(members)
+        crc = crc32(data, crc32(header))
+        flags = 0 if name.isascii() else _ZIP_UTF8
+        # version 20, stored, time 0, date 1980-01-01
+        fields = (20, flags, 0, 0, _ZIP_DOS_DATE, crc, size, size, len(filename))
+        parts += [_ZIP_LOCAL.pack(0x04034B50, *fields, 0), filename, header, data]
+        central.append(
+            _ZIP_CENTRAL.pack(0x02014B50, 20, *fields, 0, 0, 0, 0, 0o600 << 16, offset) + filename
+        )
+        offset = end
+    directory = b"".join(central)
+    end_record = _ZIP_END.pack(
+        0x06054B50, 0, 0, len(central), len(central), len(directory), offset, 0
+    )
+    return b"".join([*parts, directory, end_record])
+
+
+def _zip64_npz(members: list[tuple[str, bytes, memoryview]]) -> bytes:
+    """The same archive through ``zipfile`` with ZIP64 (what ``np.savez`` does)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, header, data in members:
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                member.write(header)
+                member.write(data)
+    return buffer.getvalue()

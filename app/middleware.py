@@ -1,0 +1,251 @@
+"""What stands between a request and the routes: the guards, and the error handlers that
+turn every error into RFC 9457 problem details.
+
+Request path, outermost first::
+
+    ServerErrorMiddleware  (Starlette; unexpected exceptions -> 500 internal_error)
+    RequestMetricsMiddleware  (Prometheus: counts every answer, 401/413 included)
+    BearerAuthMiddleware   (401 before anything reads the body)
+    BodyLimitMiddleware    (413 before the body is read)
+    ExceptionMiddleware -> router -> routes
+
+Every 4xx/5xx answer is ``application/problem+json`` built from :mod:`app.errors`: a
+:class:`~app.errors.ServiceError` as it says, the library's ``PlanError``/``MetricsError``
+through ``from_library``, FastAPI's validation errors as ``validation_error`` naming each
+field (``loc``, ``field``), and Starlette's own 404/405 with their codes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import (
+    PROBLEM_MEDIA_TYPE,
+    BadRequest,
+    InvalidJson,
+    PayloadTooLarge,
+    ServiceError,
+    Unauthorized,
+    code_for_status,
+    from_library,
+    problem_bytes,
+    validation_error,
+)
+from datarax.distributed.metrics import MetricsError
+from datarax.distributed.planning import PlanError
+
+log = logging.getLogger("datarax.app")
+
+
+async def _send_problem(send: Send, error: ServiceError) -> None:
+    """Answers ``error`` from a pure ASGI middleware (closing the connection: the body
+    was not read)."""
+    body = problem_bytes(error.status, error.code, error.detail, title=error.title)
+    headers = [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status,
+            "headers": [
+                (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimitMiddleware:
+    """413 ``payload_too_large`` for bodies above ``max_bytes``, without reading them.
+
+    A declared ``Content-Length`` above the limit is refused before a byte of the body is
+    read. A body without one (chunked) is read up to the limit and refused as soon as it
+    crosses it; under the limit it is replayed to the app. Reads are also counted for
+    declared lengths, as a second line of defence.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _too_large(self, size: str) -> str:
+        return (
+            f"request body of {size} exceeds the limit of {self.max_bytes} bytes "
+            "(DATARAX_MAX_BODY_MB); send less, or npz-compress large arrays"
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            try:
+                length = int(declared)
+            except ValueError:
+                await _send_problem(send, BadRequest("Content-Length is not a number"))
+                return
+            if length > self.max_bytes:
+                await _send_problem(send, PayloadTooLarge(self._too_large(f"{length}")))
+                return
+            await self.app(scope, self._counting(receive), send)
+            return
+        if b"chunked" not in headers.get(b"transfer-encoding", b"").lower():
+            await self.app(scope, receive, send)  # no body
+            return
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # disconnect: let the app see it
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_bytes:
+                await _send_problem(
+                    send, PayloadTooLarge(self._too_large(f"more than {total} bytes"))
+                )
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _counting(self, receive: Receive) -> Receive:
+        total = 0
+
+        async def counted() -> Message:
+            nonlocal total
+            message = await receive()
+            if message["type"] == "http.request":
+                total += len(message.get("body", b""))
+                if total > self.max_bytes:
+                    # Only reachable if the server let more than Content-Length through.
+                    raise RuntimeError("request body exceeded its declared Content-Length")
+            return message
+
+        return counted
+
+
+class BearerAuthMiddleware:
+    """401 ``unauthorized`` for mutating requests without the bearer token.
+
+    Runs before the body is read; compares in constant time (``hmac.compare_digest``).
+    """
+
+    MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+    def __init__(self, app: ASGIApp, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") in self.MUTATING:
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                detail = (
+                    "this request needs Authorization: Bearer <token> (DATARAX_API_TOKEN)"
+                    if not given
+                    else "the bearer token is not valid"
+                )
+                await _send_problem(send, Unauthorized(detail))
+                return
+        await self.app(scope, receive, send)
+
+
+# ----------------------------------------------------------------------------- handlers
+
+
+def problem_response(error: ServiceError) -> Response:
+    """The ``application/problem+json`` answer of ``error``."""
+    return Response(
+        problem_bytes(error.status, error.code, error.detail, title=error.title, **error.extra),
+        status_code=error.status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=error.headers or None,
+    )
+
+
+async def _service_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ServiceError)
+    return problem_response(exc)
+
+
+async def _library_error(_request: Request, exc: Exception) -> Response:
+    return problem_response(from_library(exc))
+
+
+async def _request_validation(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return problem_response(validation_error(exc.errors()))
+
+
+_FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves on this path (Starlette names only the first route)."""
+    allowed = []
+    for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        probe = {**request.scope, "method": method}
+        if any(route.matches(probe)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    if status == 400 and exc.detail == _FASTAPI_BODY_PARSE_ERROR:
+        # FastAPI's answer to a JSON body it cannot decode (e.g. not UTF-8): the same
+        # problem as any other malformed JSON.
+        return problem_response(
+            InvalidJson("request body is not valid JSON (it could not be decoded); send UTF-8 JSON")
+        )
+    code = code_for_status(status)
+    headers = dict(exc.headers or {})
+    if status == 404:
+        detail = "no such path; see /docs for the API"
+    elif status == 405:
+        headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
+        detail = f"{request.method} is not allowed on this path; allowed: {headers['Allow']}"
+    else:
+        detail = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    return problem_response(ServiceError(detail, code=code, headers=headers))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(
+        ServiceError("the service failed to handle this request; the error was logged")
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Registers every handler: all 4xx/5xx answers become problem details."""
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(PlanError, _library_error)
+    app.add_exception_handler(MetricsError, _library_error)
+    app.add_exception_handler(RequestValidationError, _request_validation)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(Exception, _unexpected)

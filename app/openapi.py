@@ -1,0 +1,138 @@
+"""The OpenAPI document: its builder, and the pieces routes declare their operations with.
+
+Routes that read their body themselves (JSON or npz) declare it with
+:func:`request_body_openapi`; routes that skip FastAPI's parameter handling declare their
+query parameters with :func:`optional_query_doc`, exactly as FastAPI would write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query
+from fastapi.openapi.utils import get_openapi
+from pydantic.json_schema import models_json_schema
+
+from app.errors import PROBLEM_MEDIA_TYPE
+from app.routing import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE
+from app.schemas.jobs import JobMetricsRequest
+from app.schemas.metrics import MetricsCollectRequest, MetricsReduceRequest
+from app.schemas.problems import FieldError, Problem, ValidationProblem
+from app.schemas.sessions import StepRequest
+
+NAN_POLICY_QUERY = "npz bodies only: propagate (default), omit or raise"
+REDUCE_QUERY = "npz bodies only: per-metric ops, e.g. loss:mean,step:max"
+REDUCE_QUERY_EXAMPLES = ["loss:mean,step:max"]
+
+NanPolicyQuery = Annotated[str | None, Query(description=NAN_POLICY_QUERY)]
+ReduceQuery = Annotated[str | None, Query(description=REDUCE_QUERY, examples=REDUCE_QUERY_EXAMPLES)]
+
+
+def optional_query_doc(name: str, description: str, examples: list[str] | None = None) -> dict:
+    """The OpenAPI entry FastAPI writes for ``Annotated[str | None, Query(...)] = None``."""
+    schema: dict[str, Any] = {
+        "anyOf": [{"type": "string"}, {"type": "null"}],
+        "description": description,
+        "title": name.replace("_", " ").title(),
+    }
+    if examples:
+        schema["examples"] = examples
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
+def request_body_openapi(schema_name: str, example: dict[str, Any]) -> dict[str, Any]:
+    """``openapi_extra`` declaring a JSON-or-npz request body."""
+    return {
+        "requestBody": {
+            "required": True,
+            "description": "JSON, or an np.savez archive (application/x-npz): one array per "
+            "metric, weights as '_weights', options in the query string",
+            "content": {
+                JSON_MEDIA_TYPE: {
+                    "schema": {"$ref": f"#/components/schemas/{schema_name}"},
+                    "example": example,
+                },
+                NPZ_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+            },
+        }
+    }
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the given problem statuses."""
+    descriptions = {
+        401: "missing or wrong bearer token (code unauthorized)",
+        404: "not found",
+        409: "conflict",
+        413: "request body too large (payload_too_large)",
+        415: "body is neither JSON nor application/x-npz (unsupported_media_type)",
+        422: "validation_error, invalid_json or a domain code",
+        503: "device runtime unavailable (worker_lost) or starting (not_ready)",
+        504: "device command timed out (step_timeout)",
+    }
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        name = "ValidationProblem" if status == 422 else "Problem"
+        out[status] = {
+            "description": descriptions.get(status, "error"),
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+        }
+    return out
+
+
+def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """OpenAPI with the problem and manually-validated body schemas in components."""
+
+    def build() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+            tags=app.openapi_tags,
+        )
+        models = [
+            (m, "validation")
+            for m in (
+                Problem,
+                ValidationProblem,
+                FieldError,
+                MetricsReduceRequest,
+                MetricsCollectRequest,
+                JobMetricsRequest,
+                StepRequest,
+            )
+        ]
+        _, extra = models_json_schema(models, ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, definition in extra.get("$defs", {}).items():
+            components.setdefault(name, definition)
+        # FastAPI documents its own 422 body on every operation with parameters; ours is a
+        # problem document.
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                responses = operation.get("responses", {})
+                if "422" in responses:
+                    responses["422"] = {
+                        "description": "validation_error, invalid_json or a domain code",
+                        "content": {
+                            PROBLEM_MEDIA_TYPE: {
+                                "schema": {"$ref": "#/components/schemas/ValidationProblem"}
+                            }
+                        },
+                    }
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
+        app.openapi_schema = schema
+        return schema
+
+    return build

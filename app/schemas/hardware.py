@@ -1,0 +1,206 @@
+"""Hardware catalog entries, hardware plan requests, recommendation requests and answers.
+
+Field names follow DESIGN.md "Contract v1.1". This module imports only
+:mod:`app.schemas.base`; :mod:`app.schemas.meshes` builds on it (a ``POST /v1/meshes`` body
+may carry the hardware fields).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from app.schemas.base import OptimizerName, Strict
+
+ModelDtype = Literal["float32", "bfloat16", "float16"]
+Remat = Literal["none", "full"]
+
+HARDWARE_PLAN_EXAMPLE = {
+    "hardware": "tpu-v5e",
+    "topology": "16x16",
+    "slices": 2,
+    "ici": {"data": 1, "fsdp": -1, "tensor": 4},
+    "dcn": {"data": -1},
+    "batch_shape": [1024, 2048],
+    "batch_axes": ["data", "fsdp"],
+}
+
+RECOMMENDATION_EXAMPLE = {
+    "hardware": "tpu-v5e",
+    "topology": "4x4",
+    "slices": 2,
+    "model": {
+        "kind": "transformer",
+        "layers": 4,
+        "d_model": 1024,
+        "d_ff": 4096,
+        "heads": 8,
+        "kv_heads": 8,
+        "vocab": 32000,
+        "seq_len": 2048,
+    },
+    "global_batch": 64,
+    "top_k": 3,
+    "axes": ["data", "fsdp", "tensor"],
+}
+
+_Size = Annotated[StrictInt, Field(ge=1, le=1_048_576)]
+
+
+class HardwareMlpModel(Strict):
+    """The MLP as hardware plans and recommendations take it (dtype default bfloat16)."""
+
+    kind: Literal["mlp"]
+    features: list[_Size] = Field(min_length=2, max_length=64, examples=[[1024, 4096, 10]])
+    dtype: ModelDtype | None = Field(None, description="default bfloat16")
+    remat: Remat | None = Field(None, description="none (default) or full")
+    loss: Literal["mse", "cross_entropy"] | None = Field(None, description="default mse")
+
+
+class TransformerModel(Strict):
+    """A decoder-only transformer (no biases; gated MLP unless ``mlp: plain``)."""
+
+    kind: Literal["transformer"]
+    layers: _Size
+    d_model: _Size
+    d_ff: _Size
+    heads: _Size
+    kv_heads: _Size
+    vocab: _Size
+    seq_len: _Size
+    mlp: Literal["gated", "plain"] = "gated"
+    dtype: ModelDtype | None = Field(None, description="default bfloat16")
+    remat: Remat | None = Field(None, description="none (default) or full")
+
+
+HardwareModel = Annotated[HardwareMlpModel | TransformerModel, Field(discriminator="kind")]
+
+_HARDWARE = Field(max_length=64, description="a catalog name of GET /v1/hardware")
+_TOPOLOGY = Field(
+    None, max_length=64, description="TPU only: slice shape, '16x16' or JAX's 'v5e:16x16'"
+)
+_SLICES = Field(1, ge=1, le=65_536, description="TPU only: slices joined by DCN")
+_HOSTS = Field(None, ge=1, le=65_536, description="GPU/CPU only: hosts in the job")
+_SPLIT = Field(False, description="as in jax.experimental.mesh_utils.create_device_mesh")
+
+
+class HardwarePlanRequest(Strict):
+    """A plan over all the devices of a hardware cluster (``POST /v1/meshes`` with
+    ``hardware``): an abstract plan in JAX's device order for that hardware."""
+
+    hardware: str = _HARDWARE
+    topology: str | None = _TOPOLOGY
+    slices: StrictInt = _SLICES
+    hosts: StrictInt | None = _HOSTS
+    ici: dict[str, StrictInt] = Field(
+        description="ordered {axis: size} over the fast network (MaxText ici_*); these keys "
+        "are the mesh axes; sizes multiply to one slice's / NVLink domain's devices; one -1"
+    )
+    dcn: dict[str, StrictInt] | None = Field(
+        None,
+        description="{axis: size} over the slow network (MaxText dcn_*), keys among ici's "
+        "(missing: 1); sizes multiply to the slices / domains; one -1",
+    )
+    allow_split_physical_axes: StrictBool = _SPLIT
+    batch_shape: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
+        None, min_length=1, max_length=16, description="global batch shape"
+    )
+    batch_axes: list[str] | None = Field(None, description="mesh axes splitting dimension 0")
+    model: HardwareModel | None = Field(
+        None, description="adds step_estimate and memory_per_device (needs batch_shape)"
+    )
+    optimizer: OptimizerName = "adam"
+    name: str | None = Field(None, max_length=200)
+
+
+class RecommendationRequest(Strict):
+    """``POST /v1/recommendations``: rank every (ici, dcn) factorisation of a cluster."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [RECOMMENDATION_EXAMPLE]}
+    )
+
+    hardware: str = _HARDWARE
+    topology: str | None = _TOPOLOGY
+    slices: StrictInt = _SLICES
+    hosts: StrictInt | None = _HOSTS
+    model: HardwareModel
+    global_batch: StrictInt = Field(ge=1, le=2**40, description="examples or sequences a step")
+    top_k: StrictInt = Field(5, ge=1, le=100, description="candidates to return")
+    axes: list[str] = Field(
+        ["data", "fsdp", "tensor"],
+        min_length=1,
+        max_length=8,
+        description="mesh axis names in order, each with a role: data, fsdp or tensor "
+        "(aliases batch, replica, model)",
+    )
+    optimizer: OptimizerName = "adam"
+    allow_split_physical_axes: StrictBool = _SPLIT
+
+
+# ------------------------------------------------------------------------------ answers
+
+
+class HardwareEntry(BaseModel):
+    """One catalog entry (DESIGN v1.1); every figure has a public source in ``sources``."""
+
+    name: str = Field(examples=["tpu-v5e"])
+    kind: Literal["tpu", "gpu", "cpu"]
+    device_kind: str
+    hbm_bytes: int
+    peak_bf16_flops: float
+    devices_per_host: int
+    fast_domain_devices: int
+    fast_link_bytes_per_s: float
+    slow_link_bytes_per_s: float
+    topologies: list[str]
+    sources: dict[str, str]
+
+
+class HardwareList(BaseModel):
+    items: list[HardwareEntry]
+
+
+class AxisDetail(BaseModel):
+    name: str
+    size: int
+    ici: int
+    dcn: int
+    link: Literal["ici", "nvlink", "dcn", "infiniband", "host"] = Field(
+        description="the slowest network the axis crosses"
+    )
+    bytes_per_s: float = Field(description="one-way bandwidth a device drives on that link")
+
+
+class Collective(BaseModel):
+    axis: str
+    kind: str = Field(examples=["all-reduce"])
+    bytes_per_device: int
+    link: str
+    seconds: float
+
+
+class StepEstimate(BaseModel):
+    flops: float
+    compute_s: float
+    comm_s: float
+    step_s: float
+    mfu: float
+    bottleneck: Literal["compute", "communication"]
+    collectives: list[Collective]
+
+
+class Candidate(BaseModel):
+    rank: int
+    ici: dict[str, int]
+    dcn: dict[str, int]
+    step_estimate: StepEstimate
+    memory_per_device: dict[str, Any]
+    plan_request: dict[str, Any] = Field(description="a POST /v1/meshes body, as it is")
+
+
+class Recommendations(BaseModel):
+    candidates: list[Candidate] = Field(description="best (fastest estimated step) first")
+    considered: int
+    rejected: dict[str, int] = Field(description="rejected factorisations by code")

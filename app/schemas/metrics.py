@@ -1,0 +1,103 @@
+"""Metric reduction requests and answers.
+
+JSON numbers: JSON has no NaN or infinity. In requests, ``NaN``, ``Infinity`` and
+``-Infinity`` literals (what Python's ``json.dumps`` writes) and ``null`` are accepted in
+float metric data and read as non-finite values. In responses every non-finite float is
+``null``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from app.codecs.json_arrays import OIP_DTYPES
+from app.schemas.base import Strict
+from datarax.distributed.metrics import NAN_POLICIES, REDUCE_OPS
+
+OIP_DATATYPES = tuple(OIP_DTYPES)
+
+METRICS_REQUEST_EXAMPLE = {
+    "metrics": {
+        "loss": [0.9, 1.1, 1.0, 1.0],
+        "accuracy": {"shape": [4], "datatype": "FP32", "data": [0.5, 0.6, 0.7, 0.8]},
+        "step": [10, 10, 10, 10],
+    },
+    "reduce": {"loss": "mean", "accuracy": "mean", "step": "max"},
+    "weights": [32, 32, 32, 16],
+    "nan_policy": "propagate",
+}
+
+
+class Tensor(Strict):
+    """An Open Inference Protocol v2 style tensor: row-major flat ``data``."""
+
+    shape: list[Annotated[StrictInt, Field(ge=0)]] = Field(examples=[[4]])
+    datatype: str = Field(
+        examples=["FP32"],
+        description=f"one of {', '.join(OIP_DATATYPES)} (BF16 and BYTES are not supported)",
+        json_schema_extra={"enum": list(OIP_DATATYPES)},
+    )
+    data: list[Any] = Field(description="prod(shape) values, row-major (nested lists allowed)")
+
+
+MetricValue = list[Any] | Tensor
+
+_METRICS_DESCRIPTION = (
+    "name -> stacked per-device values, leading axis = devices: a nested JSON list or an "
+    "OIP tensor. NaN/Infinity literals and null are read as non-finite floats"
+)
+_NAN_POLICY_DESCRIPTION = (
+    "propagate: non-finite values flow into the result (as null); omit: ignore non-finite "
+    "entries per position; raise: 422 non_finite_values"
+)
+
+
+class MetricsReduceRequest(Strict):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [METRICS_REQUEST_EXAMPLE]}
+    )
+
+    metrics: dict[str, MetricValue] = Field(description=_METRICS_DESCRIPTION)
+    reduce: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"name -> operation ({', '.join(REDUCE_OPS)}); unlisted metrics use mean",
+    )
+    weights: list[float] | None = Field(
+        None, description="[n_devices] weights making 'mean' a weighted mean"
+    )
+    nan_policy: str = Field(
+        "propagate",
+        description=_NAN_POLICY_DESCRIPTION,
+        json_schema_extra={"enum": list(NAN_POLICIES)},
+    )
+
+
+class MetricsCollectRequest(BaseModel):
+    """``metrics`` as for reduce. ``reduce``/``weights``/``nan_policy`` are ignored, so the
+    same body can be sent to both endpoints."""
+
+    model_config = ConfigDict(
+        extra="ignore", json_schema_extra={"examples": [{"metrics": {"loss": [0.9, 1.1]}}]}
+    )
+
+    metrics: dict[str, MetricValue] = Field(description=_METRICS_DESCRIPTION)
+
+
+class ReduceResponse(BaseModel):
+    reduced: dict[str, Any] = Field(
+        description="name -> scalar (for [n_devices] input) or nested list; non-finite "
+        "values are null",
+        examples=[{"loss": 1.0, "per_class": [16, 20]}],
+    )
+    num_devices: int
+
+
+class DeviceMetrics(BaseModel):
+    device: int = Field(description="position on the leading (device) axis")
+    metrics: dict[str, Any]
+
+
+class CollectResponse(BaseModel):
+    devices: list[DeviceMetrics]

@@ -1,0 +1,101 @@
+"""Training session requests and answers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, StrictInt
+
+from app.schemas.base import OptimizerName, Strict
+from app.schemas.meshes import ParamLayout
+from app.schemas.metrics import Tensor
+
+SESSION_REQUEST_EXAMPLE: dict[str, Any] = {
+    "model": {"kind": "mlp", "features": [16, 64, 4]},
+    "optimizer": {"name": "adam", "learning_rate": 0.01},
+    "loss": "mse",
+    "seed": 0,
+    "param_sharding": "replicate",
+    "strategy": "spmd",
+}
+
+STEP_REQUEST_EXAMPLE: dict[str, Any] = {"steps": 10, "synthetic": {"seed": 0, "batch_size": 64}}
+
+
+class SessionModel(Strict):
+    """The built-in MLP a session trains."""
+
+    kind: Literal["mlp"] = Field(description="model family; only 'mlp' is built in")
+    features: list[Annotated[StrictInt, Field(ge=1, le=65_536)]] = Field(
+        min_length=2, max_length=32, description="layer widths [in, hidden..., out]"
+    )
+
+
+class SessionOptimizer(Strict):
+    name: OptimizerName = "adam"
+    learning_rate: float = Field(1e-3, gt=0, le=10)
+
+
+class SessionCreateRequest(Strict):
+    model: SessionModel
+    optimizer: SessionOptimizer = Field(default_factory=SessionOptimizer)
+    loss: Literal["mse", "cross_entropy"] = Field(
+        "mse", description="mse: float targets [B, out]; cross_entropy: integer ids [B]"
+    )
+    seed: StrictInt = Field(0, ge=0, le=2**31 - 1, description="parameter initialisation")
+    param_sharding: Literal["replicate", "model", "fsdp"] = "replicate"
+    strategy: Literal["spmd", "collective"] = Field(
+        "spmd",
+        description="spmd: nnx.jit under the mesh (XLA all-reduces); collective: the "
+        "guide's pmap path, explicit gradient pmean (needs param_sharding=replicate)",
+    )
+
+
+class SyntheticBatch(Strict):
+    seed: StrictInt = Field(0, ge=0, le=2**31 - 1)
+    batch_size: StrictInt = Field(ge=1, le=1_048_576)
+
+
+class StepBatch(Strict):
+    inputs: list[Any] | Tensor = Field(description="[B, features[0]] numbers")
+    targets: list[Any] | Tensor | None = Field(
+        None, description="[B, features[-1]] floats (mse) or [B] class ids (cross_entropy)"
+    )
+
+
+class StepRequest(Strict):
+    steps: StrictInt = Field(1, description="training steps to run (1..max_steps_per_call)")
+    batch: StepBatch | None = Field(None, description="the same batch for every step")
+    synthetic: SyntheticBatch | None = Field(
+        None,
+        description="one generated batch per step number; depends only on seed, "
+        "batch size, model and step number",
+    )
+
+
+class StepTiming(BaseModel):
+    compile_s: float
+    run_s: float
+    cache_hit: bool
+
+
+class StepResponse(BaseModel):
+    step: int
+    losses: list[float]
+    timing: StepTiming
+    examples_per_s: float | None
+
+
+class SessionOut(BaseModel):
+    id: str
+    mesh_id: str
+    created_at: str
+    step: int
+    last_loss: float | None = None
+    model: SessionModel
+    optimizer: SessionOptimizer
+    loss: str
+    seed: int
+    param_sharding: str
+    strategy: str
+    params: list[ParamLayout]

@@ -1,0 +1,235 @@
+"""Hardware as a service: the catalog, hardware plans and mesh recommendations.
+
+Plain functions over the library (:mod:`datarax.distributed.hardware`, ``topology``,
+``cost``, ``recommend``); no HTTP and no device here. A hardware plan is abstract
+(``live: false``) over all the devices of the cluster the request names, in JAX's device
+order for that hardware; its JSON is :func:`app.services.plans.render_plan`'s with
+``axes_detail`` (and, with a model, ``step_estimate``) added and each shard carrying
+``slice``, ``host`` and ``physical`` (``core`` on TPU).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from app.errors import ServiceError
+from app.schemas.hardware import HardwareMlpModel, HardwarePlanRequest, RecommendationRequest
+from app.schemas.meshes import MeshPlanRequest, MlpModel
+from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
+from datarax.distributed.cost import axis_roles, estimate_step, param_specs
+from datarax.distributed.hardware import HARDWARE, get_hardware
+from datarax.distributed.model_specs import DTYPE_BYTES, model_spec
+from datarax.distributed.recommend import recommend_meshes
+from datarax.distributed.topology import HardwareLayout, plan_hardware_devices
+
+# Step-estimate members DESIGN v1.1 fixes, then the library's extras worth keeping.
+_ESTIMATE_KEYS = ("flops", "compute_s", "comm_s", "step_s", "mfu", "bottleneck", "collectives")
+_ESTIMATE_EXTRAS = ("bottleneck_link", "phases", "tokens_per_device")
+
+
+# ------------------------------------------------------------------------------ catalog
+
+
+def list_hardware() -> dict[str, list[dict[str, Any]]]:
+    """``{"items": [...]}``: every catalog entry, in catalog order."""
+    return {"items": [entry.to_json() for entry in HARDWARE.values()]}
+
+
+def hardware_entry(name: str) -> dict[str, Any]:
+    """One catalog entry.
+
+    Raises:
+      ServiceError: 404 when the catalog has no such name (the detail lists the names).
+    """
+    if name not in HARDWARE:
+        raise ServiceError(
+            f"no hardware named {name!r}; the catalog has {', '.join(HARDWARE)} (GET /v1/hardware)",
+            code="hardware_not_found",
+        )
+    return get_hardware(name).to_json()
+
+
+# ------------------------------------------------------------------------------- plans
+
+
+def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
+    """A ``POST /v1/meshes`` body with ``hardware`` as a :class:`HardwarePlanRequest`.
+
+    The body's schema has already refused the plain-plan fields (``axes``,
+    ``num_devices``, ``platform``, ``param_sharding``) and required ``ici``.
+    """
+    model = body.model
+    if isinstance(model, MlpModel):
+        model = HardwareMlpModel(
+            kind="mlp",
+            features=model.features,
+            dtype=model.dtype,
+            remat=model.remat,
+            loss=model.loss,
+        )
+    optimizer = body.optimizer if isinstance(body.optimizer, str) else body.optimizer.name
+    assert body.hardware is not None and body.ici is not None  # checked by the schema
+    return HardwarePlanRequest(
+        hardware=body.hardware,
+        topology=body.topology,
+        slices=body.slices,
+        hosts=body.hosts,
+        ici=body.ici,
+        dcn=body.dcn,
+        allow_split_physical_axes=body.allow_split_physical_axes,
+        batch_shape=body.batch_shape,
+        batch_axes=body.batch_axes,
+        model=model,
+        optimizer=optimizer,
+        name=body.name,
+    )
+
+
+def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
+    """The devices of the request's cluster in mesh order (the library's planner).
+
+    Raises:
+      PlanError: the planner's codes (``unknown_hardware``, ``invalid_topology``, ...).
+    """
+    return plan_hardware_devices(
+        request.hardware,
+        ici=request.ici,
+        dcn=request.dcn,
+        topology=request.topology,
+        slices=request.slices,
+        hosts=request.hosts,
+        allow_split_physical_axes=request.allow_split_physical_axes,
+    )
+
+
+def layout_devices(layout: HardwareLayout) -> Devices:
+    """The plan's :class:`Devices`: JAX's ids, one process per host, and where each sits."""
+    ids = layout.device_ids.astype(np.int64)
+    return Devices(
+        ids=ids,
+        process_index=layout.host_index.astype(np.int64),
+        grid=layout.device_grid.tolist(),
+        platform=layout.hardware.kind,
+        live=False,
+        slice_index=layout.slice_index,
+        host_index=layout.host_index,
+        physical=layout.physical,
+        core=layout.core,
+    )
+
+
+def _step_parts(
+    request: HardwarePlanRequest, layout: HardwareLayout
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """``(params, memory_per_device, step_estimate)`` of the request's model."""
+    assert request.model is not None and request.batch_shape is not None
+    spec = model_spec(request.model.model_dump(exclude_none=True))
+    global_batch = int(request.batch_shape[0])
+    estimate = estimate_step(
+        layout.hardware,
+        layout.axes_detail,
+        spec,
+        global_batch,
+        optimizer=request.optimizer,
+    )
+    roles = axis_roles(list(layout.axes))
+    itemsize = DTYPE_BYTES[spec.dtype]
+    params = [
+        {
+            "path": group.path,
+            "shape": list(group.shape),
+            "spec": [list(e) if isinstance(e, tuple) else e for e in entry_spec],
+            "shard_shape": list(shard),
+            "bytes_per_device": math.prod(shard) * itemsize * group.repeat,
+            "repeat": group.repeat,
+        }
+        for group, entry_spec, shard, _ in param_specs(spec, layout.axes, roles)
+    ]
+    step = {key: estimate[key] for key in (*_ESTIMATE_KEYS, *_ESTIMATE_EXTRAS)}
+    return params, dict(estimate["memory_per_device"]), step
+
+
+def render_hardware_plan(
+    request: HardwarePlanRequest, *, plan_id: str, created_at: str
+) -> RenderedPlan:
+    """A hardware plan's JSON text (abstract, over all the cluster's devices).
+
+    Adds to a plain plan's members ``hardware``, ``topology``, ``slices``, ``hosts``,
+    ``ici``, ``dcn`` and ``axes_detail``; with a model ``step_estimate``, and
+    ``memory_per_device`` and ``params`` from the step estimate (model dtype, axis
+    roles). Shards add ``slice``, ``host``, ``physical`` (and ``core`` on TPU).
+
+    Raises:
+      PlanError: the planner's and the estimate's codes, and the batch codes of plain
+        plans (``batch_not_divisible``, ``unknown_batch_axis``, ...).
+    """
+    layout = lay_out(request)
+    devices = layout_devices(layout)
+    if layout.split_physical_axes:
+        devices.notes.append("the device order splits physical axes (allow_split_physical_axes)")
+    members: dict[str, Any] = {
+        "hardware": layout.hardware.name,
+        "topology": layout.topology_name,
+        "slices": layout.slices,
+        "hosts": layout.hosts,
+        "ici": layout.ici,
+        "dcn": layout.dcn,
+        "axes_detail": [link.to_json() for link in layout.axes_detail],
+    }
+    params = memory = None
+    if request.model is not None:
+        params, memory, members["step_estimate"] = _step_parts(request, layout)
+    plain = PlanRequest(
+        axes=layout.axes,
+        batch_shape=request.batch_shape,
+        batch_axes=request.batch_axes,
+        optimizer=request.optimizer,
+        name=request.name,
+    )
+    return render_plan(
+        plain,
+        layout.axes,
+        devices,
+        plan_id=plan_id,
+        created_at=created_at,
+        hardware=HardwareParts(members=members, params=params, memory=memory),
+    )
+
+
+# ------------------------------------------------------------------------ recommendations
+
+
+def recommend(request: RecommendationRequest) -> dict[str, Any]:
+    """``{"candidates", "considered", "rejected"}`` for the request (best first).
+
+    Each candidate's ``plan_request`` is a ``POST /v1/meshes`` body as it is.
+
+    Raises:
+      PlanError: bad inputs (``unknown_hardware``, ``invalid_topology``, ...), or
+        ``no_plan_fits`` with what would fit.
+    """
+    return recommend_meshes(
+        request.hardware,
+        model=request.model.model_dump(exclude_none=True),
+        global_batch=request.global_batch,
+        topology=request.topology,
+        slices=request.slices,
+        hosts=request.hosts,
+        axes=request.axes,
+        top_k=request.top_k,
+        optimizer=request.optimizer,
+        allow_split_physical_axes=request.allow_split_physical_axes,
+    )
+
+
+__all__ = [
+    "hardware_entry",
+    "hardware_plan_request",
+    "lay_out",
+    "list_hardware",
+    "recommend",
+    "render_hardware_plan",
+]

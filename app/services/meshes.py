@@ -1,0 +1,143 @@
+"""Mesh plans as a service: make (live or abstract), store, list, read, delete, draw.
+
+Plain async functions over the store and the runtime client; the arithmetic is
+:mod:`app.services.plans` and the library's :mod:`datarax.distributed.planning`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import anyio.to_thread
+
+from app.errors import MeshNotFound, WorkerLost
+from app.ids import new_plan_id, utc_now
+from app.runtime_client import RuntimeClient
+from app.schemas.meshes import MeshPlanRequest, MlpModel, OptimizerSpec
+from app.services.hardware import hardware_plan_request, render_hardware_plan
+from app.services.layout_svg import render_layout_svg
+from app.services.plans import (
+    PlanRequest,
+    abstract_devices,
+    check_plan_request,
+    live_devices,
+    render_plan,
+)
+from app.store import Store
+from datarax.distributed.planning import resolve_axes
+
+
+@dataclass(frozen=True)
+class CreatedPlan:
+    """A stored plan: its id, JSON text, and whether it is live."""
+
+    id: str
+    body: str
+    live: bool
+
+
+def _optimizer_name(value: str | OptimizerSpec | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return value.name
+
+
+def plan_request(body: MeshPlanRequest) -> PlanRequest:
+    """What the HTTP body asks for, as the planner's :class:`PlanRequest`."""
+    model = body.model
+    assert body.axes is not None and (model is None or isinstance(model, MlpModel))
+    param_sharding = body.param_sharding
+    optimizer = _optimizer_name(body.optimizer) or "adam"
+    if model is not None:
+        param_sharding = model.param_sharding or param_sharding
+        optimizer = _optimizer_name(model.optimizer) or optimizer
+    return PlanRequest(
+        axes=body.axes,
+        batch_shape=body.batch_shape,
+        batch_axes=body.batch_axes,
+        features=None if model is None else model.features,
+        param_sharding=param_sharding,
+        optimizer=optimizer,
+        name=body.name,
+    )
+
+
+async def create_plan(body: MeshPlanRequest, store: Store, runtime: RuntimeClient) -> CreatedPlan:
+    """Plans a mesh and stores it durably.
+
+    ``hardware`` given: an abstract plan over all the devices of that cluster, in JAX's
+    order for the hardware (:mod:`app.services.hardware`). ``num_devices`` given: an
+    abstract plan, no device touched. Neither: a live plan on the
+    runtime's devices (their ids in JAX's mesh order from the ``mesh_grid`` command); the
+    request is checked before it waits behind device work.
+
+    Raises:
+      PlanError: the library's plan codes.
+      WorkerLost: a live plan while the runtime is not ready.
+    """
+    plan_id, created_at = new_plan_id(), utc_now()
+    if body.hardware is not None:
+        hardware_request = hardware_plan_request(body)
+        rendered = await anyio.to_thread.run_sync(
+            lambda: render_hardware_plan(hardware_request, plan_id=plan_id, created_at=created_at)
+        )
+        await store.insert_plan(
+            plan_id, created_at, body.name, False, rendered.body, rendered.summary
+        )
+        return CreatedPlan(id=plan_id, body=rendered.body, live=False)
+    request = plan_request(body)
+    if body.num_devices is not None:
+        axes = resolve_axes(body.axes, body.num_devices, exact=True)
+        devices = abstract_devices(axes, body.platform)
+    else:
+        info = runtime.device_info()
+        if info is None:
+            raise WorkerLost(
+                "the device runtime is not ready, so a live plan cannot be made now; retry "
+                "shortly, or send num_devices for an abstract plan"
+            )
+        available = len(info["devices"])
+        axes = resolve_axes(body.axes, available, exact=False)
+        check_plan_request(request, axes)
+        answer, _ = await runtime.call("mesh_grid", {"axes": axes})
+        devices = live_devices(axes, answer, available)
+        if body.platform is not None:
+            devices.notes.append("platform is ignored for live plans (the runtime reports it)")
+    rendered = await anyio.to_thread.run_sync(
+        lambda: render_plan(request, axes, devices, plan_id=plan_id, created_at=created_at)
+    )
+    await store.insert_plan(
+        plan_id, created_at, body.name, devices.live, rendered.body, rendered.summary
+    )
+    return CreatedPlan(id=plan_id, body=rendered.body, live=devices.live)
+
+
+async def list_plans(store: Store, limit: int, offset: int, *, summary: bool) -> str:
+    """``{"items": [...], "total": n}`` as JSON text, newest first."""
+    bodies, total = await store.list_plans(limit, offset, summary=summary)
+    return '{"items":[' + ",".join(bodies) + '],"total":' + str(total) + "}"
+
+
+async def get_plan(store: Store, mesh_id: str) -> str:
+    """The stored plan's JSON text, exactly as answered when it was made.
+
+    Raises:
+      MeshNotFound: no plan with that id.
+    """
+    text = await store.get_plan(mesh_id)
+    if text is None:
+        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
+    return text
+
+
+async def delete_plan(store: Store, mesh_id: str) -> None:
+    """Forgets a plan. Raises MeshNotFound when there is none."""
+    if not await store.delete_plan(mesh_id):
+        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}")
+
+
+async def layout_svg(store: Store, mesh_id: str) -> str:
+    """The plan's layout picture (SVG text), drawn off the event loop."""
+    text = await get_plan(store, mesh_id)
+    return await anyio.to_thread.run_sync(lambda: render_layout_svg(json.loads(text)))

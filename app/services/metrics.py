@@ -1,0 +1,288 @@
+"""Metric reductions as plain functions: a request body in, reduced values out. No HTTP here.
+
+``decode_metrics_body`` turns a JSON or npz body into a :class:`MetricsInput`;
+``reduce_metrics`` and ``collect_metrics`` run the library's reductions on it; the jobs
+service stores what ``reduce_metrics`` gives.
+
+Speed: a JSON body in the common form (see :func:`plain_metrics_fields`) skips pydantic;
+any other body is validated by the request models, which give every error.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from app.codecs.json_arrays import decode_json_arrays, loads_body, validate_model
+from app.codecs.npz import load_npz
+from app.errors import InvalidParameter, InvalidTensor, ReservedMetricName, UnsupportedMediaType
+from app.routing import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE, is_json_media
+from app.schemas.metrics import MetricsCollectRequest, MetricsReduceRequest
+from datarax.distributed.metrics import reduce_custom, split_by_device
+
+WEIGHTS_ARRAY = "_weights"
+"""Name of the weights array inside an npz body."""
+
+NUM_DEVICES_ARRAY = "_num_devices"
+"""The npz answer's extra member: the device count (the JSON answer's ``num_devices``)."""
+
+
+@dataclass
+class MetricsInput:
+    """A decoded metrics request: name -> ``[n_devices, ...]`` arrays and the options."""
+
+    metrics: dict[str, np.ndarray]
+    reduce: dict[str, str]
+    weights: np.ndarray | None
+    nan_policy: str
+    step: int | None = None
+
+
+_REDUCE_MEMBERS = frozenset({"metrics", "reduce", "weights", "nan_policy"})
+_JOB_MEMBERS = _REDUCE_MEMBERS | {"step"}
+_TENSOR_FIELDS = frozenset({"shape", "datatype", "data"})
+
+
+def _plain_number(value: Any) -> bool:
+    # bool is an int subclass; ints are limited to what float64 conversion handles alike
+    # in pydantic and numpy.
+    kind = type(value)
+    return kind is float or (kind is int and -(2**63) <= value < 2**64)
+
+
+def _plain_tensor(value: Any) -> bool:
+    """An OIP tensor object exactly as ``Tensor`` takes it (a list metric needs no check:
+    ``list[Any]``, its contents are checked while decoding)."""
+    if type(value) is not dict or value.keys() != _TENSOR_FIELDS:
+        return False
+    shape = value["shape"]
+    return (
+        type(shape) is list
+        and all(type(n) is int and n >= 0 for n in shape)
+        and type(value["datatype"]) is str
+        and type(value["data"]) is list
+    )
+
+
+def plain_metrics_fields(data: Any, *, options: bool, step: bool) -> dict[str, Any] | None:
+    """The fields of a metrics request in its common form, or None to use the models.
+
+    Accepts only what ``MetricsReduceRequest`` (``options``), ``JobMetricsRequest``
+    (``options`` and ``step``) or ``MetricsCollectRequest`` (neither: other members are
+    ignored) accept *unchanged*: ``metrics`` maps names to lists or exact OIP tensor
+    objects, ``reduce`` maps names to strings, ``weights`` is a list of numbers or null,
+    ``nan_policy`` a string, ``step`` an int >= 0. Anything else (a missing or extra
+    member, a coercible string, a bool weight) returns None, and the pydantic model then
+    gives the answer and its exact error.
+
+    Args:
+      data: the parsed JSON body.
+      options: accept ``reduce``, ``weights`` and ``nan_policy`` (extra members forbidden).
+      step: require ``step``.
+
+    Returns:
+      ``{"metrics", "reduce", "weights", "nan_policy", "step"}`` with the defaults filled
+      in, or None.
+    """
+    if type(data) is not dict:
+        return None
+    metrics = data.get("metrics")
+    if type(metrics) is not dict:
+        return None
+    for value in metrics.values():
+        if type(value) is not list and not _plain_tensor(value):
+            return None
+    fields: dict[str, Any] = {
+        "metrics": metrics,
+        "reduce": {},
+        "weights": None,
+        "nan_policy": "propagate",
+        "step": None,
+    }
+    if not options:
+        return fields
+    if not data.keys() <= (_JOB_MEMBERS if step else _REDUCE_MEMBERS):
+        return None
+    reduce = data.get("reduce", {})
+    if type(reduce) is not dict or not all(type(op) is str for op in reduce.values()):
+        return None
+    weights = data.get("weights")
+    if weights is not None and (
+        type(weights) is not list or not all(_plain_number(w) for w in weights)
+    ):
+        return None
+    nan_policy = data.get("nan_policy", "propagate")
+    if type(nan_policy) is not str:
+        return None
+    if step:
+        value = data.get("step")
+        if type(value) is not int or value < 0:
+            return None
+        fields["step"] = value
+    fields.update(reduce=reduce, weights=weights, nan_policy=nan_policy)
+    return fields
+
+
+def decode_weights(weights: Any) -> np.ndarray | None:
+    """Request weights -> float64 array (validation of values is the library's)."""
+    if weights is None:
+        return None
+    return np.asarray(weights, dtype=np.float64)
+
+
+def split_npz_metrics(
+    arrays: Mapping[str, np.ndarray],
+) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """Separates the ``_weights`` array from the metrics and checks ranks."""
+    metrics = {k: v for k, v in arrays.items() if k != WEIGHTS_ARRAY}
+    for name, array in metrics.items():
+        if array.ndim == 0:
+            raise InvalidTensor(
+                f"npz array {name!r} is a scalar; metrics need a leading device axis"
+            )
+    return metrics, arrays.get(WEIGHTS_ARRAY)
+
+
+# --------------------------------------------------------------------------- query in
+
+
+def parse_reduce_query(text: str | None) -> dict[str, str]:
+    """``"loss:mean,step:max"`` -> ``{"loss": "mean", "step": "max"}``.
+
+    Raises:
+      InvalidParameter: an entry without ``name:op``, or a name given twice.
+    """
+    if not text:
+        return {}
+    out: dict[str, str] = {}
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        name, sep, op = entry.rpartition(":")
+        if not sep or not name or not op:
+            raise InvalidParameter(
+                ["query", "reduce"],
+                f"entry {entry!r} is not name:op; write e.g. reduce=loss:mean,step:max",
+            )
+        if name in out:
+            raise InvalidParameter(["query", "reduce"], f"metric {name!r} is listed twice")
+        out[name] = op
+    return out
+
+
+@functools.cache
+def _model_members(model: type[BaseModel]) -> tuple[bool, bool]:
+    """(takes reduce/weights/nan_policy, takes step) for a metrics request model."""
+    return "reduce" in model.model_fields, "step" in model.model_fields
+
+
+def _json_metrics_input(body: bytes, model: type[BaseModel]) -> MetricsInput:
+    data = loads_body(body)
+    options, step = _model_members(model)
+    fields = plain_metrics_fields(data, options=options, step=step)
+    if fields is None:
+        parsed = validate_model(data, model)
+        fields = {
+            "metrics": parsed.metrics,  # type: ignore[attr-defined]
+            "reduce": getattr(parsed, "reduce", None) or {},
+            "weights": getattr(parsed, "weights", None),
+            "nan_policy": getattr(parsed, "nan_policy", "propagate"),
+            "step": getattr(parsed, "step", None),
+        }
+    return MetricsInput(
+        metrics=decode_json_arrays(fields["metrics"], what="metric"),
+        reduce=dict(fields["reduce"]),
+        weights=decode_weights(fields["weights"]),
+        nan_policy=fields["nan_policy"],
+        step=fields["step"],
+    )
+
+
+def decode_metrics_body(
+    body: bytes,
+    media: str | None,
+    content_type: str | None,
+    model: type[MetricsReduceRequest] | type[MetricsCollectRequest],
+    *,
+    max_bytes: int,
+    reduce_query: str | None = None,
+    nan_policy_query: str | None = None,
+    step_query: int | None = None,
+) -> MetricsInput:
+    """Decodes a JSON or npz metrics body (plain function: no I/O).
+
+    Args:
+      body: the raw request body.
+      media: its media type (``app.routing.media_type``); ``content_type``: the raw
+        header, for the 415 message.
+      model: the request model a JSON body must satisfy.
+      max_bytes: the largest decompressed npz accepted.
+      reduce_query, nan_policy_query, step_query: npz bodies' options.
+
+    Raises:
+      ServiceError: ``unsupported_media_type``, ``invalid_json``, ``validation_error``,
+        ``invalid_npz``, ``invalid_tensor``, ``ragged_array``, ``unsupported_datatype``,
+        ``payload_too_large``.
+    """
+    if is_json_media(media):
+        return _json_metrics_input(body, model)
+    if media == NPZ_MEDIA_TYPE:
+        metrics, weights = split_npz_metrics(load_npz(body, max_bytes=max_bytes))
+        return MetricsInput(
+            metrics=metrics,
+            reduce=parse_reduce_query(reduce_query),
+            weights=weights,
+            nan_policy=nan_policy_query or "propagate",
+            step=step_query,
+        )
+    raise UnsupportedMediaType(
+        f"Content-Type {content_type!r} is not accepted; send {JSON_MEDIA_TYPE} or {NPZ_MEDIA_TYPE}"
+    )
+
+
+def reduce_metrics(data: MetricsInput) -> tuple[dict[str, Any], int]:
+    """Reduces over the device axis; returns (reduced values, device count).
+
+    The values are numpy scalars and arrays, for ``encode_json``.
+
+    Raises:
+      MetricsError: with the library's codes.
+    """
+    reduced = reduce_custom(
+        data.metrics, reduce_fn=data.reduce, weights=data.weights, nan_policy=data.nan_policy
+    )
+    return reduced, num_devices_of(data.metrics)
+
+
+def reduced_npz_arrays(reduced: dict[str, Any], num_devices: int) -> dict[str, Any]:
+    """The arrays of an npz answer: the reduced values plus ``_num_devices``.
+
+    Raises:
+      ReservedMetricName: a metric is named ``_num_devices``.
+    """
+    if NUM_DEVICES_ARRAY in reduced:
+        raise ReservedMetricName(
+            f"{NUM_DEVICES_ARRAY!r} names the device count in npz answers; rename that "
+            "metric, or ask for JSON"
+        )
+    return {**reduced, NUM_DEVICES_ARRAY: np.int64(num_devices)}
+
+
+def num_devices_of(metrics: dict[str, np.ndarray]) -> int:
+    """The leading (device) axis size; 0 when no metric has one."""
+    for value in metrics.values():
+        if value.ndim >= 1:
+            return int(value.shape[0])
+    return 0
+
+
+def collect_metrics(data: MetricsInput) -> list[dict[str, Any]]:
+    """Splits stacked metrics into per-device values (numpy, for ``encode_json``)."""
+    per_device = split_by_device(data.metrics)
+    return [{"device": i, "metrics": m} for i, m in enumerate(per_device)]

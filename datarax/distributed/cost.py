@@ -1,0 +1,425 @@
+"""Step estimates: FLOPs, per-device memory and collectives of one training step, priced
+on the catalog's hardware. Plain arithmetic; nothing touches a device.
+
+Parallelism is named by axis *roles*: ``data`` (batch split, parameters replicated,
+gradients all-reduced), ``fsdp`` (batch split and parameters, gradients and optimizer
+state sharded; parameters all-gathered where used, gradients reduce-scattered) and
+``tensor`` (Megatron-style: ``col`` parameters split their output dimension, ``row``
+ones their input, activations all-reduced after each ``row`` matmul). By default an
+axis's role is its name (``model`` means ``tensor``, ``batch`` means ``data``).
+
+FLOPs of one step (the ``flops`` field, "model FLOPs"):
+``6 * N * tokens + 12 * layers * seq_len * heads * head_dim * tokens``, where ``N`` is
+the parameters every token multiplies through (all but the embedding table and norm
+scales for the transformer; every parameter, biases included, for the MLP, which is the
+``6 * params * tokens`` of the scaling book) and the second term is attention's
+``QK^T`` and ``AV`` (forward ``4 * S * heads * head_dim`` per token and layer, backward
+twice that). The forward pass is one third of it, the backward two thirds; ``remat:
+full`` runs the forward again in the backward pass (those FLOPs count in ``compute_s``
+but not in ``flops`` or ``mfu``).
+
+Collectives are priced with a ring (alpha-beta) model on the axis's link (``AxisLink``):
+over ``n`` devices, an all-gather or reduce-scatter of ``V`` bytes per device costs
+``(n - 1) / n * V / W + (n - 1) * alpha`` and an all-reduce twice that, where ``W`` is the
+axis's ``bytes_per_s`` (already summing the links a TPU axis uses in both ring
+directions) and ``alpha`` the link's per-step latency from the catalog. An axis split
+over both networks (``ici > 1`` and ``dcn > 1``) runs hierarchically: the ICI part over
+``V`` and the DCN part over ``V / ici`` (each device holds its ICI shard by then),
+pipelined, so it costs the slower of the two.
+
+Step time: within each of the forward and the backward pass, collectives run one after
+another and overlap perfectly with that pass's compute; the passes run in sequence:
+``step_s = max(fwd_compute, fwd_comm) + max(bwd_compute, bwd_comm)``. HBM bandwidth,
+kernel launch overheads and pipeline bubbles are not modelled; the figure is a lower
+bound a real step approaches when compute-bound (MFU 40-60% is typical in practice).
+
+Example:
+  >>> from datarax.distributed.hardware import AxisLink
+  >>> est = estimate_step(
+  ...     "tpu-v5p",
+  ...     [AxisLink("data", 16, 16, 1, "ici", 1.8e11)],
+  ...     {"kind": "mlp", "features": [4096, 16384, 4096], "dtype": "bfloat16"},
+  ...     global_batch=16 * 4096)
+  >>> est["bottleneck"], [c["kind"] for c in est["collectives"]]
+  ('compute', ['all-reduce'])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from datarax.distributed.hardware import AxisLink, Hardware, get_hardware
+from datarax.distributed.memory import OPTIMIZER_STATE_FACTOR
+from datarax.distributed.model_specs import (
+    DTYPE_BYTES,
+    ModelSpec,
+    ParamGroup,
+    TransformerSpec,
+    model_spec,
+)
+from datarax.distributed.planning import PlanError
+
+__all__ = [
+    "AXIS_ROLES",
+    "axis_roles",
+    "collective_seconds",
+    "estimate_step",
+    "memory_estimate",
+    "param_specs",
+]
+
+AXIS_ROLES: tuple[str, ...] = ("data", "fsdp", "tensor")
+_ROLE_BY_NAME = {
+    "data": "data",
+    "batch": "data",
+    "replica": "data",
+    "fsdp": "fsdp",
+    "tensor": "tensor",
+    "model": "tensor",
+}
+
+
+def axis_roles(names: Sequence[str], roles: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{axis: role}`` for every mesh axis: ``roles`` where given, else by name.
+
+    Raises:
+      PlanError: ``unknown_axis_role`` for a role outside :data:`AXIS_ROLES` or an axis
+        whose name says nothing (name it ``data``, ``fsdp`` or ``tensor``, or pass roles).
+    """
+    roles = dict(roles or {})
+    out = {}
+    for name in names:
+        role = roles.pop(name, None) or _ROLE_BY_NAME.get(name)
+        if role not in AXIS_ROLES:
+            raise PlanError(
+                "unknown_axis_role",
+                f"axis {name!r} has role {role!r}; give it one of {list(AXIS_ROLES)} "
+                f"(e.g. roles={{{name!r}: 'data'}}) or name the axis data, fsdp or tensor",
+            )
+        out[name] = role
+    if roles:
+        raise PlanError(
+            "unknown_axis_role",
+            f"roles name axes {sorted(roles)} that the mesh does not have ({list(names)})",
+        )
+    return out
+
+
+def _role_sizes(axes: Mapping[str, int], roles: Mapping[str, str]) -> dict[str, int]:
+    sizes = dict.fromkeys(AXIS_ROLES, 1)
+    for name, size in axes.items():
+        sizes[roles[name]] *= int(size)
+    return sizes
+
+
+def _role_axes(axes: Mapping[str, int], roles: Mapping[str, str], role: str) -> tuple[str, ...]:
+    return tuple(name for name, size in axes.items() if roles[name] == role and size > 1)
+
+
+def _split(names: tuple[str, ...]) -> str | tuple[str, ...] | None:
+    if not names:
+        return None
+    return names[0] if len(names) == 1 else names
+
+
+def param_specs(
+    model: ModelSpec, axes: Mapping[str, int], roles: Mapping[str, str]
+) -> list[tuple[ParamGroup, tuple, tuple[int, ...], bool]]:
+    """Each parameter group's PartitionSpec entries, per-device shard shape, and whether
+    the fsdp axes split it.
+
+    The tensor axes split the dimension of the group's role (``ParamGroup.tensor_dim``)
+    when it divides; the fsdp axes split the first other dimension they divide, else
+    none (the parameter stays whole on the fsdp axes and its gradient is all-reduced
+    over them instead of reduce-scattered).
+
+    Returns:
+      ``[(group, spec, shard_shape, fsdp_split)]``; ``spec`` entries are ``None``, an
+      axis name or a tuple of names, as ``PartitionSpec`` takes them.
+    """
+    tensor_axes = _role_axes(axes, roles, "tensor")
+    fsdp_axes = _role_axes(axes, roles, "fsdp")
+    t = math.prod(axes[a] for a in tensor_axes)
+    f = math.prod(axes[a] for a in fsdp_axes)
+    out = []
+    for group in model.params():
+        spec: list = [None] * len(group.shape)
+        shard = list(group.shape)
+        dim = group.tensor_dim()
+        if t > 1 and dim is not None and shard[dim] % t == 0:
+            spec[dim] = _split(tensor_axes)
+            shard[dim] //= t
+        fsdp_split = False
+        if f > 1:
+            for d in range(len(shard)):
+                if spec[d] is None and shard[d] % f == 0:
+                    spec[d] = _split(fsdp_axes)
+                    shard[d] //= f
+                    fsdp_split = True
+                    break
+        out.append((group, tuple(spec), tuple(shard), fsdp_split))
+    return out
+
+
+def _tokens_per_device(model: ModelSpec, global_batch: int, batch_shards: int) -> int:
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise PlanError(
+            "invalid_batch_shape", f"global_batch must be a positive integer, got {global_batch!r}"
+        )
+    if global_batch % batch_shards:
+        low = global_batch // batch_shards * batch_shards
+        raise PlanError(
+            "batch_not_divisible",
+            f"global_batch {global_batch} does not split over the {batch_shards} data x fsdp "
+            f"shards; use {low or batch_shards} or {low + batch_shards}",
+        )
+    return global_batch // batch_shards * model.tokens_per_example
+
+
+def _check_tensor(model: ModelSpec, t: int) -> None:
+    if t > 1 and isinstance(model, TransformerSpec):
+        for what, value in (("heads", model.heads), ("d_ff", model.d_ff)):
+            if value % t:
+                raise PlanError(
+                    "tensor_not_divisible",
+                    f"model {what} {value} does not split over tensor={t}; use a tensor size "
+                    f"dividing both heads ({model.heads}) and d_ff ({model.d_ff})",
+                )
+
+
+def memory_estimate(
+    model: ModelSpec | Mapping[str, Any],
+    axes: Mapping[str, int],
+    global_batch: int,
+    *,
+    roles: Mapping[str, str] | None = None,
+    optimizer: str = "adam",
+    hbm_bytes: int | None = None,
+) -> dict[str, Any]:
+    """Bytes per device of one training step.
+
+    ``params``, ``grads`` and ``optimizer`` (moments, ``OPTIMIZER_STATE_FACTOR`` times the
+    parameters) are held in the model's dtype (optax keeps moments in the parameters'
+    dtype) and sharded as :func:`param_specs` says; ``activations`` are what the backward
+    pass keeps (``ModelSpec.activation_elements_per_token``) for this device's tokens;
+    ``batch`` is this device's slice of inputs and targets. XLA's temporaries (fusion
+    buffers, gathered FSDP weights in flight) are not counted.
+
+    Returns:
+      ``{"params", "optimizer", "grads", "activations", "batch", "total", "hbm_bytes",
+      "fits"}`` (ints and a bool; ``hbm_bytes``/``fits`` are ``None`` without HBM).
+    """
+    model = model_spec(model)
+    roles = axis_roles(list(axes), roles)
+    if optimizer not in OPTIMIZER_STATE_FACTOR:
+        raise PlanError(
+            "unknown_optimizer",
+            f"optimizer {optimizer!r} is not one of {sorted(OPTIMIZER_STATE_FACTOR)}",
+        )
+    sizes = _role_sizes(axes, roles)
+    _check_tensor(model, sizes["tensor"])
+    tokens = _tokens_per_device(model, global_batch, sizes["data"] * sizes["fsdp"])
+    itemsize = DTYPE_BYTES[model.dtype]
+    params = sum(
+        math.prod(shard) * group.repeat * itemsize
+        for group, _, shard, _ in param_specs(model, axes, roles)
+    )
+    activations = int(model.activation_elements_per_token(sizes["tensor"]) * tokens * itemsize)
+    examples = tokens // model.tokens_per_example
+    batch = examples * model.batch_bytes_per_example()
+    optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer]
+    total = 2 * params + optimizer_bytes + activations + batch
+    return {
+        "params": params,
+        "optimizer": optimizer_bytes,
+        "grads": params,
+        "activations": activations,
+        "batch": batch,
+        "total": total,
+        "hbm_bytes": hbm_bytes,
+        "fits": None if hbm_bytes is None else total <= hbm_bytes,
+    }
+
+
+def collective_seconds(
+    kind: str, bytes_per_device: float, link: AxisLink, hardware: Hardware
+) -> float:
+    """Ring alpha-beta time of one collective over ``link`` (see the module docstring).
+
+    Args:
+      kind: ``all-reduce``, ``all-gather`` or ``reduce-scatter``.
+      bytes_per_device: ``V``: the array one device holds whole (all-gather: after;
+        reduce-scatter and all-reduce: before).
+      link: the axis.
+      hardware: supplies latencies and the ICI figure when ``link.ici_bytes_per_s`` is
+        ``None``.
+    """
+    passes = 2 if kind == "all-reduce" else 1
+
+    def ring(n: int, volume: float, bandwidth: float, alpha: float) -> float:
+        if n <= 1:
+            return 0.0
+        return passes * ((n - 1) / n * volume / bandwidth + (n - 1) * alpha)
+
+    if link.dcn <= 1:
+        alpha = hardware.fast_link_latency_s
+        return ring(link.ici, bytes_per_device, link.bytes_per_s, alpha)
+    fast = link.ici_bytes_per_s or hardware.fast_link_bytes_per_s
+    ici_s = ring(link.ici, bytes_per_device, fast, hardware.fast_link_latency_s)
+    dcn_s = ring(
+        link.dcn, bytes_per_device / link.ici, link.bytes_per_s, hardware.slow_link_latency_s
+    )
+    return max(ici_s, dcn_s)
+
+
+def _tensor_activation_collectives(model: ModelSpec, tokens: int) -> list[tuple[str, str, int]]:
+    """``(phase, kind, elements)`` of the tensor axis's activation collectives."""
+    out: list[tuple[str, str, int]] = []
+    if isinstance(model, TransformerSpec):
+        d = model.d_model
+        # forward: embedding lookup (vocab-split) and each layer's o and down projections
+        out += [("forward", "all-reduce", tokens * d)] * (1 + 2 * model.layers)
+        # backward: gradients into each layer's attention and MLP inputs, and into the
+        # unembedding's input
+        out += [("backward", "all-reduce", tokens * d)] * (1 + 2 * model.layers)
+        if model.remat == "full":
+            out += [("backward", "all-reduce", tokens * d)] * (2 * model.layers)
+        return out
+    widths = model.features
+    n_layers = len(widths) - 1
+    for i in range(n_layers):
+        if i % 2 == 1:  # row layer: its output is summed over the tensor axis
+            out.append(("forward", "all-reduce", tokens * widths[i + 1]))
+            if model.remat == "full":
+                out.append(("backward", "all-reduce", tokens * widths[i + 1]))
+        elif i > 0:  # col layer with an input gradient to sum
+            out.append(("backward", "all-reduce", tokens * widths[i]))
+    if n_layers % 2 == 1:  # the last layer is col: the loss needs the whole output
+        out.append(("forward", "all-gather", tokens * widths[-1]))
+        if model.remat == "full":
+            out.append(("backward", "all-gather", tokens * widths[-1]))
+    return out
+
+
+def estimate_step(
+    hardware: str | Hardware,
+    axes_detail: Sequence[AxisLink],
+    model: ModelSpec | Mapping[str, Any],
+    global_batch: int,
+    *,
+    roles: Mapping[str, str] | None = None,
+    optimizer: str = "adam",
+) -> dict[str, Any]:
+    """Estimates one training step of ``model`` on a mesh of ``hardware``.
+
+    Args:
+      hardware: catalog name or entry.
+      axes_detail: one :class:`AxisLink` per mesh axis, mesh order (a hardware plan's
+        ``axes_detail``).
+      model: a model spec or a plan request's ``model`` object (dtype default bfloat16).
+      global_batch: examples (MLP) or sequences (transformer) per step, split over the
+        ``data`` and ``fsdp`` axes.
+      roles: ``{axis: role}`` overriding the name-derived roles (see :func:`axis_roles`).
+      optimizer: ``adam``, ``adamw`` or ``sgd``.
+
+    Returns:
+      ``{"flops", "compute_s", "comm_s", "step_s", "mfu", "bottleneck", "collectives",
+      "memory_per_device", "phases", "tokens_per_device", "bottleneck_link"}``:
+      ``collectives`` lists ``{"axis", "kind", "phase", "what", "count",
+      "bytes_per_device", "link", "seconds"}`` (one entry per axis, kind, phase and what
+      they move, ``count`` ops summed); ``bottleneck`` is ``compute`` or
+      ``communication``; ``phases`` gives ``compute_s``/``comm_s`` of ``forward`` and
+      ``backward``.
+
+    Raises:
+      PlanError: ``unknown_hardware``, ``invalid_model``, ``unknown_axis_role``,
+        ``batch_not_divisible``, ``tensor_not_divisible``, ``unknown_optimizer``.
+    """
+    hw = get_hardware(hardware)
+    model = model_spec(model)
+    links = {link.name: link for link in axes_detail}
+    axes = {link.name: link.size for link in axes_detail}
+    roles = axis_roles(list(axes), roles)
+    memory = memory_estimate(
+        model, axes, global_batch, roles=roles, optimizer=optimizer, hbm_bytes=hw.hbm_bytes
+    )
+    sizes = _role_sizes(axes, roles)
+    n_devices = math.prod(axes.values())
+    tokens = _tokens_per_device(model, global_batch, sizes["data"] * sizes["fsdp"])
+    global_tokens = global_batch * model.tokens_per_example
+    itemsize = DTYPE_BYTES[model.dtype]
+
+    flops = 6 * model.matmul_params() * global_tokens
+    flops += model.attention_flops_per_token() * global_tokens
+    forward_s = flops / 3 / n_devices / hw.peak_bf16_flops
+    backward_s = 2 * forward_s + (forward_s if model.remat == "full" else 0.0)
+
+    entries: dict[tuple[str, str, str, str], list[float]] = {}
+
+    def add(axis: str, kind: str, phase: str, what: str, volume: float, count: int = 1) -> None:
+        link = links[axis]
+        if link.size <= 1 or volume <= 0:
+            return
+        seconds = collective_seconds(kind, volume, link, hw) * count
+        entry = entries.setdefault((axis, kind, phase, what), [0, 0.0, 0.0])
+        entry[0] += count
+        entry[1] += volume * count
+        entry[2] += seconds
+
+    fsdp_axes = _role_axes(axes, roles, "fsdp")
+    data_axes = _role_axes(axes, roles, "data")
+    tensor_axes = _role_axes(axes, roles, "tensor")
+    for group, _, shard, fsdp_split in param_specs(model, axes, roles):
+        whole = math.prod(shard) * itemsize  # bytes this device keeps
+        gathered = whole
+        for axis in fsdp_axes:
+            if fsdp_split:
+                gathered = whole * axes[axis]
+                add(axis, "all-gather", "forward", "params", gathered, group.repeat)
+                add(axis, "all-gather", "backward", "params", gathered, group.repeat)
+                add(axis, "reduce-scatter", "backward", "grads", gathered, group.repeat)
+            else:
+                add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
+        for axis in data_axes:
+            add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
+    for axis in tensor_axes:
+        for phase, kind, elements in _tensor_activation_collectives(model, tokens):
+            add(axis, kind, phase, "activations", elements * itemsize)
+
+    collectives = [
+        {
+            "axis": axis,
+            "kind": kind,
+            "phase": phase,
+            "what": what,
+            "count": int(count),
+            "bytes_per_device": int(volume),
+            "link": links[axis].link,
+            "seconds": seconds,
+        }
+        for (axis, kind, phase, what), (count, volume, seconds) in entries.items()
+    ]
+    comm = {"forward": 0.0, "backward": 0.0}
+    for entry in collectives:
+        comm[entry["phase"]] += entry["seconds"]
+    step_s = max(forward_s, comm["forward"]) + max(backward_s, comm["backward"])
+    comm_bound = comm["forward"] > forward_s or comm["backward"] > backward_s
+    slowest = max(collectives, key=lambda e: e["seconds"], default=None)
+    return {
+        "flops": float(flops),
+        "compute_s": forward_s + backward_s,
+        "comm_s": comm["forward"] + comm["backward"],
+        "step_s": step_s,
+        "mfu": flops / (n_devices * hw.peak_bf16_flops * step_s),
+        "bottleneck": "communication" if comm_bound else "compute",
+        "bottleneck_link": slowest["link"] if comm_bound and slowest else None,
+        "collectives": collectives,
+        "memory_per_device": memory,
+        "phases": {
+            "forward": {"compute_s": forward_s, "comm_s": comm["forward"]},
+            "backward": {"compute_s": backward_s, "comm_s": comm["backward"]},
+        },
+        "tokens_per_device": tokens,
+    }

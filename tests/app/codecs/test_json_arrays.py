@@ -1,0 +1,70 @@
+"""JSON array codec: one codec for metrics and training batches, errors naming the field."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, parse_json_model
+from app.errors import InvalidJson, InvalidTensor, RaggedArray, ServiceError, UnsupportedDatatype
+from app.schemas.sessions import StepRequest
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "fragment"),
+    [
+        ([[1, 2], [3]], RaggedArray, "is not rectangular"),
+        (["a", "b"], InvalidTensor, "non-numeric"),
+        ({"shape": [2], "datatype": "BF16", "data": [1, 2]}, UnsupportedDatatype, "BF16"),
+        ({"shape": [3], "datatype": "FP32", "data": [1, 2]}, InvalidTensor, "data holds 2"),
+    ],
+    ids=["ragged", "strings", "bf16", "shape-vs-data"],
+)
+@pytest.mark.parametrize("what", ["metric", "batch field"])
+def test_errors_name_the_field_as_the_caller_calls_it(value, error, fragment, what):
+    with pytest.raises(error) as info:
+        decode_json_arrays(
+            {"inputs": value} if not isinstance(value, float) else {"inputs": value}, what=what
+        )
+    assert f"{what} 'inputs'" in info.value.detail
+    assert fragment in info.value.detail
+
+
+def test_lists_and_tensors_decode_to_numpy():
+    out = decode_json_arrays(
+        {
+            "a": [[1.5, None], [2.0, 3.0]],
+            "b": {"shape": [2, 2], "datatype": "INT8", "data": [1, 2, 3, 4]},
+            "c": [True, False],
+        }
+    )
+    assert out["a"].dtype == np.float64 and np.isnan(out["a"][0, 1])
+    assert out["b"].dtype == np.int8 and out["b"].tolist() == [[1, 2], [3, 4]]
+    assert out["c"].dtype == np.bool_
+
+
+def test_int_tensor_out_of_range_is_refused():
+    with pytest.raises(InvalidTensor, match="do not fit INT8"):
+        decode_json_arrays({"x": {"shape": [1], "datatype": "INT8", "data": [300]}})
+
+
+def test_encode_json_writes_null_for_non_finite_and_shortest_decimals():
+    encoded = encode_json({"x": np.array([0.65, np.nan, np.inf], np.float32), "h": np.float16(0.1)})
+    assert encoded == b'{"x":[0.65,null,null],"h":0.1}'
+
+
+def test_loads_body_refuses_empty_and_malformed():
+    with pytest.raises(ServiceError) as empty:
+        loads_body(b"")
+    assert empty.value.code == "validation_error"
+    with pytest.raises(InvalidJson):
+        loads_body(b"{")
+    assert loads_body(b'{"x": NaN}')["x"] != loads_body(b'{"x": NaN}')["x"]  # NaN literal read
+
+
+def test_parse_json_model_reports_every_field():
+    with pytest.raises(ServiceError) as info:
+        parse_json_model(b'{"steps": "many", "bogus": 1}', StepRequest)
+    fields = {entry["field"] for entry in info.value.extra["errors"]}
+    assert {"steps", "bogus"} <= fields
+    assert info.value.code == "validation_error"

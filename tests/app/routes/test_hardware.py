@@ -1,0 +1,304 @@
+"""Hardware catalog, hardware plans and recommendations over HTTP (in-process app)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from datarax.distributed.hardware import HARDWARE
+from datarax.distributed.planning import batch_partition_spec, shard_index_ranges
+from datarax.distributed.topology import plan_hardware_devices
+from tests.helpers import assert_problem
+
+DESIGN_NAMES = {
+    "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e",
+    "h100-sxm", "h200-sxm", "b200", "gb200-nvl72", "cpu",
+}  # fmt: skip
+DESIGN_FIELDS = (
+    "name", "kind", "device_kind", "hbm_bytes", "peak_bf16_flops", "devices_per_host",
+    "fast_domain_devices", "fast_link_bytes_per_s", "slow_link_bytes_per_s", "topologies",
+    "sources",
+)  # fmt: skip
+FIGURES = ("hbm_bytes", "peak_bf16_flops", "fast_link_bytes_per_s", "slow_link_bytes_per_s")
+
+TRANSFORMER = {
+    "kind": "transformer", "layers": 4, "d_model": 1024, "d_ff": 4096, "heads": 16,
+    "kv_heads": 16, "vocab": 32000, "seq_len": 2048,
+}  # fmt: skip
+
+V5E_TWO_SLICES = {
+    "hardware": "tpu-v5e",
+    "topology": "16x16",
+    "slices": 2,
+    "ici": {"data": 1, "fsdp": 16, "tensor": 16},
+    "dcn": {"data": -1},
+    "batch_shape": [1024, 2048],
+    "batch_axes": ["data", "fsdp"],
+}
+
+
+def test_catalog_lists_design_entries_with_sources(api):
+    response = api.get("/v1/hardware")
+    assert response.status_code == 200
+    items = response.json()["items"]
+    assert len(items) == 9 and {item["name"] for item in items} == DESIGN_NAMES
+    for item in items:
+        missing = [key for key in DESIGN_FIELDS if key not in item]
+        assert not missing, (item["name"], missing)
+        assert item["kind"] in ("tpu", "gpu", "cpu")
+        assert item["sources"] and all(isinstance(v, str) and v for v in item["sources"].values())
+        if item["kind"] == "tpu":
+            assert item["topologies"], item["name"]
+            unsourced = [f for f in FIGURES if not any(k.startswith(f) for k in item["sources"])]
+            assert not unsourced, (item["name"], unsourced, list(item["sources"]))
+    one = api.get("/v1/hardware/tpu-v5p")
+    assert one.status_code == 200
+    assert one.json() == HARDWARE["tpu-v5p"].to_json()
+    assert one.json()["peak_bf16_flops"] == 4.59e14
+
+
+def test_unknown_hardware_name_is_404(api):
+    body = assert_problem(api.get("/v1/hardware/tpu-v9"), 404, "hardware_not_found")
+    assert "tpu-v5e" in body["detail"]
+
+
+def test_v5e_two_slices_plan_matches_the_planner(api):
+    response = api.post("/v1/meshes", json=V5E_TWO_SLICES)
+    assert response.status_code == 201, response.text
+    plan = response.json()
+    assert plan["live"] is False and plan["platform"] == "tpu"
+    assert plan["axes"] == {"data": 2, "fsdp": 16, "tensor": 16}
+    assert plan["total_devices"] == 512 == len(plan["shards"])
+    layout = plan_hardware_devices(
+        "tpu-v5e", topology="16x16", slices=2, ici=V5E_TWO_SLICES["ici"], dcn={"data": -1}
+    )
+    assert plan["device_grid"] == layout.device_grid.tolist()
+    assert [s["device"] for s in plan["shards"]] == layout.device_ids.tolist()
+    assert [s["slice"] for s in plan["shards"]] == layout.slice_index.tolist()
+    assert [s["host"] for s in plan["shards"]] == layout.host_index.tolist()
+    assert [s["physical"] for s in plan["shards"]] == layout.physical.tolist()
+    assert all(s["core"] == 0 for s in plan["shards"])
+    assert {s["slice"] for s in plan["shards"]} == {0, 1}
+    assert plan["axes_detail"] == [link.to_json() for link in layout.axes_detail]
+    assert [(a["name"], a["link"]) for a in plan["axes_detail"]] == [
+        ("data", "dcn"), ("fsdp", "ici"), ("tensor", "ici"),
+    ]  # fmt: skip
+    # batch ranges: shard_index_ranges over the layout's axes in device_grid order
+    spec = batch_partition_spec(layout.axes, ["data", "fsdp"], 2)
+    ranges = shard_index_ranges(layout.axes, spec, [1024, 2048])
+    assert [s["index"] for s in plan["shards"]] == ranges.tolist()
+    assert plan["batch"]["shard_shape"] == [32, 2048]
+    assert "step_estimate" not in plan
+    # stored and served again byte for byte
+    again = api.get(f"/v1/meshes/{plan['id']}")
+    assert again.status_code == 200 and again.content == response.content
+
+
+def test_h100_plan_with_hosts(api):
+    body = {
+        "hardware": "h100-sxm",
+        "hosts": 4,
+        "ici": {"fsdp": 2, "tensor": 4},
+        "dcn": {"fsdp": -1},
+        "batch_shape": [64, 16],
+        "batch_axes": ["fsdp"],
+    }
+    response = api.post("/v1/meshes", json=body)
+    assert response.status_code == 201, response.text
+    plan = response.json()
+    assert plan["platform"] == "gpu" and plan["axes"] == {"fsdp": 8, "tensor": 4}
+    layout = plan_hardware_devices("h100-sxm", hosts=4, ici=body["ici"], dcn=body["dcn"])
+    assert plan["device_grid"] == layout.device_grid.tolist()
+    shards = plan["shards"]
+    assert [s["host"] for s in shards] == layout.host_index.tolist()
+    assert [s["physical"] for s in shards] == layout.physical.tolist()
+    assert all("core" not in s for s in shards)
+    # the tensor axis (innermost ici) stays inside one host's NVLink domain
+    grid = np.asarray(plan["device_grid"])
+    assert all(len({int(d) // 8 for d in row}) == 1 for row in grid)
+    assert [a["link"] for a in plan["axes_detail"]] == ["infiniband", "nvlink"]
+    assert plan["hosts"] == 4 and plan["hardware"] == "h100-sxm"
+
+
+def test_transformer_plan_has_step_estimate_and_fits(api):
+    response = api.post(
+        "/v1/meshes",
+        json={**V5E_TWO_SLICES, "model": TRANSFORMER, "optimizer": "adamw"},
+    )
+    assert response.status_code == 201, response.text
+    plan = response.json()
+    step = plan["step_estimate"]
+    for key in ("flops", "compute_s", "comm_s", "step_s", "mfu", "bottleneck", "collectives"):
+        assert key in step, key
+    assert step["step_s"] >= step["compute_s"] / 2 > 0 and 0 < step["mfu"] <= 1
+    assert step["collectives"], step
+    for entry in step["collectives"]:
+        assert {"axis", "kind", "bytes_per_device", "link", "seconds"} <= set(entry)
+        assert entry["axis"] in plan["axes"]
+    memory = plan["memory_per_device"]
+    for key in ("params", "grads", "optimizer", "activations", "batch", "total", "hbm_bytes"):
+        assert isinstance(memory[key], int), key
+    assert memory["fits"] is True and memory["hbm_bytes"] == HARDWARE["tpu-v5e"].hbm_bytes
+    assert memory["total"] == sum(
+        memory[k] for k in ("params", "grads", "optimizer", "activations", "batch")
+    )
+    assert memory["params"] == sum(p["bytes_per_device"] for p in plan["params"])
+
+
+def test_too_big_model_does_not_fit(api):
+    big = {**TRANSFORMER, "layers": 96, "d_model": 12288, "d_ff": 49152, "heads": 96,
+           "kv_heads": 96}  # fmt: skip
+    body = {**V5E_TWO_SLICES, "batch_shape": [4096, 2048], "model": big}
+    plan = api.post("/v1/meshes", json=body).json()
+    assert plan["memory_per_device"]["fits"] is False
+    assert plan["memory_per_device"]["total"] > plan["memory_per_device"]["hbm_bytes"]
+
+
+BAD_PLANS = [
+    ("unknown_hardware", {"hardware": "tpu-v9", "topology": "4x4", "ici": {"data": -1}}),
+    ("invalid_topology", {"hardware": "tpu-v5e", "topology": "5x7", "ici": {"data": -1}}),
+    ("missing_topology", {"hardware": "tpu-v5e", "ici": {"data": -1}}),
+    (
+        "option_not_applicable",
+        {"hardware": "h100-sxm", "hosts": 1, "topology": "4x4", "ici": {"data": -1}},
+    ),
+    ("invalid_host_count", {"hardware": "gb200-nvl72", "hosts": 3, "ici": {"data": -1}}),
+    (
+        "unknown_dcn_axis",
+        {
+            "hardware": "tpu-v5e",
+            "topology": "4x4",
+            "slices": 2,
+            "ici": {"data": -1},
+            "dcn": {"pipe": 2},
+        },
+    ),  # fmt: skip
+    (
+        "multiple_auto_axes",
+        {"hardware": "tpu-v5e", "topology": "4x4", "ici": {"data": -1, "fsdp": -1}},
+    ),
+    (
+        "axes_product_mismatch",
+        {"hardware": "tpu-v5e", "topology": "4x4", "ici": {"data": 3}},
+    ),
+    (
+        "physical_axes_split_required",
+        {"hardware": "tpu-v5e", "topology": "16x16", "ici": {"data": 64, "tensor": 4}},
+    ),
+    (
+        "batch_not_divisible",
+        {"hardware": "tpu-v5e", "topology": "4x4", "ici": {"data": -1}, "batch_shape": [10]},
+    ),
+    (
+        "unknown_axis_role",
+        {
+            "hardware": "tpu-v5e",
+            "topology": "4x4",
+            "ici": {"rows": -1},
+            "batch_shape": [16, 2048],
+            "batch_axes": ["rows"],
+            "model": TRANSFORMER,
+        },
+    ),  # fmt: skip
+    (
+        "tensor_not_divisible",
+        {**V5E_TWO_SLICES, "model": {**TRANSFORMER, "heads": 8, "kv_heads": 8}},
+    ),
+    (
+        "validation_error",
+        {"hardware": "tpu-v5e", "topology": "4x4", "ici": {"data": -1}, "num_devices": 16},
+    ),
+    ("validation_error", {"hardware": "tpu-v5e", "topology": "4x4"}),
+    ("validation_error", {"axes": {"data": -1}, "ici": {"data": -1}}),
+    ("validation_error", {"axes": {"data": 8}, "num_devices": 8, "model": TRANSFORMER}),
+    (
+        "validation_error",
+        {"hardware": "tpu-v5e", "topology": "4x4", "ici": {"data": -1}, "model": TRANSFORMER},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "body"), BAD_PLANS, ids=[f"{i}-{case[0]}" for i, case in enumerate(BAD_PLANS)]
+)
+def test_bad_hardware_plan_is_422_with_code(api, code, body):
+    assert_problem(api.post("/v1/meshes", json=body), 422, code)
+
+
+def test_plain_plan_is_unchanged_by_hardware_fields(api):
+    body = {"axes": {"data": -1, "model": 4}, "num_devices": 16, "batch_shape": [32, 8]}
+    plan = api.post("/v1/meshes", json=body).json()
+    for key in ("axes_detail", "step_estimate", "hardware", "ici"):
+        assert key not in plan
+    assert set(plan["shards"][0]) == {"device", "process_index", "coords", "index", "replica"}
+    assert plan["device_grid"] == np.arange(16).reshape(4, 4).tolist()
+
+
+RECOMMEND = {
+    "hardware": "tpu-v5e",
+    "topology": "4x4",
+    "slices": 2,
+    "model": TRANSFORMER,
+    "global_batch": 64,
+    "top_k": 3,
+}
+
+
+def test_recommendations_post_back_unchanged(api):
+    response = api.post("/v1/recommendations", json=RECOMMEND)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    candidates = answer["candidates"]
+    assert [c["rank"] for c in candidates] == [1, 2, 3]
+    assert answer["considered"] == 45
+    assert answer["considered"] >= len(candidates) + sum(answer["rejected"].values())
+    steps = [c["step_estimate"]["step_s"] for c in candidates]
+    assert steps == sorted(steps)
+    for candidate in candidates:
+        assert candidate["memory_per_device"]["fits"] is True
+        posted = api.post("/v1/meshes", json=candidate["plan_request"])
+        assert posted.status_code == 201, posted.text
+        plan = posted.json()
+        assert plan["ici"] == candidate["ici"] and plan["dcn"] == candidate["dcn"]
+        assert math.prod(plan["axes"].values()) == 32
+        assert plan["step_estimate"]["step_s"] == pytest.approx(
+            candidate["step_estimate"]["step_s"]
+        )
+
+
+def test_recommendations_on_gpu_hosts(api):
+    body = {"hardware": "h100-sxm", "hosts": 2, "model": TRANSFORMER, "global_batch": 16}
+    response = api.post("/v1/recommendations", json=body)
+    assert response.status_code == 200, response.text
+    first = response.json()["candidates"][0]
+    assert first["plan_request"]["hosts"] == 2
+    assert api.post("/v1/meshes", json=first["plan_request"]).status_code == 201
+
+
+def test_nothing_fits_is_no_plan_fits(api):
+    big = {**TRANSFORMER, "layers": 96, "d_model": 12288, "d_ff": 49152, "heads": 96,
+           "kv_heads": 96}  # fmt: skip
+    body = {**RECOMMEND, "model": big, "global_batch": 4096}
+    problem = assert_problem(api.post("/v1/recommendations", json=body), 422, "no_plan_fits")
+    assert "GiB" in problem["detail"]
+
+
+BAD_RECOMMENDATIONS = [
+    ("unknown_hardware", {"hardware": "tpu-v9"}),
+    ("missing_topology", {"topology": None}),
+    ("unknown_axis_role", {"axes": ["data", "pipe"]}),
+    ("validation_error", {"top_k": 0}),
+    ("validation_error", {"global_batch": 0}),
+    ("validation_error", {"model": {"kind": "rnn"}}),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "change"),
+    BAD_RECOMMENDATIONS,
+    ids=[c[0] + str(i) for i, c in enumerate(BAD_RECOMMENDATIONS)],
+)
+def test_bad_recommendation_is_422_with_code(api, code, change):
+    assert_problem(api.post("/v1/recommendations", json={**RECOMMEND, **change}), 422, code)

@@ -1,0 +1,65 @@
+"""``datarax-serve`` settings: every setting a flag, bad values one clear line and exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_flags_override_environment(monkeypatch):
+    monkeypatch.setenv("DATARAX_PORT", "9100")
+    monkeypatch.setenv("DATARAX_API_TOKEN", "secret")
+    settings = load_settings(
+        [
+            "--cpu-devices",
+            "4",
+            "--num-processes",
+            "2",
+            "--coordinator",
+            "h:1",
+            "--process-id",
+            "1",
+            "--host",
+            "0.0.0.0",
+        ]
+    )
+    assert (settings.port, settings.cpu_devices, settings.host) == (9100, 4, "0.0.0.0")
+    assert (settings.num_processes, settings.process_id, settings.coordinator) == (2, 1, "h:1")
+    assert settings.api_token.get_secret_value() == "secret"
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "fragment"),
+    [
+        ({"DATARAX_PORT": "abc"}, [], "DATARAX_PORT / --port"),
+        ({}, ["--cpu-devices", "0"], "DATARAX_CPU_DEVICES / --cpu-devices"),
+        ({}, ["--process-id", "3", "--num-processes", "2", "--coordinator", "h:1"], "below"),
+    ],
+    ids=["bad-env", "bad-flag", "cross-field"],
+)
+def test_bad_settings_are_one_line_and_exit_2(env, argv, fragment):
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", *argv],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("datarax-serve: invalid setting") and fragment in lines[0]
+
+
+def test_api_token_is_not_a_flag():
+    with pytest.raises(SystemExit):
+        load_settings(["--api-token", "x"])

@@ -1,0 +1,132 @@
+"""datarax.distributed.sharding: logical axis rules (MeshRules), named parameter rules,
+and the shardings they produce on 8 devices."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from datarax.distributed.device_mesh import DeviceMeshManager
+from datarax.distributed.sharding import (
+    MeshRules,
+    apply_sharding_rules,
+    create_named_sharding,
+    data_parallel_rules,
+    dim0_shard_count,
+    fsdp_rules,
+    param_partition_spec,
+    partition_spec_for_names,
+)
+from tests.conftest import require_devices
+from tests.datarax.support import placed_blocks
+
+# ------------------------------------------------------------------ logical axis rules
+
+
+def test_mesh_rules_map_logical_names_in_order():
+    rules = MeshRules(data="data", mlp="model")
+    assert rules("data", "embed", "mlp", "heads") == ("data", None, "model", None)
+    assert rules() == ()
+
+
+def test_factory_rules():
+    assert data_parallel_rules() == MeshRules(data="data")
+    assert data_parallel_rules("batch").data == "batch"
+    fsdp = fsdp_rules(data_axis="d", model_axis="m")
+    assert fsdp == MeshRules(data="d", embed="m", mlp="m", heads="m")
+    assert fsdp_rules() == MeshRules(data="data", embed="model", mlp="model", heads="model")
+
+
+@pytest.mark.parametrize("spec_for", [partition_spec_for_names, apply_sharding_rules])
+def test_partition_spec_for_names(spec_for):
+    assert spec_for(fsdp_rules(), "data", "embed") == P("data", "model")
+    assert spec_for(data_parallel_rules(), "data", "mlp") == P("data", None)
+    assert spec_for(fsdp_rules()) == P()
+
+
+def test_mesh_rules_errors_name_the_value():
+    with pytest.raises(AttributeError, match="'vocab'.*\\['data', 'embed', 'mlp', 'heads'\\]"):
+        MeshRules()("data", "vocab")
+    with pytest.raises(TypeError, match="MeshRules.mlp.*3"):
+        MeshRules(mlp=3)
+    with pytest.raises(TypeError):
+        MeshRules("data")  # keyword-only, as upstream
+    with pytest.raises(TypeError, match="MeshRules, got dict"):
+        partition_spec_for_names({"data": "data"}, "data")
+    with pytest.raises(AttributeError):
+        data_parallel_rules().data = "x"  # frozen
+
+
+def test_create_named_sharding_places_as_specified():
+    require_devices(8)
+    mesh = DeviceMeshManager.create_hybrid_mesh(2, 4)
+    rules = fsdp_rules()
+    sharding = create_named_sharding(mesh, *rules("data", "embed"))
+    assert sharding == NamedSharding(mesh, P("data", "model"))
+    x = jax.device_put(np.zeros((4, 8), np.float32), sharding)
+    assert x.sharding.is_equivalent_to(NamedSharding(mesh, P("data", "model")), 2)
+    grid = mesh.devices
+    blocks = placed_blocks(x)
+    for row in range(2):
+        for col in range(4):
+            assert blocks[grid[row, col].id] == ((2 * row, 2 * row + 2), (2 * col, 2 * col + 2))
+    replicated = create_named_sharding(mesh)
+    assert replicated.is_fully_replicated
+    with pytest.raises(ValueError, match=r"\['heads'\].*\['data', 'model'\]"):
+        create_named_sharding(mesh, "heads")
+
+
+def test_dim0_shard_count():
+    require_devices(8)
+    mesh = DeviceMeshManager.create_hybrid_mesh(2, 4)
+    assert dim0_shard_count(NamedSharding(mesh, P("data"))) == 2
+    assert dim0_shard_count(NamedSharding(mesh, P(("data", "model")))) == 8
+    assert dim0_shard_count(NamedSharding(mesh, P())) == 1
+    assert dim0_shard_count(NamedSharding(mesh, P(None, "model"))) == 1
+    with pytest.raises(ValueError, match="NamedSharding, got SingleDeviceSharding"):
+        dim0_shard_count(jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+
+
+# ---------------------------------------------------------------- named parameter rules
+
+RULE_CASES = [
+    ("replicate", (16, 64), {"model": 4}, (None, None), None),
+    ("model", (16, 64), {"data": 2, "model": 4}, (None, "model"), None),
+    ("model", (64,), {"model": 4}, ("model",), None),
+    ("model", (16, 6), {"model": 4}, ("model", None), None),
+    ("model", (6, 6), {"model": 4}, (None, None), "divisible"),
+    ("model", (16, 64), {"data": 8}, (None, None), "no 'model' axis"),
+    ("fsdp", (16, 64), {"data": 4, "fsdp": 2}, ("fsdp", None), None),
+    ("fsdp", (3, 64), {"fsdp": 2}, (None, "fsdp"), None),
+    ("fsdp", (), {"fsdp": 2}, (), None),
+]
+
+
+@pytest.mark.parametrize(
+    ("rule", "shape", "axes", "spec", "warning"),
+    RULE_CASES,
+    ids=[f"{c[0]}-{c[1]}-{'x'.join(c[2])}" for c in RULE_CASES],
+)
+def test_param_partition_spec(rule, shape, axes, spec, warning):
+    got, warn = param_partition_spec(shape, axes, rule, "p")
+    assert got == spec
+    if warning is None:
+        assert warn is None
+    else:
+        assert warning in warn
+
+
+def test_param_partition_spec_agrees_with_jax_placement():
+    require_devices(8)
+    mesh = DeviceMeshManager.create_hybrid_mesh(2, 4)
+    spec, _ = param_partition_spec((16, 64), dict(mesh.shape), "model")
+    x = jax.device_put(np.zeros((16, 64)), NamedSharding(mesh, P(*spec)))
+    assert {s.data.shape for s in x.addressable_shards} == {(16, 16)}
+
+
+def test_unknown_rule_is_value_error():
+    with pytest.raises(ValueError, match="unknown param_sharding"):
+        param_partition_spec((4, 4), {"model": 2}, "tensor")

@@ -1,0 +1,288 @@
+"""Shared helpers and fixtures for the service tests.
+
+tests/conftest.py loads the fixtures (``pytest_plugins = ["tests.helpers"]``):
+
+- ``api``: one in-process app for the whole session (``with TestClient(app)``, so the
+  lifespan runs and a real runtime process with 8 simulated CPU devices starts), ready.
+- ``make_settings(tmp_path, **overrides)``, ``StubRuntime`` (a stand-in runtime for apps
+  that test guards and error mapping without spawning JAX), ``assert_problem``.
+- ``ServiceProcess``: the real ``datarax-serve`` on a free port, in its own process group,
+  bounded by timeouts and killed by group.
+
+Test modules import helpers from here before pytest loads it as a plugin, so pytest
+cannot rewrite its asserts (they carry their own messages): PYTEST_DONT_REWRITE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+
+from app.codecs.json_arrays import encode_json
+from app.main import create_app
+from app.settings import Settings
+
+with warnings.catch_warnings():
+    # starlette.testclient warns at import that it prefers httpx2 (not installed).
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+__all__ = ["TestClient"]
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+READY_TIMEOUT_S = 120.0
+PROBLEM_TYPE = "application/problem+json"
+
+
+def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
+    """Test settings: 8 CPU devices, a database under ``tmp_path``."""
+    values: dict[str, Any] = {
+        "db": tmp_path / "datarax.sqlite",
+        "cpu_devices": 8,
+        "platforms": "cpu",
+        "step_timeout_s": 60.0,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def wait_ready(client: Any, timeout: float = READY_TIMEOUT_S) -> dict:
+    """Polls ``/health/ready`` until 200; fails the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = client.get("/health/ready")
+            if last.status_code == 200:
+                return last.json()
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    body = None if last is None else last.text
+    pytest.fail(f"service not ready within {timeout} s (last answer: {body})")
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict:
+    """Checks an RFC 9457 answer: status, content type, the members and the ``code``."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith(PROBLEM_TYPE), response.headers
+    body = response.json()
+    assert body["code"] == code, body
+    assert body["status"] == status, body
+    for member in ("type", "title", "detail"):
+        assert isinstance(body[member], str) and body[member], body
+    assert "Traceback" not in body["detail"]
+    return body
+
+
+def npz_bytes(**arrays: Any) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+class StubRuntime:
+    """A stand-in for ``RuntimeClient``: no process. ``ready`` and the answers are set by
+    the test; ``call`` raises ``call_error`` when set."""
+
+    def __init__(self, *, ready: bool = False, devices: int = 8, pid: int | None = 4242):
+        self.ready = ready
+        self.restarts = 0
+        self.pid = pid
+        self.call_error: BaseException | None = None
+        self.devices = devices
+        self.started = False
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        self.started = False
+
+    def device_info(self) -> dict | None:
+        if not self.ready:
+            return None
+        return {
+            "platform": "cpu",
+            "process_count": 1,
+            "process_index": 0,
+            "devices": [
+                {"id": i, "kind": "cpu", "platform": "cpu", "process_index": 0, "coords": None}
+                for i in range(self.devices)
+            ],
+        }
+
+    def memory_budget(self) -> dict | None:
+        return {"host": 2**34, "device": None} if self.ready else None
+
+    async def call(self, command: str, payload: dict | None = None, arrays=None, **options):
+        del arrays, options
+        if self.call_error is not None:
+            raise self.call_error
+        if command == "mesh_grid":
+            axes = payload["axes"]
+            n = int(np.prod(list(axes.values())))
+            grid = np.arange(n).reshape(tuple(axes.values())).tolist()
+            return {
+                "axes": axes,
+                "device_grid": grid,
+                "process_index": {str(i): 0 for i in range(n)},
+                "platform": "cpu",
+            }, {}
+        raise AssertionError(f"unexpected command {command}")
+
+
+@pytest.fixture(scope="session")
+def api(tmp_path_factory: pytest.TempPathFactory):
+    """The session's in-process service with a real runtime, ready."""
+    settings = make_settings(tmp_path_factory.mktemp("api"))
+    with TestClient(create_app(settings)) as client:
+        wait_ready(client)
+        yield client
+
+
+# --------------------------------------------------------------------- real server process
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); read its state.
+    with contextlib.suppress(OSError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return True
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to ``proc``'s process group (it was started with a session of its own);
+    waits up to 30 s for ``proc``."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+
+
+class ServiceProcess:
+    """``datarax-serve`` in its own session (process group), on a free port.
+
+    Use as a context manager; exit kills the server's process group and the runtime
+    process it reported, whatever state they are in.
+    """
+
+    def __init__(self, db: Path, log_path: Path, *, env: dict[str, str] | None = None):
+        self.db = db
+        self.log_path = log_path
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.extra_env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self.runtime_pids: set[int] = set()
+        self._log = None
+
+    def command(self) -> list[str]:
+        script = Path(sys.executable).parent / "datarax-serve"
+        prefix = [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
+        return [*prefix, "--host", "127.0.0.1", "--port", str(self.port), "--db", str(self.db)]
+
+    def start(self) -> ServiceProcess:
+        env = dict(os.environ)
+        env.update(
+            {
+                "DATARAX_CPU_DEVICES": "8",
+                "DATARAX_PLATFORMS": "cpu",
+                "JAX_PLATFORMS": "cpu",
+                "PYTHONPATH": str(PROJECT_ROOT),
+                **self.extra_env,
+            }
+        )
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.command(),
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    def client(self, timeout: float = 30.0) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict:
+        deadline = time.monotonic() + timeout
+        with self.client(timeout=5.0) as client:
+            while time.monotonic() < deadline:
+                if self.proc is not None and self.proc.poll() is not None:
+                    pytest.fail(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+                with contextlib.suppress(httpx.TransportError):
+                    answer = client.get("/health/ready")
+                    if answer.status_code == 200:
+                        body = answer.json()
+                        if body.get("runtime_pid"):
+                            self.runtime_pids.add(int(body["runtime_pid"]))
+                        return body
+                time.sleep(0.2)
+        pytest.fail(f"server not ready within {timeout} s:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-chars:]
+        return ""
+
+    def kill(self) -> None:
+        """SIGKILL to the server's whole process group; waits for it."""
+        if self.proc is not None:
+            kill_group(self.proc)
+
+    def stop(self) -> None:
+        self.kill()
+        for pid in self.runtime_pids:
+            # The runtime has its own session and exits when its parent dies; make sure.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def as_json(text: str) -> Any:
+    return json.loads(text)
+
+
+def to_jsonable(value: Any) -> Any:
+    """What the service's JSON answer holds for ``value`` (numpy in, Python out)."""
+    return orjson.loads(encode_json(value))

@@ -1,0 +1,233 @@
+"""The import graph of ``datarax/`` and ``app/``, read from the source with ``ast``.
+
+Every import counts, at module level and inside functions (a function-level import
+still ties the two modules together); relative imports are resolved, and
+``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to
+``pkg``. Imports under ``if TYPE_CHECKING:`` never run and are left out. Checked:
+
+- no cycle among the modules (the message names the cycle);
+- ``datarax`` imports nothing of ``app``, FastAPI, Starlette or pydantic;
+- ``app/runtime/`` (the runtime process) imports nothing of the HTTP side;
+- no module under ``app/routes/`` imports another route module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("datarax", "app")
+LIBRARY_FORBIDDEN = ("app", "fastapi", "starlette", "pydantic", "pydantic_settings")
+RUNTIME_FORBIDDEN = (
+    "app.routes",
+    "app.services",
+    "app.deps",
+    "app.main",
+    "app.middleware",
+    "fastapi",
+    "starlette",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    return {
+        _module_name(path): path
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(tree: ast.AST):
+    """Every Import/ImportFrom node, skipping ``if TYPE_CHECKING:`` bodies."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
+    """Fully qualified names ``name`` imports (modules of ours, or external names)."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in _import_nodes(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+            continue
+        if node.level:
+            base = name.split(".") if is_package else name.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        for alias in node.names:
+            candidate = f"{target}.{alias.name}"
+            found.add(candidate if candidate in modules else target)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    sources = _sources()
+    modules = set(sources)
+    return {name: _imports(name, path, modules) for name, path in sources.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One concrete cycle per strongly connected component (Tarjan), in import order."""
+    edges = {m: sorted(t for t in targets if t in graph) for m, targets in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+
+    def visit(start: str) -> None:
+        work = [(start, iter(edges[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in edges[node]:
+                    components.append(sorted(component))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return [_path_in(component, edges) for component in components]
+
+
+def _path_in(component: list[str], edges: dict[str, list[str]]) -> list[str]:
+    """A cycle through the first member of ``component``, found by breadth-first search."""
+    members = set(component)
+    start = component[0]
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in edges[node]:
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [*reversed(path), start]
+                if child in members and child not in previous:
+                    previous[child] = node
+                    following.append(child)
+        frontier = following
+    return component
+
+
+def _fmt(cycle: list[str]) -> str:
+    return " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_cycles_and_only_them():
+    graph = {
+        "a": {"b"},
+        "b": {"c", "numpy"},
+        "c": {"a"},
+        "d": {"d"},
+        "e": {"a"},
+    }
+    assert sorted(map(_fmt, _cycles(graph))) == ["a -> b -> c -> a", "d -> d"]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_relative_and_package_imports_are_resolved(tmp_path):
+    source = tmp_path / "mod.py"
+    source.write_text(
+        "from . import channel, helper_value\n"
+        "from .runtime import server\n"
+        "def f():\n"
+        "    import app.store\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    import app.main\n"
+    )
+    modules = {"app.channel", "app.runtime.server", "app.store", "app.main"}
+    found = _imports("app.mod", source, modules)
+    assert {"app.channel", "app", "app.runtime.server", "app.store"} <= found
+    assert "app.main" not in found
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_graph())
+    assert not cycles, "import cycles: " + "; ".join(map(_fmt, cycles))
+
+
+def test_library_imports_nothing_of_the_service():
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        if module.split(".")[0] == "datarax"
+        for target in sorted(targets)
+        if target.split(".")[0] in LIBRARY_FORBIDDEN
+    ]
+    assert not bad, bad
+
+
+def test_runtime_process_imports_nothing_of_the_http_side():
+    if not (ROOT / "app" / "runtime").is_dir():
+        pytest.skip("app/runtime/ does not exist yet: the runtime-process rule cannot be checked")
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        if module == "app.runtime" or module.startswith("app.runtime.")
+        for target in sorted(targets)
+        if any(target == f or target.startswith(f + ".") for f in RUNTIME_FORBIDDEN)
+    ]
+    assert not bad, bad
+
+
+def test_routes_import_no_other_route():
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        if module.startswith("app.routes.")
+        for target in sorted(targets)
+        if target.startswith("app.routes.") and target != module
+    ]
+    assert not bad, bad
