@@ -189,6 +189,81 @@ def bench_abstract_plans(client: httpx.Client, repeats: int) -> dict:
     }
 
 
+def bench_hardware_plans(client: httpx.Client, repeats: int) -> dict:
+    """A 65,536-chip hardware plan (v5e 16x16 x 256 slices) beside the plain plan of the same
+    mesh shape, end to end, and a recommendation over every factorisation of that cluster."""
+    ici = {"data": 1, "fsdp": 16, "tensor": 16}
+    batch = {"batch_shape": [65536 * 4, 1024], "batch_axes": ["data", "fsdp"]}
+    hardware = {
+        "hardware": "tpu-v5e",
+        "topology": "16x16",
+        "slices": 256,
+        "ici": ici,
+        "dcn": {"data": 256, "fsdp": 1, "tensor": 1},
+        **batch,
+    }
+    plain = {"axes": {"data": 256, "fsdp": 16, "tensor": 16}, "num_devices": 65536, **batch}
+    model = {
+        "kind": "transformer",
+        "layers": 32,
+        "d_model": 4096,
+        "d_ff": 14336,
+        "heads": 32,
+        "kv_heads": 8,
+        "vocab": 128256,
+        "seq_len": 4096,
+        "mlp": "gated",
+        "remat": "full",
+    }
+    recommendation = {
+        "hardware": "tpu-v5e",
+        "topology": "16x16",
+        "slices": 256,
+        "model": model,
+        "global_batch": 65536 * 4,
+        "top_k": 5,
+    }
+
+    def post(path: str, body: dict) -> int:
+        r = client.post(path, json=body)
+        r.raise_for_status()
+        return len(r.content)
+
+    (
+        post("/v1/meshes", hardware),
+        post("/v1/meshes", plain),
+        post("/v1/recommendations", recommendation),
+    )
+    hardware_s, plain_s = [], []
+    for _ in range(repeats):  # interleaved: drift hits both sides alike
+        hardware_s.append(_median_time(lambda: post("/v1/meshes", hardware), 1))
+        plain_s.append(_median_time(lambda: post("/v1/meshes", plain), 1))
+    answer = client.post("/v1/recommendations", json=recommendation).json()
+    return {
+        "hardware_plan_s": statistics.median(hardware_s),
+        "plain_plan_s": statistics.median(plain_s),
+        "hardware_over_plain": statistics.median(hardware_s) / statistics.median(plain_s),
+        "hardware_plan_mb": post("/v1/meshes", hardware) / 1e6,
+        "recommendation_s": _median_time(
+            lambda: post("/v1/recommendations", recommendation), repeats
+        ),
+        "recommendation_considered": answer["considered"],
+    }
+
+
+def bench_estimate_validation() -> dict:
+    """The per-device memory estimate against XLA's memory_analysis() of the same training
+    step on this process's 8 CPU devices (benchmarks/estimate_validation.py)."""
+    import contextlib
+
+    from benchmarks import estimate_validation
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        estimate_validation.main()
+    return {"table": out.getvalue()}
+
+
 def bench_served_steps(client: httpx.Client, repeats: int) -> dict:
     """Served steps vs the same steps through the library in this process."""
     import jax
@@ -349,6 +424,20 @@ def write_markdown(results: dict, path: Path) -> None:
         f"| {d['growth_for_16x_devices']:.1f}x for 16x devices | <= 0.75 s; <= 20x "
         f"| {_met(plans_met)} |"
     )
+    if "hardware_plans" in r:
+        h = r["hardware_plans"]
+        lines.append(
+            f"| hardware plan, TPU v5e 16x16 x 256 slices (65,536 chips), end to end, vs the "
+            f"plain plan of the same mesh shape | {h['hardware_plan_s'] * 1e3:.0f} ms vs "
+            f"{h['plain_plan_s'] * 1e3:.0f} ms ({h['hardware_plan_mb']:.1f} MB answer) "
+            f"| {h['hardware_over_plain']:.2f} | < 1 s | {_met(h['hardware_plan_s'] < 1)} |"
+        )
+        lines.append(
+            f"| recommendation over every (ici, dcn) factorisation of that cluster "
+            f"({h['recommendation_considered']} considered), end to end "
+            f"| {h['recommendation_s'] * 1e3:.0f} ms | - | < 1 s "
+            f"| {_met(h['recommendation_s'] < 1)} |"
+        )
     if "served_steps" in r:
         e = r["served_steps"]
         lines.append(
@@ -358,6 +447,19 @@ def write_markdown(results: dict, path: Path) -> None:
             f"({e['direct_examples_per_s']:.0f} ex/s) | {e['ratio']:.2f} | <= 1.1x "
             f"| {_met(e['ratio'] <= 1.1)} |"
         )
+    if "estimate_validation" in r:
+        lines += [
+            "",
+            "## Memory estimate vs XLA (issue 11, section 5)",
+            "",
+            "The plan's per-device memory estimate against `memory_analysis()` of the same",
+            "compiled training step on this host's 8 simulated CPU devices",
+            "(`benchmarks/estimate_validation.py`; argument + output - alias; temporaries apart).",
+            "Step-time ranking cannot be validated on simulated CPU devices: their collectives",
+            "are memory copies, not ICI or NVLink.",
+            "",
+            r["estimate_validation"]["table"].rstrip(),
+        ]
     lines += [
         "",
         "## Where the time goes (profiled 2026-11-30; read with the table above)",
@@ -419,8 +521,11 @@ def main() -> None:
         print("json_vs_npz", results["json_vs_npz"], flush=True)
         results["abstract_plans"] = bench_abstract_plans(client, args.repeats)
         print("abstract_plans", results["abstract_plans"], flush=True)
+        results["hardware_plans"] = bench_hardware_plans(client, args.repeats)
+        print("hardware_plans", results["hardware_plans"], flush=True)
         results["served_steps"] = bench_served_steps(client, args.repeats)
         print("served_steps", results["served_steps"], flush=True)
+    results["estimate_validation"] = bench_estimate_validation()
     write_markdown(results, args.out)
     print(f"wrote {args.out}")
 

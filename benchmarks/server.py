@@ -40,7 +40,7 @@ def running_server(
             **(env or {}),
         }
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.main", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "app.cli", "--host", "127.0.0.1", "--port", str(port)],
             cwd=ROOT,
             env=full_env,
             start_new_session=True,

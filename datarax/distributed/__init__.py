@@ -14,6 +14,8 @@ package and from the same submodule as upstream, plus ours. Submodules:
 - ``metrics``: reductions of stacked per-device metrics; ``collectives``: ``lax.p*``
   over pytrees inside ``pmap``/``shard_map``.
 - ``multihost``: multi-process runtime and global arrays (``global_arrays`` below it).
+- ``hardware``, ``topology``, ``model_specs``, ``cost``, ``recommend``: hardware-aware
+  planning (catalog with sources, JAX's TPU/GPU device order, step estimates, meshes).
 - ``typing``: shared type aliases.
 
 Importing this package never touches devices.
@@ -25,6 +27,7 @@ from datarax.distributed.collectives import (
     reduce_mean_collective,
     reduce_sum_collective,
 )
+from datarax.distributed.cost import estimate_step, memory_estimate
 from datarax.distributed.data_parallel import (
     create_data_parallel_sharding,
     model_state_shardings,
@@ -43,6 +46,7 @@ from datarax.distributed.device_placement import (
     place_on_device,
     prefetch_to_device,
 )
+from datarax.distributed.hardware import HARDWARE, AxisLink, Hardware, get_hardware
 from datarax.distributed.metrics import (
     MetricsError,
     collect_from_devices,
@@ -54,12 +58,14 @@ from datarax.distributed.metrics import (
     reduce_sum,
     split_by_device,
 )
+from datarax.distributed.model_specs import model_spec
 from datarax.distributed.planning import (
     PlanError,
     batch_partition_spec,
     resolve_axes,
     shard_index_ranges,
 )
+from datarax.distributed.recommend import recommend_meshes
 from datarax.distributed.sharding import (
     PARAM_SHARDING_RULES,
     MeshRules,
@@ -70,6 +76,7 @@ from datarax.distributed.sharding import (
     param_partition_spec,
     partition_spec_for_names,
 )
+from datarax.distributed.topology import HardwareLayout, plan_hardware_devices
 from datarax.distributed.train_step import (
     collective_pmap,
     data_parallel_train_step,
@@ -77,6 +84,16 @@ from datarax.distributed.train_step import (
 )
 
 __all__ = [
+    "HARDWARE",
+    "AxisLink",
+    "Hardware",
+    "HardwareLayout",
+    "estimate_step",
+    "get_hardware",
+    "memory_estimate",
+    "model_spec",
+    "plan_hardware_devices",
+    "recommend_meshes",
     "PARAM_SHARDING_RULES",
     "BatchSizeRecommendation",
     "DeviceMeshManager",

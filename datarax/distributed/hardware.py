@@ -259,7 +259,7 @@ _TPU_V5E = Hardware(
     hbm_bytes=16 * GIB,
     peak_bf16_flops=1.97e14,
     hbm_bytes_per_s=8.1e11,
-    devices_per_host=8,
+    devices_per_host=4,
     fast_domain_devices=256,
     fast_link_bytes_per_s=4.5e10,
     fast_links_per_device=4,
@@ -271,7 +271,10 @@ _TPU_V5E = Hardware(
         "197 TFLOPs bf16 per chip",
         "hbm_bytes": "Google Cloud, TPU v5e: 16 GB HBM2 (XLA reports 15.75 GiB usable)",
         "hbm_bytes_per_s": "Google Cloud, TPU v5e: 819 GBps; scaling-book rounds to 8.1e11",
-        "devices_per_host": "Google Cloud, TPU v5e: 8 chips per host (2x4)",
+        "devices_per_host": "Google Cloud, TPU v5e: multi-host slices run on 4-chip VMs "
+        "(ct5lp-hightpu-4t, 2x2 chips); libtpu's own topology (get_topology_desc('v5e:16x16')) "
+        "puts 2x2 chips on each process, which this catalog follows (the single-host "
+        "v5litepod-8 has 8)",
         "fast_domain_devices": "Google Cloud, TPU v5e: pod of 256 chips (16x16)",
         "fast_link_bytes_per_s": f"{_BOOK_TPU}: ICI 4.5e10 B/s one way per link (Google "
         "Cloud gives 1600 Gbps per chip = 5e10 B/s per link one way over 4 links; the "
@@ -328,7 +331,7 @@ _TPU_V6E = Hardware(
     hbm_bytes=32 * GIB,
     peak_bf16_flops=9.18e14,
     hbm_bytes_per_s=1.64e12,
-    devices_per_host=8,
+    devices_per_host=4,
     fast_domain_devices=256,
     fast_link_bytes_per_s=9e10,
     fast_links_per_device=4,
@@ -340,7 +343,9 @@ _TPU_V6E = Hardware(
         "918 TFLOPs bf16 per chip",
         "hbm_bytes": "Google Cloud, TPU v6e: 32 GB HBM per chip",
         "hbm_bytes_per_s": "Google Cloud, TPU v6e: 1640 GBps",
-        "devices_per_host": "Google Cloud, TPU v6e: 8 chips per host",
+        "devices_per_host": "Google Cloud, TPU v6e: multi-host slices run on 4-chip VMs "
+        "(ct6e-standard-4t, 2x2 chips), as libtpu's topology places them (the single-host "
+        "v6e-8 has 8)",
         "fast_domain_devices": "Google Cloud, TPU v6e: pod of 256 chips (16x16)",
         "fast_link_bytes_per_s": f"{_BOOK_TPU}: ICI 9e10 B/s one way per link (Google Cloud "
         "gives 3584 Gbps per chip, = 5.6e10 B/s per link one way over 4 links; the book's "
