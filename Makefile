@@ -1,10 +1,52 @@
 # Two commands do all set-up on a fresh machine: `make run` and `make test`.
-# Both create .venv with Python >= 3.12 and install pinned versions from constraints.txt.
+# Both create .venv with Python >= 3.12 and install pinned versions from constraints.txt,
+# with the JAX wheels for this host's accelerator:
+#   ACCEL=cuda  when `nvidia-smi -L` lists a GPU          (jax[cuda12]; CUDA=13 for jax[cuda13])
+#   ACCEL=tpu   on a TPU VM: a Google PCI device (vendor 0x1ae0) of class "processing
+#               accelerator" (0x12xxxx), which is how TPU chips show up; /dev/accel0 too
+#   ACCEL=cpu   otherwise
+# Set ACCEL=cpu|cuda|tpu to override. The venv remembers its variant in a stamp
+# (.venv/.installed-<variant>); asking for another variant removes the old accelerator
+# plugins and installs the new one. `make test` adds libtpu (the `tpu` extra) on every host:
+# the TPU topology tests build real TPU topologies with it, also on CPU-only hosts.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
+CUDA ?= 12
+
+define detect_accel
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then echo cuda; exit 0; fi; \
+if [ -e /dev/accel0 ]; then echo tpu; exit 0; fi; \
+for d in /sys/bus/pci/devices/*; do \
+  if [ "$$(cat $$d/vendor 2>/dev/null)" = 0x1ae0 ]; then \
+    case "$$(cat $$d/class 2>/dev/null)" in 0x12*) echo tpu; exit 0;; esac; fi; \
+done; echo cpu
+endef
+ACCEL ?= $(shell $(detect_accel))
+
+ifeq ($(ACCEL),cpu)
+  VARIANT := cpu
+  EXTRAS := dev
+else ifeq ($(ACCEL),cuda)
+  ifeq ($(filter $(CUDA),12 13),)
+    $(error CUDA=$(CUDA): use CUDA=12 (driver >= 525) or CUDA=13 (driver >= 580))
+  endif
+  VARIANT := cuda$(CUDA)
+  EXTRAS := dev,cuda$(CUDA)
+else ifeq ($(ACCEL),tpu)
+  VARIANT := tpu
+  EXTRAS := dev,tpu
+else
+  $(error ACCEL=$(ACCEL): use ACCEL=cpu, ACCEL=cuda or ACCEL=tpu)
+endif
+
+STAMP := $(VENV)/.installed-$(VARIANT)
+TEST_STAMP := $(VENV)/.installed-$(VARIANT)-test
+# Packages that make one variant differ from another; removed when the variant changes.
+ACCEL_PACKAGES := jax-cuda12-plugin jax-cuda12-pjrt jax-cuda13-plugin jax-cuda13-pjrt libtpu
+PIP := $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt
 
 # python3 may be 3.11 and `python3.12` may be a pyenv shim that refuses to run:
 # try each candidate and keep the first that really is >= 3.12.
@@ -17,20 +59,40 @@ for p in $${PYTHON:-} python3.12 python3.13 /usr/local/bin/python3.12 /usr/bin/p
 done; echo "no Python >= 3.12 found; set PYTHON=/path/to/python3.12" >&2; exit 1
 endef
 
-.PHONY: venv run test lint bench clean
+.PHONY: venv run test lint bench clean accel
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || { py=$$($(find_python)) && echo "creating $(VENV) with $$py" && "$$py" -m venv $(VENV); }
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@rm -f $(VENV)/.installed  # the stamp of Makefiles before variants (always CPU)
+	@others=$$(ls $(VENV)/.installed-* 2>/dev/null | grep -vx -e '$(STAMP)' -e '$(TEST_STAMP)'); \
+	if [ -n "$$others" ]; then \
+	  echo "switching $(VENV) to $(VARIANT) (was: $$(echo $$others | xargs -n1 basename | tr "\n" " "))"; \
+	  $(PY) -m pip uninstall -q -y $(ACCEL_PACKAGES) 2>&1 | grep -v 'not installed' || true; \
+	  rm -f $$others $(TEST_STAMP); \
+	fi
+	@echo "installing the $(VARIANT) variant into $(VENV): .[$(EXTRAS)]"
+	$(PIP) -e '.[$(EXTRAS)]'
 	@touch $@
 
-venv: $(VENV)/.installed
+# The test suite's extra: libtpu (already there on the tpu variant).
+$(TEST_STAMP): $(STAMP)
+	$(PIP) -e '.[$(EXTRAS),tpu]'
+	@touch $@
 
+venv: $(STAMP)
+
+accel:
+	@echo "ACCEL=$(ACCEL) VARIANT=$(VARIANT) extras=[$(EXTRAS)]" \
+	  "venv=$$(ls $(VENV)/.installed-* 2>/dev/null | xargs -rn1 basename | tr '\n' ' ')"
+
+# ACCEL doubles as the runtime's JAX platform (cpu, cuda, tpu): a GPU host whose CUDA
+# fails to start refuses to serve instead of serving simulated CPU devices.
 run: venv
 	@echo "datarax mesh service on http://$(HOST):$(PORT)  (docs: http://$(HOST):$(PORT)/docs)"
-	$(VENV)/bin/datarax-serve --host $(HOST) --port $(PORT)
+	DATARAX_PLATFORMS=$${DATARAX_PLATFORMS:-$(ACCEL)} \
+	  $(VENV)/bin/datarax-serve --host $(HOST) --port $(PORT)
 
-test: venv
+test: $(TEST_STAMP)
 	$(PY) -m pytest -q
 
 lint: venv

@@ -6,7 +6,11 @@ object. It measures, side by side in one process:
 - the ``jnp.dot`` peak: bf16 ``[n, n] @ [n, n]`` for a few ``n``, best TFLOP/s;
 - the training step: ``spmd_train_step`` on an MLP of bf16 parameters (adam), FLOPs
   counted as 6 x batch x sum(f_i x f_{i+1}) per step (forward 2, backward 4);
-- the fraction of the dot peak the training step reaches.
+- the fraction of the dot peak the training step reaches (its MFU against the peak this
+  device really reaches), and whether it meets ``--target`` (0.6 by default).
+
+The peak is measured on random data: on an H200, zeros ran a bf16 product about 13%
+faster than random values (894 vs 788 TFLOP/s), which would flatter the peak.
 
 ``--size small`` runs the same code at toy sizes on any backend (a smoke test).
 """
@@ -49,8 +53,9 @@ def _timed(fn, *, repeats: int) -> float:
 def dot_peak(sizes: list[int], repeats: int) -> dict:
     best = {}
     for n in sizes:
-        a = jnp.ones((n, n), jnp.bfloat16)
-        b = jnp.ones((n, n), jnp.bfloat16)
+        key_a, key_b = jax.random.split(jax.random.key(n))
+        a = jax.random.normal(key_a, (n, n), jnp.bfloat16)
+        b = jax.random.normal(key_b, (n, n), jnp.bfloat16)
         dot = jax.jit(jnp.dot)
         seconds = _timed(lambda a=a, b=b, dot=dot: dot(a, b), repeats=repeats)
         best[n] = 2 * n**3 / seconds / 1e12
@@ -86,11 +91,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="large")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--target", type=float, default=0.6, help="MFU vs the dot peak to meet")
     args = parser.parse_args()
     cfg = SIZES[args.size]
     peak = dot_peak(cfg["dots"], args.repeats)
     step = mlp_step(cfg["features"], cfg["batch"], args.repeats)
     device = jax.devices()[0]
+    fraction = step["tflops"] / peak["tflops"]
     print(
         json.dumps(
             {
@@ -104,7 +111,9 @@ def main() -> None:
                 "dot_peak_n": peak["n"],
                 "mlp_step_s": step["seconds_per_step"],
                 "mlp_tflops": round(step["tflops"], 2),
-                "fraction_of_dot_peak": round(step["tflops"] / peak["tflops"], 3),
+                "fraction_of_dot_peak": round(fraction, 3),
+                "target": args.target,
+                "meets_target": fraction >= args.target,
             }
         )
     )
