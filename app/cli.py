@@ -12,7 +12,6 @@ group supervises its runtime and serves nothing (:mod:`app.follower`).
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from pydantic import SecretStr, ValidationError
@@ -20,9 +19,16 @@ from pydantic_settings import CliSuppress, SettingsConfigDict
 
 from app.allocator import keep_freed_memory
 from app.follower import is_leader, run_follower
+from app.logs import configure_logging, log_config
+from app.middleware import ProblemHttpToolsProtocol
 from app.settings import Settings
+from app.store import Store, StoreUnusable
+from app.version import version_line
 
 EXIT_BAD_SETTINGS = 2
+EXIT_BAD_DATABASE = 65
+"""The database file cannot be used (sysexits' EX_DATAERR): restarting will not help, so a
+supervisor can stop there (systemd ``RestartPreventExitStatus=65``)."""
 
 
 class CliSettings(Settings):
@@ -83,28 +89,65 @@ def cli(argv: list[str] | None = None) -> None:
 
     from app.main import create_app
 
+    if "--version" in (sys.argv[1:] if argv is None else argv):
+        print(version_line())  # package metadata only: nothing starts, no JAX backend
+        sys.exit(0)
     settings = load_settings(argv)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_format, settings.log_level)
     if not is_leader(settings):
         # Processes other than 0 serve no HTTP: they only keep their runtime in the group.
         sys.exit(run_follower(settings))
     # Large bodies: reuse freed heap memory instead of page-faulting fresh mmap pages
     # (see app/allocator.py); keeps up to ~4 bodies' worth of freed memory.
     keep_freed_memory(max(256 * 1024 * 1024, 4 * settings.max_body_bytes))
-    uvicorn.run(
-        create_app(settings),
+    check_database(settings)
+    app = create_app(settings)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            # From the first SIGTERM/SIGINT on, a request cancelled when the grace period
+            # ends answers 503 shutting_down (app.middleware.ShutdownMiddleware).
+            app.state.lifecycle.shutting_down = True
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        # One format for our lines and uvicorn's (app.logs); the access line carries the
+        # request id because uvicorn logs it inside the request's context.
+        log_config=log_config(settings.log_format, settings.log_level),
         proxy_headers=False,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
         # C parser and event loop (both dependencies): h11's pure-Python parser and the
-        # asyncio loop cost more per request than most handlers.
-        http="httptools",
+        # asyncio loop cost more per request than most handlers. The parser's own 400s
+        # are problem JSON (ProblemHttpToolsProtocol).
+        http=ProblemHttpToolsProtocol,
         loop="uvloop",
     )
+    Server(config).run()
+
+
+def check_database(settings: Settings) -> None:
+    """Opens the database once before serving; exits 65 with one line if it is unusable.
+
+    A corrupt, truncated or unreadable file is never overwritten or repaired here: the
+    line names the path and what to do.
+    """
+    store = Store(settings.db)
+    try:
+        store.open()
+    except (StoreUnusable, OSError) as err:
+        print(
+            f"datarax-serve: cannot use the database {settings.db}: {err}. The file was left "
+            "untouched; restore it from a backup, move it aside to start empty, or point "
+            "DATARAX_DB / --db elsewhere",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_BAD_DATABASE)
+    finally:
+        store.close()
 
 
 if __name__ == "__main__":

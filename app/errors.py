@@ -52,6 +52,7 @@ CODES: dict[str, Code] = _codes(
     ("validation_error", 422, "Request validation failed", "schema violation; see errors"),
     ("invalid_json", 422, "Malformed JSON body", "the body is not parseable JSON"),
     ("invalid_request", 422, "Invalid request", "a value the runtime refused"),
+    ("answer_too_large", 422, "Answer too large", "the answer would pass DATARAX_MAX_ANSWER_MB"),
     # --- arrays in bodies (metrics and training batches alike)
     ("invalid_tensor", 422, "Invalid tensor", "bad OIP tensor or array (shape vs data, rank 0)"),
     ("ragged_array", 422, "Ragged array", "nested lists that are not rectangular"),
@@ -66,6 +67,7 @@ CODES: dict[str, Code] = _codes(
     ("multiple_auto_axes", 422, "Invalid mesh plan", "more than one axis of size -1"),
     ("invalid_axis_name", 422, "Invalid mesh plan", "an axis name that is not an identifier"),
     ("invalid_axis_size", 422, "Invalid mesh plan", "an axis size below 1 (other than -1)"),
+    ("too_many_axes", 422, "Invalid mesh plan", "more than 64 mesh axes (numpy's limit)"),
     ("invalid_device_count", 422, "Invalid mesh plan", "a device count below 1"),
     ("batch_not_divisible", 422, "Invalid mesh plan", "the batch does not split evenly"),
     ("unknown_batch_axis", 422, "Invalid mesh plan", "a batch axis the mesh does not have"),
@@ -100,11 +102,18 @@ CODES: dict[str, Code] = _codes(
     ("nan_policy_traced", 422, "Invalid metrics", "nan_policy raise on traced values"),
     ("unbound_axis_name", 422, "Invalid metrics", "a collective outside pmap/shard_map"),
     ("reserved_metric_name", 422, "Reserved metric name", "a metric named _num_devices (npz)"),
+    # --- job metric history
+    ("job_not_found", 404, "Job not found", "no stored job with that name"),
+    ("step_conflict", 409, "Step conflict", "the step (or the source's part) has other content"),
+    ("part_mismatch", 422, "Part does not match", "metric names or device count differ"),
+    ("sources_mismatch", 422, "Sources do not match", "sources differs from the step's"),
     # --- sessions and training steps
     ("session_not_found", 404, "Session not found", "no stored session with that id"),
     ("plan_not_live", 409, "Plan is not live", "a device operation on an abstract plan"),
     ("devices_changed", 409, "Plan devices not present", "the plan's devices are gone"),
     ("session_lost", 410, "Session state lost", "the runtime restarted; the state is gone"),
+    ("session_expired", 410, "Session expired", "no step for DATARAX_SESSION_IDLE_S; freed"),
+    ("too_many_sessions", 429, "Too many sessions", "DATARAX_MAX_SESSIONS live; delete one"),
     ("invalid_strategy", 422, "Invalid strategy", "collective needs replicated parameters"),
     ("insufficient_memory", 422, "Not enough device memory", "beyond the memory budget"),
     ("missing_inputs", 422, "Batch has no inputs", "a batch without 'inputs'"),
@@ -112,6 +121,12 @@ CODES: dict[str, Code] = _codes(
     ("invalid_inputs", 422, "Invalid inputs", "inputs that are not numeric"),
     ("invalid_targets", 422, "Invalid targets", "targets that are not valid class ids"),
     ("batch_shape_mismatch", 422, "Batch does not fit the model", "wrong feature sizes"),
+    # --- compile checks
+    ("compile_check_not_found", 404, "Compile check not found", "no compile check with that id"),
+    ("compile_queue_full", 429, "Compile queue full", "too many checks waiting; see Retry-After"),
+    ("compile_target_unavailable", 422, "Cannot compile here", "no compiler for the plan's target"),
+    ("model_too_large", 422, "Model too large to compile", "XLA cannot lower or compile the step"),
+    ("compile_failed", 500, "Compile check failed", "worker crashed, out of memory or timed out"),
     # --- the runtime
     ("internal_error", 500, "Internal server error", "a bug; the detail has no traceback"),
     ("runtime_error", 500, "Runtime error", "a device command failed unexpectedly"),
@@ -121,6 +136,8 @@ CODES: dict[str, Code] = _codes(
     ("worker_lost", 503, "Device runtime unavailable", "the runtime died or is restarting"),
     ("not_ready", 503, "Service not ready", "the service is still starting"),
     ("step_timeout", 504, "Device command timed out", "a device command ran too long"),
+    ("shutting_down", 503, "Service shutting down", "the request met the shutdown grace period"),
+    ("storage_full", 507, "Storage full", "the database disk is full; nothing was written"),
 )
 """Every problem ``code`` the service can answer. README's error table lists the same."""
 
@@ -215,6 +232,14 @@ class SessionLost(ServiceError):
     code = "session_lost"
 
 
+class SessionExpired(ServiceError):
+    code = "session_expired"
+
+
+class TooManySessions(ServiceError):
+    code = "too_many_sessions"
+
+
 class PlanNotLive(ServiceError):
     code = "plan_not_live"
 
@@ -271,6 +296,22 @@ class ReservedMetricName(ServiceError):
     code = "reserved_metric_name"
 
 
+class JobNotFound(ServiceError):
+    code = "job_not_found"
+
+
+class StepConflict(ServiceError):
+    code = "step_conflict"
+
+
+class PartMismatch(ServiceError):
+    code = "part_mismatch"
+
+
+class SourcesMismatch(ServiceError):
+    code = "sources_mismatch"
+
+
 class InvalidBatch(ServiceError):
     """A training batch the session cannot take; the code says why."""
 
@@ -315,6 +356,30 @@ class WorkerLost(ServiceError):
 
 class NotReady(ServiceError):
     code = "not_ready"
+
+
+class AnswerTooLarge(ServiceError):
+    code = "answer_too_large"
+
+
+class ShuttingDown(ServiceError):
+    code = "shutting_down"
+
+
+class StorageFull(ServiceError):
+    code = "storage_full"
+
+
+class CompileCheckNotFound(ServiceError):
+    code = "compile_check_not_found"
+
+
+class CompileQueueFull(ServiceError):
+    code = "compile_queue_full"
+
+
+class CompileTargetUnavailable(ServiceError):
+    code = "compile_target_unavailable"
 
 
 class StepTimeout(ServiceError):

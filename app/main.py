@@ -8,6 +8,7 @@ error handlers are :mod:`app.middleware`; the command line is :mod:`app.cli`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,10 +16,21 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
-from app.middleware import BearerAuthMiddleware, BodyLimitMiddleware, install_error_handlers
+from app.http_cache import HttpCacheMiddleware, add_cors
+from app.middleware import (
+    BearerAuthMiddleware,
+    BodyLimitMiddleware,
+    HeadAsGetMiddleware,
+    ShutdownMiddleware,
+    install_error_handlers,
+)
 from app.openapi import openapi_builder
+from app.request_context import RequestIdMiddleware
 from app.routes import (
+    compile_checks,
+    dashboard,
     devices,
     hardware,
     health,
@@ -29,6 +41,8 @@ from app.routes import (
     sessions,
 )
 from app.runtime_client import RuntimeClient
+from app.services import jobs as job_history
+from app.services.compile_checks import CompileChecks
 from app.services.sessions import SessionService
 from app.settings import Settings
 from app.store import Store
@@ -55,6 +69,18 @@ history in SQLite.
 """
 
 
+class Lifecycle:
+    """Where the process is in its life; ``app.cli`` sets ``shutting_down`` on SIGTERM."""
+
+    shutting_down = False
+
+
+def operation_id(route: APIRoute) -> str:
+    """OpenAPI operation ids in plain words: the endpoint function's name
+    (``create_mesh``, ``push_job_metrics``), so generated clients get readable methods."""
+    return route.name
+
+
 class _Runtime(Protocol):
     ready: bool
     restarts: int
@@ -66,6 +92,15 @@ class _Runtime(Protocol):
 
 
 # ------------------------------------------------------------------------------ app
+
+
+def session_figures(app: FastAPI) -> tuple[int, dict[str, int], dict | None] | None:
+    """What ``/metrics`` shows of sessions and memory (``None`` before the lifespan ran)."""
+    service = getattr(app.state, "sessions", None)
+    if service is None:
+        return None
+    budget = app.state.runtime.memory_budget() if app.state.runtime is not None else None
+    return service.live_count(), service.memory_reserved(), budget
 
 
 def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = None) -> FastAPI:
@@ -89,13 +124,22 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         rt = runtime if runtime is not None else RuntimeClient(settings)
         app.state.store = store
         app.state.runtime = rt
-        app.state.sessions = SessionService(store, rt, settings)
+        app.state.sessions = SessionService(store, rt, settings, telemetry)
+        checks = app.state.compile_checks = CompileChecks(settings)
+        await checks.start()
+        retention = asyncio.create_task(
+            job_history.retention_loop(store, settings.job_retention_days)
+        )
+        expiry = asyncio.create_task(app.state.sessions.expire_idle_loop())
         try:
             await rt.start()
             log.info("datarax service up (database %s)", settings.db)
             yield
         finally:
             try:
+                retention.cancel()
+                expiry.cancel()
+                await checks.stop()
                 await rt.stop()
             finally:
                 store.close()
@@ -105,6 +149,10 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         version="1.0.0",
         description=API_DESCRIPTION,
         lifespan=lifespan,
+        generate_unique_id_function=operation_id,
+        # Swagger UI and ReDoc come from the package (app.routes.dashboard), not a CDN.
+        docs_url=None,
+        redoc_url=None,
         openapi_tags=[
             {"name": "meshes", "description": "mesh plans: live and abstract"},
             {"name": "sessions", "description": "sharded training steps on live meshes"},
@@ -117,11 +165,14 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
     )
     app.state.settings = settings
     app.state.telemetry = telemetry
+    app.state.lifecycle = Lifecycle()
     app.state.runtime = runtime
     telemetry.watch_runtime(
         lambda: int(getattr(app.state.runtime, "restarts", 0) or 0),
         lambda: bool(getattr(app.state.runtime, "ready", False)),
     )
+    telemetry.watch_jobs(lambda top: job_history.job_gauges(app.state.store, top))
+    telemetry.watch_sessions(lambda: session_figures(app))
     install_error_handlers(app)
     for module in (
         health,
@@ -132,17 +183,33 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         sessions,
         hardware,
         recommendations,
+        compile_checks,
+        dashboard,
     ):
         # The routes themselves, not include_router: FastAPI 0.163 wraps each included
         # router in a matcher that every request walks (~10 us a request on this
         # service, measured in-process); none of ours has a prefix or dependencies of
         # its own, so flat routes behave the same.
         app.router.routes.extend(module.router.routes)
+    for route in app.router.routes:
+        # Module routers were built before the app: give their routes the app's ids too.
+        if isinstance(route, APIRoute):
+            route.unique_id = route.operation_id or operation_id(route)
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
 
     # add_middleware wraps: the last added runs first.
+    app.add_middleware(HttpCacheMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.api_token is not None and settings.api_token.get_secret_value():
-        app.add_middleware(BearerAuthMiddleware, token=settings.api_token.get_secret_value())
+        app.add_middleware(
+            BearerAuthMiddleware,
+            token=settings.api_token.get_secret_value(),
+            reads=settings.auth_reads,
+        )
+    app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(RequestMetricsMiddleware, telemetry=telemetry)
+    app.add_middleware(ShutdownMiddleware, lifecycle=app.state.lifecycle)
+    add_cors(app, settings.cors_origins)  # 401s and 503s carry CORS headers too
+    # Outermost: every answer carries X-Request-ID and every log line of it the id.
+    app.add_middleware(RequestIdMiddleware)
     return app

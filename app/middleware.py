@@ -4,7 +4,9 @@ turn every error into RFC 9457 problem details.
 Request path, outermost first::
 
     ServerErrorMiddleware  (Starlette; unexpected exceptions -> 500 internal_error)
+    ShutdownMiddleware     (503 shutting_down for requests the grace period cut short)
     RequestMetricsMiddleware  (Prometheus: counts every answer, 401/413 included)
+    HeadAsGetMiddleware    (HEAD runs the GET route and drops the body)
     BearerAuthMiddleware   (401 before anything reads the body)
     BodyLimitMiddleware    (413 before the body is read)
     ExceptionMiddleware -> router -> routes
@@ -17,8 +19,10 @@ field (``loc``, ``field``), and Starlette's own 404/405 with their codes.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.errors import (
     PROBLEM_MEDIA_TYPE,
@@ -33,6 +38,7 @@ from app.errors import (
     InvalidJson,
     PayloadTooLarge,
     ServiceError,
+    ShuttingDown,
     Unauthorized,
     code_for_status,
     from_library,
@@ -148,21 +154,35 @@ class BodyLimitMiddleware:
 
 
 class BearerAuthMiddleware:
-    """401 ``unauthorized`` for mutating requests without the bearer token.
+    """401 ``unauthorized`` for mutating requests without the bearer token, and, with
+    ``reads`` (``DATARAX_AUTH_READS``), for reads under ``/v1/`` too.
 
-    Runs before the body is read; compares in constant time (``hmac.compare_digest``).
+    Runs before the body is read; the scheme is case-insensitive (RFC 9110 section 11.1:
+    ``bearer``, ``BEARER``), the token compared in constant time (``hmac.compare_digest``).
     """
 
     MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
-    def __init__(self, app: ASGIApp, token: str):
+    def __init__(self, app: ASGIApp, token: str, reads: bool = False):
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
+        self.reads = reads
+
+    def _guarded(self, scope: Scope) -> bool:
+        if scope.get("method") in self.MUTATING:
+            return True
+        return self.reads and str(scope.get("path", "")).startswith("/v1/")
+
+    def _valid(self, given: bytes) -> bool:
+        scheme, _, credentials = given.strip().partition(b" ")
+        # compare_digest on every path, so a wrong scheme costs the same as a wrong token
+        matches = hmac.compare_digest(credentials.strip(), self.expected)
+        return scheme.lower() == b"bearer" and matches
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("method") in self.MUTATING:
+        if scope["type"] == "http" and self._guarded(scope):
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            if not self._valid(given):
                 detail = (
                     "this request needs Authorization: Bearer <token> (DATARAX_API_TOKEN)"
                     if not given
@@ -171,6 +191,95 @@ class BearerAuthMiddleware:
                 await _send_problem(send, Unauthorized(detail))
                 return
         await self.app(scope, receive, send)
+
+
+class HeadAsGetMiddleware:
+    """HEAD on any GET route (RFC 9110 section 9.3.2): runs the GET and sends its status
+    and headers (``Content-Length`` included) without the body."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
+class ShutdownMiddleware:
+    """Answers 503 ``shutting_down`` to a request that the shutdown grace period cut short.
+
+    On SIGTERM uvicorn stops accepting connections, lets requests in flight run for
+    ``DATARAX_SHUTDOWN_GRACE_S`` and then cancels them; a cancelled request whose answer
+    had not started gets this problem (with ``Connection: close``) instead of a 500 or a
+    reset. A cancellation for any other reason (the client went away) is passed on.
+    """
+
+    def __init__(self, app: ASGIApp, lifecycle: Any):
+        self.app = app
+        self.lifecycle = lifecycle  # app.main.Lifecycle: .shutting_down
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self.lifecycle.shutting_down or started:
+                raise
+            if task is not None:
+                task.uncancel()
+            await _send_problem(
+                send,
+                ShuttingDown(
+                    "the service is shutting down and this request did not finish within "
+                    "the grace period (DATARAX_SHUTDOWN_GRACE_S); retry against a running "
+                    "instance"
+                ),
+            )
+
+
+class ProblemHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, whose own 400 (a request line or header it cannot
+    parse, e.g. ``Content-Length: abc``) is problem JSON like every other error."""
+
+    def send_400_response(self, msg: str) -> None:
+        body = problem_bytes(400, "bad_request", f"{msg} (malformed request line or headers)")
+        self.transport.write(
+            b"".join(
+                [
+                    b"HTTP/1.1 400 Bad Request\r\n",
+                    *(name + b": " + value + b"\r\n" for name, value in self._default_headers()),
+                    b"content-type: " + PROBLEM_MEDIA_TYPE.encode() + b"\r\n",
+                    b"content-length: " + str(len(body)).encode() + b"\r\n",
+                    b"connection: close\r\n\r\n",
+                    body,
+                ]
+            )
+        )
+        self.transport.close()
+
+    def _default_headers(self) -> list[tuple[bytes, bytes]]:
+        return list(self.server_state.default_headers)
 
 
 # ----------------------------------------------------------------------------- handlers
@@ -210,6 +319,8 @@ def _allowed_methods(request: Request) -> str:
         probe = {**request.scope, "method": method}
         if any(route.matches(probe)[0] == Match.FULL for route in request.app.router.routes):
             allowed.append(method)
+            if method == "GET":
+                allowed.append("HEAD")  # HeadAsGetMiddleware
     return ", ".join(allowed)
 
 

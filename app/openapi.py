@@ -16,7 +16,7 @@ from pydantic.json_schema import models_json_schema
 
 from app.errors import PROBLEM_MEDIA_TYPE
 from app.routing import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE
-from app.schemas.jobs import JobMetricsRequest
+from app.schemas.jobs import JobBatchRequest, JobMetricsRequest
 from app.schemas.metrics import MetricsCollectRequest, MetricsReduceRequest
 from app.schemas.problems import FieldError, Problem, ValidationProblem
 from app.schemas.sessions import StepRequest
@@ -109,6 +109,7 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
                 MetricsReduceRequest,
                 MetricsCollectRequest,
                 JobMetricsRequest,
+                JobBatchRequest,
                 StepRequest,
             )
         ]
@@ -132,7 +133,30 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
                     }
         for unused in ("HTTPValidationError", "ValidationError"):
             components.pop(unused, None)
+        _declare_auth(schema, app.state.settings)
         app.openapi_schema = schema
         return schema
 
     return build
+
+
+def _declare_auth(schema: dict[str, Any], settings: Any) -> None:
+    """Says what the server does: no token, no security and no 401s; a token, bearer auth
+    on writes (and on every ``/v1`` read with ``DATARAX_AUTH_READS``)."""
+    token = settings.api_token
+    enforced = token is not None and bool(token.get_secret_value())
+    schemes = schema.get("components", {}).get("securitySchemes", {})
+    scheme_name = next(iter(schemes), None)
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            if not enforced:
+                operation.pop("security", None)
+                operation.get("responses", {}).pop("401", None)
+            elif settings.auth_reads and method == "get" and path.startswith("/v1/"):
+                if scheme_name is not None:
+                    operation["security"] = [{scheme_name: []}]
+                operation.setdefault("responses", {}).update(
+                    {str(k): v for k, v in problem_responses(401).items()}
+                )
+    if not enforced:
+        schema.get("components", {}).pop("securitySchemes", None)

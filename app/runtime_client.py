@@ -46,6 +46,7 @@ from app import channel
 from app.channel import ArrayError, ChannelError
 from app.errors import ArrayNotAccepted, RuntimeFailed, ServiceError, StepTimeout, WorkerLost
 from app.errors import from_reply as error_from_reply
+from app.logs import REQUEST_ID
 from app.runtime.environment import runtime_environment
 from app.settings import Settings
 
@@ -299,6 +300,9 @@ class RuntimeClient:
     ) -> tuple[int, list]:
         request_id = next(self._ids)
         header = {"id": request_id, "command": command, "payload": payload or {}}
+        http_request_id = REQUEST_ID.get()
+        if http_request_id is not None:  # the runtime logs its lines under it
+            header["request_id"] = http_request_id
         try:
             return request_id, channel.encode_message(header, arrays)
         except ArrayError as exc:

@@ -25,9 +25,46 @@ class Settings(BaseSettings):
     cpu_devices: int = Field(8, ge=1, le=4096, description="simulated devices on CPU-only hosts")
     max_body_mb: float = Field(64.0, gt=0, description="request bodies above this are 413")
     api_token: SecretStr | None = Field(None, description="Bearer token for POST and DELETE")
+    auth_reads: bool = Field(
+        False,
+        description="with a token set, /v1 reads (GET, HEAD) need it too; health, "
+        "/metrics and the docs stay open",
+    )
+    max_answer_mb: float = Field(
+        64.0, gt=0, description="answers that would pass this are refused (422 answer_too_large)"
+    )
+    shutdown_grace_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="on SIGTERM, requests in flight get this long; then 503 shutting_down",
+    )
+    cors_origins: str = Field(
+        "",
+        description="browser origins allowed to call the API (CORS), comma-separated, e.g. "
+        "'https://grafana.example:3000'; '*' for any; empty: none (same origin only)",
+    )
     step_timeout_s: float = Field(120.0, gt=0, description="runtime calls longer than this: 504")
     runtime_start_timeout_s: float = Field(180.0, gt=0)
+    compile_timeout_s: float = Field(
+        600.0, gt=0, description="a compile check running longer is failed (worker killed)"
+    )
+    compile_queue: int = Field(
+        16, ge=1, le=1024, description="compile checks waiting at most; more are 429"
+    )
+    compile_memory_mb: int = Field(
+        16384, ge=0, description="address-space cap of the compile worker (0: none)"
+    )
     max_steps_per_call: int = Field(1000, ge=1)
+    max_sessions: int = Field(
+        32, ge=1, le=100_000, description="live training sessions at most; more are 429"
+    )
+    session_idle_s: float = Field(
+        3600.0,
+        ge=0,
+        description="a session without a step (or its creation) for this long is freed and "
+        "answers 410 session_expired; 0: never",
+    )
     memory_fraction: float = Field(
         0.8,
         gt=0,
@@ -41,13 +78,30 @@ class Settings(BaseSettings):
         description="that budget in MiB instead (per accelerator, or for the host's CPU "
         "devices together); set it alike on every host of a group with unequal memory",
     )
+    job_retention_days: float = Field(
+        0.0,
+        ge=0,
+        description="delete jobs whose last metric push is older than this (checked "
+        "hourly); 0 keeps every job",
+    )
     heartbeat_s: float = Field(10.0, gt=0, le=30, description="lost-peer detection bound")
     platforms: str | None = Field(None, description="JAX_PLATFORMS for the runtime, e.g. 'cpu'")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "info", description="log level of the service and uvicorn"
     )
+    log_format: Literal["json", "text"] = Field(
+        "json",
+        description="log lines of the service, uvicorn and the runtime: JSON objects, one "
+        "a line, or text for people",
+    )
     # multi-host (one JAX distributed runtime across processes): see app/runtime/group.py
     coordinator: str | None = Field(None, description="JAX coordinator HOST:PORT (process 0)")
+    coordinator_bind_address: str | None = Field(
+        None,
+        description="HOST:PORT process 0's coordination service listens on (it has no "
+        "authentication); default: the coordinator address itself; '[::]:PORT' for every "
+        "interface",
+    )
     num_processes: int | None = Field(None, ge=1, description="processes in the group")
     process_id: int | None = Field(None, ge=0, description="this process, 0 serves HTTP")
     distributed: bool = Field(
@@ -95,3 +149,7 @@ class Settings(BaseSettings):
     @property
     def max_body_bytes(self) -> int:
         return int(self.max_body_mb * 1024 * 1024)
+
+    @property
+    def max_answer_bytes(self) -> int:
+        return int(self.max_answer_mb * 1024 * 1024)

@@ -18,16 +18,27 @@ so a read returns byte-identical JSON without re-serialising.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import anyio.to_thread
 
+from app import store_jobs
+from app.errors import StorageFull
+
 T = TypeVar("T")
+
+SCHEMA_VERSION = 2
+"""``PRAGMA user_version`` of a current file. 1 (written as 0 by SQLite): plans,
+``job_points (job, step, reduced, received_at)``, sessions. 2: the job tables of
+:mod:`app.store_jobs`. ``open()`` migrates an older file in place, in one transaction."""
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: store_jobs.migrate_to_v2}
+"""version -> the function that brings a file of the version before it up to it."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS plans (
@@ -55,17 +66,23 @@ CREATE INDEX IF NOT EXISTS sessions_by_mesh ON sessions (mesh_id);
 """
 
 
-@dataclass(frozen=True)
-class JobPoint:
-    """One stored step of a job: ``reduced`` is the JSON text of the reduced values."""
-
-    step: int
-    reduced: str
-    received_at: str
+def _is_disk_full(err: sqlite3.Error) -> bool:
+    """SQLITE_FULL (13), or the I/O error some file systems give for ENOSPC instead."""
+    code = getattr(err, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or "disk is full" in str(err)
 
 
 class StoreClosed(RuntimeError):
     """The store was used before ``open()`` or after ``close()``."""
+
+
+class StoreUnusable(RuntimeError):
+    """The database file exists but SQLite cannot use it (corrupt, truncated, not a
+    database, unreadable). The file is left exactly as it was."""
+
+
+FREE_BYTES_TO_RECOVER = 8 * 1024 * 1024
+"""After a disk-full write, the store reports full until its disk has this much free."""
 
 
 class Store:
@@ -76,6 +93,7 @@ class Store:
         self.busy_timeout_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self.full = False  # the last write failed with SQLITE_FULL (see _write)
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -89,27 +107,71 @@ class Store:
             return
         if str(self.path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            str(self.path), check_same_thread=False, isolation_level=None, timeout=30
-        )
+        try:
+            conn = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=30
+            )
+        except sqlite3.Error as err:
+            raise StoreUnusable(f"cannot open {self.path}: {err}") from err
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            # Reading the schema first: a corrupt or foreign file fails here, before any
+            # statement below could write to it.
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(self.path) != ":memory:" and mode.lower() != "wal":
                 raise RuntimeError(f"SQLite refused WAL mode for {self.path} (got {mode!r})")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.executescript(SCHEMA)
+            self._migrate(conn)
+        except sqlite3.DatabaseError as err:
+            conn.close()
+            raise StoreUnusable(f"{self.path} is not a usable SQLite database: {err}") from err
         except Exception:
             conn.close()
             raise
         self._conn = conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Brings the file to :data:`SCHEMA_VERSION`, one version per transaction."""
+        version = max(1, conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{self.path} has schema version {version}, newer than this service's "
+                f"{SCHEMA_VERSION}; run the newer service or point DATARAX_DB elsewhere"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                MIGRATIONS[target](conn)
+                conn.execute(f"PRAGMA user_version = {target}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    @property
+    def schema_version(self) -> int:
+        return self._run(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
 
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+    def disk_full(self) -> bool:
+        """True after a write failed for lack of disk space, until the disk has
+        ``FREE_BYTES_TO_RECOVER`` free again (readiness says so meanwhile)."""
+        if self.full:
+            try:
+                stats = os.statvfs(self.path.parent)
+                self.full = stats.f_bavail * stats.f_frsize < FREE_BYTES_TO_RECOVER
+            except OSError:
+                pass
+        return self.full
 
     def ping(self) -> bool:
         """True when a trivial query succeeds (readiness)."""
@@ -135,18 +197,34 @@ class Store:
             try:
                 result = fn(conn)
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException as err:
                 # Also after a failed COMMIT (disk full, I/O error): never leave the shared
                 # connection inside a transaction.
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                if isinstance(err, sqlite3.Error) and _is_disk_full(err):
+                    self.full = True
+                    raise StorageFull(
+                        f"the database disk is full ({self.path}); nothing was written. "
+                        "Free space on that disk and retry"
+                    ) from None
                 raise
+            self.full = False
             return result
 
         return self._run(tx)
 
     async def _in_thread(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn)
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Runs ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction in a worker thread;
+        returns after the durable commit (all or nothing: an exception rolls back)."""
+        return await self._in_thread(lambda: self._write(fn))
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Runs ``fn(conn)`` in a worker thread (reads only)."""
+        return await self._in_thread(lambda: self._run(fn))
 
     # ---------------------------------------------------------------------------- plans
 
@@ -191,17 +269,25 @@ class Store:
         return await self._in_thread(lambda: self._run(read))
 
     async def list_plans(
-        self, limit: int, offset: int, *, summary: bool = False
-    ) -> tuple[list[str], int]:
-        """Plan JSON texts (or summaries), newest first (insertion order), and the total."""
+        self, limit: int, offset: int, *, summary: bool = False, max_bytes: int | None = None
+    ) -> tuple[list[str] | None, int]:
+        """Plan JSON texts (or summaries), newest first (insertion order), and the total;
+        None instead of the texts as soon as they would pass ``max_bytes``."""
         column = "summary" if summary else "body"
 
-        def read(c: sqlite3.Connection) -> tuple[list[str], int]:
+        def read(c: sqlite3.Connection) -> tuple[list[str] | None, int]:
             total = c.execute("SELECT COUNT(*) FROM plans").fetchone()[0]
-            rows = c.execute(
+            cursor = c.execute(
                 f"SELECT {column} FROM plans ORDER BY rowid DESC LIMIT ? OFFSET ?", (limit, offset)
-            ).fetchall()
-            return [row[0] for row in rows], int(total)
+            )
+            texts, size = [], 0
+            for (text,) in cursor:  # row by row: stop before holding too much
+                size += len(text)
+                if max_bytes is not None and size > max_bytes:
+                    cursor.close()
+                    return None, int(total)
+                texts.append(text)
+            return texts, int(total)
 
         return await self._in_thread(lambda: self._run(read))
 
@@ -214,35 +300,8 @@ class Store:
         return await self._in_thread(lambda: self._write(delete))
 
     # ----------------------------------------------------------------------- job points
-
-    async def put_job_point(self, job: str, step: int, reduced: str, received_at: str) -> bool:
-        """Stores (or replaces) one step of a job. Returns True when the step was new."""
-
-        def put(c: sqlite3.Connection) -> bool:
-            existed = c.execute(
-                "SELECT 1 FROM job_points WHERE job = ? AND step = ?", (job, step)
-            ).fetchone()
-            c.execute(
-                "INSERT INTO job_points (job, step, reduced, received_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (job, step) DO UPDATE SET "
-                "reduced = excluded.reduced, received_at = excluded.received_at",
-                (job, step, reduced, received_at),
-            )
-            return existed is None
-
-        return await self._in_thread(lambda: self._write(put))
-
-    async def job_points(self, job: str) -> list[JobPoint]:
-        """Every stored step of ``job`` in step order."""
-
-        def read(c: sqlite3.Connection) -> list[JobPoint]:
-            rows = c.execute(
-                "SELECT step, reduced, received_at FROM job_points WHERE job = ? ORDER BY step",
-                (job,),
-            ).fetchall()
-            return [JobPoint(int(s), r, t) for s, r, t in rows]
-
-        return await self._in_thread(lambda: self._run(read))
+    # The job tables' SQL is app/store_jobs.py; app/services/jobs.py runs it through
+    # write() and read().
 
     # ------------------------------------------------------------------------- sessions
 
@@ -275,3 +334,19 @@ class Store:
             return c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
 
         return await self._in_thread(lambda: self._write(delete))
+
+    async def list_sessions(
+        self, limit: int, offset: int, mesh_id: str | None = None
+    ) -> tuple[list[str], int]:
+        """Session JSON texts, newest first, and the total (of ``mesh_id``'s, when given)."""
+        where, args = ("WHERE mesh_id = ?", (mesh_id,)) if mesh_id is not None else ("", ())
+
+        def read(c: sqlite3.Connection) -> tuple[list[str], int]:
+            total = c.execute(f"SELECT COUNT(*) FROM sessions {where}", args).fetchone()[0]
+            rows = c.execute(
+                f"SELECT body FROM sessions {where} ORDER BY rowid DESC LIMIT ? OFFSET ?",
+                (*args, limit, offset),
+            ).fetchall()
+            return [row[0] for row in rows], int(total)
+
+        return await self._in_thread(lambda: self._run(read))

@@ -8,7 +8,9 @@ still ties the two modules together); relative imports are resolved, and
 - no cycle among the modules (the message names the cycle);
 - ``datarax`` imports nothing of ``app``, FastAPI, Starlette or pydantic;
 - ``app/runtime/`` (the runtime process) imports nothing of the HTTP side;
-- no module under ``app/routes/`` imports another route module.
+- no module under ``app/routes/`` imports another route module;
+- ``datarax.client`` (the service's Python client) imports nothing of ``app``, FastAPI,
+  Starlette or pydantic either: the library rule covers it, and it imports no JAX.
 """
 
 from __future__ import annotations
@@ -222,6 +224,24 @@ def test_runtime_process_imports_nothing_of_the_http_side():
     assert not bad, bad
 
 
+COMPILER_ALLOWED_APP = ("app.errors", "app.channel", "app.settings", "app.compiler")
+
+
+def test_compile_worker_imports_nothing_of_the_http_side():
+    # app/compiler/ runs in its own process: of the service it may use only the modules
+    # both processes share (and the library), never the HTTP side or the runtime.
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        if module == "app.compiler" or module.startswith("app.compiler.")
+        for target in sorted(targets)
+        if (target == "app" or target.startswith("app."))
+        and not any(target == a or target.startswith(a + ".") for a in COMPILER_ALLOWED_APP)
+        or target.split(".")[0] in ("fastapi", "starlette")
+    ]
+    assert not bad, bad
+
+
 def test_routes_import_no_other_route():
     bad = [
         f"{module} imports {target}"
@@ -229,5 +249,17 @@ def test_routes_import_no_other_route():
         if module.startswith("app.routes.")
         for target in sorted(targets)
         if target.startswith("app.routes.") and target != module
+    ]
+    assert not bad, bad
+
+
+def test_client_imports_no_service_and_no_jax():
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        if module == "datarax.client" or module.startswith("datarax.client.")
+        for target in sorted(targets)
+        if target.split(".")[0] in (*LIBRARY_FORBIDDEN, "jax", "flax", "optax")
+        or (target.startswith("datarax.") and not target.startswith("datarax.client"))
     ]
     assert not bad, bad

@@ -65,10 +65,17 @@ def loads_json(body: bytes) -> Any:
     """
     try:
         return orjson.loads(body)  # orjson itself refuses unpaired surrogates
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as err:
+        if str(err).startswith("depth limit exceeded"):
+            raise _too_deep() from None
         # NaN/Infinity literals, integers beyond 64 bits, UTF-16/32 bodies, lone
         # surrogates, or malformed JSON: the standard library parses or explains it.
+    # The standard library recurses once per level: a deep body (orjson's limit is 1024
+    # levels, Python's recursion limit about 1000) must be refused, never crash.
+    try:
         data = json.loads(body)
+    except RecursionError:
+        raise _too_deep() from None
     # A lone surrogate (\ud800) parses but is not text: no answer, JSON or npz, could
     # name it. Refused here, as malformed JSON, instead of failing when answering.
     try:
@@ -77,7 +84,22 @@ def loads_json(body: bytes) -> Any:
         raise json.JSONDecodeError(
             f"a string holds an unpaired surrogate ({err.reason})", err.object, err.start
         ) from None
+    except RecursionError:
+        raise _too_deep() from None
     return data
+
+
+MAX_ARRAY_DIMS = 64
+"""numpy's limit on dimensions (``np.ndarray.ndim``): nested lists deeper are refused."""
+
+
+def _too_deep() -> json.JSONDecodeError:
+    return json.JSONDecodeError(
+        f"nesting is deeper than this service parses; arrays have at most {MAX_ARRAY_DIMS} "
+        "dimensions, so nothing valid nests deeper than a few hundred levels",
+        "",
+        0,
+    )
 
 
 def loads_body(body: bytes) -> Any:
@@ -120,6 +142,11 @@ def _numeric_from_json(name: str, value: Any, what: str) -> np.ndarray:
     try:
         array = np.asarray(value)
     except ValueError as err:
+        if f"dimension of {MAX_ARRAY_DIMS}" in str(err):
+            raise InvalidTensor(
+                f"{what} {name!r} nests deeper than {MAX_ARRAY_DIMS} levels; arrays have "
+                f"at most {MAX_ARRAY_DIMS} dimensions"
+            ) from None
         raise RaggedArray(
             f"{what} {name!r} is not rectangular ({err}); every device must send the same "
             "shape, e.g. [[1, 2], [3, 4]] for [n_devices, 2]"

@@ -59,6 +59,7 @@ def load_npz(body: bytes, *, max_bytes: int) -> dict[str, np.ndarray]:
         )
     arrays = _stored_arrays(body, members)
     if arrays is None:
+        _check_claimed_sizes(body, members, max_bytes)
         arrays = _np_load(body)
     if not arrays:
         raise InvalidNpz("the npz holds no arrays; send at least one metric")
@@ -130,6 +131,48 @@ def _stored_arrays(body: bytes, members: list[zipfile.ZipInfo]) -> dict[str, Any
             flat.reshape(shape[::-1]).transpose() if fortran_order else flat.reshape(shape)
         )
     return arrays
+
+
+def _check_claimed_sizes(body: bytes, members: list[zipfile.ZipInfo], max_bytes: int) -> None:
+    """Refuses an archive whose ``.npy`` headers claim more than it can hold, before
+    ``np.load`` allocates what they claim (a 100-byte member may claim shape (2**40,)).
+
+    Raises:
+      PayloadTooLarge: the claimed arrays add up to more than ``max_bytes``.
+      InvalidNpz: a member claims more data than it holds.
+    """
+    claimed_total = 0
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        for member in members:
+            if not member.filename.endswith(".npy"):
+                continue  # np.load hands it back as bytes; load_npz refuses it
+            try:
+                with archive.open(member) as stream:
+                    header = io.BytesIO(stream.read(_NPY_HEADER_BYTES))
+                version = np.lib.format.read_magic(header)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read_header(header, max_header_size=_NPY_HEADER_BYTES)
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError):
+                continue  # np.load explains what is wrong with this member
+            if dtype.hasobject:
+                continue  # refused by np.load (allow_pickle=False) with its own message
+            claimed = math.prod(shape) * dtype.itemsize
+            claimed_total += claimed
+            if claimed_total > max_bytes:
+                raise PayloadTooLarge(
+                    f"npz member {member.filename!r} claims shape {tuple(shape)} of {dtype} "
+                    f"({claimed} bytes); the arrays would exceed the limit of {max_bytes} "
+                    "bytes (DATARAX_MAX_BODY_MB)"
+                )
+            if claimed > member.file_size:
+                raise InvalidNpz(
+                    f"npz member {member.filename!r} claims shape {tuple(shape)} of {dtype} "
+                    f"({claimed} bytes) but holds {member.file_size} bytes"
+                )
 
 
 def _np_load(body: bytes) -> dict[str, Any]:

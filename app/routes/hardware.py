@@ -17,7 +17,9 @@ from app.services import hardware
 
 router = APIRouter(tags=["hardware"])
 
-HardwareName = Annotated[str, Path(description="catalog name, e.g. tpu-v5e", max_length=64)]
+HardwareName = Annotated[
+    str, Path(description="catalog name, e.g. tpu-v5e", max_length=64, examples=["tpu-v5e"])
+]
 
 
 def _json(value: object) -> str:
@@ -28,7 +30,16 @@ def _json(value: object) -> str:
     "/v1/hardware",
     summary="List hardware",
     response_class=Response,
-    responses={200: {"model": HardwareList, "description": "every catalog entry"}},
+    responses={
+        200: {
+            "model": HardwareList,
+            "description": "every catalog entry",
+            # One real entry, read from the catalog.
+            "content": {
+                "application/json": {"example": {"items": hardware.list_hardware()["items"][:1]}}
+            },
+        }
+    },
 )
 async def list_hardware() -> Response:
     """``{"items": [...]}``: each entry's HBM, peak bf16 FLOP/s, devices per host, fast

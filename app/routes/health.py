@@ -9,7 +9,7 @@ from prometheus_client.exposition import choose_encoder
 from starlette.responses import Response
 
 from app.deps import RuntimeDep, StoreDep, TelemetryDep
-from app.errors import NotReady, WorkerLost
+from app.errors import NotReady, StorageFull, WorkerLost
 from app.openapi import problem_responses
 from app.schemas.devices import Liveness, Readiness
 
@@ -17,7 +17,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/health/live", response_model=Liveness, summary="Liveness")
-async def live() -> dict:
+async def check_liveness() -> dict:
     """Always 200 while the HTTP process serves requests."""
     return {"status": "ok"}
 
@@ -26,9 +26,9 @@ async def live() -> dict:
     "/health/ready",
     response_model=Readiness,
     summary="Readiness",
-    responses=problem_responses(503),
+    responses=problem_responses(503, 507),
 )
-async def ready(store: StoreDep, runtime: RuntimeDep) -> dict:
+async def check_readiness(store: StoreDep, runtime: RuntimeDep) -> dict:
     """200 when the store is open and the device runtime (every process) is up.
 
     503 ``not_ready`` while the service is still starting, ``worker_lost`` after the
@@ -37,6 +37,11 @@ async def ready(store: StoreDep, runtime: RuntimeDep) -> dict:
     extra = {"runtime_pid": runtime.pid, "runtime_restarts": runtime.restarts}
     if not store.is_open or not await anyio.to_thread.run_sync(store.ping):
         raise NotReady("the database is not open", extra=extra)
+    if await anyio.to_thread.run_sync(store.disk_full):
+        raise StorageFull(
+            f"the database disk is full ({store.path}); writes answer 507 until space is freed",
+            extra=extra,
+        )
     if not runtime.ready:
         if runtime.pid is None or runtime.restarts > 0:
             raise WorkerLost(
@@ -54,13 +59,21 @@ async def ready(store: StoreDep, runtime: RuntimeDep) -> dict:
     response_class=Response,
     responses={
         200: {
-            "content": {CONTENT_TYPE_LATEST: {}, "application/openmetrics-text": {}},
+            "content": {
+                CONTENT_TYPE_LATEST: {
+                    "example": "# HELP datarax_session_steps_total Training steps run\n"
+                    "# TYPE datarax_session_steps_total counter\n"
+                    "datarax_session_steps_total 1200.0\n"
+                },
+                "application/openmetrics-text": {},
+            },
             "description": "text exposition, or OpenMetrics when the Accept header asks",
         }
     },
 )
-async def prometheus(request: Request, telemetry: TelemetryDep) -> Response:
+async def get_prometheus_metrics(request: Request, telemetry: TelemetryDep) -> Response:
     """The service's counters plus the HTTP process's own (CPU, memory, open files), in
     the Prometheus text format or OpenMetrics, negotiated on Accept by prometheus-client."""
+    await telemetry.refresh()  # per-job gauges, read from the store in a thread
     encoder, content_type = choose_encoder(request.headers.get("accept"))
     return Response(encoder(telemetry.registry), media_type=content_type)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Path, Query
+from fastapi import APIRouter, Body, Path, Query, Request
 from starlette.responses import Response
 
 from app.deps import BearerDoc, JsonBody, RuntimeDep, StoreDep, TelemetryDep
@@ -17,7 +17,14 @@ from app.services import meshes
 
 router = APIRouter(tags=["meshes"])
 
-MeshId = Annotated[str, Path(description="plan id, e.g. m_01J...", max_length=64)]
+MeshId = Annotated[
+    str,
+    Path(
+        description="plan id, e.g. m_01J...",
+        max_length=64,
+        examples=["m_01JABCDEFGHJKMNPQRSTVWXYZ0"],
+    ),
+]
 
 _ABSTRACT_EXAMPLE = {
     "axes": {"data": -1, "fsdp": 16, "model": 16},
@@ -80,24 +87,37 @@ async def create_mesh(
     "/v1/meshes",
     summary="List plans",
     response_class=Response,
-    responses={200: {"model": MeshPlanList, "description": "stored plans, newest first"}},
+    responses={
+        200: {"model": MeshPlanList, "description": "stored plans, newest first"},
+        **problem_responses(422),
+    },
 )
 async def list_meshes(
+    request: Request,
     store: StoreDep,
-    limit: Annotated[int, Query(ge=1, le=100, description="page size")] = 20,
+    limit: Annotated[int, Query(ge=1, le=100, description="page size", examples=[20])] = 20,
     # SQLite integers are 64-bit: a larger offset would fail in the driver, not be empty.
     offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="plans to skip")] = 0,
     view: Annotated[
         Literal["full", "summary"],
         Query(
-            description="full: whole plans; summary: without device_grid and shards (a "
-            "65,536-device plan is ~8 MB in full, ~1 KB as a summary)"
+            description="summary (default): without device_grid and shards; full: whole "
+            "plans (a 65,536-device plan is ~8 MB in full, ~1 KB as a summary), refused "
+            "with 422 answer_too_large past DATARAX_MAX_ANSWER_MB"
         ),
-    ] = "full",
+    ] = "summary",
 ) -> Response:
     """Stored plans, newest first: ``{"items": [...], "total": n}`` (``total`` counts all
-    stored plans, not just this page)."""
-    return json_response(await meshes.list_plans(store, limit, offset, summary=view == "summary"))
+    stored plans, not just this page). Summaries by default; full plans one by one at
+    ``/v1/meshes/{id}``."""
+    text = await meshes.list_plans(
+        store,
+        limit,
+        offset,
+        summary=view == "summary",
+        max_bytes=request.app.state.settings.max_answer_bytes,
+    )
+    return json_response(text)
 
 
 @router.get(
@@ -140,7 +160,7 @@ async def delete_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
         **problem_responses(404),
     },
 )
-async def mesh_layout(mesh_id: MeshId, store: StoreDep) -> Response:
+async def get_mesh_layout(mesh_id: MeshId, store: StoreDep) -> Response:
     """An SVG of the device grid: every device labelled with its id and mesh coordinates,
     coloured by the batch slice it holds (replicas share a colour), with axis names and a
     legend. Meshes over 1,024 devices show their first rows and columns."""

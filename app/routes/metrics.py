@@ -47,8 +47,8 @@ from app.schemas.metrics import (
 )
 from app.services.metrics import (
     NUM_DEVICES_ARRAY,
-    collect_metrics,
     decode_metrics_body,
+    encode_collect,
     reduce_metrics,
     reduced_npz_arrays,
 )
@@ -78,6 +78,7 @@ _VARY_ACCEPT = ((b"vary", b"Accept"),)
 @router.post(
     "/v1/metrics/reduce",
     summary="Reduce stacked per-device metrics",
+    operation_id="reduce_metrics",  # the endpoint function's name is taken by the service
     response_class=Response,
     openapi_extra={
         "parameters": [
@@ -147,6 +148,7 @@ async def reduce_endpoint(request: Request) -> Response:
 @router.post(
     "/v1/metrics/collect",
     summary="Split stacked metrics per device",
+    operation_id="collect_metrics",
     response_class=Response,
     openapi_extra={
         **_NO_DI_SECURITY,
@@ -161,7 +163,8 @@ async def reduce_endpoint(request: Request) -> Response:
 )
 async def collect_endpoint(request: Request) -> Response:
     """``{"devices": [{"device": i, "metrics": {name: value}}]}``: entry i holds every
-    metric's ``[i]`` slice. Non-finite values are ``null``."""
+    metric's ``[i]`` slice. Non-finite values are ``null``. An answer that would pass
+    ``DATARAX_MAX_ANSWER_MB`` is 422 ``answer_too_large``, refused before it is built."""
     state = request.app.state
     body = await read_body(request)
     media = media_type(request)
@@ -175,7 +178,7 @@ async def collect_endpoint(request: Request) -> Response:
             MetricsCollectRequest,
             max_bytes=state.settings.max_body_bytes,
         )
-        return encode_json({"devices": collect_metrics(data)})
+        return encode_collect(data, max_bytes=state.settings.max_answer_bytes)
 
     content = await run_for_body(work, len(body))
     state.telemetry.count_reduction("collect")

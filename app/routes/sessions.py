@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request
 from starlette.responses import Response
 
+from app.codecs.json_arrays import encode_json
 from app.deps import BearerDoc, JsonBody, SessionsDep
 from app.openapi import problem_responses
 from app.routing import NPZ_MEDIA_TYPE, json_response, media_type
@@ -15,18 +15,38 @@ from app.schemas.sessions import (
     SESSION_REQUEST_EXAMPLE,
     STEP_REQUEST_EXAMPLE,
     SessionCreateRequest,
+    SessionList,
     SessionOut,
     StepResponse,
 )
+from app.services.sessions import MAX_LIST_LIMIT
 
 router = APIRouter(tags=["sessions"])
 
-SessionId = Annotated[str, Path(description="session id, e.g. s_01J...", max_length=64)]
-MeshId = Annotated[str, Path(description="plan id, e.g. m_01J...", max_length=64)]
+SessionId = Annotated[
+    str,
+    Path(
+        description="session id, e.g. s_01J...",
+        max_length=64,
+        examples=["s_01JABCDEFGHJKMNPQRSTVWXYZ0"],
+    ),
+]
+MeshId = Annotated[
+    str,
+    Path(
+        description="plan id, e.g. m_01J...",
+        max_length=64,
+        examples=["m_01JABCDEFGHJKMNPQRSTVWXYZ0"],
+    ),
+]
+Limit = Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT, description="page size", examples=[20])]
+# SQLite integers are 64-bit: a larger offset would fail in the driver, not be empty.
+Offset = Annotated[int, Query(ge=0, le=2**63 - 1, description="sessions to skip")]
 
 
 def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return json_response(json.dumps(value, separators=(",", ":")), status, headers)
+    # orjson: non-finite floats (a NaN loss) are null, never a bare NaN (RFC 8259).
+    return json_response(encode_json(value), status, headers)
 
 
 @router.post(
@@ -37,7 +57,7 @@ def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) 
     dependencies=[JsonBody, BearerDoc],
     responses={
         201: {"model": SessionOut, "description": "the session; Location: /v1/sessions/{id}"},
-        **problem_responses(401, 404, 409, 413, 415, 422, 503, 504),
+        **problem_responses(401, 404, 409, 413, 415, 422, 429, 503, 504),
     },
 )
 async def create_session(
@@ -53,11 +73,42 @@ async def create_session(
     404 ``mesh_not_found``; 409 ``plan_not_live`` for abstract plans; 422
     ``invalid_strategy`` (collective needs replicated parameters), ``validation_error``,
     ``insufficient_memory`` (parameters, optimizer state and gradients would not fit the
-    memory budget beside the other sessions: ``DATARAX_MEMORY_FRACTION``); 503
+    memory budget beside the other sessions: ``DATARAX_MEMORY_FRACTION``); 429
+    ``too_many_sessions`` (``DATARAX_MAX_SESSIONS`` are live); 503
     ``worker_lost`` while the runtime is down.
     """
     record = await sessions.create(mesh_id, body)
     return _json(record, 201, {"Location": f"/v1/sessions/{record['id']}"})
+
+
+@router.get(
+    "/v1/sessions",
+    summary="List sessions",
+    response_class=Response,
+    responses={200: {"model": SessionList}, **problem_responses(422)},
+)
+async def list_sessions(sessions: SessionsDep, limit: Limit = 20, offset: Offset = 0) -> Response:
+    """Stored sessions, newest first, without parameter layouts: ``{"items": [...],
+    "total": n}``; each item's ``state`` is ``live``, ``expired`` or ``lost``. Read from the
+    store (no device work); pages of at most 100.
+    """
+    return _json(await sessions.list_sessions(limit, offset))
+
+
+@router.get(
+    "/v1/meshes/{mesh_id}/sessions",
+    summary="List a plan's sessions",
+    response_class=Response,
+    responses={200: {"model": SessionList}, **problem_responses(404, 422)},
+)
+async def list_plan_sessions(
+    mesh_id: MeshId, sessions: SessionsDep, limit: Limit = 20, offset: Offset = 0
+) -> Response:
+    """The sessions created on plan ``mesh_id``, as ``GET /v1/sessions`` lists them.
+
+    404 ``mesh_not_found``.
+    """
+    return _json(await sessions.list_sessions(limit, offset, mesh_id))
 
 
 @router.get(
@@ -67,9 +118,11 @@ async def create_session(
     responses={200: {"model": SessionOut}, **problem_responses(404, 410, 503)},
 )
 async def get_session(session_id: SessionId, sessions: SessionsDep) -> Response:
-    """Step count, last loss and parameter layouts, read from the runtime's live arrays.
+    """Step count, last loss (``null`` when non-finite) and parameter layouts, from what
+    the service recorded: a read queues no device work.
 
-    404 ``session_not_found``; 410 ``session_lost`` after a runtime restart; 503
+    404 ``session_not_found``; 410 ``session_lost`` after a runtime restart,
+    ``session_expired`` after ``DATARAX_SESSION_IDLE_S`` without a step; 503
     ``worker_lost`` while the runtime is down.
     """
     return _json(await sessions.read(session_id))

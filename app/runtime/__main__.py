@@ -32,6 +32,7 @@ import socket
 import sys
 
 from app.channel import ChannelError
+from app.logs import configure_logging
 from app.runtime import environment, group, server
 from app.settings import Settings
 
@@ -67,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     _die_with_parent(args.parent_pid)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s runtime[%(process)d] %(message)s")
     settings = Settings(**json.loads(args.settings_json)) if args.settings_json else Settings()
+    # The service's format and level; the request id comes with each command (server.execute).
+    configure_logging(settings.log_format, settings.log_level, process_label="runtime")
     environment.use_settings(settings)
     # Before anything imports jax: the device count and platform are fixed at backend start.
     os.environ.update(environment.runtime_environment(settings, os.environ))

@@ -7,7 +7,10 @@ both are admitted first, against the budget of each memory *pool*: a host's memo
 by its CPU devices, or one accelerator's (:func:`app.runtime.devices.memory_budgets`:
 ``DATARAX_MEMORY_FRACTION`` of capacity, or ``DATARAX_MEMORY_BUDGET_MB``). A session
 reserves what its steps need for parameters, optimizer state, gradients and (without
-donation) the next state; a step checks its batch and activations against what is left.
+donation) the next state; a step checks what it needs against what is left: XLA's figures
+for the compiled step (:func:`compiled_step_need`; the runtime compiles it from shapes
+before it runs) where it has them, else the estimate of its batch and activations
+(:func:`step_need`).
 
 Multi-host, every process must decide alike, or the group restarts (``runtime_diverged``).
 So the need covers every device of the mesh (pools named globally), every process keeps
@@ -105,6 +108,38 @@ def step_need(mesh: Mesh, row_shards: int, features: Sequence[int], rows: int) -
         if pool[0] == "host":
             need[pool] += host
     return need
+
+
+def compiled_step_need(
+    mesh: Mesh, peak_per_device: int, reserved: Mapping[Pool, int], host_batch_bytes: int
+) -> Need:
+    """What one step needs by XLA's own figure, once the step is compiled.
+
+    ``peak_per_device`` is the compiled step's ``memory_analysis()`` peak on one device
+    (:func:`app.runtime.compile_cache.compiled_peak`): the state and batch it takes, the
+    state it returns and every temporary (gradients, activations, fusion buffers) at the
+    worst moment. The session's own reservation (``reserved``) already holds its state, so
+    a pool needs only what the devices' peaks exceed that reservation by, plus the host
+    copy of the batch (``host_batch_bytes``) on host pools.
+
+    Args:
+      mesh: the session's mesh.
+      peak_per_device: XLA's per-device peak bytes of the step.
+      reserved: the session's reservation, pool -> bytes.
+      host_batch_bytes: bytes of the whole batch as every process holds it.
+
+    Returns:
+      Pool -> bytes.
+    """
+    peaks: Need = {}
+    for device in mesh.devices.flat:
+        pool = pool_of(device)
+        peaks[pool] = peaks.get(pool, 0) + int(peak_per_device)
+    return {
+        pool: max(0, peak - int(reserved.get(pool, 0)))
+        + (host_batch_bytes if pool[0] == "host" else 0)
+        for pool, peak in peaks.items()
+    }
 
 
 def admit(

@@ -77,3 +77,34 @@ class CompiledSteps:
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
+
+
+def compiled_peak(executable: Any) -> dict[str, int] | None:
+    """XLA's per-device memory figures of a compiled step, or ``None`` where the backend
+    gives none.
+
+    Returns:
+      ``{"peak", "xla_peak", "argument", "output", "alias", "temp"}`` bytes on one device,
+      from ``executable.memory_analysis()``. ``xla_peak`` is XLA's ``peak_memory_in_bytes``
+      (0 where not reported); ``peak``, what admission counts, is the larger of it and
+      ``argument + output - alias + temp``: the CPU backend's ``peak_memory_in_bytes``
+      leaves the temporaries out (measured with jax 0.12 on 8 CPU devices, MLP
+      [16, 4096, 16], 1,024 rows a device: peak 3,375,640 = arguments + outputs, with
+      50,331,816 bytes of temporaries beside it), and the CPU and GPU runtimes allocate the
+      temporaries as one block of ``temp`` bytes for the whole execution.
+    """
+    try:
+        stats = executable.memory_analysis()
+    except Exception:  # backends without the analysis raise (Unimplemented)
+        return None
+    if stats is None:
+        return None
+    figures = {
+        "argument": int(stats.argument_size_in_bytes),
+        "output": int(stats.output_size_in_bytes),
+        "alias": int(stats.alias_size_in_bytes),
+        "temp": int(stats.temp_size_in_bytes),
+    }
+    xla_peak = int(getattr(stats, "peak_memory_in_bytes", 0) or 0)
+    total = figures["argument"] + figures["output"] - figures["alias"] + figures["temp"]
+    return {"peak": max(xla_peak, total), "xla_peak": xla_peak, **figures}

@@ -210,6 +210,7 @@ def join_group(settings: Settings, command_modules: Iterable[str]) -> CommandGro
         auto=settings.distributed,
         heartbeat_timeout_s=jax_heartbeat_timeout_s(settings.heartbeat_s),
         init_timeout_s=settings.distributed_init_timeout_s,
+        coordinator_bind_address=settings.coordinator_bind_address,
     )
     import jax
 

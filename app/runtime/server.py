@@ -46,6 +46,7 @@ from app.errors import (
     UnknownCommand,
     from_library,
 )
+from app.logs import REQUEST_ID
 from app.runtime import group as groups
 from app.runtime.group import CommandGroup
 
@@ -141,6 +142,9 @@ def execute(header: dict[str, Any], arrays: Arrays | ArrayError) -> tuple[dict[s
     Never raises for a handler's error: it becomes the reply's ``error``.
     """
     request_id = header.get("id")
+    # The HTTP request this command serves: every line logged while it runs carries it.
+    http_request_id = header.get("request_id")
+    token = REQUEST_ID.set(http_request_id if isinstance(http_request_id, str) else None)
     try:
         if isinstance(arrays, ArrayError):
             raise arrays
@@ -151,6 +155,8 @@ def execute(header: dict[str, Any], arrays: Arrays | ArrayError) -> tuple[dict[s
         if not isinstance(exc, ServiceError | ValueError):
             log.exception("runtime command %r failed", header.get("command"))
         return error_reply(request_id, exc), {}
+    finally:
+        REQUEST_ID.reset(token)
 
 
 def _frame(reply: dict[str, Any], out_arrays: Mapping) -> list:

@@ -9,13 +9,19 @@ Compiled steps are cached (:class:`app.runtime.compile_cache.CompiledSteps`) by 
 that changes the compiled program: mesh devices and axes, model features, optimizer and
 learning rate, loss, strategy, parameter sharding, and the batch's shapes and dtypes.
 Sessions and steps are admitted against the memory budgets first
-(:mod:`app.runtime.admission`).
+(:mod:`app.runtime.admission`); a step is compiled from shapes before that, so that XLA's
+``memory_analysis()`` of it decides, and it runs only once admitted.
 
 Commands: ``session_create``, ``session_info``, ``session_delete``, ``session_step``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
+import gc
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -28,9 +34,15 @@ from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from app.errors import DevicesChanged, InvalidBatch, InvalidStrategy, SessionLost
-from app.runtime.admission import Pool, admit, session_need, step_need
-from app.runtime.compile_cache import CompiledSteps
+from app.errors import (
+    DevicesChanged,
+    InsufficientMemory,
+    InvalidBatch,
+    InvalidStrategy,
+    SessionLost,
+)
+from app.runtime.admission import Pool, admit, compiled_step_need, session_need, step_need
+from app.runtime.compile_cache import CompiledSteps, compiled_peak
 from app.runtime.devices import memory_budgets
 from app.runtime.environment import settings
 from app.runtime.server import command
@@ -47,6 +59,8 @@ from datarax.distributed.train_step import compiled_collective_step
 from datarax.models import LOSS_FNS, MLP, make_optimizer, synthetic_batch
 
 COLLECTIVE_AXIS = "batch"
+
+log = logging.getLogger("datarax.runtime")
 
 
 @dataclass
@@ -79,6 +93,32 @@ class Session:
 
 
 SESSIONS: dict[str, Session] = {}
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None (musl, macOS): XLA's CPU buffers come from malloc."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_freed_memory() -> None:
+    """Hands the memory of dropped arrays back to the OS, so that it is free for the next
+    session and for the rest of the host.
+
+    Without it, glibc keeps freed CPU buffers in its arenas: three rounds of 10 sessions
+    created and deleted left the runtime at 7.7-8.1 GiB RSS with no session (see README,
+    "Memory"); admission, which counts reservations, would admit new sessions into memory
+    the process still held.
+    """
+    gc.collect()  # arrays held only by reference cycles (NNX graphs) go first
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 COMPILED = CompiledSteps()
 
 
@@ -239,7 +279,23 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
     )
     SESSIONS[sid] = session
     params = placed_param_layouts(nnx.state(model, nnx.Param))
-    return {"id": sid, "step": 0, "params": params}, {}
+    log.info(
+        "session %s created: MLP %s, %s, %s, %s on %d devices",
+        sid,
+        list(features),
+        strategy,
+        rule,
+        opt_name,
+        mesh.devices.size,
+        extra={"session": sid},
+    )
+    return {"id": sid, "step": 0, "params": params, "reserved": reserved_by_pool(reserved)}, {}
+
+
+def reserved_by_pool(reserved: Mapping[Pool, int]) -> dict[str, int]:
+    """``{"host:0": bytes, "device:3": bytes}``: a session's reservation, for the service's
+    ``datarax_memory_reserved_bytes`` gauge."""
+    return {f"{kind}:{index}": int(size) for (kind, index), size in reserved.items()}
 
 
 def _ensure_on_mesh(mesh: Mesh):
@@ -287,6 +343,8 @@ def session_info(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
 def session_delete(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
     """Drops session ``payload["id"]`` and its reservation: ``{"deleted": existed}``."""
     existed = SESSIONS.pop(payload.get("id"), None) is not None
+    if existed:
+        release_freed_memory()
     return {"deleted": existed}, {}
 
 
@@ -384,30 +442,90 @@ def _spmd_program(graphdef: Any, loss_name: str):
     return program
 
 
-def _compiled(s: Session, batch: dict[str, jax.Array]) -> tuple[Any, bool, float]:
-    """The session's step executable for this batch: ``(executable, cache hit, compile s)``."""
+def _target_width(s: Session) -> int:
+    return 1 if s.loss == "cross_entropy" else s.features[-1]
+
+
+def _abstract_batch(s: Session, size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """The step's batch as shapes, dtypes and sharding, as ``_host_batch`` and
+    ``synthetic_batch`` make it (float32 inputs; int32 class ids or float32 targets)."""
+    targets = (
+        jax.ShapeDtypeStruct((size,), np.int32, sharding=s.batch_sharding)
+        if s.loss == "cross_entropy"
+        else jax.ShapeDtypeStruct((size, s.features[-1]), np.float32, sharding=s.batch_sharding)
+    )
+    inputs = jax.ShapeDtypeStruct((size, s.features[0]), np.float32, sharding=s.batch_sharding)
+    return {"inputs": inputs, "targets": targets}
+
+
+def _whole_group(mesh: Mesh) -> bool:
+    """Whether the mesh has devices on every process, so every process compiles the same
+    step and reads the same figures (and so admits alike); else they use the estimate."""
+    return {d.process_index for d in mesh.devices.flat} == set(range(jax.process_count()))
+
+
+def _quote_xla(figures: Mapping[str, int]) -> str:
+    return (
+        f"XLA's compiled step: {figures['peak']:,} bytes per device; arguments "
+        f"{figures['argument']:,} + outputs {figures['output']:,} - aliased "
+        f"{figures['alias']:,} + temporaries {figures['temp']:,}, XLA's peak "
+        f"{figures['xla_peak']:,}"
+    )
+
+
+def _is_oom(error: BaseException) -> bool:
+    text = str(error)
+    return "RESOURCE_EXHAUSTED" in text or "HbmOom" in text or "Out of memory" in text
+
+
+def _compile(s: Session, batch: Mapping[str, Any]) -> Any:
+    if s.strategy == "collective":
+        # shard_map brings its own one-axis mesh; no context mesh around it.
+        devices = tuple(s.mesh.devices.flat)
+        fn = compiled_collective_step(_COLLECTIVE_FNS[s.loss], s.graphdef, COLLECTIVE_AXIS, devices)
+        return fn.lower(s.state, batch).compile()
+    replicated = NamedSharding(s.mesh, P())
+    fn = jax.jit(
+        _spmd_program(s.graphdef, s.loss),
+        out_shardings=(s.state_shardings, replicated),
+        donate_argnums=(0,) if donates(s.mesh) else (),
+    )
+    with jax.set_mesh(s.mesh):
+        return fn.lower(s.state, batch).compile()
+
+
+def _compiled(s: Session, batch: Mapping[str, Any]) -> tuple[Any, bool, float]:
+    """The session's step executable for this batch (placed arrays or ``ShapeDtypeStruct``s
+    with the batch sharding): ``(executable, cache hit, compile s)``.
+
+    Raises:
+      InsufficientMemory: XLA refuses to compile the step for memory (TPU compiles check
+        HBM), quoting its text.
+    """
     shapes = tuple((k, v.shape, str(v.dtype)) for k, v in sorted(batch.items()))
     key = (*s.key_prefix, shapes)
     cached = COMPILED.get(key)
     if cached is not None:
         return cached, True, 0.0
     start = time.perf_counter()
-    if s.strategy == "collective":
-        # shard_map brings its own one-axis mesh; no context mesh around it.
-        devices = tuple(s.mesh.devices.flat)
-        fn = compiled_collective_step(_COLLECTIVE_FNS[s.loss], s.graphdef, COLLECTIVE_AXIS, devices)
-        executable = fn.lower(s.state, batch).compile()
-    else:
-        replicated = NamedSharding(s.mesh, P())
-        fn = jax.jit(
-            _spmd_program(s.graphdef, s.loss),
-            out_shardings=(s.state_shardings, replicated),
-            donate_argnums=(0,) if donates(s.mesh) else (),
-        )
-        with jax.set_mesh(s.mesh):
-            executable = fn.lower(s.state, batch).compile()
+    try:
+        executable = _compile(s, batch)
+    except Exception as error:
+        if not _is_oom(error):
+            raise
+        raise InsufficientMemory(
+            f"XLA refuses to compile the step for memory: {str(error).strip()[:600]}. "
+            "Use a smaller batch or model, or shard the parameters"
+        ) from None
     COMPILED.put(key, executable)
-    return executable, False, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    log.info(
+        "compiled the step of session %s in %.3f s",
+        s.id,
+        seconds,
+        extra={"session": s.id, "compile_s": round(seconds, 6)},
+    )
+    return executable, False, seconds
 
 
 @command("session_step")
@@ -423,7 +541,9 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     Raises:
       SessionLost: no such session in this runtime.
       InvalidBatch: a batch the session cannot take (nothing changed).
-      InsufficientMemory: the step's batch and activations do not fit (nothing changed).
+      InsufficientMemory: the step does not fit (nothing changed): by XLA's figure for the
+        compiled step (compiled from shapes before anything runs) where every process
+        holds devices of the mesh, else by the estimate of its batch and activations.
     """
     s = _session(payload)
     steps = int(payload["steps"])
@@ -434,8 +554,20 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     else:
         check_batch(s, arrays)
         size = int(arrays["inputs"].shape[0])
+    # Admission before anything runs: with XLA's figure for the compiled step where this
+    # process can have it (the step is compiled from shapes, before any batch is placed),
+    # else with the estimate.
+    executable, hit, compile_s = None, True, 0.0
     need = step_need(s.mesh, row_shards(s.batch_sharding), s.features, size)
-    admit(f"a step of batch size {size}", need, _budgets(payload), _reservations())
+    what = f"a step of batch size {size}"
+    if s.participates and _whole_group(s.mesh):
+        executable, hit, compile_s = _compiled(s, _abstract_batch(s, size))
+        figures = compiled_peak(executable)
+        if figures is not None:
+            host_bytes = size * (s.features[0] + _target_width(s)) * 4
+            need = compiled_step_need(s.mesh, figures["peak"], s.reserved, host_bytes)
+            what += f" ({_quote_xla(figures)})"
+    admit(what, need, _budgets(payload), _reservations())
     if not s.participates:  # multi-host: the processes that own the mesh run the steps
         s.step += steps
         return {
@@ -456,7 +588,8 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     # Multi-host: every process holds the whole batch (generated alike, or sent by the
     # leader) and places only the rows its devices hold.
     first = place_global_batch(host_batch(0), s.batch_sharding)
-    executable, hit, compile_s = _compiled(s, first)
+    if executable is None:
+        executable, hit, compile_s = _compiled(s, first)
 
     start = time.perf_counter()
     state, losses = s.state, []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class DeviceOut(BaseModel):
@@ -25,6 +25,35 @@ class MemoryBudget(BaseModel):
 
 
 class DevicesResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "platform": "cpu",
+                    "process_count": 1,
+                    "process_index": 0,
+                    "devices": [
+                        {
+                            "id": 0,
+                            "kind": "cpu",
+                            "platform": "cpu",
+                            "process_index": 0,
+                            "coords": None,
+                        },
+                        {
+                            "id": 1,
+                            "kind": "cpu",
+                            "platform": "cpu",
+                            "process_index": 0,
+                            "coords": None,
+                        },
+                    ],
+                    "memory_budget": {"host": 27487790694, "device": None},
+                }
+            ]
+        }
+    )
+
     platform: str
     process_count: int
     process_index: int
@@ -37,10 +66,20 @@ class DevicesResponse(BaseModel):
 
 
 class Liveness(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+
     status: Literal["ok"]
 
 
 class Readiness(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"status": "ready", "runtime_pid": 4242, "runtime_restarts": 0, "store": "ok"}
+            ]
+        }
+    )
+
     status: Literal["ready"]
     runtime_pid: int | None
     runtime_restarts: int

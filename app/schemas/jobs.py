@@ -1,36 +1,181 @@
-"""Job metric history requests and answers."""
+"""Job metric history requests and answers (DESIGN.md, "Job metric history at scale" and
+"Multi-host jobs: partial pushes merged per step")."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
-from app.schemas.metrics import METRICS_REQUEST_EXAMPLE, MetricsReduceRequest
+from app.schemas.base import Strict
+from app.schemas.metrics import METRICS_REQUEST_EXAMPLE, MetricsReduceRequest, Tensor
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+SOURCE_PATTERN = r"^[A-Za-z0-9._:-]{0,128}$"
+MAX_STEP = 2**63 - 1
+"""Steps are SQLite integers: 0 .. 2**63 - 1."""
+MAX_SOURCES = 4096
+MAX_BATCH_POINTS = 1000
+"""Points per batch push (MLflow's ``log_batch`` takes up to 1,000 metrics)."""
+
+Step = Annotated[StrictInt, Field(ge=0, le=MAX_STEP, description="training step, 0 .. 2**63-1")]
+Source = Annotated[
+    str,
+    Field(
+        pattern=SOURCE_PATTERN,
+        description="who pushes this part (e.g. 'host-3', or jax.process_index()); "
+        "default ''. 0-128 of letters, digits, '.', '_', ':' and '-'",
+    ),
+]
+Sources = Annotated[
+    StrictInt,
+    Field(ge=1, le=MAX_SOURCES, description="how many sources push parts of each step"),
+]
+
+JOB_POINT_EXAMPLE = {**METRICS_REQUEST_EXAMPLE, "step": 10}
+JOB_PART_EXAMPLE = {
+    "metrics": {"loss": [0.9, 1.1], "lr": 0.001},
+    "step": 10,
+    "source": "host-0",
+    "sources": 2,
+}
 
 
 class JobMetricsRequest(MetricsReduceRequest):
+    """The reduce body plus ``step``; a scalar metric (``"lr": 0.001``) is a value every
+    device agrees on and is stored as given."""
+
     model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [{**METRICS_REQUEST_EXAMPLE, "step": 10}]},
+        extra="forbid", json_schema_extra={"examples": [JOB_POINT_EXAMPLE, JOB_PART_EXAMPLE]}
     )
 
-    step: Annotated[StrictInt, Field(ge=0)] = Field(description="training step (>= 0)")
+    metrics: dict[str, list[Any] | Tensor | StrictFloat | StrictInt] = Field(
+        description="name -> stacked per-device values (leading axis = this source's "
+        "devices), or a scalar every device agrees on"
+    )
+    step: Step
+    source: Source = ""
+    sources: Sources = 1
+
+
+class JobBatchRequest(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "points": [
+                        {"step": 1, "metrics": {"loss": [0.9, 1.1], "lr": 0.001}},
+                        {"step": 2, "metrics": {"loss": [0.8, 1.0], "lr": 0.001}},
+                    ]
+                }
+            ]
+        },
+    )
+
+    points: list[JobMetricsRequest] = Field(
+        min_length=1,
+        max_length=MAX_BATCH_POINTS,
+        description=f"1 to {MAX_BATCH_POINTS} single-push bodies; stored all or nothing",
+    )
+    source: Source | None = Field(None, description="default source of every point")
+    sources: Sources | None = Field(None, description="default sources of every point")
+
+
+class JobPatchRequest(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"finished": True}]})
+
+    finished: StrictBool
 
 
 class JobPointOut(BaseModel):
     step: int
-    reduced: dict[str, Any]
+    reduced: dict[str, Any] | None = Field(
+        description="the step's reduced values (for a partial step: over the parts so far)"
+    )
     received_at: str = Field(description="RFC 3339 UTC")
+    complete: bool = Field(description="every source of the step has arrived")
+    sources: int = 1
+    received_sources: list[str] | None = Field(None, description="partial steps only")
+    missing_sources: list[str] | None = Field(
+        None,
+        description="partial steps only: the sources not yet received, when their names "
+        "follow one pattern (a prefix and 0..sources-1), else null",
+    )
 
 
-class JobPointCreated(JobPointOut):
+class JobPointCreated(BaseModel):
     job: str
-    num_devices: int
+    step: int
+    source: str
+    sources: int
+    complete: bool
+    reduced: dict[str, Any] | None = Field(description="the step's values once complete")
+    received_at: str
+    num_devices: int = Field(description="devices of this push (this source's part)")
+    missing_sources: list[str] | None = None
+
+
+class JobBatchResult(BaseModel):
+    job: str
+    points: int = Field(description="points in the batch")
+    created: int = Field(description="points or parts newly stored")
+    unchanged: int = Field(description="identical retries (no-ops)")
+    completed_steps: int = Field(description="steps that became complete with this batch")
+    received_at: str
 
 
 class JobHistory(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "job": "llm-sweep-7",
+                    "downsampled": False,
+                    "points": [
+                        {
+                            "step": 10,
+                            "reduced": {"loss": 1.0},
+                            "received_at": "2026-12-01T08:00:00Z",
+                            "complete": True,
+                            "sources": 1,
+                        }
+                    ],
+                    "next_after_step": None,
+                }
+            ]
+        }
+    )
+
     job: str
-    points: list[JobPointOut] = Field(description="in step order")
+    downsampled: bool = Field(description="true: 'buckets' instead of 'points'")
+    points: list[JobPointOut] | None = Field(None, description="in step order")
+    next_after_step: int | None = Field(
+        None, description="pass as after_step for the next page; null on the last page"
+    )
+    bucket_steps: int | None = Field(None, description="downsampled: steps per bucket")
+    buckets: list[dict[str, Any]] | None = Field(
+        None,
+        description="downsampled: {start_step, end_step, metrics: {name: {count, min, max, "
+        "mean, last, last_step}}} over the scalar metrics of complete steps",
+    )
+
+
+class JobSummary(BaseModel):
+    job: str
+    points: int = Field(description="complete steps stored")
+    first_step: int | None
+    last_step: int | None
+    last_push_at: str
+    finished: bool
+    created_at: str
+    incomplete_step: int | None = Field(description="the newest step still missing sources")
+    lagging_sources: list[str] | None = Field(
+        description="at incomplete_step: the missing sources' names when known"
+    )
+    missing_count: int = Field(description="at incomplete_step: how many sources are missing")
+
+
+class JobList(BaseModel):
+    items: list[JobSummary]
+    total: int

@@ -81,7 +81,9 @@ class StepTiming(BaseModel):
 
 class StepResponse(BaseModel):
     step: int
-    losses: list[float]
+    losses: list[float | None] = Field(
+        description="one per step; null where the loss is not finite (JSON has no NaN)"
+    )
     timing: StepTiming
     examples_per_s: float | None
 
@@ -99,3 +101,28 @@ class SessionOut(BaseModel):
     param_sharding: str
     strategy: str
     params: list[ParamLayout]
+
+
+class SessionSummary(BaseModel):
+    """A session in a list: its record without ``params``, and where its state is."""
+
+    id: str
+    mesh_id: str
+    created_at: str
+    step: int
+    last_loss: float | None = None
+    model: SessionModel
+    optimizer: SessionOptimizer
+    loss: str
+    seed: int
+    param_sharding: str
+    strategy: str
+    state: Literal["live", "expired", "lost"] = Field(
+        description="live: the runtime holds it; expired: freed after DATARAX_SESSION_IDLE_S "
+        "without a step; lost: the runtime restarted since"
+    )
+
+
+class SessionList(BaseModel):
+    items: list[SessionSummary] = Field(description="newest first")
+    total: int = Field(description="number of stored sessions (of the plan, when listed by plan)")

@@ -1,36 +1,229 @@
-"""Job metric history as plain functions: reduce and store one step, read a job's points.
+"""Job metric history as plain functions: push points (single, batch, multi-source parts),
+read pages or downsampled buckets, list, finish, delete, expire. No HTTP here.
 
-Same step posted twice: the newer point *replaces* the stored one (``created`` False). A
-training job that retries a POST after a lost answer must not be refused, and the latest
-values are the ones it meant; ``received_at`` tells when a point was last written. A job
-nobody has posted to yet has an empty history: dashboards may poll a job before its first
-step arrives.
+Rules (DESIGN.md "Job metric history at scale", "Multi-host jobs"):
+
+- A step is written once. The same content again (same arrays, dtypes, reduce ops,
+  weights and NaN policy: compared by a digest of what was pushed) is a no-op answered
+  200; other content is 409 ``step_conflict``. A job retrying after a lost answer gets
+  200, never a duplicate.
+- ``sources > 1``: each source pushes the stacked metrics of its own devices; the step is
+  stored (``complete``) when every source's part has arrived, reduced over all devices
+  at once with :func:`datarax.distributed.merge.merge_parts` (sources in natural order of
+  their names). Parts are rows of their own, so no push ever rewrites another's data.
+- A batch is all or nothing: one transaction.
+
+Memory and time per request: a batch holds at most 1,000 points and the body limit; a
+page at most ``MAX_PAGE`` points; a downsampled read at most ``max_points`` buckets and
+reads ~16 rollup rows per bucket and metric (app/store_jobs.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import functools
+import hashlib
+import itertools
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from app.codecs.json_arrays import encode_json
-from app.errors import InvalidParameter
+import numpy as np
+import orjson
+
+from app import store_jobs
+from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, validate_model
+from app.codecs.npz import load_npz
+from app.errors import (
+    InvalidNpz,
+    InvalidParameter,
+    InvalidTensor,
+    JobNotFound,
+    ServiceError,
+    from_library,
+)
 from app.ids import utc_now
-from app.routing import run_for_body
-from app.schemas.jobs import JobMetricsRequest
-from app.services.metrics import decode_metrics_body, reduce_metrics
+from app.routing import is_json_media, run_for_body
+from app.schemas.jobs import (
+    MAX_BATCH_POINTS,
+    MAX_SOURCES,
+    MAX_STEP,
+    JobBatchRequest,
+    JobMetricsRequest,
+)
+from app.services.metrics import (
+    WEIGHTS_ARRAY,
+    decode_metrics_body,
+    decode_weights,
+    num_devices_of,
+    parse_reduce_query,
+)
 from app.store import Store
+from datarax.distributed.merge import PartialMetrics, merge_parts
+from datarax.distributed.metrics import MetricsError, reduce_custom
+
+log = logging.getLogger("datarax.jobs")
+
+DEFAULT_PAGE = 1000
+MAX_PAGE = store_jobs.MAX_PAGE
+MAX_BUCKETS = store_jobs.MAX_BUCKETS
+RETENTION_EVERY_S = 3600.0
+
+_POINT_MEMBERS = frozenset({"metrics", "reduce", "weights", "nan_policy", "step", "source"})
+_POINT_MEMBERS |= {"sources"}
+_TENSOR_FIELDS = frozenset({"shape", "datatype", "data"})
 
 
-@dataclass(frozen=True)
-class StoredPoint:
-    """A point as answered: ``created`` says whether its step was new."""
-
-    created: bool
-    body: bytes
+# ------------------------------------------------------------------------------ decoding
 
 
-async def push_point(
-    store: Store,
-    job: str,
+@dataclass
+class PointInput:
+    """One decoded push: arrays of this source's devices (0-d: a value all agree on)."""
+
+    step: int
+    metrics: dict[str, np.ndarray]
+    reduce: dict[str, str]
+    weights: np.ndarray | None
+    nan_policy: str
+    source: str = ""
+    sources: int = 1
+    index: int | None = None  # position in a batch, for error messages
+    digest: str = field(default="", init=False)
+
+
+def _plain_scalar(value: Any) -> bool:
+    kind = type(value)
+    return kind is float or (kind is int and -(2**63) <= value < 2**64)
+
+
+def _plain_point(data: Any) -> bool:
+    """The point in the form the model takes unchanged (else the model gives the error)."""
+    if type(data) is not dict or not data.keys() <= _POINT_MEMBERS:
+        return False
+    metrics = data.get("metrics")
+    if type(metrics) is not dict:
+        return False
+    for value in metrics.values():
+        if type(value) is list or _plain_scalar(value):
+            continue
+        if type(value) is not dict or value.keys() != _TENSOR_FIELDS:
+            return False
+        shape = value["shape"]
+        if not (
+            type(shape) is list
+            and all(type(n) is int and n >= 0 for n in shape)
+            and type(value["datatype"]) is str
+            and type(value["data"]) is list
+        ):
+            return False
+    step = data.get("step")
+    if type(step) is not int or not 0 <= step <= MAX_STEP:
+        return False
+    reduce = data.get("reduce", {})
+    if type(reduce) is not dict or not all(type(op) is str for op in reduce.values()):
+        return False
+    weights = data.get("weights")
+    if weights is not None and (
+        type(weights) is not list or not all(_plain_scalar(w) for w in weights)
+    ):
+        return False
+    if type(data.get("nan_policy", "")) is not str:
+        return False
+    source = data.get("source", "")
+    sources = data.get("sources", 1)
+    return (
+        type(source) is str
+        and len(source) <= 128
+        and all(c.isascii() and (c.isalnum() or c in "._:-") for c in source)
+        and type(sources) is int
+        and 1 <= sources <= MAX_SOURCES
+    )
+
+
+def _point_from_fields(fields: Mapping[str, Any], index: int | None) -> PointInput:
+    metrics = fields["metrics"]
+    arrays: dict[str, np.ndarray] = {}
+    lists: dict[str, Any] = {}
+    for name, value in metrics.items():
+        if _plain_scalar(value):
+            arrays[name] = np.float64(value)
+        else:
+            lists[name] = value if not hasattr(value, "model_dump") else value.model_dump()
+    arrays.update(decode_json_arrays(lists, what="metric") if lists else {})
+    return PointInput(
+        step=fields["step"],
+        metrics={name: arrays[name] for name in metrics},
+        reduce=dict(fields.get("reduce") or {}),
+        weights=decode_weights(fields.get("weights")),
+        nan_policy=fields.get("nan_policy") or "propagate",
+        source=fields.get("source") or "",
+        sources=fields.get("sources") or 1,
+        index=index,
+    )
+
+
+def _model_fields(point: JobMetricsRequest) -> dict[str, Any]:
+    return {
+        "metrics": point.metrics,
+        "reduce": point.reduce,
+        "weights": point.weights,
+        "nan_policy": point.nan_policy,
+        "step": point.step,
+        "source": point.source,
+        "sources": point.sources,
+    }
+
+
+def decode_batch(body: bytes) -> list[PointInput]:
+    """A batch body -> points, with the batch's ``source``/``sources`` as defaults.
+
+    Raises:
+      ServiceError: ``invalid_json``, ``validation_error`` (naming ``points.<i>.<field>``),
+        ``invalid_tensor``, ``ragged_array``, ``unsupported_datatype``.
+    """
+    return _decode_batch_data(loads_body(body))
+
+
+def _decode_batch_data(data: Any) -> list[PointInput]:
+    plain = (
+        type(data) is dict
+        and data.keys() <= {"points", "source", "sources"}
+        and type(data.get("points")) is list
+        and 1 <= len(data["points"]) <= MAX_BATCH_POINTS
+        and all(_plain_point(point) for point in data["points"])
+    )
+    if plain and ("source" in data or "sources" in data):
+        plain = _plain_point(
+            {"metrics": {}, "step": 0, **{k: data[k] for k in data if k != "points"}}
+        )
+    if plain:
+        defaults = {k: data[k] for k in ("source", "sources") if k in data}
+        points = [{**defaults, **point} for point in data["points"]]
+    else:
+        parsed = validate_model(data, JobBatchRequest)
+        points = []
+        for point in parsed.points:
+            fields = _model_fields(point)
+            for key in ("source", "sources"):
+                default = getattr(parsed, key)
+                if key not in point.model_fields_set and default is not None:
+                    fields[key] = default
+            points.append(fields)
+    out = []
+    for index, fields in enumerate(points):
+        try:
+            out.append(_point_from_fields(fields, index))
+        except ServiceError as err:
+            err.detail = f"points[{index}]: {err.detail}"
+            raise
+    return out
+
+
+def decode_single(
     body: bytes,
     media: str | None,
     content_type: str | None,
@@ -39,60 +232,818 @@ async def push_point(
     step: int | None,
     reduce: str | None,
     nan_policy: str | None,
-) -> StoredPoint:
-    """Decodes and reduces one step's metrics and stores the reduced values durably.
+    source: str | None,
+    sources: int | None,
+) -> PointInput:
+    """A single push (JSON, or npz with the options in the query)."""
+    if is_json_media(media):
+        data = loads_body(body)
+        if _plain_point(data):
+            return _point_from_fields(data, None)
+        return _point_from_fields(_model_fields(validate_model(data, JobMetricsRequest)), None)
+    decoded = decode_metrics_body(
+        body,
+        media,
+        content_type,
+        JobMetricsRequest,
+        max_bytes=max_bytes,
+        reduce_query=reduce,
+        nan_policy_query=nan_policy,
+        step_query=step,
+    )
+    if decoded.step is None:
+        raise InvalidParameter(["query", "step"], "npz bodies need ?step=N (an integer >= 0)")
+    return PointInput(
+        step=decoded.step,
+        metrics=decoded.metrics,
+        reduce=decoded.reduce,
+        weights=decoded.weights,
+        nan_policy=decoded.nan_policy,
+        source=source or "",
+        sources=sources or 1,
+    )
 
-    Args:
-      store: the open store.
-      job: the job's name (already checked against the path pattern).
-      body, media, content_type: the request body and its media type (JSON or npz).
-      max_bytes: the largest decompressed npz accepted.
-      step, reduce, nan_policy: npz bodies' query options.
+
+# ------------------------------------------------------------------------- point → rows
+
+
+def _digest(point: PointInput) -> str:
+    """What was pushed, canonically: names, dtypes, shapes, bytes, options."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(point.metrics):
+        array = np.ascontiguousarray(point.metrics[name])
+        h.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+        h.update(array.tobytes())
+    if point.weights is not None:
+        h.update(b"\0weights\0" + np.ascontiguousarray(point.weights, np.float64).tobytes())
+    ops = {name: point.reduce.get(name, "mean") for name in point.metrics}
+    h.update(orjson.dumps([sorted(ops.items()), point.nan_policy]))
+    return h.hexdigest()
+
+
+def _signature(point: PointInput) -> str:
+    shapes = {k: (None if v.ndim == 0 else list(v.shape[1:])) for k, v in point.metrics.items()}
+    ops = {name: point.reduce.get(name, "mean") for name in point.metrics}
+    return orjson.dumps(
+        {"metrics": shapes, "reduce": ops, "nan_policy": point.nan_policy},
+        option=orjson.OPT_SORT_KEYS,
+    ).decode()
+
+
+def _where(point: PointInput) -> str:
+    return "" if point.index is None else f"points[{point.index}]: "
+
+
+def _library(point: PointInput, err: MetricsError) -> ServiceError:
+    error = from_library(err)
+    error.detail = _where(point) + error.detail
+    return error
+
+
+def _scalars(reduced: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for name, value in reduced.items():
+        if isinstance(value, float | int | np.floating | np.integer) and not isinstance(
+            value, bool | np.bool_
+        ):
+            out[name] = float(value)
+    return out
+
+
+def _reduce_one(point: PointInput) -> tuple[str, dict[str, float]]:
+    try:
+        reduced = reduce_custom(
+            point.metrics, point.reduce, weights=point.weights, nan_policy=point.nan_policy
+        )
+    except MetricsError as err:
+        raise _library(point, err) from None
+    return encode_json(reduced).decode(), _scalars(reduced)
+
+
+def _vector_key(point: PointInput) -> tuple | None:
+    """Points with the same key reduce together, stacked (unweighted, propagate, JSON's
+    int64/float64 arrays): one library call for the whole group, the same values."""
+    if point.weights is not None or point.nan_policy != "propagate" or point.sources != 1:
+        return None
+    key = []
+    for name, array in point.metrics.items():
+        if array.dtype.kind not in "if" or array.dtype.itemsize != 8:
+            return None
+        key.append((name, array.shape, array.dtype.char, point.reduce.get(name, "mean")))
+    if any(name not in point.metrics for name in point.reduce):
+        return None
+    return tuple(key)
+
+
+def _reduce_group(points: Sequence[PointInput]) -> list[tuple[str, dict[str, float]]]:
+    first = points[0]
+    stacked: dict[str, np.ndarray] = {}
+    scalars: list[str] = []
+    for name, array in first.metrics.items():
+        if array.ndim == 0:
+            scalars.append(name)
+            continue
+        # [P, D, ...] -> [D, P, ...]: the device axis leads, as the library reduces it.
+        stacked[name] = np.moveaxis(np.stack([p.metrics[name] for p in points]), 0, 1)
+    columns: dict[str, list[Any]] = {}
+    if stacked:
+        reduced = reduce_custom(stacked, {k: first.reduce.get(k, "mean") for k in stacked})
+        columns = {name: np.asarray(value).tolist() for name, value in reduced.items()}
+    out = []
+    names = list(first.metrics)
+    for i, point in enumerate(points):
+        values = {
+            name: (point.metrics[name].item() if name in scalars else columns[name][i])
+            for name in names
+        }
+        text = orjson.dumps(values).decode()  # NaN and inf -> null, as encode_json
+        out.append((text, {k: float(v) for k, v in values.items() if type(v) in (int, float)}))
+    return out
+
+
+def build_items(points: Sequence[PointInput]) -> list[store_jobs.PushItem]:
+    """Reduces complete points (grouped, stacked) and packs parts: the rows to store.
 
     Raises:
-      ServiceError: as ``decode_metrics_body``, and ``validation_error`` for an npz body
-        without ``?step=``; MetricsError with the library's codes.
+      ServiceError: the library's metric codes, naming the point.
     """
-
-    def work() -> tuple[int, bytes, int]:
-        data = decode_metrics_body(
-            body,
-            media,
-            content_type,
-            JobMetricsRequest,
-            max_bytes=max_bytes,
-            reduce_query=reduce,
-            nan_policy_query=nan_policy,
-            step_query=step,
+    items: list[store_jobs.PushItem | None] = [None] * len(points)
+    groups: dict[tuple, list[int]] = {}
+    for i, point in enumerate(points):
+        point.digest = _digest(point)
+        key = _vector_key(point)
+        if key is not None:
+            groups.setdefault(key, []).append(i)
+    done: set[int] = set()
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        try:
+            results = _reduce_group([points[i] for i in members])
+        except MetricsError:
+            continue  # the per-point path below names the point at fault
+        for i, (text, values) in zip(members, results, strict=True):
+            point = points[i]
+            items[i] = store_jobs.PushItem(
+                step=point.step,
+                source=point.source,
+                sources=1,
+                digest=point.digest,
+                num_devices=num_devices_of(point.metrics),
+                reduced=text,
+                values=values,
+            )
+            done.add(i)
+    for i, point in enumerate(points):
+        if i in done:
+            continue
+        if point.sources == 1:
+            text, values = _reduce_one(point)
+            items[i] = store_jobs.PushItem(
+                step=point.step,
+                source=point.source,
+                sources=1,
+                digest=point.digest,
+                num_devices=num_devices_of(point.metrics),
+                reduced=text,
+                values=values,
+            )
+            continue
+        _reduce_one(point)  # a part must reduce on its own (weights, ops, NaN policy)
+        arrays = dict(point.metrics)
+        if WEIGHTS_ARRAY in arrays:
+            raise InvalidParameter(
+                ["body", "metrics", WEIGHTS_ARRAY], "the name _weights is reserved for weights"
+            )
+        if point.weights is not None:
+            arrays[WEIGHTS_ARRAY] = point.weights
+        items[i] = store_jobs.PushItem(
+            step=point.step,
+            source=point.source,
+            sources=point.sources,
+            digest=point.digest,
+            num_devices=num_devices_of(point.metrics),
+            signature=_signature(point),
+            arrays=encode_part(arrays),
         )
-        if data.step is None:
-            raise InvalidParameter(["query", "step"], "npz bodies need ?step=N (an integer >= 0)")
-        reduced, num_devices = reduce_metrics(data)
-        return data.step, encode_json(reduced), num_devices
+    return [item for item in items if item is not None]
 
-    point_step, reduced_json, num_devices = await run_for_body(work, len(body))
-    received_at = utc_now()
-    created = await store.put_job_point(job, point_step, reduced_json.decode(), received_at)
-    answer = b"".join(
+
+# ------------------------------------------------------------------ the columnar batch path
+
+_FAST_POINT_KEYS = frozenset({"step", "metrics"})
+_FAST_TAIL: dict[tuple[str, ...], bytes] = {}
+
+
+def _fast_columns(metrics: list[Any], names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+    """name -> ``[P]`` (a plain number per point) or ``[P, D]`` (a list of floats per
+    point) float64 column, when every point sends exactly that; else None."""
+    columns: dict[str, np.ndarray] = {}
+    for name in names:
+        column = [m[name] for m in metrics]
+        kinds = set(map(type, column))
+        if kinds == {list}:
+            if set(map(type, itertools.chain.from_iterable(column))) != {float}:
+                return None
+            try:
+                array = np.array(column, dtype=np.float64)
+            except ValueError:  # ragged: the per-point path names the point
+                return None
+            if array.ndim != 2 or array.shape[1] == 0:
+                return None
+        elif kinds <= {float, int}:
+            if int in kinds and not all(-(2**63) <= v < 2**64 for v in column if type(v) is int):
+                return None
+            array = np.array(column, dtype=np.float64)
+        else:
+            return None
+        columns[name] = array
+    return columns
+
+
+def _fast_digests(
+    names: tuple[str, ...], columns: Mapping[str, np.ndarray], ops: Mapping[str, str]
+) -> list[str]:
+    """:func:`_digest` of every point of a columnar batch (the same bytes hashed: one
+    buffer per point, built with numpy, one blake2b call each)."""
+    count = next(iter(columns.values())).shape[0]
+    pieces = []
+    for name in sorted(names):
+        column = columns[name]
+        # What _digest sees: a list decodes to float64 [D]; a number to np.float64, which
+        # np.ascontiguousarray makes a [1] array.
+        shape = column.shape[1:] if column.ndim == 2 else (1,)
+        head = f"{name}\0{column.dtype.str}\0{shape}\0".encode()
+        pieces.append(np.broadcast_to(np.frombuffer(head, np.uint8), (count, len(head))))
+        pieces.append(np.ascontiguousarray(column).view(np.uint8).reshape(count, -1))
+    key = (names, tuple(sorted(ops.items())))
+    tail = _FAST_TAIL.get(key)
+    if tail is None:
+        every = {name: ops.get(name, "mean") for name in names}
+        tail = orjson.dumps([sorted(every.items()), "propagate"])
+        if len(_FAST_TAIL) < 1024:
+            _FAST_TAIL[key] = tail
+    pieces.append(np.broadcast_to(np.frombuffer(tail, np.uint8), (count, len(tail))))
+    buffer = np.concatenate(pieces, axis=1)
+    width = buffer.shape[1]
+    view = memoryview(buffer.reshape(-1))
+    blake = hashlib.blake2b
+    return [
+        blake(view[i * width : (i + 1) * width], digest_size=16).hexdigest() for i in range(count)
+    ]
+
+
+def _fast_items(data: Any) -> list[store_jobs.PushItem] | None:
+    """The common JSON batch, vectorised: every point ``{"step", "metrics"}`` with the same
+    metric names in the same order, each metric a list of floats of one length (or a
+    number), default options. None for any other batch, which takes the per-point path
+    (and its error messages)."""
+    if type(data) is not dict or not data.keys() <= {"points", "source", "sources"}:
+        return None
+    points = data.get("points")
+    if type(points) is not list or not 2 <= len(points) <= MAX_BATCH_POINTS:
+        return None
+    options = {k: data[k] for k in data if k != "points"}
+    if options and not _plain_point({"metrics": {}, "step": 0, **options}):
+        return None
+    if not all(type(p) is dict and p.keys() == _FAST_POINT_KEYS for p in points):
+        return None
+    metrics = [p["metrics"] for p in points]
+    first = metrics[0]
+    if type(first) is not dict or not first:
+        return None
+    names = tuple(first)
+    if not all(type(m) is dict and tuple(m) == names for m in metrics):
+        return None
+    steps = [p["step"] for p in points]
+    if set(map(type, steps)) != {int} or min(steps) < 0 or max(steps) > MAX_STEP:
+        return None
+    columns = _fast_columns(metrics, names)
+    if columns is None:
+        return None
+    return _columnar_items(
+        steps, names, columns, {}, options.get("source", ""), options.get("sources", 1)
+    )
+
+
+def _columnar_items(
+    steps: list[int],
+    names: tuple[str, ...],
+    columns: Mapping[str, np.ndarray],
+    ops: Mapping[str, str],
+    source: str,
+    sources: int,
+) -> list[store_jobs.PushItem] | None:
+    """Items for points given as float64 columns (``[P, D]``: D devices per point;
+    ``[P]``: a number per point), unweighted, NaN policy ``propagate``: exactly the items
+    :func:`build_items` gives for the same points (same digests, signature, stored part
+    bytes, and reduced text: the library's stacked reduce, as :func:`_reduce_group`).
+    None where that path must decide (a single point, ops naming other metrics, a
+    reduce error: it names the point)."""
+    if len(steps) < 2 or not ops.keys() <= set(names):
+        return None
+    if sources > 1 and WEIGHTS_ARRAY in names:
+        return None
+    stacked = {k: v.T for k, v in columns.items() if v.ndim == 2}  # [D, P]: devices lead
+    if not stacked or any(v.shape[0] == 0 for v in stacked.values()):
+        return None
+    try:
+        reduced = reduce_custom(stacked, {k: ops.get(k, "mean") for k in stacked})
+    except MetricsError:
+        return None
+    digests = _fast_digests(names, columns, ops)
+    devices = next(v.shape[1] for v in columns.values() if v.ndim == 2)
+    PushItem = store_jobs.PushItem
+    if sources > 1:
+        signature = _signature(
+            PointInput(
+                step=0,
+                metrics={k: v[0] for k, v in columns.items()},
+                reduce=dict(ops),
+                weights=None,
+                nan_policy="propagate",
+            )
+        )
+        blobs = encode_parts(names, columns)
+        return [
+            PushItem(
+                step=step,
+                source=source,
+                sources=sources,
+                digest=digest,
+                num_devices=devices,
+                signature=signature,
+                arrays=blob,
+            )
+            for step, digest, blob in zip(steps, digests, blobs, strict=True)
+        ]
+    lists = [(np.asarray(reduced[k]) if k in reduced else columns[k]).tolist() for k in names]
+    dumps = orjson.dumps
+    items = []
+    for step, digest, row in zip(steps, digests, zip(*lists, strict=True), strict=True):
+        values = dict(zip(names, row, strict=True))
+        items.append(
+            PushItem(
+                step=step,
+                source=source,
+                sources=1,
+                digest=digest,
+                num_devices=devices,
+                reduced=dumps(values).decode(),  # NaN and inf -> null, as encode_json
+                values=values,
+            )
+        )
+    return items
+
+
+STEPS_ARRAY = "_step"
+"""The npz batch body's array of steps, ``[n_points]`` integers."""
+
+
+def npz_batch_items(
+    body: bytes,
+    *,
+    max_bytes: int,
+    reduce: str | None,
+    nan_policy: str | None,
+    source: str | None,
+    sources: int | None,
+) -> list[store_jobs.PushItem]:
+    """An npz batch body -> the rows to store. The archive holds ``_step`` ``[P]``
+    integers, each metric as ``[P, n_devices, ...]`` (or ``[P]``: one number per point,
+    as a JSON scalar metric) and optionally ``_weights`` ``[P, n_devices]``; options in
+    the query. The same as P single pushes of the rows (the same digests: a retry in
+    JSON is a no-op).
+
+    Raises:
+      ServiceError: ``invalid_npz``, ``payload_too_large``, ``unsupported_datatype``,
+        ``invalid_tensor``, ``validation_error`` (``_step``), the library's metric codes.
+    """
+    arrays = load_npz(body, max_bytes=max_bytes)
+    steps_array = arrays.pop(STEPS_ARRAY, None)
+    if steps_array is None:
+        raise InvalidParameter(
+            ["body", STEPS_ARRAY],
+            "an npz batch needs a _step array: the step of each point, [n_points] integers",
+        )
+    count = steps_array.shape[0] if steps_array.ndim == 1 else 0
+    if steps_array.dtype.kind not in "iu" or not 1 <= count <= MAX_BATCH_POINTS:
+        raise InvalidParameter(
+            ["body", STEPS_ARRAY],
+            f"_step must be [n_points] integers, 1 to {MAX_BATCH_POINTS} points; got shape "
+            f"{list(steps_array.shape)} of {steps_array.dtype}",
+        )
+    steps = steps_array.tolist()
+    if min(steps) < 0 or max(steps) > MAX_STEP:
+        raise InvalidParameter(["body", STEPS_ARRAY], f"steps must be 0 to {MAX_STEP}")
+    weights = arrays.pop(WEIGHTS_ARRAY, None)
+    if not arrays:
+        raise InvalidNpz("the npz holds no metric arrays besides _step and _weights")
+    for name, array in {**arrays, **({} if weights is None else {WEIGHTS_ARRAY: weights})}.items():
+        if array.ndim == 0 or array.shape[0] != count:
+            raise InvalidTensor(
+                f"npz array {name!r} has shape {list(array.shape)}; batch arrays lead with "
+                f"the point axis: [{count}, n_devices, ...], or [{count}] for one number "
+                "per point"
+            )
+    ops = parse_reduce_query(reduce)
+    policy = nan_policy or "propagate"
+    names = tuple(arrays)
+    if (
+        weights is None
+        and policy == "propagate"
+        and all(a.dtype == np.float64 and a.ndim <= 2 for a in arrays.values())
+    ):
+        items = _columnar_items(steps, names, arrays, ops, source or "", sources or 1)
+        if items is not None:
+            return items
+    points = []
+    for i, step in enumerate(steps):
+        metrics = {
+            name: (array[i] if array.ndim > 1 else _scalar_of(name, array[i]))
+            for name, array in arrays.items()
+        }
+        points.append(
+            PointInput(
+                step=step,
+                metrics=metrics,
+                reduce=dict(ops),
+                weights=None if weights is None else np.asarray(weights[i], np.float64),
+                nan_policy=policy,
+                source=source or "",
+                sources=sources or 1,
+                index=i,
+            )
+        )
+    return build_items(points)
+
+
+def _scalar_of(name: str, value: Any) -> np.float64:
+    if np.asarray(value).dtype.kind not in "biuf":
+        raise InvalidTensor(f"npz array {name!r}: one number per point must be numeric")
+    return np.float64(value)
+
+
+# --------------------------------------------------------------------- stored part format
+
+_PART_MAGIC = b"DRXP1\0"
+"""Parts stored since 2026-12-01: magic, u32 header length, JSON header ``[[name, dtype,
+shape], ...]``, then each array's C-order bytes. Older rows hold npz (``PK``...), still
+read."""
+
+
+def _part_header(names: Sequence[str], arrays: Sequence[np.ndarray]) -> bytes:
+    header = orjson.dumps(
+        [[n, a.dtype.str, list(a.shape)] for n, a in zip(names, arrays, strict=True)]
+    )
+    return _PART_MAGIC + len(header).to_bytes(4, "little") + header
+
+
+def encode_part(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """One part's arrays -> the stored bytes (compact: no per-array archive entries)."""
+    values = [np.asarray(v) for v in arrays.values()]  # tobytes(): C order, 0-d kept
+    return b"".join([_part_header(list(arrays), values), *(v.tobytes() for v in values)])
+
+
+def encode_parts(names: Sequence[str], columns: Mapping[str, np.ndarray]) -> list[bytes]:
+    """Every point of a columnar batch (float64 ``[P, D]`` or ``[P]`` columns) as stored
+    part bytes: what :func:`encode_part` gives for each point, with one header for all."""
+    count = columns[names[0]].shape[0]
+    header = _part_header(names, [columns[n][0] for n in names])  # [D], or a 0-d value
+    raw = np.concatenate([columns[n].reshape(count, -1) for n in names], axis=1)
+    data = raw.tobytes()
+    width = raw.shape[1] * raw.itemsize
+    return [header + data[i * width : (i + 1) * width] for i in range(count)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout(header: bytes) -> tuple[tuple[str, np.dtype, tuple[int, ...], int, int], ...]:
+    out = []
+    offset = len(_PART_MAGIC) + 4 + len(header)
+    for name, dtype, shape in orjson.loads(header):
+        kind = np.dtype(dtype)
+        count = math.prod(shape)
+        out.append((name, kind, tuple(shape), offset, count))
+        offset += count * kind.itemsize
+    return tuple(out)
+
+
+def decode_part(blob: bytes) -> dict[str, np.ndarray]:
+    """Stored part bytes (compact, or npz from before) -> name -> array (read-only views)."""
+    if not blob.startswith(_PART_MAGIC):
+        return load_npz(blob, max_bytes=2**40)
+    start = len(_PART_MAGIC)
+    size = int.from_bytes(blob[start : start + 4], "little")
+    out = {}
+    for name, dtype, shape, offset, count in _layout(blob[start + 4 : start + 4 + size]):
+        out[name] = np.frombuffer(blob, dtype, count, offset).reshape(shape)
+    return out
+
+
+def _part(arrays: bytes) -> PartialMetrics:
+    loaded = decode_part(arrays)
+    weights = loaded.pop(WEIGHTS_ARRAY, None)
+    return PartialMetrics(loaded, weights=weights)
+
+
+def _options(signature: str) -> tuple[dict[str, str], str]:
+    meta = orjson.loads(signature)
+    return meta["reduce"], meta["nan_policy"]
+
+
+def _merge_parts(parts: list[tuple[str, bytes]], signature: str) -> store_jobs.MergedStep:
+    ops, nan_policy = _options(signature)
+    loaded = [_part(arrays) for _, arrays in parts]
+    try:
+        merged = merge_parts(loaded)
+        reduced = merged.reduce(ops, nan_policy=nan_policy)  # type: ignore[arg-type]
+    except MetricsError as err:
+        raise from_library(err) from None
+    return store_jobs.MergedStep(
+        encode_json(reduced).decode(), _scalars(reduced), merged.num_devices
+    )
+
+
+# ---------------------------------------------------------------------------------- push
+
+
+@dataclass(frozen=True)
+class PushAnswer:
+    created: bool
+    body: bytes
+    stored: int = 0  # points or parts newly written
+
+
+async def push_points(
+    store: Store, job: str, points: list[PointInput]
+) -> list[store_jobs.PushItem]:
+    """Stores points and parts in one transaction; returns the items with their outcome."""
+    items = await run_for_body(lambda: build_items(points), 64 * 1024 + len(points) * 1024)
+    await store.write(lambda c: store_jobs.push(c, job, items, utc_now(), _merge_parts))
+    return items
+
+
+async def push_single(store: Store, job: str, point: PointInput) -> PushAnswer:
+    """One step (or one source's part of it); the answer body and whether it was new."""
+    (item,) = await push_points(store, job, [point])
+    reduced = item.step_reduced.encode() if item.complete and item.step_reduced else b"null"
+    missing = b"null" if item.missing is None else encode_json(item.missing)
+    body = b"".join(
         (
             b'{"job":',
             encode_json(job),
-            b',"step":%d,"reduced":' % point_step,
-            reduced_json,
+            b',"step":%d,"source":' % item.step,
+            encode_json(item.source),
+            b',"sources":%d,"complete":%s,"reduced":'
+            % (item.sources, b"true" if item.complete else b"false"),
+            reduced,
             b',"received_at":',
-            encode_json(received_at),
-            b',"num_devices":%d}' % num_devices,
+            encode_json(item.received_at),
+            b',"num_devices":%d,"missing_sources":' % item.num_devices,
+            missing,
+            b"}",
         )
     )
-    return StoredPoint(created=created, body=answer)
+    return PushAnswer(created=item.created, body=body, stored=int(item.created))
 
 
-async def history(store: Store, job: str) -> bytes:
-    """``{"job", "points": [{"step", "reduced", "received_at"}]}`` in step order, as JSON."""
-    points = await store.job_points(job)
-    parts = [
-        b'{"step":%d,"reduced":%s,"received_at":%s}'
-        % (p.step, p.reduced.encode(), encode_json(p.received_at))
-        for p in points
-    ]
-    return b'{"job":' + encode_json(job) + b',"points":[' + b",".join(parts) + b"]}"
+def batch_items(body: bytes) -> list[store_jobs.PushItem]:
+    """A batch body -> the rows to store: the columnar path when the batch allows it
+    (:func:`_fast_items`), else point by point (:func:`decode_batch`, :func:`build_items`).
+
+    Raises:
+      ServiceError: as :func:`decode_batch` and :func:`build_items`.
+    """
+    data = loads_body(body)
+    items = _fast_items(data)
+    if items is None:
+        items = build_items(_decode_batch_data(data))
+    return items
+
+
+async def push_batch(store: Store, job: str, body: bytes) -> PushAnswer:
+    """A batch body, all or nothing; the answer counts what was new."""
+    items = await run_for_body(lambda: batch_items(body), len(body))
+    return await _store_batch(store, job, items)
+
+
+async def push_npz_batch(store: Store, job: str, body: bytes, **options: Any) -> PushAnswer:
+    """An npz batch body (:func:`npz_batch_items`), all or nothing."""
+    items = await run_for_body(lambda: npz_batch_items(body, **options), len(body))
+    return await _store_batch(store, job, items)
+
+
+async def _store_batch(store: Store, job: str, items: list[store_jobs.PushItem]) -> PushAnswer:
+    await store.write(lambda c: store_jobs.push(c, job, items, utc_now(), _merge_parts))
+    created = sum(1 for i in items if i.created)
+    completed = len({i.step for i in items if i.created and i.complete})
+    answer = {
+        "job": job,
+        "points": len(items),
+        "created": created,
+        "unchanged": len(items) - created,
+        "completed_steps": completed,
+        "received_at": items[0].received_at if items else utc_now(),
+    }
+    return PushAnswer(created=created > 0, body=orjson.dumps(answer), stored=created)
+
+
+# --------------------------------------------------------------------------------- reads
+
+
+def _partial_point(entry: store_jobs.PendingStep) -> dict[str, Any]:
+    ops, nan_policy = _options(entry.signature)
+    loaded = [_part(arrays) for _, arrays in entry.parts]
+    try:
+        merged = merge_parts(loaded)
+        reduced: Any = orjson.loads(encode_json(merged.reduce(ops, nan_policy=nan_policy)))  # type: ignore[arg-type]
+    except MetricsError:
+        reduced = None
+    received = [source for source, _ in entry.parts]
+    return {
+        "step": entry.step,
+        "reduced": reduced,
+        "received_at": entry.received_at,
+        "complete": False,
+        "sources": entry.sources,
+        "received_sources": received,
+        "missing_sources": store_jobs.missing_sources(received, entry.sources),
+    }
+
+
+async def history(
+    store: Store,
+    job: str,
+    *,
+    since_step: int | None = None,
+    until_step: int | None = None,
+    after_step: int | None = None,
+    limit: int = DEFAULT_PAGE,
+    max_points: int | None = None,
+    include_partial: bool = False,
+) -> bytes:
+    """A page of the job's steps, or its downsampled buckets, as JSON bytes.
+
+    Raises:
+      InvalidParameter: ``since_step`` above ``until_step``.
+    """
+    low = 0 if since_step is None else since_step
+    high = MAX_STEP if until_step is None else until_step
+    if low > high:
+        raise InvalidParameter(
+            ["query", "since_step"], f"since_step {low} is above until_step {high}"
+        )
+    if after_step is not None:
+        low = max(low, after_step + 1)
+
+    def read(conn):  # noqa: ANN001, ANN202
+        info = store_jobs.get_job(conn, job)
+        lo, hi = low, high
+        if info is not None and info.first_step is not None:
+            lo, hi = max(lo, info.first_step), min(hi, info.last_step or 0)
+        if (
+            max_points is not None
+            and lo <= hi
+            and hi - lo + 1 > max_points
+            and store_jobs.count_points(conn, job, lo, hi, max_points + 1) > max_points
+        ):
+            return ("buckets", *store_jobs.downsample(conn, job, lo, hi, max_points))
+        return ("page", *store_jobs.history_page(conn, job, low, high, limit, include_partial))
+
+    kind, first, second = await store.read(read)
+    head = b'{"job":' + encode_json(job)
+    if kind == "buckets":
+        width, buckets = first, second
+        return (
+            head
+            + b',"downsampled":true,"bucket_steps":%d,"buckets":' % width
+            + orjson.dumps([_bucket_json(b) for b in buckets])
+            + b',"next_after_step":null}'
+        )
+    entries, more = first, second
+    parts = []
+    for entry in entries:
+        if isinstance(entry, store_jobs.StoredPoint):
+            parts.append(
+                b'{"step":%d,"reduced":%s,"received_at":%s,"complete":true,"sources":%d}'
+                % (
+                    entry.step,
+                    entry.reduced.encode(),
+                    encode_json(entry.received_at),
+                    entry.sources,
+                )
+            )
+        else:
+            parts.append(orjson.dumps(await run_for_body(lambda e=entry: _partial_point(e), 0)))
+    next_after = b"%d" % entries[-1].step if more and entries else b"null"
+    return (
+        head
+        + b',"downsampled":false,"points":['
+        + b",".join(parts)
+        + b'],"next_after_step":'
+        + next_after
+        + b"}"
+    )
+
+
+def _bucket_json(bucket: store_jobs.Bucket) -> dict[str, Any]:
+    metrics = {}
+    for name, (n, total, low, high, last_step, last) in bucket.metrics.items():
+        metrics[name] = {
+            "count": int(n),
+            "min": low,
+            "max": high,
+            "mean": (total / n) if n else None,
+            "last": last if last is None or math.isfinite(last) else None,
+            "last_step": int(last_step),
+        }
+    return {"start_step": bucket.start, "end_step": bucket.end, "metrics": metrics}
+
+
+def _summary(row: store_jobs.JobRow) -> dict[str, Any]:
+    missing: list[str] | None = None
+    count = 0
+    if row.incomplete_step is not None and row.incomplete_sources:
+        missing = store_jobs.missing_sources(row.received_sources, row.incomplete_sources)
+        count = row.incomplete_sources - len(row.received_sources)
+    return {
+        "job": row.job,
+        "points": row.points,
+        "first_step": row.first_step,
+        "last_step": row.last_step,
+        "last_push_at": row.last_push_at,
+        "finished": row.finished,
+        "created_at": row.created_at,
+        "incomplete_step": row.incomplete_step,
+        "lagging_sources": missing,
+        "missing_count": count,
+    }
+
+
+async def list_jobs(store: Store, limit: int, offset: int) -> bytes:
+    """``{"items": [...], "total"}``, most recently pushed first."""
+    rows, total = await store.read(lambda c: store_jobs.list_jobs(c, limit, offset))
+    return orjson.dumps({"items": [_summary(r) for r in rows], "total": total})
+
+
+async def get_job(store: Store, job: str) -> bytes:
+    row = await store.read(lambda c: store_jobs.get_job(c, job))
+    if row is None:
+        raise JobNotFound(f"no job named {job!r}; GET /v1/jobs lists them")
+    return orjson.dumps(_summary(row))
+
+
+async def set_finished(store: Store, job: str, finished: bool) -> bytes:
+    if not await store.write(lambda c: store_jobs.set_finished(c, job, finished)):
+        raise JobNotFound(f"no job named {job!r}; GET /v1/jobs lists them")
+    return await get_job(store, job)
+
+
+async def delete_job(store: Store, job: str) -> None:
+    if not await store.write(lambda c: store_jobs.delete_job(c, job)):
+        raise JobNotFound(f"no job named {job!r}; GET /v1/jobs lists them")
+
+
+async def expire_jobs(store: Store, retention_days: float, now: datetime | None = None) -> int:
+    """Deletes the jobs whose last push is older than ``retention_days`` (0: none)."""
+    if retention_days <= 0:
+        return 0
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=retention_days)
+    stamp = cutoff.strftime("%Y-%m-%dT%H:%M:%SZ")
+    removed = 0
+    while batch := await store.write(lambda c: store_jobs.expire_jobs(c, stamp)):
+        removed += len(batch)
+        log.info("retention: deleted jobs %s (last push before %s)", batch, stamp)
+    return removed
+
+
+async def retention_loop(store: Store, retention_days: float) -> None:
+    """Applies retention now and then every hour (a lifespan task)."""
+    while True:
+        try:
+            await expire_jobs(store, retention_days)
+        except Exception:  # keep the loop alive; the error is logged
+            log.exception("job retention failed")
+        await asyncio.sleep(RETENTION_EVERY_S)
+
+
+def seconds_since(stamp: str, now: datetime) -> float:
+    then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return max(0.0, (now - then).total_seconds())
+
+
+async def job_gauges(store: Store, top: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(seconds since the last push, per job; missing sources at the newest incomplete
+    step, per job), each at most ``top`` jobs plus ``"<other>"``: the stalest of the
+    unlisted unfinished jobs, and the sum of the unlisted jobs' stragglers."""
+    stale, pending = await store.read(lambda c: store_jobs.gauges(c, top))
+    now = datetime.now(UTC)
+    seconds = {}
+    for job, stamp in stale:
+        if stamp is not None:
+            seconds[job or "<other>"] = seconds_since(stamp, now)
+    lagging = sorted(((sources - count, job) for job, _, sources, count in pending), reverse=True)
+    stragglers = {job: float(n) for n, job in lagging[:top]}
+    if len(lagging) > top:
+        stragglers["<other>"] = float(sum(n for n, _ in lagging[top:]))
+    return seconds, stragglers

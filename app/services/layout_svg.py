@@ -318,7 +318,10 @@ def render_layout_svg(plan: Mapping[str, Any]) -> str:
     batch = plan.get("batch") or None
     batch_size = int(batch["shape"][0]) if batch and batch.get("shape") else 0
 
-    slice_keys = [_slice_key(shard) for shard in shards]
+    # Inline, not _slice_key per shard: 65,536 calls cost more than the rest of the picture.
+    slice_keys = [
+        (int(ix[0][0]), int(ix[0][1])) if (ix := shard.get("index")) else None for shard in shards
+    ]
     holders = Counter(slice_keys)  # first-seen order
     colours = _Colours(holders, batch_size)
 

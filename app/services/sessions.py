@@ -5,12 +5,22 @@ step count, last loss, layouts). After a runtime restart the parameters are gone
 session answers 410 ``session_lost`` (its metadata stays readable in the store until it is
 deleted). Device work is serialised FIFO in the runtime: steps of one session never
 interleave, and concurrent calls on one session add up (N calls of k steps end at N*k).
+
+Caps for a shared host: at most ``DATARAX_MAX_SESSIONS`` live sessions (more: 429
+``too_many_sessions``), and a session without a step for ``DATARAX_SESSION_IDLE_S`` is
+freed in the runtime and answers 410 ``session_expired`` (reads do not keep it alive: an
+unauthenticated reader must not pin device memory). The runtime hands a deleted
+session's memory back to the OS (``app.runtime.sessions.release_freed_memory``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
+import math
+import time
 from typing import Any
 
 import anyio.to_thread
@@ -22,7 +32,10 @@ from app.errors import (
     InvalidParameter,
     MeshNotFound,
     PlanNotLive,
+    SessionExpired,
+    SessionLost,
     SessionNotFound,
+    TooManySessions,
     UnsupportedMediaType,
     WorkerLost,
 )
@@ -32,8 +45,21 @@ from app.runtime_client import RuntimeClient
 from app.schemas.sessions import SessionCreateRequest, StepRequest
 from app.settings import Settings
 from app.store import Store
+from app.telemetry import Telemetry
+
+log = logging.getLogger("datarax.app")
 
 BATCH_FIELDS = ("inputs", "targets")
+MAX_LIST_LIMIT = 100
+"""Sessions per page of ``GET /v1/sessions`` at most."""
+
+
+def finite_or_none(value: Any) -> float | None:
+    """A loss as JSON can hold it: non-finite (NaN, a diverging run) is None."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _batch_axes(plan: dict[str, Any]) -> list[str] | None:
@@ -103,11 +129,127 @@ class SessionService:
     finish out of order.
     """
 
-    def __init__(self, store: Store, runtime: RuntimeClient, settings: Settings):
+    def __init__(
+        self,
+        store: Store,
+        runtime: RuntimeClient,
+        settings: Settings,
+        telemetry: Telemetry | None = None,
+    ):
         self.store = store
         self.runtime = runtime
         self.settings = settings
+        # Steps and compile seconds are counted from the runtime's own replies, and each
+        # live session's reservation kept from its creation reply: /metrics reads them
+        # without a runtime round trip (see app/telemetry.py).
+        self.telemetry = telemetry
+        self._reserved: dict[str, dict[str, int]] = {}
         self._metadata_lock = asyncio.Lock()
+        # session id -> the runtime's restart count when it was created: its arrays live
+        # in that runtime only, so reads know it is lost without asking the runtime.
+        self._epochs: dict[str, int] = {}
+        # Live sessions' last creation or step (monotonic), steps in flight, and the
+        # sessions freed for idleness (until deleted).
+        self._last_used: dict[str, float] = {}
+        self._in_flight: dict[str, int] = {}
+        self._expired: set[str] = set()
+        self._creating = 0
+        self._admission = asyncio.Lock()
+
+    def _forget_lost(self) -> None:
+        """Drops sessions of a runtime that has restarted since: they hold no memory."""
+        for sid in [s for s, epoch in self._epochs.items() if epoch != self.runtime.restarts]:
+            self._epochs.pop(sid, None)
+            self._last_used.pop(sid, None)
+
+    def live_count(self) -> int:
+        """Sessions whose arrays the current runtime holds (or is placing)."""
+        self._forget_lost()
+        return len(self._epochs) + self._creating
+
+    def memory_reserved(self) -> dict[str, int]:
+        """Bytes the live sessions reserve, by memory pool (``host:0``, ``device:3``), as
+        the runtime's admission counted them at creation."""
+        self._forget_lost()
+        totals: dict[str, int] = {}
+        for sid in list(self._reserved):
+            if sid not in self._epochs:
+                del self._reserved[sid]  # deleted, expired or lost: its memory is free
+                continue
+            for pool, size in self._reserved[sid].items():
+                totals[pool] = totals.get(pool, 0) + size
+        return totals
+
+    def state_of(self, session_id: str) -> str:
+        """``live``, ``expired`` (freed for idleness) or ``lost`` (a runtime restart)."""
+        if session_id in self._expired:
+            return "expired"
+        return "live" if self._epochs.get(session_id) == self.runtime.restarts else "lost"
+
+    def _refuse_expired(self, session_id: str) -> None:
+        if session_id in self._expired:
+            raise SessionExpired(
+                f"session {session_id!r} ran no step for {self.settings.session_idle_s:g} s "
+                "(DATARAX_SESSION_IDLE_S) and was freed; create a new session"
+            )
+
+    async def expire_idle(self) -> list[str]:
+        """Frees the sessions idle for ``DATARAX_SESSION_IDLE_S``; answers their ids."""
+        idle_s = self.settings.session_idle_s
+        if idle_s <= 0:
+            return []
+        now = time.monotonic()
+        stale = [
+            sid
+            for sid, last in self._last_used.items()
+            if now - last >= idle_s and not self._in_flight.get(sid)
+        ]
+        for sid in stale:
+            self._last_used.pop(sid, None)
+            live = self._epochs.pop(sid, None) == self.runtime.restarts
+            if not live:
+                continue
+            self._expired.add(sid)
+            if self.runtime.ready:
+                with contextlib.suppress(Exception):  # a restart frees it anyway
+                    await self.runtime.call("session_delete", {"id": sid})
+        return stale
+
+    async def expire_idle_loop(self) -> None:
+        """Runs :meth:`expire_idle` every quarter of the idle time (at most every minute)
+        until cancelled; nothing when expiry is off."""
+        idle_s = self.settings.session_idle_s
+        if idle_s <= 0:
+            return
+        period = min(max(idle_s / 4, 0.05), 60.0)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.expire_idle()
+            except Exception:  # noqa: BLE001 (next round retries; the loop must live)
+                pass
+
+    async def list_sessions(
+        self, limit: int, offset: int, mesh_id: str | None = None
+    ) -> dict[str, Any]:
+        """``{"items": [summaries], "total": n}``, newest first, from the store: each
+        summary is the record without ``params``, plus ``state`` (``live``, ``expired``,
+        ``lost``).
+
+        Raises:
+          MeshNotFound: ``mesh_id`` names no plan.
+        """
+        if mesh_id is not None and await self.store.get_plan(mesh_id) is None:
+            raise MeshNotFound(f"no mesh plan with id {mesh_id!r}")
+        texts, total = await self.store.list_sessions(min(limit, MAX_LIST_LIMIT), offset, mesh_id)
+        items = []
+        for text in texts:
+            record = json.loads(text)
+            record.pop("params", None)
+            record["last_loss"] = finite_or_none(record.get("last_loss"))
+            record["state"] = self.state_of(record["id"])
+            items.append(record)
+        return {"items": items, "total": total}
 
     def _require_ready(self) -> None:
         if not self.runtime.ready:
@@ -137,6 +279,22 @@ class SessionService:
                 "without touching them); create a live plan (no num_devices) to train"
             )
         self._require_ready()
+        async with self._admission:
+            if self.live_count() >= self.settings.max_sessions:
+                raise TooManySessions(
+                    f"{self.settings.max_sessions} sessions are live (DATARAX_MAX_SESSIONS); "
+                    "delete one (DELETE /v1/sessions/{id}) or wait for an idle one to expire",
+                    headers={"Retry-After": "1"},
+                )
+            self._creating += 1
+        try:
+            return await self._create(mesh_id, plan, body)
+        finally:
+            self._creating -= 1
+
+    async def _create(
+        self, mesh_id: str, plan: dict[str, Any], body: SessionCreateRequest
+    ) -> dict[str, Any]:
         session_id = new_session_id()
         spec = body.model_dump()
         payload = {
@@ -166,20 +324,43 @@ class SessionService:
             "params": result["params"],
         }
         await self.store.insert_session(session_id, mesh_id, created_at, json.dumps(record))
+        self._epochs[session_id] = self.runtime.restarts
+        self._last_used[session_id] = time.monotonic()
+        self._reserved[session_id] = dict(result.get("reserved") or {})
+        log.info("session %s created on mesh %s", session_id, mesh_id)
         return record
 
     async def read(self, session_id: str) -> dict[str, Any]:
-        """The record with step, last loss and layouts read from the runtime's live arrays."""
+        """The stored record: step and last loss as the last step left them, layouts as
+        placed at creation (they never change).
+
+        Served from what the HTTP process knows, never by queueing runtime work: an
+        unauthenticated reader must not slow an authorised trainer's steps.
+
+        Raises:
+          SessionNotFound; WorkerLost while the runtime is down; SessionLost when the
+          runtime that held the session has restarted since (or this process has).
+        """
         record = await self.record(session_id)
+        self._refuse_expired(session_id)
         self._require_ready()
-        info, _ = await self.runtime.call("session_info", {"id": session_id})
-        record.update(step=info["step"], last_loss=info["last_loss"], params=info["params"])
+        if self._epochs.get(session_id) != self.runtime.restarts:
+            raise SessionLost(
+                f"session {session_id!r} lived in a runtime that has restarted since; its "
+                "parameters are gone: create a new session"
+            )
+        record["last_loss"] = finite_or_none(record.get("last_loss"))
         return record
 
     async def delete(self, session_id: str) -> None:
         """Forgets the session and frees its arrays when the runtime is up."""
         if not await self.store.delete_session(session_id):
             raise SessionNotFound(f"no session with id {session_id!r}")
+        self._epochs.pop(session_id, None)
+        self._last_used.pop(session_id, None)
+        if session_id in self._expired:  # freed already
+            self._expired.discard(session_id)
+            return
         if self.runtime.ready:
             try:
                 await self.runtime.call("session_delete", {"id": session_id})
@@ -196,19 +377,33 @@ class SessionService:
     ) -> dict[str, Any]:
         """Runs K steps; a refused request changes nothing."""
         await self.record(session_id)
-        payload, arrays = await anyio.to_thread.run_sync(
-            lambda: decode_step_body(body, media, content_type, steps_query, self.settings)
-        )
-        self._require_ready()
-        result, _ = await self.runtime.call(
-            "session_step",
-            {"id": session_id, "memory_budget": self.runtime.memory_budget(), **payload},
-            arrays,
-            timeout=self.settings.step_timeout_s,
-        )
+        self._refuse_expired(session_id)
+        self._in_flight[session_id] = self._in_flight.get(session_id, 0) + 1
+        try:
+            payload, arrays = await anyio.to_thread.run_sync(
+                lambda: decode_step_body(body, media, content_type, steps_query, self.settings)
+            )
+            self._require_ready()
+            result, _ = await self.runtime.call(
+                "session_step",
+                {"id": session_id, "memory_budget": self.runtime.memory_budget(), **payload},
+                arrays,
+                timeout=self.settings.step_timeout_s,
+            )
+        finally:
+            self._in_flight[session_id] -= 1
+            if not self._in_flight[session_id]:
+                del self._in_flight[session_id]
+            if session_id in self._last_used:
+                self._last_used[session_id] = time.monotonic()
+        if self.telemetry is not None:
+            timing = result.get("timing") or {}
+            self.telemetry.count_steps(
+                payload["steps"], None if timing.get("cache_hit") else timing.get("compile_s")
+            )
         async with self._metadata_lock:
             record = await self.record(session_id)
             if result["step"] > record["step"]:
-                record.update(step=result["step"], last_loss=result["losses"][-1])
+                record.update(step=result["step"], last_loss=finite_or_none(result["losses"][-1]))
                 await self.store.update_session(session_id, json.dumps(record))
         return result

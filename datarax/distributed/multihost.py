@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,6 +74,7 @@ def initialize_distributed(
     heartbeat_timeout_s: float = 10.0,
     init_timeout_s: float = 300.0,
     local_device_ids: Sequence[int] | None = None,
+    coordinator_bind_address: str | None = None,
 ) -> bool:
     """Joins JAX's distributed runtime (``jax.distributed.initialize``) when asked to.
 
@@ -106,6 +108,12 @@ def initialize_distributed(
         others) is the smaller of the two timeouts.
       local_device_ids: restrict this process to these local devices (JAX also reads
         ``JAX_LOCAL_DEVICE_IDS``).
+      coordinator_bind_address: ``"host:port"`` process 0's coordination service listens
+        on. Default: ``JAX_COORDINATOR_BIND_ADDRESS`` if set, else ``coordinator_address``
+        itself, so the unauthenticated service is reachable only where the group
+        reaches it (JAX's own default, ``[::]:port``, is every interface). Pass
+        ``"[::]:port"`` to listen everywhere. With ``auto`` and no coordinator address
+        JAX's detection decides, and so does its default.
 
     Returns:
       True when the runtime was initialised (or already was), False for a single-process
@@ -141,8 +149,13 @@ def initialize_distributed(
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.config.update("jax_cpu_get_local_topology_timeout_minutes", init_minutes)
     jax.config.update("jax_cpu_get_global_topology_timeout_minutes", init_minutes + 1)
+    if coordinator_bind_address is None and coordinator_address is not None:
+        coordinator_bind_address = os.environ.get(
+            "JAX_COORDINATOR_BIND_ADDRESS", coordinator_address
+        )
     jax.distributed.initialize(
         coordinator_address=coordinator_address,
+        coordinator_bind_address=coordinator_bind_address,
         num_processes=num_processes,
         process_id=process_id,
         local_device_ids=local_device_ids,

@@ -63,3 +63,23 @@ def test_bad_settings_are_one_line_and_exit_2(env, argv, fragment):
 def test_api_token_is_not_a_flag():
     with pytest.raises(SystemExit):
         load_settings(["--api-token", "x"])
+
+
+def test_version_prints_the_package_and_jax_versions_and_exits_0():
+    from app.version import versions
+
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--version"],
+        env={**os.environ, "DATARAX_PORT": "abc"},  # settings are not even read
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    v = versions()
+    assert result.stdout.strip() == (
+        f"datarax-serve {v['version']} (jax {v['jax']}, jaxlib {v['jaxlib']}, "
+        f"python {v['python']})"
+    )
+    assert "not installed" not in result.stdout

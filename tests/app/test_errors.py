@@ -422,7 +422,7 @@ def test_detail_says_how_to_fix(api):
 def test_method_not_allowed_lists_allowed_methods(api):
     response = api.put("/v1/meshes")
     assert_problem(response, 405, "method_not_allowed")
-    assert set(response.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+    assert set(response.headers["allow"].replace(" ", "").split(",")) == {"GET", "HEAD", "POST"}
 
 
 # ------------------------------------------------------------------- guarded stand-in app

@@ -8,7 +8,9 @@ import threading
 import anyio
 import pytest
 
-from app.store import Store, StoreClosed
+from app import store_jobs
+from app.errors import StepConflict
+from app.store import SCHEMA_VERSION, Store, StoreClosed
 
 
 @pytest.fixture
@@ -50,17 +52,34 @@ def test_duplicate_plan_id_is_refused(store):
         store.insert_plan_sync("m_1", "t", None, False, "{}")
 
 
-def test_job_points_upsert_and_order(store):
+def _point(step: int, reduced: str) -> store_jobs.PushItem:
+    return store_jobs.PushItem(
+        step=step, source="", sources=1, digest=reduced, num_devices=1, reduced=reduced
+    )
+
+
+def _no_merge(_parts, _signature):
+    raise AssertionError("single-source points are never merged")
+
+
+def test_job_points_are_written_once_and_read_in_step_order(store):
     async def main():
-        assert await store.put_job_point("j", 5, '{"a":1}', "t1") is True
-        assert await store.put_job_point("j", 1, '{"a":2}', "t2") is True
-        assert await store.put_job_point("j", 5, '{"a":3}', "t3") is False
-        assert await store.put_job_point("other", 0, "{}", "t4") is True
-        points = await store.job_points("j")
-        assert [(p.step, p.reduced, p.received_at) for p in points] == [
+        push = store_jobs.push
+        await store.write(lambda c: push(c, "j", [_point(5, '{"a":1}')], "t1", _no_merge))
+        await store.write(lambda c: push(c, "j", [_point(1, '{"a":2}')], "t2", _no_merge))
+        same = [_point(5, '{"a":1}')]
+        await store.write(lambda c: push(c, "j", same, "t3", _no_merge))
+        assert same[0].created is False and same[0].received_at == "t1"
+        with pytest.raises(StepConflict):
+            await store.write(lambda c: push(c, "j", [_point(5, '{"a":3}')], "t3", _no_merge))
+        page, more = await store.read(
+            lambda c: store_jobs.history_page(c, "j", 0, 10, 10, include_partial=False)
+        )
+        assert [(p.step, p.reduced, p.received_at) for p in page] == [
             (1, '{"a":2}', "t2"),
-            (5, '{"a":3}', "t3"),
+            (5, '{"a":1}', "t1"),
         ]
+        assert more is False
 
     anyio.run(main)
 
@@ -99,9 +118,13 @@ def test_concurrent_async_requests(store):
     async def main():
         async with anyio.create_task_group() as tg:
             for i in range(40):
-                tg.start_soon(store.put_job_point, "j", i, "{}", "t")
-                tg.start_soon(store.job_points, "j")
-        assert len(await store.job_points("j")) == 40
+                tg.start_soon(
+                    store.write,
+                    lambda c, i=i: store_jobs.push(c, "j", [_point(i, "{}")], "t", _no_merge),
+                )
+                tg.start_soon(store.read, lambda c: store_jobs.get_job(c, "j"))
+        job = await store.read(lambda c: store_jobs.get_job(c, "j"))
+        assert (job.points, job.first_step, job.last_step) == (40, 0, 39)
 
     anyio.run(main)
 
@@ -139,3 +162,69 @@ def test_failed_write_rolls_back_and_the_store_stays_usable(store):
     assert anyio.run(store.get_plan, "m_x") is None
     store.insert_plan_sync("m_y", "t", None, False, "{}")
     assert anyio.run(store.get_plan, "m_y") == "{}"
+
+
+# The schema of app/store.py at version 1 (commit 6a03617), as files written then hold it.
+V1_SCHEMA = """
+CREATE TABLE plans (id TEXT PRIMARY KEY, created_at TEXT NOT NULL, name TEXT,
+    live INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL, summary TEXT NOT NULL);
+CREATE TABLE job_points (job TEXT NOT NULL, step INTEGER NOT NULL, reduced TEXT NOT NULL,
+    received_at TEXT NOT NULL, PRIMARY KEY (job, step));
+CREATE TABLE sessions (id TEXT PRIMARY KEY, mesh_id TEXT NOT NULL, created_at TEXT NOT NULL,
+    body TEXT NOT NULL);
+CREATE INDEX sessions_by_mesh ON sessions (mesh_id);
+"""
+
+
+def test_a_version_1_file_is_migrated_in_place_and_keeps_its_data(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript(V1_SCHEMA)
+    old.execute("PRAGMA journal_mode = WAL")
+    old.execute("INSERT INTO plans VALUES ('m_1', 't', 'p', 1, '{\"id\":\"m_1\"}', '{}')")
+    rows = [("old", s, f'{{"loss":{s / 2},"v":[1,2]}}', "2026-01-01T00:00:00Z") for s in range(40)]
+    old.executemany("INSERT INTO job_points VALUES (?, ?, ?, ?)", rows)
+    old.commit()
+    old.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 0
+
+    store = Store(path)
+    store.open()
+    try:
+        assert store.schema_version == SCHEMA_VERSION
+        assert anyio.run(store.get_plan, "m_1") == '{"id":"m_1"}'
+        job = anyio.run(store.read, lambda c: store_jobs.get_job(c, "old"))
+        assert (job.points, job.first_step, job.last_step) == (40, 0, 39)
+        page, _ = anyio.run(
+            store.read, lambda c: store_jobs.history_page(c, "old", 0, 100, 100, False)
+        )
+        assert [p.reduced for p in page] == [r[2] for r in rows]
+        # Rollups were derived from the old points: a downsampled read sees them all.
+        width, buckets = anyio.run(store.read, lambda c: store_jobs.downsample(c, "old", 0, 39, 2))
+        assert sum(b.metrics["loss"][0] for b in buckets) == 40 and "v" not in buckets[0].metrics
+        assert buckets[-1].metrics["loss"][5] == 19.5
+        # An old point, pushed again with the same values, is a no-op; other values conflict.
+        same = [_point(3, rows[3][2])]
+        anyio.run(store.write, lambda c: store_jobs.push(c, "old", same, "t", _no_merge))
+        assert same[0].created is False
+        with pytest.raises(StepConflict):
+            anyio.run(
+                store.write,
+                lambda c: store_jobs.push(c, "old", [_point(3, '{"loss":9}')], "t", _no_merge),
+            )
+    finally:
+        store.close()
+    # Opening again is a no-op (already current).
+    again = Store(path)
+    again.open()
+    assert again.schema_version == SCHEMA_VERSION
+    again.close()
+
+
+def test_a_file_from_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "new.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(RuntimeError, match="newer"):
+        Store(path).open()

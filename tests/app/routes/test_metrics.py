@@ -133,38 +133,7 @@ def test_npz_reduce_and_collect(api):
     assert [d["metrics"]["loss"] for d in collected["devices"]] == [0.5, 1.5, 1.0, 1.0]
 
 
-def test_job_history_in_step_order_and_replace(api):
-    job = "run-1.a_b"
-    for step, loss in [(20, [2.0, 2.0]), (0, [4.0, 6.0]), (10, [3.0, 3.0])]:
-        response = api.post(
-            f"/v1/jobs/{job}/metrics", json={"metrics": {"loss": loss}, "step": step}
-        )
-        assert response.status_code == 201, response.text
-        point = response.json()
-        assert point["step"] == step and point["job"] == job
-        assert point["received_at"].endswith("Z")
-    replaced = api.post(f"/v1/jobs/{job}/metrics", json={"metrics": {"loss": [1, 1]}, "step": 10})
-    assert replaced.status_code == 200
-    npz = api.post(
-        f"/v1/jobs/{job}/metrics",
-        content=npz_bytes(loss=np.array([0.25, 0.75])),
-        headers=NPZ,
-        params={"step": 30},
-    )
-    assert npz.status_code == 201, npz.text
-    history = api.get(f"/v1/jobs/{job}/metrics").json()
-    assert history["job"] == job
-    assert [(p["step"], p["reduced"]["loss"]) for p in history["points"]] == [
-        (0, 5.0),
-        (10, 1.0),
-        (20, 2.0),
-        (30, 0.5),
-    ]
-    assert all(set(p) == {"step", "reduced", "received_at"} for p in history["points"])
-
-
-def test_unknown_job_has_empty_history(api):
-    assert api.get("/v1/jobs/never-posted/metrics").json() == {"job": "never-posted", "points": []}
+# Job history (stored reductions) is tested in tests/app/routes/test_jobs.py.
 
 
 # ------------------------------------------------------------- fast paths, same answers
@@ -285,8 +254,9 @@ def test_encode_json_writes_numpy_values_as_documented():
 def test_reduce_documents_the_parameters_fastapi_would(tmp_path):
     # reduce and collect take only the Request (no per-request dependency solving) and
     # declare their query parameters and bearer scheme in openapi_extra; the jobs route
-    # declares the same ones through FastAPI, so the two documents must agree.
-    app = create_app(make_settings(tmp_path), runtime=StubRuntime())
+    # declares the same ones through FastAPI, so the two documents must agree (bearer auth
+    # is declared only when a token is set).
+    app = create_app(make_settings(tmp_path, api_token="t"), runtime=StubRuntime())
     paths = app.openapi()["paths"]
     reduce_op = paths["/v1/metrics/reduce"]["post"]
     job_op = paths["/v1/jobs/{job}/metrics"]["post"]

@@ -12,6 +12,7 @@ group, its runtime included.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 from jax.errors import JaxRuntimeError
 
@@ -365,6 +367,25 @@ def test_devices_are_global(group):
     assert fresh == info
     ping, _ = leader.call("ping")  # local: answered by process 0 alone
     assert ping["pid"] == leader.client.pid
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_the_coordinator_listens_on_its_own_address_only(group):
+    """JAX's default is every interface (``[::]:port``); ours is the coordinator address."""
+    leader, _ = group
+    port = int(leader.client._settings.coordinator.rsplit(":", 1)[1])
+    listening = [
+        c.laddr
+        for c in psutil.Process(leader.client.pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    ]
+    assert listening, "the leader's runtime hosts no coordination service on the port"
+    # gRPC listens on a v6 socket: 127.0.0.1 shows as ::ffff:127.0.0.1, every interface as ::
+    bound = {ipaddress.ip_address(addr.ip) for addr in listening}
+    assert {getattr(ip, "ipv4_mapped", None) or ip for ip in bound} == {
+        ipaddress.ip_address("127.0.0.1")
+    }, listening
 
 
 @pytest.mark.multiprocess

@@ -1,0 +1,602 @@
+"""Compile checks: XLA's own verdict on a plan, from a supervised compile worker.
+
+:class:`CompileChecks` (built by the lifespan) keeps a bounded queue of checks and one
+compile worker process (``python -m app.compiler``), started on the first check and kept
+warm. Checks run one at a time, in arrival order:
+
+- a full queue (``DATARAX_COMPILE_QUEUE`` waiting) is 429 ``compile_queue_full`` with a
+  ``Retry-After`` from the mean compile time seen so far;
+- a check past ``DATARAX_COMPILE_TIMEOUT_S`` is ``failed``, and a ``DELETE`` of the
+  running check ``cancelled``: both kill the worker's process group (XLA cannot be
+  interrupted mid-compile); the next check starts a fresh worker;
+- a worker that dies (``kill -9``, its ``RLIMIT_AS`` cap ``DATARAX_COMPILE_MEMORY_MB``, an
+  XLA abort) fails the check it was running with the signal or exit status and the last
+  lines of its log; the other checks and the service go on;
+- results are cached in SQLite (:mod:`app.services.compile_store`) by a key over
+  everything that changes the program (target, device order, axes, model, optimizer,
+  batch) and the jax and libtpu versions; a repeat check is ``done`` when answered.
+
+Targets: a TPU hardware plan compiles against libtpu's description of its topology, in
+the plan's own device order; a live plan on CPU devices compiles on the worker's own CPU
+devices (as many as the runtime has, ``DATARAX_CPU_DEVICES``, same ids). GPU hardware plans,
+live plans on GPU hosts and plain abstract plans are 422 ``compile_target_unavailable``,
+carrying the plan's memory estimate for the request where there is one.
+
+Memory per request: one check's JSON (a 65,536-device plan's id list, ~0.5 MB) while it
+waits; at most ``DATARAX_COMPILE_QUEUE`` of them. No JAX in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.errors import (
+    CompileCheckNotFound,
+    CompileQueueFull,
+    CompileTargetUnavailable,
+    ServiceError,
+    from_library,
+)
+from app.ids import new_ulid, utc_now
+from app.schemas.compile_checks import CompileCheckRequest
+from app.services.compile_store import CompileStore
+from app.settings import Settings
+from datarax.distributed.cost import memory_estimate
+from datarax.distributed.hardware import get_hardware
+from datarax.distributed.model_specs import TransformerSpec, model_spec
+from datarax.distributed.planning import PlanError
+
+log = logging.getLogger("datarax.compile")
+
+PROGRAM_VERSION = 1
+"""Bumped when :mod:`datarax.distributed.compile_step` builds a different program, so
+cached results of the old one are not answered."""
+
+_WORKER_LOG_LINES = 20
+_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])  # where `-m app.compiler` resolves
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def compiler_versions() -> dict[str, str | None]:
+    """The versions that change what XLA answers: jax, jaxlib and libtpu."""
+    return {name: _version(name) for name in ("jax", "jaxlib", "libtpu")}
+
+
+# ------------------------------------------------------------------------------ targets
+
+
+def _estimate(plan: dict[str, Any], model: dict[str, Any], optimizer: str, batch: int) -> Any:
+    hbm = None
+    if plan.get("hardware"):
+        hbm = get_hardware(plan["hardware"]).hbm_bytes
+    try:
+        return memory_estimate(model, plan["axes"], batch, optimizer=optimizer, hbm_bytes=hbm)
+    except PlanError as error:  # the batch or the axes' roles do not suit the model
+        raise from_library(error) from None
+
+
+def check_target(
+    plan: dict[str, Any], request: CompileCheckRequest, settings: Settings
+) -> dict[str, Any]:
+    """What the worker compiles for ``plan``: ``{"target", "axes", "device_ids", "model",
+    "optimizer", "global_batch", "hbm_bytes", "estimate"}``.
+
+    Raises:
+      CompileTargetUnavailable: GPU hardware, a live plan on a GPU host, a plain abstract
+        plan (no hardware), or a TPU generation without libtpu here.
+      ServiceError: the library's codes for a model, batch or axis roles it refuses.
+    """
+    model = request.model.model_dump(exclude_none=True)
+    try:
+        spec = model_spec(model)
+    except PlanError as error:
+        raise from_library(error) from None
+    shape = request.batch_shape or (plan.get("batch") or {}).get("shape")
+    if not shape:
+        raise ServiceError(
+            "the check needs a batch: send batch_shape (its first entry is the global batch), "
+            "or plan the mesh with batch_shape",
+            code="invalid_batch_shape",
+        )
+    batch = int(shape[0])
+    _check_sizes(spec, batch)
+    estimate = _estimate(plan, spec.to_json(), request.optimizer, batch)
+    extra = {"estimate": estimate}
+    ids = [int(i) for i in _flatten(plan["device_grid"])]
+    hbm = None
+    if plan.get("hardware"):
+        hardware = get_hardware(plan["hardware"])
+        hbm = hardware.hbm_bytes
+        if hardware.kind != "tpu":
+            raise CompileTargetUnavailable(
+                f"{hardware.name} plans cannot be compiled here: this host has no "
+                f"{hardware.kind.upper()} of that kind, and only TPU topologies can be "
+                "compiled without the chips (libtpu); the estimate is in 'estimate'",
+                extra=extra,
+            )
+        if _version("libtpu") is None:
+            raise CompileTargetUnavailable(
+                "TPU plans compile through libtpu, which is not installed here; install the "
+                "extra: pip install -c constraints.txt 'jax[tpu]==0.12.0.1'",
+                extra=extra,
+            )
+        target = {
+            "kind": "tpu",
+            "hardware": hardware.name,
+            "topology": plan["topology"],
+            "slices": int(plan.get("slices") or 1),
+        }
+    elif plan.get("live"):
+        if plan.get("platform") != "cpu":
+            raise CompileTargetUnavailable(
+                f"live plans on {plan.get('platform')!r} devices are not compiled by the "
+                "compile worker (it has CPU devices only); the estimate is in 'estimate'",
+                extra=extra,
+            )
+        if len(ids) > settings.cpu_devices or max(ids, default=0) >= settings.cpu_devices:
+            raise CompileTargetUnavailable(
+                f"the plan names {len(ids)} CPU devices but the compile worker has "
+                f"{settings.cpu_devices} (DATARAX_CPU_DEVICES)",
+                extra=extra,
+            )
+        target = {"kind": "cpu", "devices": settings.cpu_devices}
+        if settings.memory_budget_mb:
+            hbm = int(settings.memory_budget_mb * 2**20)
+    else:
+        raise CompileTargetUnavailable(
+            "this plan is abstract without hardware, so there is no compiler to ask: plan it "
+            "with hardware (e.g. {'hardware': 'tpu-v5e', 'topology': '16x16', 'ici': {...}}) "
+            "or as a live plan",
+            extra=extra,
+        )
+    return {
+        "target": target,
+        "axes": dict(plan["axes"]),
+        "device_ids": ids,
+        "model": spec.to_json(),
+        "optimizer": request.optimizer,
+        "global_batch": batch,
+        "hbm_bytes": hbm,
+        "estimate": estimate,
+    }
+
+
+_MAX_ELEMENTS = 2**62
+"""XLA aborts its process on an array of more elements than this ("overflow in static
+extent product", measured with jax 0.12.0.1); such a model is refused before it is sent."""
+
+
+def _check_sizes(spec: Any, batch: int) -> None:
+    """422 ``model_too_large`` when an array of the step has more elements than XLA takes."""
+    sizes = {g.path: g.repeat * math.prod(g.shape) for g in spec.params()}
+    if isinstance(spec, TransformerSpec):
+        tokens = batch * spec.seq_len
+        widest = max(spec.d_model, spec.d_ff, spec.vocab, spec.heads * spec.seq_len)
+        sizes["activations"] = spec.layers * tokens * widest
+    else:
+        sizes["activations"] = batch * max(spec.features)
+    name, largest = max(sizes.items(), key=lambda item: item[1])
+    if largest > _MAX_ELEMENTS:
+        raise ServiceError(
+            f"the step's {name} would hold {largest:.3g} elements, beyond the {_MAX_ELEMENTS:.3g} "
+            "that XLA can lower (it aborts on such a shape); shrink the model or the batch",
+            code="model_too_large",
+        )
+
+
+def _flatten(grid: Any) -> list[int]:
+    if isinstance(grid, list):
+        return [i for item in grid for i in _flatten(item)]
+    return [grid]
+
+
+def cache_key(work: dict[str, Any]) -> str:
+    """sha256 over what changes the compiled program, and the compiler's versions."""
+    ids = hashlib.sha256(json.dumps(work["device_ids"]).encode()).hexdigest()
+    described = {
+        "program": PROGRAM_VERSION,
+        "versions": compiler_versions(),
+        "target": work["target"],
+        "axes": list(work["axes"].items()),
+        "device_ids": ids,
+        "model": work["model"],
+        "optimizer": work["optimizer"],
+        "global_batch": work["global_batch"],
+        "hbm_bytes": work["hbm_bytes"],
+    }
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
+def estimate_error(estimate: dict[str, Any] | None, result: dict[str, Any]) -> Any:
+    """The estimate against XLA, field by field: ``{field: {"estimate", "xla",
+    "relative"}}`` with ``relative = (estimate - xla) / xla``, and ``fits_agrees``.
+
+    Fields: ``argument_bytes`` (estimate: params + optimizer + batch, what the step takes
+    in), ``temp_bytes`` (grads + activations, what it makes) and ``peak_bytes`` (total).
+    """
+    if not estimate or not result.get("memory"):
+        if estimate and estimate.get("fits") is not None:
+            return {"fits_agrees": estimate["fits"] == result["fits"]}
+        return None
+    mem = result["memory"]
+    pairs = {
+        "argument_bytes": estimate["params"] + estimate["optimizer"] + estimate["batch"],
+        "temp_bytes": estimate["grads"] + estimate["activations"],
+        "peak_bytes": estimate["total"],
+    }
+    out: dict[str, Any] = {}
+    for name, est in pairs.items():
+        xla = mem[name]
+        out[name] = {
+            "estimate": est,
+            "xla": xla,
+            "relative": None if not xla else (est - xla) / xla,
+        }
+    if estimate.get("fits") is not None:
+        out["fits_agrees"] = estimate["fits"] == result["fits"]
+    return out
+
+
+# ------------------------------------------------------------------------------ service
+
+
+@dataclass
+class _Job:
+    check: dict[str, Any]
+    work: dict[str, Any]
+    key: str
+    cancelled: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class CompileChecks:
+    """The queue, the worker and the checks (one per service; built by the lifespan)."""
+
+    def __init__(self, settings: Settings, *, worker_argv: list[str] | None = None):
+        self.settings = settings
+        self.store = CompileStore(settings.db)
+        self._worker_argv = worker_argv
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._jobs: dict[str, _Job] = {}
+        self._running: _Job | None = None
+        self._wake = asyncio.Event()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._log_tail: collections.deque[str] = collections.deque(maxlen=_WORKER_LOG_LINES)
+        self._log_task: asyncio.Task | None = None
+        self._runner: asyncio.Task | None = None
+        self._compile_seconds: list[float] = []
+        self.worker_starts = 0
+
+    # -------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.store.open)
+        stale = await self.store.fail_unfinished("the service restarted before the check ended")
+        if stale:
+            log.warning("%d compile checks left unfinished by a previous process: failed", stale)
+        self._runner = asyncio.create_task(self._run(), name="compile-checks")
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        await self._kill_worker()
+        self.store.close()
+
+    @property
+    def worker_pid(self) -> int | None:
+        return None if self._proc is None or self._proc.returncode is not None else self._proc.pid
+
+    # ---------------------------------------------------------------------- answers
+
+    async def submit(self, mesh_id: str, plan: dict[str, Any], request: CompileCheckRequest):
+        """Queues a check (or answers it from the cache); returns its JSON.
+
+        Raises:
+          CompileTargetUnavailable, CompileQueueFull, and the library's codes.
+        """
+        work = await asyncio.to_thread(check_target, plan, request, self.settings)
+        estimate = work.pop("estimate")
+        key = cache_key(work)
+        check: dict[str, Any] = {
+            "id": "c_" + new_ulid(),
+            "mesh_id": mesh_id,
+            "status": "queued",
+            "created_at": utc_now(),
+            "cached": False,
+            "request": request.model_dump(exclude_none=True),
+            "target": work["target"],
+            "estimate": estimate,
+        }
+        cached = await self.store.get_result(key)
+        if cached is not None:
+            self._finish(check, estimate, result=cached, cached=True)
+            await self.store.put_check(check)
+            return check
+        if len(self._queue) >= self.settings.compile_queue:
+            raise CompileQueueFull(
+                f"{len(self._queue)} compile checks are waiting (DATARAX_COMPILE_QUEUE="
+                f"{self.settings.compile_queue}); retry after the Retry-After seconds",
+                headers={"Retry-After": str(self._retry_after())},
+            )
+        job = _Job(check, work, key)
+        self._jobs[check["id"]] = job
+        self._queue.append(job)
+        await self.store.put_check(check)
+        self._wake.set()
+        return self._view(job)
+
+    async def get(self, cid: str) -> dict[str, Any]:
+        job = self._jobs.get(cid)
+        if job is not None:
+            return self._view(job)
+        check = await self.store.get_check(cid)
+        if check is None:
+            raise CompileCheckNotFound(f"no compile check with id {cid!r}")
+        return check
+
+    async def list(self, mesh_id: str, limit: int, offset: int) -> dict[str, Any]:
+        items, total = await self.store.list_checks(mesh_id, limit, offset)
+        items = [self._view(self._jobs[c["id"]]) if c["id"] in self._jobs else c for c in items]
+        return {"items": items, "total": total}
+
+    async def cancel(self, cid: str) -> dict[str, Any]:
+        """Cancels a queued or running check; a finished one is answered as it is."""
+        job = self._jobs.get(cid)
+        if job is None:
+            return await self.get(cid)
+        job.cancelled = True
+        if job in self._queue:
+            self._queue.remove(job)
+            await self._settle(job, status="cancelled")
+        elif job is self._running:
+            await self._kill_worker()  # the runner sees EOF and settles the job
+            await job.done.wait()
+        return await self.get(cid)
+
+    # ----------------------------------------------------------------------- runner
+
+    def _view(self, job: _Job) -> dict[str, Any]:
+        check = dict(job.check)
+        if check["status"] == "queued" and job in self._queue:
+            check["position"] = self._queue.index(job) + 1
+        return check
+
+    def _retry_after(self) -> int:
+        seen = self._compile_seconds[-20:]
+        mean = sum(seen) / len(seen) if seen else 10.0
+        return max(1, math.ceil(mean * (len(self._queue) + 1)))
+
+    def _finish(
+        self,
+        check: dict[str, Any],
+        estimate: Any,
+        *,
+        result: dict[str, Any] | None = None,
+        cached: bool = False,
+    ) -> None:
+        check.update(status="done", result=result, cached=cached, finished_at=utc_now())
+        check["estimate_error"] = estimate_error(estimate, result or {})
+        check.pop("position", None)
+        check.pop("phase", None)
+
+    async def _settle(
+        self, job: _Job, *, status: str, result: dict | None = None, error: dict | None = None
+    ) -> None:
+        check = job.check
+        if status == "done":
+            self._finish(check, check.get("estimate"), result=result)
+            await self.store.put_result(job.key, check["finished_at"], result or {})
+        else:
+            check.update(status=status, finished_at=utc_now())
+            check.pop("phase", None)
+            check.pop("position", None)
+            if error is not None:
+                check["error"] = error
+        await self.store.put_check(check)
+        self._jobs.pop(check["id"], None)
+        job.done.set()
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            job = self._queue.popleft()
+            self._running = job
+            try:
+                await self._run_one(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # a bug here must not stop the queue
+                log.exception("compile check %s", job.check["id"])
+                if not job.done.is_set():
+                    await self._settle(
+                        job,
+                        status="failed",
+                        error={"code": "compile_failed", "detail": f"internal error: {error}"},
+                    )
+            finally:
+                self._running = None
+
+    async def _run_one(self, job: _Job) -> None:
+        job.check["status"] = "compiling"
+        job.check.pop("position", None)
+        await self.store.put_check(job.check)
+        try:
+            proc = await self._ensure_worker()
+        except Exception as error:
+            if job.cancelled:
+                await self._settle(job, status="cancelled")
+            else:
+                detail = str(error) or type(error).__name__
+                await self._settle(
+                    job, status="failed", error={"code": "compile_failed", "detail": detail}
+                )
+            return
+        assert proc.stdin is not None and proc.stdout is not None
+        request = {"id": job.check["id"], **job.work}
+        started = time.monotonic()
+        deadline = started + self.settings.compile_timeout_s
+        try:
+            proc.stdin.write((json.dumps(request) + "\n").encode())
+            await proc.stdin.drain()
+            while True:
+                line = await asyncio.wait_for(
+                    proc.stdout.readline(), timeout=max(0.0, deadline - time.monotonic())
+                )
+                if not line:
+                    raise ConnectionResetError("worker closed its output")
+                message = json.loads(line)
+                if message.get("id") != job.check["id"]:
+                    continue
+                if "phase" in message:
+                    job.check["phase"] = message["phase"]
+                    continue
+                break
+        except TimeoutError:
+            await self._kill_worker()
+            await self._settle(
+                job,
+                status="failed",
+                error={
+                    "code": "compile_failed",
+                    "detail": f"the compile ran past DATARAX_COMPILE_TIMEOUT_S="
+                    f"{self.settings.compile_timeout_s:g} s; the worker was stopped",
+                },
+            )
+            return
+        except (ConnectionResetError, BrokenPipeError, ValueError):
+            status = await self._reap_worker()
+            if job.cancelled:
+                await self._settle(job, status="cancelled")
+            else:
+                await self._settle(
+                    job,
+                    status="failed",
+                    error={"code": "compile_failed", "detail": self._crash_reason(status)},
+                )
+            return
+        self._compile_seconds.append(time.monotonic() - started)
+        if "result" in message:
+            await self._settle(job, status="done", result=message["result"])
+        else:
+            await self._settle(job, status="failed", error=message.get("error"))
+
+    # ----------------------------------------------------------------------- worker
+
+    def _argv(self) -> list[str]:
+        if self._worker_argv is not None:
+            return self._worker_argv
+        return [
+            sys.executable,
+            "-m",
+            "app.compiler",
+            "--memory-mb",
+            str(self.settings.compile_memory_mb),
+            "--cpu-devices",
+            str(self.settings.cpu_devices),
+            "--log-level",
+            "warning",
+        ]
+
+    async def _ensure_worker(self) -> asyncio.subprocess.Process:
+        if self._proc is not None and self._proc.returncode is None:
+            return self._proc
+        self._log_tail.clear()
+        env = dict(os.environ)
+        env.pop("JAX_PLATFORMS", None)  # the worker sets its own before JAX starts
+        proc = await asyncio.create_subprocess_exec(
+            *self._argv(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=_PROJECT_ROOT,
+            env=env,
+            start_new_session=True,
+            limit=64 * 2**20,
+        )
+        self._proc = proc
+        self.worker_starts += 1
+        self._log_task = asyncio.create_task(self._pump_log(proc))
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(
+            proc.stdout.readline(), timeout=self.settings.runtime_start_timeout_s
+        )
+        if not line or not json.loads(line).get("ready"):
+            status = await self._reap_worker()
+            raise RuntimeError("the compile worker did not start: " + self._crash_reason(status))
+        return proc
+
+    async def _pump_log(self, proc: asyncio.subprocess.Process) -> None:
+        """The worker's stderr (libtpu and XLA warnings, tracebacks) into the log."""
+        assert proc.stderr is not None
+        async for raw in proc.stderr:
+            text = raw.decode(errors="replace").rstrip()
+            if text:
+                self._log_tail.append(text)
+                log.debug("compile worker: %s", text)
+
+    async def _reap_worker(self) -> int | None:
+        proc = self._proc
+        if proc is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), timeout=10)
+        if self._log_task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._log_task, timeout=2)
+        self._proc = None
+        return proc.returncode
+
+    async def _kill_worker(self) -> None:
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if self._running is None:
+            await self._reap_worker()
+
+    def _crash_reason(self, status: int | None) -> str:
+        if status is None:
+            how = "ended"
+        elif status < 0:
+            how = f"was killed by {signal.Signals(-status).name}"
+        else:
+            how = f"exited with status {status}"
+        cap = self.settings.compile_memory_mb
+        tail = " | ".join(
+            line
+            for line in self._log_tail
+            if "Error" in line or "error" in line or "memory" in line
+        )[-600:]
+        reason = f"the compile worker {how} during the check"
+        if cap:
+            reason += f" (its memory cap is {cap} MiB, DATARAX_COMPILE_MEMORY_MB)"
+        return reason + (f"; its last errors: {tail}" if tail else "")
+
+
+__all__ = ["CompileChecks", "cache_key", "check_target", "compiler_versions", "estimate_error"]

@@ -1,0 +1,838 @@
+"""The job tables of the store: metric points, multi-source parts, rollups, the jobs list.
+
+Plain functions over an open ``sqlite3.Connection``; :class:`app.store.Store` runs them in
+its transactions (writes inside ``BEGIN IMMEDIATE``, so SQLite's write lock serialises
+every read-check-write below: no two pushes can interleave, in this process or another
+one on the same file).
+
+Tables (schema version 2; :func:`migrate_to_v2` turns a version-1 file into one in place):
+
+- ``job_points (job, step)``: one row per *complete* step: the reduced values as the JSON
+  text the API answers, ``digest`` of what was pushed (idempotency), ``sources``.
+- ``job_parts (job, step, source)``: one row per part of a multi-source step (``sources``
+  > 1). ``arrays`` holds the part's stacked arrays (npz) until the step is complete, then
+  it is set to NULL (the digest stays, so a retried part is still recognised).
+- ``job_rollups (job, level, metric, block)``: for each scalar metric, per block of
+  ``16**level`` steps (levels 1-4: 16, 256, 4,096 and 65,536 steps): count, sum, min and
+  max of the finite values, and the last value. Downsampled reads aggregate these blocks
+  instead of every point: a 1,000-bucket read of a 1,000,000-step job reads ~4,000 rows
+  per metric, not 1,000,000.
+- ``jobs (job)``: points, first and last step, ``last_push_at``, ``finished``.
+
+Bounds: a batch is at most 1,000 points (checked by the service); a history page at
+most ``MAX_PAGE`` points; a downsampled read at most ``MAX_BUCKETS`` buckets.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.errors import PartMismatch, SourcesMismatch, StepConflict
+
+FANOUT_BITS = 4
+"""Rollup blocks grow 16x per level."""
+LEVELS = (1, 2, 3, 4)
+MAX_PAGE = 10_000
+MAX_BUCKETS = 10_000
+_IN_CHUNK = 500  # variables per IN (...) list, far below SQLite's limit
+
+SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job          TEXT PRIMARY KEY,
+    created_at   TEXT NOT NULL,
+    last_push_at TEXT NOT NULL,
+    finished     INTEGER NOT NULL DEFAULT 0,
+    points       INTEGER NOT NULL DEFAULT 0,
+    first_step   INTEGER,
+    last_step    INTEGER
+);
+CREATE INDEX IF NOT EXISTS jobs_by_last_push ON jobs (last_push_at);
+CREATE TABLE IF NOT EXISTS job_parts (
+    job          TEXT NOT NULL,
+    step         INTEGER NOT NULL,
+    source       TEXT NOT NULL,
+    sources      INTEGER NOT NULL,
+    digest       TEXT NOT NULL,
+    signature    TEXT NOT NULL,
+    num_devices  INTEGER NOT NULL,
+    arrays       BLOB,
+    received_at  TEXT NOT NULL,
+    PRIMARY KEY (job, step, source)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS job_parts_pending ON job_parts (job, step) WHERE arrays IS NOT NULL;
+CREATE TABLE IF NOT EXISTS job_rollups (
+    job          TEXT NOT NULL,
+    level        INTEGER NOT NULL,
+    metric       TEXT NOT NULL,
+    block        INTEGER NOT NULL,
+    n            INTEGER NOT NULL,
+    total        REAL NOT NULL,
+    low          REAL,
+    high         REAL,
+    last_step    INTEGER NOT NULL,
+    last         REAL,
+    PRIMARY KEY (job, level, metric, block)
+) WITHOUT ROWID;
+"""
+
+_POINT_COLUMNS_V2 = (
+    ("digest", "TEXT"),
+    ("sources", "INTEGER NOT NULL DEFAULT 1"),
+    ("num_devices", "INTEGER"),
+)
+
+
+# ----------------------------------------------------------------------------- schema
+
+
+def migrate_to_v2(conn: sqlite3.Connection) -> None:
+    """Version 1 (``job_points (job, step, reduced, received_at)``) -> version 2, in place.
+
+    Idempotent. Adds the new columns and tables, and derives ``jobs`` and ``job_rollups``
+    from the existing points, so an old file keeps its history and reads it fast.
+    """
+    for statement in SCHEMA_V2.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    have = {row[1] for row in conn.execute("PRAGMA table_info(job_points)")}
+    for name, kind in _POINT_COLUMNS_V2:
+        if name not in have:
+            conn.execute(f"ALTER TABLE job_points ADD COLUMN {name} {kind}")
+    conn.execute(
+        "INSERT OR IGNORE INTO jobs (job, created_at, last_push_at, points, first_step, last_step) "
+        "SELECT job, MIN(received_at), MAX(received_at), COUNT(*), MIN(step), MAX(step) "
+        "FROM job_points GROUP BY job"
+    )
+    if conn.execute("SELECT 1 FROM job_rollups LIMIT 1").fetchone() is None:
+        cursor = conn.execute("SELECT job, step, reduced FROM job_points ORDER BY job, step")
+        while rows := cursor.fetchmany(10_000):
+            by_job: dict[str, list[tuple[int, dict[str, float]]]] = {}
+            for job, step, reduced in rows:
+                by_job.setdefault(job, []).append((int(step), scalar_values(json.loads(reduced))))
+            for job, points in by_job.items():
+                write_rollups(conn, job, points)
+
+
+def scalar_values(reduced: dict[str, Any]) -> dict[str, float]:
+    """The scalar numeric values of a reduced point (JSON null reads as NaN)."""
+    out = {}
+    for name, value in reduced.items():
+        kind = type(value)
+        if kind is float or kind is int:
+            out[name] = float(value)
+        elif value is None:
+            out[name] = math.nan
+    return out
+
+
+# ----------------------------------------------------------------------------- rollups
+
+
+def _rollup_rows(job: str, points: Sequence[tuple[int, dict[str, float]]]) -> list[tuple]:
+    """Per (level, metric, block): n, sum, min, max of the finite values, last step/value."""
+    by_metric: dict[str, tuple[Any, Any]] = {}
+    names = points[0][1].keys() if points else {}.keys()
+    if all(values.keys() == names for _, values in points):
+        # Every point has the same metrics (the usual batch): columns, no per-value loop.
+        step_column = np.fromiter((step for step, _ in points), np.int64, len(points))
+        for name in names:
+            by_metric[name] = (
+                step_column,
+                np.fromiter((values[name] for _, values in points), np.float64, len(points)),
+            )
+    else:
+        for step, values in points:
+            for name, value in values.items():
+                entry = by_metric.get(name)
+                if entry is None:
+                    entry = by_metric[name] = ([], [])
+                entry[0].append(step)
+                entry[1].append(value)
+    rows: list[tuple] = []
+    for name, (step_list, value_list) in by_metric.items():
+        steps = np.asarray(step_list, dtype=np.int64)
+        values = np.asarray(value_list, dtype=np.float64)
+        if steps.size > 1 and np.any(steps[1:] < steps[:-1]):
+            order = np.argsort(steps, kind="stable")
+            steps, values = steps[order], values[order]
+        finite = np.isfinite(values)
+        kept = np.where(finite, values, 0.0)
+        lows = np.where(finite, values, np.inf)
+        highs = np.where(finite, values, -np.inf)
+        for level in LEVELS:
+            blocks = steps >> (FANOUT_BITS * level)
+            starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])
+            ends = np.r_[starts[1:], steps.size] - 1
+            n = np.add.reduceat(finite.astype(np.int64), starts)
+            total = np.add.reduceat(kept, starts)
+            low = np.minimum.reduceat(lows, starts)
+            high = np.maximum.reduceat(highs, starts)
+            for i, start in enumerate(starts.tolist()):
+                count = int(n[i])
+                last = float(values[ends[i]])
+                rows.append(
+                    (
+                        job,
+                        level,
+                        name,
+                        int(blocks[start]),
+                        count,
+                        float(total[i]),
+                        float(low[i]) if count else None,
+                        float(high[i]) if count else None,
+                        int(steps[ends[i]]),
+                        last if math.isfinite(last) else None,
+                    )
+                )
+    return rows
+
+
+ROLLUP_UPSERT = (
+    "INSERT INTO job_rollups (job, level, metric, block, n, total, low, high, last_step, "
+    "last) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (job, level, metric, block) DO UPDATE SET "
+    "n = n + excluded.n, total = total + excluded.total, "
+    "low = coalesce(min(low, excluded.low), low, excluded.low), "
+    "high = coalesce(max(high, excluded.high), high, excluded.high), "
+    "last = CASE WHEN excluded.last_step > last_step THEN excluded.last ELSE last END, "
+    "last_step = max(last_step, excluded.last_step)"
+)
+"""Adds a block's aggregate to what the block holds, in one statement."""
+
+
+def write_rollups(
+    conn: sqlite3.Connection, job: str, points: Sequence[tuple[int, dict[str, float]]]
+) -> None:
+    """Adds points to their blocks, merging with what the blocks hold, in one statement
+    per row (``ON CONFLICT DO UPDATE``: SQLite's own atomicity, no read-modify-write)."""
+    if not points:
+        return
+    conn.executemany(ROLLUP_UPSERT, _rollup_rows(job, points))
+
+
+# ------------------------------------------------------------------------------- writes
+
+
+@dataclass
+class PushItem:
+    """One pushed point or part, decoded and checked by the service.
+
+    ``sources == 1``: a complete step; ``reduced`` (JSON text) and ``values`` (scalars for
+    the rollups) are set. ``sources > 1``: a part; ``arrays`` (npz bytes) is set, and
+    ``signature`` (metric names, per-device shapes, options) must equal the step's other
+    parts'.
+    """
+
+    step: int
+    source: str
+    sources: int
+    digest: str
+    num_devices: int
+    signature: str = ""
+    reduced: str | None = None
+    values: dict[str, float] = field(default_factory=dict)
+    arrays: bytes | None = None
+    # filled in by push():
+    created: bool = False
+    complete: bool = False
+    step_reduced: str | None = None
+    missing: list[str] | None = None
+    received_at: str = ""
+
+
+@dataclass(frozen=True)
+class MergedStep:
+    """What the service's merge of a step's parts gives: reduced JSON text, scalars,
+    device count."""
+
+    reduced: str
+    values: dict[str, float]
+    num_devices: int
+
+
+Merge = Callable[[list[tuple[str, bytes]], str], MergedStep]
+"""Merges a step's parts ``[(source, npz bytes)]`` (source order) with the parts'
+signature (their reduce options) into one point."""
+
+
+def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start : start + _IN_CHUNK]
+
+
+def _select_in(
+    conn: sqlite3.Connection, sql: str, job: str, steps: Sequence[int]
+) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    if not steps:
+        return rows
+    low, high = min(steps), max(steps)
+    if high - low < 2 * len(steps) + 64:
+        # Mostly consecutive steps (the usual batch): one range seek.
+        return conn.execute(sql.format(where="step BETWEEN ? AND ?"), (job, low, high)).fetchall()
+    for chunk in _chunks(sorted(set(steps))):
+        marks = ",".join("?" * len(chunk))
+        rows += conn.execute(sql.format(where=f"step IN ({marks})"), (job, *chunk)).fetchall()
+    return rows
+
+
+def source_order(source: str) -> tuple[Any, ...]:
+    """Natural order of source names: ``host-2`` before ``host-10``."""
+    parts: list[Any] = []
+    number = ""
+    text = ""
+    for char in source:
+        if char.isdigit():
+            if text:
+                parts.append((1, text))
+                text = ""
+            number += char
+        else:
+            if number:
+                parts.append((0, int(number)))
+                number = ""
+            text += char
+    if number:
+        parts.append((0, int(number)))
+    if text:
+        parts.append((1, text))
+    return tuple(parts)
+
+
+def missing_sources(received: Iterable[str], sources: int) -> list[str] | None:
+    """The names of the sources not yet received, when the names tell them: every
+    received name is a common prefix plus an index below ``sources`` (``"0"``..,
+    ``"host-0"``..). Otherwise None (only the count is known)."""
+    prefix = None
+    seen: set[int] = set()
+    for name in received:
+        digits = len(name) - len(name.rstrip("0123456789"))
+        if digits == 0:
+            return None
+        head, index = name[: len(name) - digits], int(name[len(name) - digits :])
+        if (prefix is not None and head != prefix) or index >= sources:
+            return None
+        prefix = head
+        seen.add(index)
+    if prefix is None:
+        return None
+    return [f"{prefix}{i}" for i in range(sources) if i not in seen]
+
+
+def _where(index: int, item: PushItem) -> str:
+    return f"points[{index}] (step {item.step}, source {item.source!r})"
+
+
+def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, merge: Merge) -> int:
+    """Stores a batch of points and parts, all or nothing (call inside a transaction).
+
+    Per item sets ``created``, ``complete``, ``step_reduced`` and ``missing``. Returns the
+    number of steps that became complete.
+
+    Raises:
+      StepConflict: a step (``sources == 1``) or a part (per source) stored with other
+        content, or a new source for a step that has all its sources.
+      SourcesMismatch: ``sources`` differs from the step's.
+      PartMismatch: a part whose metrics or device count differ from the step's parts.
+    """
+    steps = [item.step for item in items]
+    stored_points = {
+        row[0]: row
+        for row in _select_in(
+            conn,
+            "SELECT step, digest, sources, reduced, received_at FROM job_points "
+            "WHERE job = ? AND {where}",
+            job,
+            steps,
+        )
+    }
+    stored_parts: dict[int, dict[str, tuple]] = {}
+    for row in _select_in(
+        conn,
+        "SELECT step, source, sources, digest, signature, num_devices FROM job_parts "
+        "WHERE job = ? AND {where}",
+        job,
+        steps,
+    ):
+        stored_parts.setdefault(row[0], {})[row[1]] = row
+    # What each step holds, stored and pushed so far in this batch.
+    step_parts: dict[int, dict[str, tuple[str, str, int]]] = {
+        step: {src: (r[3], r[4], r[5]) for src, r in parts.items()}
+        for step, parts in stored_parts.items()
+    }
+    step_sources = {step: next(iter(parts.values()))[2] for step, parts in stored_parts.items()}
+    new_points: dict[int, PushItem] = {}
+    new_parts: list[PushItem] = []
+    touched: dict[int, list[PushItem]] = {}
+    for index, item in enumerate(items):
+        item.received_at = now
+        stored = stored_points.get(item.step)
+        known = step_sources.get(item.step, stored[2] if stored else None)
+        if known is not None and known != item.sources:
+            raise SourcesMismatch(
+                f"{_where(index, item)}: sources={item.sources}, but the step has "
+                f"sources={known}; every "
+                "part of a step must give the same number of sources"
+            )
+        if item.sources == 1:
+            previous = new_points.get(item.step)
+            if previous is not None:
+                if previous.digest != item.digest:
+                    raise StepConflict(
+                        f"{_where(index, item)}: the batch holds this step twice, differently"
+                    )
+                continue
+            if stored is not None:
+                same = item.digest == stored[1] if stored[1] else item.reduced == stored[3]
+                if not same:
+                    raise StepConflict(
+                        f"{_where(index, item)}: step {item.step} of job {job!r} is stored with "
+                        "other "
+                        "content; steps are written once (a retry must send the same content)"
+                    )
+                item.complete, item.step_reduced, item.received_at = True, stored[3], stored[4]
+                continue
+            item.created = item.complete = True
+            item.step_reduced = item.reduced
+            new_points[item.step] = item
+            continue
+        parts = step_parts.setdefault(item.step, {})
+        existing = parts.get(item.source)
+        if existing is not None:
+            if existing[0] != item.digest:
+                raise StepConflict(
+                    f"{_where(index, item)}: this source's part of step {item.step} is stored "
+                    "with other "
+                    "content; parts are written once (a retry must send the same content)"
+                )
+            if stored is not None:
+                item.complete, item.step_reduced, item.received_at = True, stored[3], stored[4]
+            continue
+        if parts:
+            signature, num_devices = next(iter(parts.values()))[1:]
+            if signature != item.signature or num_devices != item.num_devices:
+                raise PartMismatch(
+                    f"{_where(index, item)}: the part has {item.num_devices} devices and metrics "
+                    f"{item.signature}, the step's other parts {num_devices} devices and "
+                    f"{signature}; every source must push the same metrics for as many devices"
+                )
+        if stored is not None or len(parts) >= item.sources:
+            raise StepConflict(
+                f"{_where(index, item)}: step {item.step} already has all {item.sources} sources "
+                f"({sorted(parts, key=source_order)}); a new source cannot join it"
+            )
+        parts[item.source] = (item.digest, item.signature, item.num_devices)
+        step_sources[item.step] = item.sources
+        item.created = True
+        new_parts.append(item)
+        touched.setdefault(item.step, []).append(item)
+
+    if new_points:
+        conn.executemany(
+            "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
+            "num_devices) VALUES (?, ?, ?, ?, ?, 1, ?)",
+            [(job, i.step, i.reduced, now, i.digest, i.num_devices) for i in new_points.values()],
+        )
+    if new_parts:
+        conn.executemany(
+            "INSERT INTO job_parts (job, step, source, sources, digest, signature, "
+            "num_devices, arrays, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    job,
+                    i.step,
+                    i.source,
+                    i.sources,
+                    i.digest,
+                    i.signature,
+                    i.num_devices,
+                    i.arrays,
+                    now,
+                )
+                for i in new_parts
+            ],
+        )
+    rollup = [(i.step, i.values) for i in new_points.values()]
+    completed = 0
+    for step, pushed in touched.items():
+        sources = pushed[0].sources
+        names = step_parts[step]
+        if len(names) < sources:
+            missing = missing_sources(names, sources)
+            for item in pushed:
+                item.missing = missing
+            continue
+        rows = conn.execute(
+            "SELECT source, arrays FROM job_parts WHERE job = ? AND step = ?", (job, step)
+        ).fetchall()
+        rows.sort(key=lambda row: source_order(row[0]))
+        merged = merge([(source, bytes(arrays)) for source, arrays in rows], pushed[0].signature)
+        conn.execute(
+            "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
+            "num_devices) VALUES (?, ?, ?, ?, NULL, ?, ?)",
+            (job, step, merged.reduced, now, sources, merged.num_devices),
+        )
+        conn.execute("UPDATE job_parts SET arrays = NULL WHERE job = ? AND step = ?", (job, step))
+        rollup.append((step, merged.values))
+        completed += 1
+        for item in pushed:
+            item.complete, item.step_reduced = True, merged.reduced
+    write_rollups(conn, job, rollup)
+    if new_points or new_parts:
+        added = [step for step, _ in rollup]
+        conn.execute(
+            "INSERT INTO jobs (job, created_at, last_push_at, points, first_step, last_step) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job) DO UPDATE SET "
+            "last_push_at = excluded.last_push_at, points = points + excluded.points, "
+            "first_step = coalesce(min(first_step, excluded.first_step), first_step, "
+            "excluded.first_step), "
+            "last_step = coalesce(max(last_step, excluded.last_step), last_step, "
+            "excluded.last_step)",
+            (job, now, now, len(added), min(added, default=None), max(added, default=None)),
+        )
+    return completed
+
+
+def delete_job(conn: sqlite3.Connection, job: str) -> bool:
+    """Deletes a job and all its rows; False when there was no such job."""
+    found = conn.execute("DELETE FROM jobs WHERE job = ?", (job,)).rowcount > 0
+    for table in ("job_points", "job_parts", "job_rollups"):
+        found = conn.execute(f"DELETE FROM {table} WHERE job = ?", (job,)).rowcount > 0 or found
+    return found
+
+
+def set_finished(conn: sqlite3.Connection, job: str, finished: bool) -> bool:
+    return (
+        conn.execute("UPDATE jobs SET finished = ? WHERE job = ?", (int(finished), job)).rowcount
+        > 0
+    )
+
+
+def expire_jobs(conn: sqlite3.Connection, pushed_before: str, limit: int = 100) -> list[str]:
+    """Deletes up to ``limit`` jobs whose last push is older than ``pushed_before``."""
+    jobs = [
+        row[0]
+        for row in conn.execute(
+            "SELECT job FROM jobs WHERE last_push_at < ? ORDER BY last_push_at LIMIT ?",
+            (pushed_before, limit),
+        )
+    ]
+    for job in jobs:
+        delete_job(conn, job)
+    return jobs
+
+
+# -------------------------------------------------------------------------------- reads
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job: str
+    points: int
+    first_step: int | None
+    last_step: int | None
+    last_push_at: str
+    finished: bool
+    created_at: str
+    incomplete_step: int | None = None
+    incomplete_sources: int | None = None
+    received_sources: list[str] = field(default_factory=list)
+
+
+def _job_row(conn: sqlite3.Connection, row: tuple) -> JobRow:
+    job = row[0]
+    pending = conn.execute(
+        "SELECT MAX(step) FROM job_parts WHERE job = ? AND arrays IS NOT NULL", (job,)
+    ).fetchone()[0]
+    received: list[str] = []
+    sources = None
+    if pending is not None:
+        parts = conn.execute(
+            "SELECT source, sources FROM job_parts WHERE job = ? AND step = ?", (job, pending)
+        ).fetchall()
+        received = sorted((p[0] for p in parts), key=source_order)
+        sources = int(parts[0][1])
+    return JobRow(
+        job=job,
+        points=int(row[1]),
+        first_step=row[2],
+        last_step=row[3],
+        last_push_at=row[4],
+        finished=bool(row[5]),
+        created_at=row[6],
+        incomplete_step=pending,
+        incomplete_sources=sources,
+        received_sources=received,
+    )
+
+
+_JOB_COLUMNS = "job, points, first_step, last_step, last_push_at, finished, created_at"
+
+
+def list_jobs(conn: sqlite3.Connection, limit: int, offset: int) -> tuple[list[JobRow], int]:
+    """Jobs, most recently pushed first, and the total."""
+    total = conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+    rows = conn.execute(
+        f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY last_push_at DESC, job LIMIT ? OFFSET ?",
+        (limit, offset),
+    ).fetchall()
+    return [_job_row(conn, row) for row in rows], int(total)
+
+
+def get_job(conn: sqlite3.Connection, job: str) -> JobRow | None:
+    row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job = ?", (job,)).fetchone()
+    return None if row is None else _job_row(conn, row)
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    step: int
+    reduced: str
+    received_at: str
+    sources: int
+
+
+@dataclass(frozen=True)
+class PendingStep:
+    step: int
+    sources: int
+    received_at: str
+    parts: list[tuple[str, bytes]]
+    signature: str = ""
+
+
+def history_page(
+    conn: sqlite3.Connection,
+    job: str,
+    low: int,
+    high: int,
+    limit: int,
+    include_partial: bool,
+) -> tuple[list[StoredPoint | PendingStep], bool]:
+    """Steps in ``[low, high]`` in step order, at most ``limit``; True when more follow."""
+    points = [
+        StoredPoint(int(s), r, t, int(n))
+        for s, r, t, n in conn.execute(
+            "SELECT step, reduced, received_at, sources FROM job_points "
+            "WHERE job = ? AND step BETWEEN ? AND ? ORDER BY step LIMIT ?",
+            (job, low, high, limit + 1),
+        )
+    ]
+    entries: list[StoredPoint | PendingStep] = list(points)
+    if include_partial:
+        pending = [
+            row[0]
+            for row in conn.execute(
+                "SELECT DISTINCT step FROM job_parts WHERE job = ? AND arrays IS NOT NULL "
+                "AND step BETWEEN ? AND ? ORDER BY step LIMIT ?",
+                (job, low, high, limit + 1),
+            )
+        ]
+        entries += [PendingStep(step, 0, "", []) for step in pending]  # filled in below
+        entries.sort(key=lambda e: e.step)
+    more = len(entries) > limit
+    entries = entries[:limit]
+    out: list[StoredPoint | PendingStep] = []
+    for entry in entries:
+        if isinstance(entry, PendingStep):
+            rows = conn.execute(
+                "SELECT source, arrays, sources, received_at, signature FROM job_parts "
+                "WHERE job = ? AND step = ? AND arrays IS NOT NULL",
+                (job, entry.step),
+            ).fetchall()
+            rows.sort(key=lambda row: source_order(row[0]))
+            entry = PendingStep(
+                entry.step,
+                int(rows[0][2]),
+                max(row[3] for row in rows),
+                [(row[0], bytes(row[1])) for row in rows],
+                rows[0][4],
+            )
+        out.append(entry)
+    return out, more
+
+
+def count_points(conn: sqlite3.Connection, job: str, low: int, high: int, cap: int) -> int:
+    """Complete points in ``[low, high]``, counted up to ``cap``."""
+    return conn.execute(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM job_points WHERE job = ? AND step BETWEEN ? AND ? "
+        "LIMIT ?)",
+        (job, low, high, cap),
+    ).fetchone()[0]
+
+
+@dataclass
+class Bucket:
+    """One downsampled bucket: per metric [n, sum, min, max, last_step, last]."""
+
+    start: int
+    end: int
+    metrics: dict[str, list[Any]] = field(default_factory=dict)
+
+    def add(self, metric: str, n, total, low, high, last_step, last) -> None:  # noqa: ANN001
+        entry = self.metrics.get(metric)
+        if entry is None:
+            self.metrics[metric] = [n, total, low, high, last_step, last]
+            return
+        entry[0] += n
+        entry[1] += total
+        if low is not None:
+            entry[2] = low if entry[2] is None else min(entry[2], low)
+        if high is not None:
+            entry[3] = high if entry[3] is None else max(entry[3], high)
+        if last_step > entry[4]:
+            entry[4], entry[5] = last_step, last
+
+
+def _segments(low: int, high: int, top: int) -> list[tuple[int, int, int]]:
+    """Covers ``[low, high]`` with runs ``(level, first, last)`` of whole blocks (level 0:
+    single steps), using levels up to ``top``: fine blocks at the ragged edges, level
+    ``top`` blocks in the middle. At most ``2 * top + 1`` runs."""
+    runs: list[tuple[int, int, int]] = []
+    position = low
+    while position <= high:
+        level = 0
+        for candidate in range(top, 0, -1):
+            size = 1 << (FANOUT_BITS * candidate)
+            if position % size == 0 and position + size - 1 <= high:
+                level = candidate
+                break
+        size = 1 << (FANOUT_BITS * level)
+        # Run whole blocks of this level up to the next boundary of the level above (or
+        # to the end of the range at the top level).
+        if level < top:
+            boundary = (position // (size << FANOUT_BITS) + 1) * (size << FANOUT_BITS)
+            stop = min(boundary - 1, high)
+        else:
+            stop = high
+        count = (stop - position + 1) // size
+        if count == 0:
+            count = 1  # level 0 always fits
+        first = position >> (FANOUT_BITS * level)
+        runs.append((level, first, first + count - 1))
+        position += count * size
+    return runs
+
+
+def _add_blocks(rows, metric, base, per_bucket, origin, width, bucket) -> None:  # noqa: ANN001
+    """Adds one metric's rollup rows (ascending blocks) to their buckets."""
+    columns = list(zip(*rows, strict=True))
+    index = (np.asarray(columns[1], dtype=np.int64) - base) // per_bucket
+    n = np.asarray(columns[2], dtype=np.int64)
+    total = np.asarray(columns[3], dtype=np.float64)
+    low = np.asarray(columns[4], dtype=np.float64)  # None -> NaN, skipped by fmin
+    high = np.asarray(columns[5], dtype=np.float64)
+    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
+    ends = np.r_[starts[1:], index.size] - 1
+    sums = np.add.reduceat(total, starts).tolist()
+    counts = np.add.reduceat(n, starts).tolist()
+    lows = np.fmin.reduceat(low, starts).tolist()
+    highs = np.fmax.reduceat(high, starts).tolist()
+    last_steps, lasts = columns[6], columns[7]
+    for k, (group, end) in enumerate(zip(index[starts].tolist(), ends.tolist(), strict=True)):
+        lo, hi = lows[k], highs[k]
+        bucket(origin + group * width).add(
+            metric,
+            counts[k],
+            sums[k],
+            None if lo != lo else lo,  # NaN: no finite value in the bucket
+            None if hi != hi else hi,
+            last_steps[end],
+            lasts[end],
+        )
+
+
+def downsample(
+    conn: sqlite3.Connection, job: str, low: int, high: int, max_points: int
+) -> tuple[int, list[Bucket]]:
+    """At most ``max_points`` buckets over ``[low, high]``; returns (bucket width, buckets).
+
+    Buckets are aligned so that each holds whole rollup blocks; their width is a multiple
+    of the block size chosen, at least ``(high - low + 1) / max_points`` steps.
+    """
+    needed = -(-(high - low + 1) // max_points)
+    top = 0
+    for level in LEVELS:
+        # A block up to twice the width needed still gives at least max_points / 2
+        # buckets, and reads up to 16x fewer rows than the level below.
+        if (1 << (FANOUT_BITS * level)) <= 2 * needed:
+            top = level
+    block = 1 << (FANOUT_BITS * top)
+    origin = low - low % block
+    width_needed = -(-(high - origin + 1) // max_points)
+    width = -(-width_needed // block) * block
+    buckets: dict[int, Bucket] = {}
+
+    def bucket(step: int) -> Bucket:
+        index = (step - origin) // width
+        found = buckets.get(index)
+        if found is None:
+            start = origin + index * width
+            found = buckets[index] = Bucket(max(start, low), min(start + width - 1, high))
+        return found
+
+    for level, first, last in _segments(low, high, top):
+        if level == 0:
+            for step, reduced in conn.execute(
+                "SELECT step, reduced FROM job_points WHERE job = ? AND step BETWEEN ? AND ?",
+                (job, first, last),
+            ):
+                target = bucket(step)
+                for name, value in scalar_values(json.loads(reduced)).items():
+                    ok = math.isfinite(value)
+                    target.add(
+                        name,
+                        int(ok),
+                        value if ok else 0.0,
+                        value if ok else None,
+                        value if ok else None,
+                        step,
+                        value if ok else None,
+                    )
+            continue
+        shift = FANOUT_BITS * level
+        per_bucket = width >> shift  # blocks per bucket
+        base = origin >> shift
+        # In primary-key order (metric, then block): no sort; aggregated with numpy, one
+        # pass (two GROUP BY queries, for min/max/sum and for the last value, cost ~3x).
+        rows = conn.execute(
+            "SELECT metric, block, n, total, low, high, last_step, last FROM job_rollups "
+            "WHERE job = ? AND level = ? AND block BETWEEN ? AND ?",
+            (job, level, first, last),
+        ).fetchall()
+        start = 0
+        while start < len(rows):
+            metric = rows[start][0]
+            stop = start
+            while stop < len(rows) and rows[stop][0] == metric:
+                stop += 1
+            _add_blocks(rows[start:stop], metric, base, per_bucket, origin, width, bucket)
+            start = stop
+    return width, [buckets[i] for i in sorted(buckets)]
+
+
+def gauges(conn: sqlite3.Connection, top: int) -> tuple[list[tuple[str, str]], list[tuple]]:
+    """Unfinished jobs with their last push (most recent first, ``top + 1`` at most, the
+    extra one marking "more"), and pending multi-source steps per job."""
+    stale = conn.execute(
+        "SELECT job, last_push_at FROM jobs WHERE finished = 0 ORDER BY last_push_at DESC LIMIT ?",
+        (top + 1,),
+    ).fetchall()
+    oldest_rest = conn.execute(
+        "SELECT MIN(last_push_at), COUNT(*) FROM (SELECT last_push_at FROM jobs "
+        "WHERE finished = 0 ORDER BY last_push_at DESC LIMIT -1 OFFSET ?)",
+        (top,),
+    ).fetchone()
+    pending = conn.execute(
+        "SELECT job, step, sources, COUNT(*) FROM job_parts WHERE arrays IS NOT NULL "
+        "AND step = (SELECT MAX(step) FROM job_parts p WHERE p.job = job_parts.job "
+        "AND p.arrays IS NOT NULL) GROUP BY job, step"
+    ).fetchall()
+    return [*stale[:top], *([("", oldest_rest[0])] if oldest_rest[1] else [])], pending

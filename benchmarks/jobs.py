@@ -1,0 +1,236 @@
+"""Job metric history: durable batch pushes, downsampled reads, multi-source merges.
+
+    .venv/bin/python -m benchmarks.jobs [--json] [--quick]
+
+``run() -> rows`` (for ``make bench``), each row a dict with ``bench`` and its figures:
+
+- ``durable_push``: 100,000 points of 8 metrics (``[8]`` devices each, JSON) pushed to the
+  real server in batches of 1,000 with ``datarax.client``, one after another, each answer
+  after the durable commit; against ``sqlite3.executemany`` writing the same rows (the
+  points, and separately the points plus their rollup rows) in this process with the
+  same pragmas (WAL, ``synchronous=FULL``), one transaction per 1,000. Target ratio >= 0.5.
+- ``downsampled_read``: a 1,000,000-step job (2 scalar metrics), filled with the store's
+  own push code; ``GET ?max_points=1000`` over HTTP (median of 7; target < 50 ms) and
+  reading every point in pages of 10,000 (reported beside it).
+- ``multi_source_push``: 64 sources x 1,000 steps (2 devices each), pushed concurrently in
+  batches of 250 steps; parts/s and steps/s; against one source pushing the same 128
+  devices in one array per step. Target ratio >= 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from benchmarks.server import running_server
+from datarax.client import AsyncClient, Client
+
+PUSH_POINTS = 100_000
+BATCH = 1000
+METRICS = 8
+DEVICES = 8
+READ_STEPS = 1_000_000
+
+
+def _points(first: int, count: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+    values = rng.random((count, METRICS, DEVICES)).round(6)
+    return [
+        {"step": first + i, "metrics": {f"m{k}": values[i, k].tolist() for k in range(METRICS)}}
+        for i in range(count)
+    ]
+
+
+def _baseline_rows(db: Path) -> tuple[list[list[tuple]], list[list[tuple]]]:
+    """The rows the service wrote (read back from its file): per batch, the point rows
+    and the rollup rows."""
+    from app import store_jobs
+
+    conn = sqlite3.connect(db)
+    points = conn.execute(
+        "SELECT job, step, reduced, received_at, digest, sources, num_devices FROM job_points "
+        "ORDER BY step"
+    ).fetchall()
+    conn.close()
+    point_batches = [points[i : i + BATCH] for i in range(0, len(points), BATCH)]
+    rollups = [
+        store_jobs._rollup_rows(
+            "bench", [(r[1], store_jobs.scalar_values(json.loads(r[2]))) for r in batch]
+        )
+        for batch in point_batches
+    ]
+    return point_batches, rollups
+
+
+def _executemany_seconds(batches: list[list[tuple]], rollups: list[list[tuple]] | None) -> float:
+    from app import store_jobs
+    from app.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "baseline.sqlite")
+        store.open()  # the same schema and pragmas (WAL, synchronous=FULL)
+        conn = store._conn
+        assert conn is not None
+        start = time.perf_counter()
+        for i, batch in enumerate(batches):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO job_points VALUES (?, ?, ?, ?, ?, ?, ?)", batch)
+            if rollups is not None:
+                conn.executemany(store_jobs.ROLLUP_UPSERT, rollups[i])
+            conn.execute("COMMIT")
+        seconds = time.perf_counter() - start
+        store.close()
+    return seconds
+
+
+def bench_durable_push(points: int = PUSH_POINTS) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    bodies = [_points(first, BATCH, rng) for first in range(0, points, BATCH)]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "push.sqlite"
+        with running_server(env={"DATARAX_DB": str(db)}) as base, Client(base) as api:
+            api.push_job_metrics_batch("warmup", bodies[0][:10])
+            start = time.perf_counter()
+            for batch in bodies:
+                api.push_job_metrics_batch("bench", batch)
+            served = time.perf_counter() - start
+        point_rows, rollup_rows = _baseline_rows(db)
+    only_points = _executemany_seconds(point_rows, None)
+    with_rollups = _executemany_seconds(point_rows, rollup_rows)
+    return {
+        "bench": "durable_push",
+        "points": points,
+        "served_points_per_s": round(points / served),
+        "executemany_points_per_s": round(points / only_points),
+        "executemany_with_rollups_points_per_s": round(points / with_rollups),
+        "ratio_vs_point_rows": round(only_points / served, 3),
+        "ratio_vs_same_rows": round(with_rollups / served, 3),
+        "target": ">= 0.5",
+    }
+
+
+def _fill_big_job(db: Path, steps: int) -> None:
+    from app import store_jobs
+    from app.store import Store
+
+    store = Store(db)
+    store.open()
+    chunk = 20_000
+    for first in range(0, steps, chunk):
+        items = []
+        for step in range(first, min(first + chunk, steps)):
+            loss = 2.0 / (1 + step / 1000) + (step % 97) * 1e-4
+            values = {"loss": loss, "lr": 1e-3}
+            items.append(
+                store_jobs.PushItem(
+                    step=step,
+                    source="",
+                    sources=1,
+                    digest=str(step),
+                    num_devices=8,
+                    reduced=orjson.dumps(values).decode(),
+                    values=values,
+                )
+            )
+        store._write(lambda c, i=items: store_jobs.push(c, "big", i, "2026-12-01T00:00:00Z", None))
+    store.close()
+
+
+def bench_downsampled_read(steps: int = READ_STEPS, repeats: int = 7) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "read.sqlite"
+        _fill_big_job(db, steps)
+        with running_server(env={"DATARAX_DB": str(db)}) as base, Client(base) as api:
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                answer = api.get_job_metrics("big", max_points=1000)
+                times.append(time.perf_counter() - start)
+            assert answer["downsampled"] and len(answer["buckets"]) <= 1000
+            start = time.perf_counter()
+            count = sum(1 for _ in api.iter_job_metrics("big", limit=10_000))
+            full = time.perf_counter() - start
+            assert count == steps
+    return {
+        "bench": "downsampled_read",
+        "steps": steps,
+        "buckets": len(answer["buckets"]),
+        "downsampled_ms": round(statistics.median(times) * 1000, 1),
+        "full_read_s": round(full, 2),
+        "target": "< 50 ms",
+    }
+
+
+def _part(step: int, devices: np.ndarray) -> dict[str, Any]:
+    return {"step": step, "metrics": {"loss": devices.tolist()}}
+
+
+async def _push_sources(base: str, values: np.ndarray, sources: int, per_batch: int) -> float:
+    steps, devices = values.shape
+    per_source = devices // sources
+
+    async def source(api: AsyncClient, index: int) -> None:
+        part = values[:, index * per_source : (index + 1) * per_source]
+        for first in range(0, steps, per_batch):
+            points = [_part(s, part[s]) for s in range(first, min(first + per_batch, steps))]
+            await api.push_job_metrics_batch(
+                f"multi-{sources}", points, source=f"host-{index}", sources=sources
+            )
+
+    async with AsyncClient(base, timeout_s=600) as api:
+        start = time.perf_counter()
+        await asyncio.gather(*(source(api, i) for i in range(sources)))
+        return time.perf_counter() - start
+
+
+def bench_multi_source(sources: int = 64, steps: int = 1000) -> dict[str, Any]:
+    values = np.random.default_rng(3).random((steps, sources * 2)).round(6)
+    with running_server() as base:
+        many = asyncio.run(_push_sources(base, values, sources, 250))
+        one = asyncio.run(_push_sources(base, values, 1, 250))
+        with Client(base) as api:
+            a = [p["reduced"] for p in api.iter_job_metrics(f"multi-{sources}", limit=10_000)]
+            b = [p["reduced"] for p in api.iter_job_metrics("multi-1", limit=10_000)]
+    assert len(a) == steps and a == b, "merged parts must equal one push of every device"
+    return {
+        "bench": "multi_source_push",
+        "sources": sources,
+        "steps": steps,
+        "parts_per_s": round(sources * steps / many),
+        "steps_per_s": round(steps / many),
+        "one_source_steps_per_s": round(steps / one),
+        "ratio_vs_one_source": round(one / many, 3),
+        "target": ">= 0.5",
+    }
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Every row (see the module docstring); ``quick`` runs a tenth of each."""
+    scale = 10 if quick else 1
+    return [
+        bench_durable_push(PUSH_POINTS // scale),
+        bench_downsampled_read(READ_STEPS // scale),
+        bench_multi_source(64, 1000 // scale),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    for row in run(args.quick):
+        print(json.dumps(row) if args.json else row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""A Python client of the datarax mesh service: sync (:class:`Client`) and async
+(:class:`AsyncClient`), on httpx. It imports nothing of the service (no FastAPI, no
+pydantic), so a training job installs only ``httpx`` and ``numpy`` besides JAX.
+
+- Every error answer raises :class:`ApiError` with the problem's ``code``, ``status`` and
+  ``detail`` (and the whole ``problem``).
+- 503 and 429 answers, and connections refused or dropped, are retried with exponential
+  backoff (``Retry-After`` honoured, in seconds or as an HTTP date), up to ``retries``
+  times. Job pushes are idempotent on the service (the same step again is a no-op), so
+  they are retried after a lost answer too; so are GET, PATCH and DELETE.
+- The bearer token comes from ``token=`` or the ``DATARAX_API_TOKEN`` environment variable.
+- Arrays: numpy arrays (or anything ``np.asarray`` takes) in; ``npz=True`` sends them as
+  an ``application/x-npz`` body (:func:`to_npz`); :func:`from_npz` reads npz answers.
+- Multi-host jobs: ``source`` and ``sources`` of a push default to
+  ``jax.process_index()`` and ``jax.process_count()`` when JAX is already imported and
+  the job runs on more than one process, so each host pushes its own devices' part.
+
+Example:
+  >>> from datarax.client import Client
+  >>> with Client("http://127.0.0.1:8000") as api:                   # doctest: +SKIP
+  ...     api.push_job_metrics("run-1", step=10, metrics={"loss": losses, "lr": 0.001})
+  ...     api.get_job_metrics("run-1", max_points=1000)
+"""
+
+from __future__ import annotations
+
+from datarax.client._clients import AsyncClient, Client
+from datarax.client._core import (
+    ApiError,
+    BatchResult,
+    History,
+    JobSummary,
+    PushResult,
+    from_npz,
+    jax_sources,
+    to_npz,
+)
+
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "BatchResult",
+    "Client",
+    "History",
+    "JobSummary",
+    "PushResult",
+    "from_npz",
+    "jax_sources",
+    "to_npz",
+]

@@ -1,0 +1,294 @@
+""":class:`Client` (blocking) and :class:`AsyncClient`: one set of methods (:class:`_Api`),
+two transports. Each method builds a :class:`~datarax.client._core.Call`; ``_send`` runs
+it with retries. On the async client every method returns an awaitable."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from datarax.client._core import (
+    RETRY_STATUSES,
+    Call,
+    auth_headers,
+    batch_call,
+    decode,
+    history_params,
+    push_call,
+    raise_for_problem,
+    reduce_call,
+    retry_delay,
+)
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class _Api:
+    """The service's operations; names follow its OpenAPI operation ids."""
+
+    def _send(self, call: Call) -> Any:
+        raise NotImplementedError
+
+    # health and devices
+    def check_readiness(self) -> Any:
+        return self._send(Call("GET", "/health/ready"))
+
+    def list_devices(self) -> Any:
+        return self._send(Call("GET", "/v1/devices"))
+
+    # meshes
+    def create_mesh(self, plan: Mapping[str, Any]) -> Any:
+        """``POST /v1/meshes``: the stored plan (``id``, ``shards``, ...)."""
+        return self._send(Call("POST", "/v1/meshes", json=plan))
+
+    def get_mesh(self, mesh_id: str) -> Any:
+        return self._send(Call("GET", f"/v1/meshes/{mesh_id}"))
+
+    def list_meshes(self, limit: int = 50, offset: int = 0) -> Any:
+        return self._send(Call("GET", "/v1/meshes", params={"limit": limit, "offset": offset}))
+
+    def delete_mesh(self, mesh_id: str) -> Any:
+        return self._send(Call("DELETE", f"/v1/meshes/{mesh_id}"))
+
+    # metrics
+    def reduce_metrics(
+        self,
+        metrics: Mapping[str, Any],
+        reduce: Mapping[str, str] | None = None,
+        *,
+        weights: Any = None,
+        nan_policy: str | None = None,
+        npz: bool = False,
+        npz_answer: bool = False,
+    ) -> Any:
+        """``POST /v1/metrics/reduce``; ``npz=True`` uploads the arrays as npz,
+        ``npz_answer=True`` asks for an npz answer (a dict of arrays)."""
+        call = reduce_call(metrics, reduce, weights, nan_policy, npz)
+        call.accept = "application/x-npz" if npz_answer else None
+        return self._send(call)
+
+    def collect_metrics(self, metrics: Mapping[str, Any]) -> Any:
+        return self._send(Call("POST", "/v1/metrics/collect", json={"metrics": metrics}))
+
+    # jobs
+    def push_job_metrics(
+        self,
+        job: str,
+        step: int,
+        metrics: Mapping[str, Any],
+        reduce: Mapping[str, str] | None = None,
+        *,
+        weights: Any = None,
+        nan_policy: str | None = None,
+        source: str | None = None,
+        sources: int | None = None,
+        npz: bool = False,
+    ) -> Any:
+        """``POST /v1/jobs/{job}/metrics``: one step (or this source's part of it).
+        Returns a :class:`~datarax.client.PushResult`."""
+        return self._send(
+            push_call(job, step, metrics, reduce, weights, nan_policy, source, sources, npz)
+        )
+
+    def push_job_metrics_batch(
+        self,
+        job: str,
+        points: list[Mapping[str, Any]],
+        *,
+        source: str | None = None,
+        sources: int | None = None,
+    ) -> Any:
+        """``POST /v1/jobs/{job}/metrics/batch``: up to 1,000 ``{"step", "metrics", ...}``
+        points, all or nothing. Returns a :class:`~datarax.client.BatchResult`."""
+        return self._send(batch_call(job, points, source, sources))
+
+    def get_job_metrics(
+        self,
+        job: str,
+        *,
+        since_step: int | None = None,
+        until_step: int | None = None,
+        after_step: int | None = None,
+        limit: int | None = None,
+        max_points: int | None = None,
+        include_partial: bool | None = None,
+    ) -> Any:
+        """``GET /v1/jobs/{job}/metrics``: one page, or downsampled buckets."""
+        params = history_params(
+            since_step=since_step,
+            until_step=until_step,
+            after_step=after_step,
+            limit=limit,
+            max_points=max_points,
+            include_partial=include_partial,
+        )
+        return self._send(Call("GET", f"/v1/jobs/{job}/metrics", params=params))
+
+    def list_jobs(self, limit: int = 100, offset: int = 0) -> Any:
+        return self._send(Call("GET", "/v1/jobs", params={"limit": limit, "offset": offset}))
+
+    def get_job(self, job: str) -> Any:
+        return self._send(Call("GET", f"/v1/jobs/{job}"))
+
+    def update_job(self, job: str, *, finished: bool) -> Any:
+        return self._send(Call("PATCH", f"/v1/jobs/{job}", json={"finished": finished}))
+
+    def delete_job(self, job: str) -> Any:
+        return self._send(Call("DELETE", f"/v1/jobs/{job}"))
+
+    # sessions
+    def create_session(self, mesh_id: str, session: Mapping[str, Any]) -> Any:
+        return self._send(Call("POST", f"/v1/meshes/{mesh_id}/sessions", json=session))
+
+    def run_steps(self, session_id: str, request: Mapping[str, Any]) -> Any:
+        return self._send(Call("POST", f"/v1/sessions/{session_id}/steps", json=request))
+
+    def get_session(self, session_id: str) -> Any:
+        return self._send(Call("GET", f"/v1/sessions/{session_id}"))
+
+    def delete_session(self, session_id: str) -> Any:
+        return self._send(Call("DELETE", f"/v1/sessions/{session_id}"))
+
+    # hardware
+    def list_hardware(self) -> Any:
+        return self._send(Call("GET", "/v1/hardware"))
+
+    def recommend_meshes(self, request: Mapping[str, Any]) -> Any:
+        return self._send(Call("POST", "/v1/recommendations", json=request))
+
+
+class Client(_Api):
+    """A blocking client.
+
+    Args:
+      base_url: e.g. ``http://127.0.0.1:8000``.
+      token: the bearer token (default: ``DATARAX_API_TOKEN``, if set).
+      retries: retries of 503/429 answers and lost connections.
+      backoff_s: first retry delay without ``Retry-After``; doubles each time.
+      timeout_s: per request.
+      transport: an ``httpx`` transport (tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        retries: int = 5,
+        backoff_s: float = 0.2,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._http = httpx.Client(
+            base_url=base_url, headers=auth_headers(token), timeout=timeout_s, transport=transport
+        )
+
+    def _send(self, call: Call) -> Any:
+        content, headers = call.body()
+        attempt = 0
+        while True:
+            try:
+                answer = self._http.request(
+                    call.method, call.path, params=call.params, content=content, headers=headers
+                )
+            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as err:
+                lost = not isinstance(err, httpx.ConnectError)
+                if attempt >= self.retries or (lost and not call.retry_lost_answer()):
+                    raise
+                time.sleep(retry_delay(attempt, None, self.backoff_s))
+                attempt += 1
+                continue
+            if answer.status_code in RETRY_STATUSES and attempt < self.retries:
+                time.sleep(retry_delay(attempt, answer.headers.get("retry-after"), self.backoff_s))
+                attempt += 1
+                continue
+            raise_for_problem(answer.status_code, answer.headers, answer.content)
+            return decode(answer.headers, answer.content)
+
+    def iter_job_metrics(self, job: str, **query: Any) -> Iterator[dict[str, Any]]:
+        """Every point of the job's history in step order, page by page."""
+        after = query.pop("after_step", None)
+        while True:
+            page = self.get_job_metrics(job, after_step=after, **query)
+            yield from page["points"]
+            after = page.get("next_after_step")
+            if after is None:
+                return
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_Api):
+    """The same operations, awaitable (``await api.push_job_metrics(...)``); arguments as
+    :class:`Client`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        retries: int = 5,
+        backoff_s: float = 0.2,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=auth_headers(token), timeout=timeout_s, transport=transport
+        )
+
+    async def _send(self, call: Call) -> Any:
+        content, headers = call.body()
+        attempt = 0
+        while True:
+            try:
+                answer = await self._http.request(
+                    call.method, call.path, params=call.params, content=content, headers=headers
+                )
+            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as err:
+                lost = not isinstance(err, httpx.ConnectError)
+                if attempt >= self.retries or (lost and not call.retry_lost_answer()):
+                    raise
+                await asyncio.sleep(retry_delay(attempt, None, self.backoff_s))
+                attempt += 1
+                continue
+            if answer.status_code in RETRY_STATUSES and attempt < self.retries:
+                delay = retry_delay(attempt, answer.headers.get("retry-after"), self.backoff_s)
+                await asyncio.sleep(delay)
+                attempt += 1
+                continue
+            raise_for_problem(answer.status_code, answer.headers, answer.content)
+            return decode(answer.headers, answer.content)
+
+    async def iter_job_metrics(self, job: str, **query: Any) -> AsyncIterator[dict[str, Any]]:
+        after = query.pop("after_step", None)
+        while True:
+            page = await self.get_job_metrics(job, after_step=after, **query)
+            for point in page["points"]:
+                yield point
+            after = page.get("next_after_step")
+            if after is None:
+                return
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

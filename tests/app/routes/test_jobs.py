@@ -1,0 +1,295 @@
+"""The HTTP contract of /v1/jobs: pushes, batches, idempotency, reads, multi-source parts."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from app.main import create_app
+from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings, npz_bytes
+
+NPZ_HEADERS = {"content-type": "application/x-npz"}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    settings = make_settings(tmp_path_factory.mktemp("jobs"))
+    with TestClient(create_app(settings, runtime=StubRuntime(ready=True))) as c:
+        yield c
+
+
+def _push(client, job, step, loss, **extra):
+    return client.post(
+        f"/v1/jobs/{job}/metrics", json={"metrics": {"loss": loss}, "step": step, **extra}
+    )
+
+
+def test_a_step_is_written_once_retries_are_no_ops_and_other_content_conflicts(client):
+    first = _push(client, "once", 3, [1.0, 3.0])
+    assert first.status_code == 201 and first.json()["reduced"] == {"loss": 2.0}
+    again = _push(client, "once", 3, [1.0, 3.0])
+    assert again.status_code == 200
+    assert again.json()["received_at"] == first.json()["received_at"]
+    assert_problem(_push(client, "once", 3, [1.0, 4.0]), 409, "step_conflict")
+    points = client.get("/v1/jobs/once/metrics").json()["points"]
+    assert [(p["step"], p["reduced"], p["complete"]) for p in points] == [(3, {"loss": 2.0}, True)]
+
+
+def test_history_in_step_order_and_unknown_jobs_are_empty(client):
+    for step in (20, 0, 10):
+        assert _push(client, "order", step, [float(step), 1.0]).status_code == 201
+    points = client.get("/v1/jobs/order/metrics").json()["points"]
+    assert [p["step"] for p in points] == [0, 10, 20]
+    assert set(points[0]) == {"step", "reduced", "received_at", "complete", "sources"}
+    empty = client.get("/v1/jobs/never-posted/metrics").json()
+    assert empty == {
+        "job": "never-posted",
+        "downsampled": False,
+        "points": [],
+        "next_after_step": None,
+    }
+
+
+def test_scalar_metrics_are_stored_as_given(client):
+    body = {"metrics": {"loss": [1.0, 2.0], "lr": 0.001, "epoch": 3}, "step": 0}
+    answer = client.post("/v1/jobs/scalars/metrics", json=body)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["reduced"] == {"loss": 1.5, "lr": 0.001, "epoch": 3.0}
+
+
+def test_batch_is_all_or_nothing_and_equals_single_pushes(client):
+    rng = np.random.default_rng(1)
+    points = [
+        {
+            "step": s,
+            "metrics": {"loss": rng.normal(size=8).tolist(), "v": rng.normal(size=(8, 2)).tolist()},
+        }
+        for s in range(50)
+    ]
+    batch = client.post("/v1/jobs/batch/metrics/batch", json={"points": points})
+    assert batch.status_code == 201, batch.text
+    assert batch.json()["created"] == 50 and batch.json()["completed_steps"] == 50
+    for point in points[:5]:
+        assert client.post("/v1/jobs/single/metrics", json=point).status_code == 201
+    single = client.get("/v1/jobs/single/metrics").json()["points"]
+    batched = client.get("/v1/jobs/batch/metrics", params={"until_step": 4}).json()["points"]
+    assert [p["reduced"] for p in single] == [p["reduced"] for p in batched]  # bit for bit
+    retry = client.post("/v1/jobs/batch/metrics/batch", json={"points": points})
+    assert retry.status_code == 200 and retry.json()["unchanged"] == 50
+
+    bad = [*({"step": 100 + i, "metrics": {"loss": [1.0]}} for i in range(5)), points[7]]
+    bad[-1] = {**points[7], "metrics": {"loss": [0.0] * 8, "v": [[0, 0]] * 8}}
+    assert_problem(
+        client.post("/v1/jobs/batch/metrics/batch", json={"points": bad}), 409, "step_conflict"
+    )
+    assert client.get("/v1/jobs/batch/metrics", params={"since_step": 100}).json()["points"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"points": []}, "points"),
+        (
+            {"points": [{"step": 1, "metrics": {"x": [1]}}, {"step": -1, "metrics": {"x": [1]}}]},
+            "points.1.step",
+        ),
+        ({"points": [{"step": 2**63, "metrics": {"x": [1]}}]}, "points.0.step"),
+        ({"points": [{"step": 1, "metrics": {"x": "a"}}]}, "points.0.metrics.x"),
+        ({"points": [{"step": 1, "metrics": {"x": [1]}}] * 1001}, "points"),
+        ({"points": [{"step": 1, "metrics": {"x": [1]}, "extra": 1}]}, "points.0.extra"),
+    ],
+    ids=["empty", "negative-step", "step-past-int64", "bad-metric", "too-many", "extra-member"],
+)
+def test_bad_batches_name_the_point(client, body, field):
+    problem = assert_problem(
+        client.post("/v1/jobs/b/metrics/batch", json=body), 422, "validation_error"
+    )
+    assert any(e["field"].startswith(field) for e in problem["errors"]), problem
+
+
+def test_error_paths(client):
+    assert_problem(_push(client, "e", 2**63, [1.0]), 422, "validation_error")
+    assert_problem(
+        client.get("/v1/jobs/e/metrics", params={"since_step": 2**63}), 422, "validation_error"
+    )
+    assert_problem(client.get("/v1/jobs/e/metrics", params={"limt": 3}), 422, "validation_error")
+    assert_problem(client.get("/v1/jobs", params={"page": 3}), 422, "validation_error")
+    assert_problem(
+        client.get("/v1/jobs/e/metrics", params={"since_step": 5, "until_step": 1}),
+        422,
+        "validation_error",
+    )
+    assert_problem(
+        client.post(
+            "/v1/jobs/e/metrics/batch", content=b"x", headers={"content-type": "text/plain"}
+        ),
+        415,
+        "unsupported_media_type",
+    )
+    assert_problem(
+        client.post(
+            "/v1/jobs/e/metrics/batch", content=b"{", headers={"content-type": "application/json"}
+        ),
+        422,
+        "invalid_json",
+    )
+    assert_problem(client.patch("/v1/jobs/nope", json={"finished": True}), 404, "job_not_found")
+    assert_problem(client.patch("/v1/jobs/nope", json={"finished": "yes"}), 422, "validation_error")
+    assert_problem(client.delete("/v1/jobs/nope"), 404, "job_not_found")
+    assert_problem(client.get("/v1/jobs/nope"), 404, "job_not_found")
+    assert_problem(_push(client, "e", 1, [1.0], weights=[1.0, 2.0]), 422, "weights_mismatch")
+
+
+def test_pages_and_downsampling(client):
+    points = [{"step": s * 3, "metrics": {"loss": [float(s)], "v": [[s, s]]}} for s in range(1000)]
+    assert client.post("/v1/jobs/long/metrics/batch", json={"points": points}).status_code == 201
+    steps, after = [], None
+    while True:
+        params = {
+            "limit": 300,
+            "since_step": 30,
+            **({"after_step": after} if after is not None else {}),
+        }
+        page = client.get("/v1/jobs/long/metrics", params=params).json()
+        steps += [p["step"] for p in page["points"]]
+        after = page["next_after_step"]
+        if after is None:
+            break
+    assert steps == list(range(30, 3000, 3))
+    down = client.get("/v1/jobs/long/metrics", params={"max_points": 40}).json()
+    assert down["downsampled"] is True and 0 < len(down["buckets"]) <= 40
+    assert sum(b["metrics"]["loss"]["count"] for b in down["buckets"]) == 1000
+    assert max(b["metrics"]["loss"]["max"] for b in down["buckets"]) == 999.0
+    assert down["buckets"][-1]["metrics"]["loss"]["last"] == 999.0
+    assert "v" not in down["buckets"][0]["metrics"]  # vectors: pages only
+    small = client.get("/v1/jobs/long/metrics", params={"max_points": 2000}).json()
+    assert small["downsampled"] is False
+
+
+def test_list_finish_delete(client):
+    assert _push(client, "listed", 5, [1.0]).status_code == 201
+    jobs = {j["job"]: j for j in client.get("/v1/jobs", params={"limit": 1000}).json()["items"]}
+    entry = jobs["listed"]
+    assert (entry["points"], entry["first_step"], entry["last_step"], entry["finished"]) == (
+        1,
+        5,
+        5,
+        False,
+    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", entry["last_push_at"])
+    assert client.patch("/v1/jobs/listed", json={"finished": True}).json()["finished"] is True
+    assert client.get("/v1/jobs/listed").json()["finished"] is True
+    assert client.delete("/v1/jobs/listed").status_code == 204
+    assert client.get("/v1/jobs/listed/metrics").json()["points"] == []
+
+
+def test_npz_push_with_source_in_the_query(client):
+    body = npz_bytes(loss=np.array([1.0, 2.0]))
+    params = {"step": 1, "source": "h-0", "sources": 2}
+    first = client.post("/v1/jobs/npz/metrics", content=body, headers=NPZ_HEADERS, params=params)
+    assert first.status_code == 201 and first.json()["complete"] is False
+    other = {"step": 1, "source": "h-1", "sources": 2}
+    done = client.post(
+        "/v1/jobs/npz/metrics",
+        content=npz_bytes(loss=np.array([3.0, 6.0])),
+        headers=NPZ_HEADERS,
+        params=other,
+    )
+    assert done.json()["complete"] is True and done.json()["reduced"] == {"loss": 3.0}
+
+
+def test_multi_source_parts(client):
+    def part(source, loss, step=1, **extra):
+        body = {"metrics": {"loss": loss}, "step": step, "source": source, "sources": 3, **extra}
+        return client.post("/v1/jobs/multi/metrics", json=body)
+
+    first = part("host-0", [1.0, 2.0])
+    assert first.status_code == 201
+    assert first.json()["complete"] is False and first.json()["missing_sources"] == [
+        "host-1",
+        "host-2",
+    ]
+    assert part("host-0", [1.0, 2.0]).status_code == 200  # retried part
+    assert_problem(part("host-0", [1.0, 9.0]), 409, "step_conflict")
+    assert_problem(part("host-1", [1.0, 2.0, 3.0]), 422, "part_mismatch")
+    assert_problem(part("host-1", [1.0, 2.0], reduce={"loss": "max"}), 422, "part_mismatch")
+    assert_problem(_push(client, "multi", 1, [1.0, 2.0]), 422, "sources_mismatch")
+    assert part("host-1", [3.0, 4.0]).status_code == 201
+
+    assert client.get("/v1/jobs/multi/metrics").json()["points"] == []  # complete only
+    partial = client.get("/v1/jobs/multi/metrics", params={"include_partial": "true"}).json()[
+        "points"
+    ]
+    assert partial[0]["complete"] is False and partial[0]["received_sources"] == [
+        "host-0",
+        "host-1",
+    ]
+    assert partial[0]["reduced"] == {"loss": 2.5}
+    listed = {j["job"]: j for j in client.get("/v1/jobs", params={"limit": 1000}).json()["items"]}
+    assert listed["multi"]["incomplete_step"] == 1 and listed["multi"]["lagging_sources"] == [
+        "host-2"
+    ]
+    scrape = client.get("/metrics").text
+    assert 'datarax_job_stragglers{job="multi"} 1.0' in scrape
+    assert 'datarax_job_seconds_since_last_push{job="multi"}' in scrape
+
+    last = part("host-2", [5.0, 6.0])
+    assert last.status_code == 201 and last.json()["complete"] is True
+    assert last.json()["reduced"] == {"loss": 3.5}
+    assert_problem(part("host-3", [5.0, 6.0]), 409, "step_conflict")  # a 4th source
+    assert part("host-2", [5.0, 6.0]).status_code == 200
+    points = client.get("/v1/jobs/multi/metrics").json()["points"]
+    assert [(p["step"], p["reduced"], p["sources"]) for p in points] == [(1, {"loss": 3.5}, 3)]
+
+
+def test_every_operation_has_a_plain_id_a_summary_and_its_error_responses(client):
+    doc = client.get("/openapi.json").json()
+    ids = []
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            where = f"{method.upper()} {path}"
+            op_id = operation.get("operationId", "")
+            assert re.fullmatch(r"[a-z]+(_[a-z]+)*", op_id), (where, op_id)
+            assert not op_id.endswith(("_get", "_post", "_delete", "_patch")), (where, op_id)
+            ids.append(op_id)
+            assert operation.get("summary"), where
+            takes_input = operation.get("parameters") or operation.get("requestBody")
+            errors = [status for status in operation["responses"] if status >= "400"]
+            assert errors or not takes_input, where
+    assert len(ids) == len(set(ids))
+    assert {"create_mesh", "reduce_metrics", "push_job_metrics", "list_jobs"} <= set(ids)
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            assert _has_example(doc, operation), f"{method.upper()} {path} has no example"
+
+
+def _shows_example(doc: dict, item: dict) -> bool:
+    """``item`` (a media type entry or a parameter) carries an example, inline or as its
+    schema's (top-level, or the referenced component's) ``examples``."""
+    if "example" in item or "examples" in item:
+        return True
+    schema = item.get("schema") or {}
+    if "example" in schema or "examples" in schema:
+        return True
+    if "$ref" in schema:
+        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return "example" in schema or "examples" in schema
+
+
+def _has_example(doc: dict, operation: dict) -> bool:
+    """A request body example where the operation has a body; else an example of one of
+    its parameters or of a success answer."""
+    body = operation.get("requestBody")
+    if body:
+        return any(_shows_example(doc, c) for c in body["content"].values())
+    answers = [
+        c
+        for status, answer in operation["responses"].items()
+        if status < "400"
+        for c in answer.get("content", {}).values()
+    ]
+    return any(_shows_example(doc, p) for p in operation.get("parameters", [])) or any(
+        _shows_example(doc, c) for c in answers
+    )

@@ -1,0 +1,132 @@
+"""The server's peak memory per request is a bounded multiple of the body, for the worst
+body shapes (flat number lists, ``[[x], ...]``, many metrics, many devices) on reduce,
+collect, job push and training steps. Measured on the real server process: its peak RSS
+(``VmHWM``, reset through ``/proc/<pid>/clear_refs`` before each request) minus its RSS
+before. The README's limits give the measured multiples (about 12-29x; see there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers import ServiceProcess
+
+BODY_BYTES = 4 * 2**20
+MAX_MULTIPLE = 32
+"""Peak growth of the server / body size, at most (README, Limits: measured 12-29x)."""
+
+
+def _numbers(item: str, width: int, size: int) -> str:
+    """A JSON list of ``item`` repeated to about ``size`` bytes."""
+    return "[" + ",".join([item] * (size // width)) + "]"
+
+
+METRICS = {  # shape -> body size -> the metrics object
+    "flat": lambda n: '{"m":' + _numbers("0.5", 4, n) + "}",  # one scalar per device
+    "nested": lambda n: '{"m":' + _numbers("[0]", 4, n) + "}",  # a list object per device
+    "many-devices": lambda n: '{"m":' + _numbers("[0,1,2,3,4,5,6,7]", 18, n) + "}",
+    "many-metrics": lambda n: "{" + ",".join(f'"m{i}":[1,2]' for i in range(n // 12)) + "}",
+}
+ENDPOINTS = {
+    "reduce": ("/v1/metrics/reduce", lambda m: '{"metrics":' + m + "}"),
+    "collect": ("/v1/metrics/collect", lambda m: '{"metrics":' + m + "}"),
+    "job-push": ("/v1/jobs/mem-{shape}/metrics", lambda m: '{"step":1,"metrics":' + m + "}"),
+}
+JOB_MANY_METRICS = pytest.mark.xfail(
+    strict=True,
+    reason="job push of many metrics: 93x the body and 68 s for 218k metrics (5.2 MiB), "
+    "112x for 0.6 MiB (55k metrics, 13 s); reported to the job-endpoint owner (issue 15), not fixed here",
+)
+CASES = [
+    pytest.param(
+        endpoint,
+        shape,
+        id=f"{endpoint}-{shape}",
+        marks=[JOB_MANY_METRICS] if (endpoint, shape) == ("job-push", "many-metrics") else [],
+    )
+    for endpoint in ENDPOINTS
+    for shape in METRICS
+]
+
+
+def _peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def _reset_peak(pid: int) -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not sys.platform.startswith("linux"):
+        pytest.fail("peak RSS is read from /proc (Linux only)")
+    tmp = tmp_path_factory.mktemp("memory")
+    env = {"DATARAX_MAX_BODY_MB": "8", "DATARAX_MAX_ANSWER_MB": "256"}
+    with ServiceProcess(tmp / "datarax.sqlite", tmp / "server.log", env=env) as service:
+        service.wait_ready()
+        with service.client(timeout=300) as client:
+            yield service.proc.pid, client
+
+
+def _growth(pid: int, send) -> tuple[int, object]:
+    """(peak RSS growth while ``send()`` runs, its answer)."""
+    time.sleep(0.2)  # let the allocator settle after the previous request
+    before = psutil.Process(pid).memory_info().rss
+    _reset_peak(pid)
+    answer = send()
+    return _peak_rss(pid) - before, answer
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("endpoint", "shape"), CASES)
+def test_metric_bodies_cost_a_bounded_multiple(server, endpoint, shape):
+    pid, client = server
+    path, wrap = ENDPOINTS[endpoint]
+    # The known-slow case at an eighth of the size keeps the suite lean; it still fails.
+    size = BODY_BYTES // 8 if (endpoint, shape) == ("job-push", "many-metrics") else BODY_BYTES
+    body = wrap(METRICS[shape](size)).encode()
+    growth, answer = _growth(
+        pid,
+        lambda: client.post(
+            path.format(shape=shape), content=body, headers={"content-type": "application/json"}
+        ),
+    )
+    assert answer.status_code in (200, 201), answer.text[:300]
+    multiple = growth / len(body)
+    assert multiple <= MAX_MULTIPLE, f"{endpoint} {shape}: peak +{growth >> 20} MiB = {multiple:.1f}x"
+
+
+@pytest.mark.timeout(300)
+def test_step_batches_cost_a_bounded_multiple(server):
+    pid, client = server
+    plan = client.post("/v1/meshes", json={"axes": {"data": 8}}).json()
+    created = client.post(
+        f"/v1/meshes/{plan['id']}/sessions", json={"model": {"kind": "mlp", "features": [1, 8, 1]}}
+    )
+    assert created.status_code == 201, created.text
+    rows = (BODY_BYTES // 2 // 6) // 8 * 8  # [[x], ...] inputs and targets, divisible by 8
+    column = "[" + ",".join(["[0.5]"] * rows) + "]"
+    body = ('{"steps":1,"batch":{"inputs":' + column + ',"targets":' + column + "}}").encode()
+    growth, answer = _growth(
+        pid,
+        lambda: client.post(
+            f"/v1/sessions/{created.json()['id']}/steps",
+            content=body,
+            headers={"content-type": "application/json"},
+        ),
+    )
+    assert answer.status_code == 200, answer.text[:300]
+    with contextlib.suppress(Exception):
+        client.delete(f"/v1/sessions/{created.json()['id']}")
+    multiple = growth / len(body)
+    assert multiple <= MAX_MULTIPLE, f"steps: peak +{growth >> 20} MiB = {multiple:.1f}x"

@@ -1,0 +1,231 @@
+"""Job history against the real ``datarax-serve``, driven by ``datarax.client``: kill -9
+during batch pushes, many concurrent pushers, multi-source parts under concurrency.
+
+Job pushes need no device, so these tests wait for liveness only (not the runtime).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from datarax.client import ApiError, AsyncClient, Client
+from datarax.distributed.metrics import reduce_custom
+from tests.helpers import ServiceProcess
+
+pytestmark = pytest.mark.timeout(240)
+
+LIVE_TIMEOUT_S = 60.0
+
+
+def _wait_live(service: ServiceProcess) -> None:
+    deadline = time.monotonic() + LIVE_TIMEOUT_S
+    with service.client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if service.proc is not None and service.proc.poll() is not None:
+                pytest.fail(f"server exited:\n{service.log_tail()}")
+            try:
+                if client.get("/health/live").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+    pytest.fail(f"server not live within {LIVE_TIMEOUT_S} s:\n{service.log_tail()}")
+
+
+def _loss(step: int, device: int) -> float:
+    return float((step * 7 + device * 3) % 11) / 4.0
+
+
+def _batch(first: int, size: int) -> list[dict]:
+    return [
+        {"step": s, "metrics": {"loss": [_loss(s, d) for d in range(4)], "lr": 0.5}}
+        for s in range(first, first + size)
+    ]
+
+
+def test_kill_9_during_batch_pushes_loses_no_acknowledged_point_and_no_half_batch(tmp_path):
+    db = tmp_path / "jobs.sqlite"
+    size = 200
+    acknowledged: set[int] = set()  # first steps of acknowledged batches
+    attempted: set[int] = set()
+    stop = threading.Event()
+    with ServiceProcess(db, tmp_path / "first.log") as first:
+        _wait_live(first)
+
+        def pusher(worker: int) -> None:
+            with Client(first.base_url, retries=0, timeout_s=30) as api:
+                for n in range(10_000):
+                    if stop.is_set():
+                        return
+                    start = (n * 4 + worker) * size
+                    attempted.add(start)
+                    try:
+                        api.push_job_metrics_batch("crash", _batch(start, size))
+                    except (httpx.HTTPError, ApiError):
+                        return
+                    acknowledged.add(start)
+
+        threads = [threading.Thread(target=pusher, args=(w,)) for w in range(4)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while len(acknowledged) < 12 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first.kill()  # SIGKILL while the pushers are mid-request
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert len(acknowledged) >= 12, "too few batches acknowledged before the kill"
+
+    with ServiceProcess(db, tmp_path / "second.log") as second:
+        _wait_live(second)
+        with Client(second.base_url) as api:
+            points = list(api.iter_job_metrics("crash", limit=10_000))
+    stored = {p["step"]: p["reduced"] for p in points}
+    assert len(stored) == len(points)  # every step once
+    for start in attempted:
+        present = [s in stored for s in range(start, start + size)]
+        assert all(present) or not any(present), f"half of batch {start} is stored"
+        if start in acknowledged:
+            assert all(present), f"acknowledged batch {start} was lost"
+    for step, reduced in stored.items():
+        assert reduced == {"loss": float(np.mean([_loss(step, d) for d in range(4)])), "lr": 0.5}
+
+
+def test_100_concurrent_pushers_to_10_jobs_store_every_point_exactly_once(tmp_path):
+    with ServiceProcess(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
+        _wait_live(service)
+
+        async def pusher(api: AsyncClient, worker: int) -> list[tuple[str, int]]:
+            job = f"job-{worker % 10}"
+            done = []
+            for k in range(5):
+                step = worker * 100 + k
+                answer = await api.push_job_metrics(job, step, {"loss": [step, step + 1.0]})
+                assert answer["complete"] and answer["reduced"] == {"loss": step + 0.5}
+                if k % 3 == 0:  # a retry after a "lost" answer: a no-op
+                    again = await api.push_job_metrics(job, step, {"loss": [step, step + 1.0]})
+                    assert again["received_at"] == answer["received_at"]
+                done.append((job, step))
+            return done
+
+        async def main() -> list[tuple[str, int]]:
+            limits = httpx.Limits(max_connections=100)
+            async with AsyncClient(service.base_url, timeout_s=120) as api:
+                api._http._transport = httpx.AsyncHTTPTransport(limits=limits)
+                results = await asyncio.gather(*(pusher(api, w) for w in range(100)))
+            return [pair for result in results for pair in result]
+
+        acknowledged = asyncio.run(main())
+        with Client(service.base_url) as api:
+            jobs = {j["job"]: j for j in api.list_jobs(limit=1000)["items"]}
+            for n in range(10):
+                job = f"job-{n}"
+                steps = [p["step"] for p in api.iter_job_metrics(job, limit=37)]
+                expected = sorted(step for name, step in acknowledged if name == job)
+                assert steps == expected  # each acknowledged point, once, in step order
+                assert jobs[job]["points"] == len(expected) == 50
+
+
+def _part(step: int, source: int) -> dict:
+    rng = np.random.default_rng(step * 1000 + source)
+    loss = rng.normal(size=2)
+    if (step + source) % 17 == 0:
+        loss[0] = np.nan
+    return {
+        "step": step,
+        "metrics": {"loss": loss, "tokens": rng.integers(0, 100, size=2)},
+        "reduce": {"loss": "mean", "tokens": "sum"},
+        "weights": rng.uniform(1, 3, size=2),
+        "nan_policy": "omit",
+    }
+
+
+def _expected(step: int, sources: int) -> dict:
+    parts = [_part(step, s) for s in range(sources)]
+    reduced = reduce_custom(
+        {
+            "loss": np.concatenate([p["metrics"]["loss"] for p in parts]),
+            "tokens": np.concatenate([p["metrics"]["tokens"] for p in parts]),
+        },
+        {"loss": "mean", "tokens": "sum"},
+        weights=np.concatenate([p["weights"] for p in parts]),
+        nan_policy="omit",
+    )
+    return {"loss": float(reduced["loss"]), "tokens": int(reduced["tokens"])}
+
+
+def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
+    sources, steps, per_batch = 64, 100, 25
+    db = tmp_path / "multi.sqlite"
+
+    async def push_all(base_url: str, first_step: int, stop_after: int | None) -> set:
+        acknowledged: set[tuple[int, int]] = set()
+
+        async def source(api: AsyncClient, index: int) -> None:
+            for start in range(first_step, first_step + steps, per_batch):
+                points = [_part(s, index) for s in range(start, start + per_batch)]
+                try:
+                    await api.push_job_metrics_batch(
+                        "multi", points, source=f"host-{index}", sources=sources
+                    )
+                except (httpx.HTTPError, ApiError):
+                    return
+                acknowledged.update((s, index) for s in range(start, start + per_batch))
+                if stop_after is not None and len(acknowledged) >= stop_after:
+                    return
+
+        async with AsyncClient(base_url, timeout_s=120, retries=0) as api:
+            await asyncio.gather(*(source(api, i) for i in range(sources)))
+        return acknowledged
+
+    with ServiceProcess(db, tmp_path / "first.log") as first:
+        _wait_live(first)
+        acknowledged = asyncio.run(push_all(first.base_url, 0, None))
+        assert len(acknowledged) == sources * steps
+        with Client(first.base_url) as api:
+            points = list(api.iter_job_metrics("multi", limit=1000))
+            assert [p["step"] for p in points] == list(range(steps))
+            for point in points:
+                assert point["sources"] == sources
+                assert point["reduced"] == _expected(point["step"], sources), point["step"]
+            # Every part again: all no-ops, nothing counted twice.
+            retry = api.push_job_metrics_batch(
+                "multi", [_part(s, 5) for s in range(25)], source="host-5", sources=sources
+            )
+            assert retry["unchanged"] == 25 and retry["created"] == 0
+
+        # Second round of steps, killed mid-way.
+        box: dict[str, set] = {}
+        thread = threading.Thread(
+            target=lambda: box.setdefault("ack", asyncio.run(push_all(first.base_url, 100, None)))
+        )
+        thread.start()
+        time.sleep(1.0)
+        first.kill()
+        thread.join(timeout=120)
+    second_round = box.get("ack", set())
+    print(f"second round: {len(second_round)} of {sources * steps} parts acknowledged")
+
+    with ServiceProcess(db, tmp_path / "second.log") as second:
+        _wait_live(second)
+        with Client(second.base_url) as api:
+            partial = list(api.iter_job_metrics("multi", include_partial=True, limit=1000))
+            by_step = {p["step"]: p for p in partial}
+            for step, index in second_round:  # acknowledged parts survived
+                point = by_step[step]
+                assert point["complete"] or f"host-{index}" in point["received_sources"]
+            # Finish every step: parts already stored are no-ops, the rest are new.
+            asyncio.run(push_all(second.base_url, 100, None))
+            points = list(api.iter_job_metrics("multi", limit=1000))
+            assert [p["step"] for p in points] == list(range(2 * steps))
+            for point in points:
+                assert point["reduced"] == _expected(point["step"], sources), point["step"]
+            job = api.get_job("multi")
+            assert job["points"] == 2 * steps and job["incomplete_step"] is None
