@@ -28,16 +28,19 @@ from typing import TypeVar
 import anyio.to_thread
 
 from app import store_jobs
-from app.errors import StorageFull
+from app.errors import ServiceError, StorageFull
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """``PRAGMA user_version`` of a current file. 1 (written as 0 by SQLite): plans,
 ``job_points (job, step, reduced, received_at)``, sessions. 2: the job tables of
-:mod:`app.store_jobs`. ``open()`` migrates an older file in place, in one transaction."""
+:mod:`app.store_jobs`. 3: its ``job_pending`` (per incomplete multi-source step). ``open()`` migrates an older file in place, in one transaction."""
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: store_jobs.migrate_to_v2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    2: store_jobs.migrate_to_v2,
+    3: store_jobs.migrate_to_v3,
+}
 """version -> the function that brings a file of the version before it up to it."""
 
 SCHEMA = """
@@ -81,6 +84,25 @@ class StoreUnusable(RuntimeError):
     database, unreadable). The file is left exactly as it was."""
 
 
+MAX_GROUP = 64
+"""Most writes one group commit takes (:meth:`Store.write_grouped`)."""
+
+
+class _GroupedWrite:
+    """One caller's write waiting for a group commit, and its outcome."""
+
+    __slots__ = ("error", "finished", "fn", "result")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], object]) -> None:
+        self.fn = fn
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.finished = False
+
+    def finish(self, *, result: object = None, error: BaseException | None = None) -> None:
+        self.result, self.error, self.finished = result, error, True
+
+
 FREE_BYTES_TO_RECOVER = 8 * 1024 * 1024
 """After a disk-full write, the store reports full until its disk has this much free."""
 
@@ -94,6 +116,8 @@ class Store:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self.full = False  # the last write failed with SQLITE_FULL (see _write)
+        self._group: list[_GroupedWrite] = []  # job writes waiting for a group commit
+        self._group_mutex = threading.Lock()
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -191,28 +215,32 @@ class Store:
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Runs ``fn`` in one transaction; returns after the durable commit."""
+        with self._lock:
+            return self._write_locked(fn)
 
-        def tx(conn: sqlite3.Connection) -> T:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException as err:
-                # Also after a failed COMMIT (disk full, I/O error): never leave the shared
-                # connection inside a transaction.
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if isinstance(err, sqlite3.Error) and _is_disk_full(err):
-                    self.full = True
-                    raise StorageFull(
-                        f"the database disk is full ({self.path}); nothing was written. "
-                        "Free space on that disk and retry"
-                    ) from None
-                raise
-            self.full = False
-            return result
-
-        return self._run(tx)
+    def _write_locked(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """:meth:`_write` with the lock already held."""
+        conn = self._conn
+        if conn is None:
+            raise StoreClosed("the store is not open")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
+            conn.execute("COMMIT")
+        except BaseException as err:
+            # Also after a failed COMMIT (disk full, I/O error): never leave the shared
+            # connection inside a transaction.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(err, sqlite3.Error) and _is_disk_full(err):
+                self.full = True
+                raise StorageFull(
+                    f"the database disk is full ({self.path}); nothing was written. "
+                    "Free space on that disk and retry"
+                ) from None
+            raise
+        self.full = False
+        return result
 
     async def _in_thread(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn)
@@ -221,6 +249,68 @@ class Store:
         """Runs ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction in a worker thread;
         returns after the durable commit (all or nothing: an exception rolls back)."""
         return await self._in_thread(lambda: self._write(fn))
+
+    async def write_grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """As :meth:`write`, but writes that wait at the same time share one transaction
+        and one fsync (group commit), each in its own savepoint: a write that raises is
+        rolled back alone and gets its error; the others commit together, and every
+        caller returns only after that durable commit. For job pushes: 64 hosts pushing
+        at once cost a few commits, not 64."""
+        return await self._in_thread(lambda: self._write_grouped(fn))
+
+    def _write_grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        mine = _GroupedWrite(fn)
+        with self._group_mutex:
+            self._group.append(mine)
+        with self._lock:
+            if not mine.finished:
+                # Leader: commit every write waiting now (its own among them).
+                with self._group_mutex:
+                    group, self._group = self._group[:MAX_GROUP], self._group[MAX_GROUP:]
+                if self._conn is None:
+                    for write in group:
+                        write.finish(error=StoreClosed("the store is not open"))
+                else:
+                    self._commit_group(self._conn, group)
+        if mine.error is not None:
+            raise mine.error
+        return mine.result  # type: ignore[return-value]
+
+    def _commit_group(self, conn: sqlite3.Connection, group: list[_GroupedWrite]) -> None:
+        """One transaction for ``group`` (the lock held). A write that raises a
+        ``ServiceError`` is rolled back to its savepoint; any other failure (an SQLite
+        error may have rolled back the whole transaction) rolls back everything and runs
+        each write alone, as :meth:`write` would."""
+        if len(group) == 1:
+            self._alone(group[0])
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for write in group:
+                conn.execute("SAVEPOINT grouped_write")
+                try:
+                    write.result = write.fn(conn)
+                except ServiceError as err:
+                    conn.execute("ROLLBACK TO grouped_write")
+                    write.error = err
+                conn.execute("RELEASE grouped_write")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for write in group:
+                write.result = write.error = None
+                self._alone(write)
+            return
+        self.full = False
+        for write in group:
+            write.finished = True
+
+    def _alone(self, write: _GroupedWrite) -> None:
+        try:
+            write.finish(result=self._write_locked(write.fn))
+        except BaseException as err:
+            write.finish(error=err)
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Runs ``fn(conn)`` in a worker thread (reads only)."""

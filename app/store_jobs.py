@@ -5,7 +5,8 @@ its transactions (writes inside ``BEGIN IMMEDIATE``, so SQLite's write lock seri
 every read-check-write below: no two pushes can interleave, in this process or another
 one on the same file).
 
-Tables (schema version 2; :func:`migrate_to_v2` turns a version-1 file into one in place):
+Tables (schema version 3; :func:`migrate_to_v2` turns a version-1 file into a version-2
+one in place, :func:`migrate_to_v3` a version-2 one into a version-3 one):
 
 - ``job_points (job, step)``: one row per *complete* step: the reduced values as the JSON
   text the API answers, ``digest`` of what was pushed (idempotency), ``sources``.
@@ -18,6 +19,10 @@ Tables (schema version 2; :func:`migrate_to_v2` turns a version-1 file into one 
   instead of every point: a 1,000-bucket read of a 1,000,000-step job reads ~4,000 rows
   per metric, not 1,000,000.
 - ``jobs (job)``: points, first and last step, ``last_push_at``, ``finished``.
+- ``job_pending (job, step)`` (v3): per incomplete multi-source step, what its parts agree
+  on (``sources``, ``signature``, ``num_devices``) and how many arrived (``parts``),
+  kept in the push's transaction; deleted when the step completes. A push reads one row
+  per step instead of counting every source's part (64 sources: 64x fewer rows).
 
 Bounds: a batch is at most 1,000 points (checked by the service); a history page at
 most ``MAX_PAGE`` points; a downsampled read at most ``MAX_BUCKETS`` buckets.
@@ -82,6 +87,18 @@ CREATE TABLE IF NOT EXISTS job_rollups (
 ) WITHOUT ROWID;
 """
 
+SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS job_pending (
+    job          TEXT NOT NULL,
+    step         INTEGER NOT NULL,
+    sources      INTEGER NOT NULL,
+    signature    TEXT NOT NULL,
+    num_devices  INTEGER NOT NULL,
+    parts        INTEGER NOT NULL,
+    PRIMARY KEY (job, step)
+) WITHOUT ROWID
+"""
+
 _POINT_COLUMNS_V2 = (
     ("digest", "TEXT"),
     ("sources", "INTEGER NOT NULL DEFAULT 1"),
@@ -118,6 +135,18 @@ def migrate_to_v2(conn: sqlite3.Connection) -> None:
                 by_job.setdefault(job, []).append((int(step), scalar_values(json.loads(reduced))))
             for job, points in by_job.items():
                 write_rollups(conn, job, points)
+
+
+def migrate_to_v3(conn: sqlite3.Connection) -> None:
+    """Version 2 -> 3, in place and idempotent: ``job_pending``, derived from the parts of
+    the incomplete steps."""
+    conn.execute(SCHEMA_V3)
+    conn.execute("DELETE FROM job_pending")
+    conn.execute(
+        "INSERT INTO job_pending (job, step, sources, signature, num_devices, parts) "
+        "SELECT job, step, MAX(sources), MAX(signature), MAX(num_devices), COUNT(*) "
+        "FROM job_parts WHERE arrays IS NOT NULL GROUP BY job, step"
+    )
 
 
 def scalar_values(reduced: dict[str, Any]) -> dict[str, float]:
@@ -326,6 +355,58 @@ def missing_sources(received: Iterable[str], sources: int) -> list[str] | None:
     return [f"{prefix}{i}" for i in range(sources) if i not in seen]
 
 
+MISSING_NAMED_UP_TO = 16
+"""Pushes of at most this many items learn the names of the sources still missing
+(``PushItem.missing``, in single-push answers); larger batches count them only."""
+
+
+@dataclass
+class _StepParts:
+    count: int
+    sources: int
+    signature: str
+    num_devices: int
+
+
+def _part_digests(
+    conn: sqlite3.Connection, job: str, steps: Sequence[int], sources: set[str]
+) -> dict[tuple[int, str], str]:
+    """(step, source) -> digest of the stored parts of ``sources`` at ``steps``: one
+    primary-key seek per pair (never a scan of the other sources' parts)."""
+    if not steps:
+        return {}
+    if len(sources) > 16:
+        rows = _select_in(
+            conn, "SELECT step, source, digest FROM job_parts WHERE job = ? AND {where}", job, steps
+        )
+        return {(step, source): digest for step, source, digest in rows if source in sources}
+    names = sorted(sources)
+    out: dict[tuple[int, str], str] = {}
+    for chunk in _chunks(sorted(set(steps))):
+        marks = ",".join("?" * len(chunk))
+        for step, source, digest in conn.execute(
+            f"SELECT step, source, digest FROM job_parts WHERE job = ? AND step IN ({marks}) "
+            f"AND source IN ({','.join('?' * len(names))})",
+            (job, *chunk, *names),
+        ):
+            out[(step, source)] = digest
+    return out
+
+
+def _step_sources(
+    conn: sqlite3.Connection, job: str, step: int, pending: Sequence[PushItem]
+) -> list[str]:
+    """The sources of a step's parts, stored or in ``pending``, in natural order."""
+    names = [
+        row[0]
+        for row in conn.execute(
+            "SELECT source FROM job_parts WHERE job = ? AND step = ?", (job, step)
+        )
+    ]
+    names += [item.source for item in pending if item.step == step]
+    return sorted(names, key=source_order)
+
+
 def _where(index: int, item: PushItem) -> str:
     return f"points[{index}] (step {item.step}, source {item.source!r})"
 
@@ -333,8 +414,9 @@ def _where(index: int, item: PushItem) -> str:
 def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, merge: Merge) -> int:
     """Stores a batch of points and parts, all or nothing (call inside a transaction).
 
-    Per item sets ``created``, ``complete``, ``step_reduced`` and ``missing``. Returns the
-    number of steps that became complete.
+    Per item sets ``created``, ``complete``, ``step_reduced`` and (pushes of at most
+    ``MISSING_NAMED_UP_TO`` items) ``missing``. Returns the number of steps that became
+    complete.
 
     Raises:
       StepConflict: a step (``sources == 1``) or a part (per source) stored with other
@@ -353,28 +435,33 @@ def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, me
             steps,
         )
     }
-    stored_parts: dict[int, dict[str, tuple]] = {}
-    for row in _select_in(
-        conn,
-        "SELECT step, source, sources, digest, signature, num_devices FROM job_parts "
-        "WHERE job = ? AND {where}",
-        job,
-        steps,
-    ):
-        stored_parts.setdefault(row[0], {})[row[1]] = row
-    # What each step holds, stored and pushed so far in this batch.
-    step_parts: dict[int, dict[str, tuple[str, str, int]]] = {
-        step: {src: (r[3], r[4], r[5]) for src, r in parts.items()}
-        for step, parts in stored_parts.items()
+    part_steps = [item.step for item in items if item.sources > 1]
+    # What each step holds, stored and pushed so far in this batch: per incomplete step
+    # its part count, sources, signature and device count (job_pending: one row per step,
+    # never a row per stored part); per (step, source) the digests of the sources this
+    # batch pushes.
+    step_parts: dict[int, _StepParts] = {
+        row[0]: _StepParts(int(row[1]), int(row[2]), row[3], int(row[4]))
+        for row in _select_in(
+            conn,
+            "SELECT step, parts, sources, signature, num_devices FROM job_pending "
+            "WHERE job = ? AND {where}",
+            job,
+            steps,
+        )
     }
-    step_sources = {step: next(iter(parts.values()))[2] for step, parts in stored_parts.items()}
+    digests = _part_digests(conn, job, part_steps, {i.source for i in items if i.sources > 1})
     new_points: dict[int, PushItem] = {}
     new_parts: list[PushItem] = []
     touched: dict[int, list[PushItem]] = {}
     for index, item in enumerate(items):
+        # From scratch: a group commit may run a push again after rolling it back.
+        item.created = item.complete = False
+        item.step_reduced = item.missing = None
         item.received_at = now
         stored = stored_points.get(item.step)
-        known = step_sources.get(item.step, stored[2] if stored else None)
+        entry = step_parts.get(item.step)
+        known = entry.sources if entry is not None else (stored[2] if stored else None)
         if known is not None and known != item.sources:
             raise SourcesMismatch(
                 f"{_where(index, item)}: sources={item.sources}, but the step has "
@@ -403,10 +490,9 @@ def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, me
             item.step_reduced = item.reduced
             new_points[item.step] = item
             continue
-        parts = step_parts.setdefault(item.step, {})
-        existing = parts.get(item.source)
+        existing = digests.get((item.step, item.source))
         if existing is not None:
-            if existing[0] != item.digest:
+            if existing != item.digest:
                 raise StepConflict(
                     f"{_where(index, item)}: this source's part of step {item.step} is stored "
                     "with other "
@@ -415,21 +501,26 @@ def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, me
             if stored is not None:
                 item.complete, item.step_reduced, item.received_at = True, stored[3], stored[4]
             continue
-        if parts:
-            signature, num_devices = next(iter(parts.values()))[1:]
-            if signature != item.signature or num_devices != item.num_devices:
+        if entry is not None:
+            if entry.signature != item.signature or entry.num_devices != item.num_devices:
                 raise PartMismatch(
                     f"{_where(index, item)}: the part has {item.num_devices} devices and metrics "
-                    f"{item.signature}, the step's other parts {num_devices} devices and "
-                    f"{signature}; every source must push the same metrics for as many devices"
+                    f"{item.signature}, the step's other parts {entry.num_devices} devices and "
+                    f"{entry.signature}; every source must push the same metrics for as many "
+                    "devices"
                 )
-        if stored is not None or len(parts) >= item.sources:
+        if stored is not None or (entry is not None and entry.count >= item.sources):
+            names = _step_sources(conn, job, item.step, new_parts)
             raise StepConflict(
                 f"{_where(index, item)}: step {item.step} already has all {item.sources} sources "
-                f"({sorted(parts, key=source_order)}); a new source cannot join it"
+                f"({names}); a new source cannot join it"
             )
-        parts[item.source] = (item.digest, item.signature, item.num_devices)
-        step_sources[item.step] = item.sources
+        if entry is None:
+            entry = step_parts[item.step] = _StepParts(
+                0, item.sources, item.signature, item.num_devices
+            )
+        entry.count += 1
+        digests[(item.step, item.source)] = item.digest
         item.created = True
         new_parts.append(item)
         touched.setdefault(item.step, []).append(item)
@@ -459,31 +550,64 @@ def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, me
                 for i in new_parts
             ],
         )
+    if touched:
+        conn.executemany(
+            "INSERT INTO job_pending (job, step, sources, signature, num_devices, parts) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, step) DO UPDATE SET "
+            "parts = parts + excluded.parts",
+            [
+                (job, step, p[0].sources, p[0].signature, p[0].num_devices, len(p))
+                for step, p in touched.items()
+            ],
+        )
     rollup = [(i.step, i.values) for i in new_points.values()]
-    completed = 0
-    for step, pushed in touched.items():
-        sources = pushed[0].sources
-        names = step_parts[step]
-        if len(names) < sources:
-            missing = missing_sources(names, sources)
+    done = [step for step, pushed in touched.items() if step_parts[step].count >= pushed[0].sources]
+    if len(items) <= MISSING_NAMED_UP_TO:
+        for step, pushed in touched.items():
+            if step_parts[step].count < pushed[0].sources:
+                missing = missing_sources(_step_sources(conn, job, step, []), pushed[0].sources)
+                for item in pushed:
+                    item.missing = missing
+    if done:
+        # Every part of the completed steps, in one query, merged step by step (sources
+        # in natural order).
+        wanted = set(done)
+        by_step: dict[int, list[tuple[str, bytes]]] = {}
+        for step, source, arrays in _select_in(
+            conn,
+            "SELECT step, source, arrays FROM job_parts WHERE job = ? AND {where} "
+            "AND arrays IS NOT NULL",
+            job,
+            done,
+        ):
+            if step in wanted:
+                by_step.setdefault(step, []).append((source, arrays))
+        merged_rows = []
+        for step in done:
+            pushed = touched[step]
+            rows = sorted(by_step[step], key=lambda row: source_order(row[0]))
+            merged = merge(
+                [(source, bytes(arrays)) for source, arrays in rows], pushed[0].signature
+            )
+            merged_rows.append(
+                (job, step, merged.reduced, now, pushed[0].sources, merged.num_devices)
+            )
+            rollup.append((step, merged.values))
             for item in pushed:
-                item.missing = missing
-            continue
-        rows = conn.execute(
-            "SELECT source, arrays FROM job_parts WHERE job = ? AND step = ?", (job, step)
-        ).fetchall()
-        rows.sort(key=lambda row: source_order(row[0]))
-        merged = merge([(source, bytes(arrays)) for source, arrays in rows], pushed[0].signature)
-        conn.execute(
+                item.complete, item.step_reduced = True, merged.reduced
+        conn.executemany(
             "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
             "num_devices) VALUES (?, ?, ?, ?, NULL, ?, ?)",
-            (job, step, merged.reduced, now, sources, merged.num_devices),
+            merged_rows,
         )
-        conn.execute("UPDATE job_parts SET arrays = NULL WHERE job = ? AND step = ?", (job, step))
-        rollup.append((step, merged.values))
-        completed += 1
-        for item in pushed:
-            item.complete, item.step_reduced = True, merged.reduced
+        conn.executemany(
+            "UPDATE job_parts SET arrays = NULL WHERE job = ? AND step = ?",
+            [(job, step) for step in done],
+        )
+        conn.executemany(
+            "DELETE FROM job_pending WHERE job = ? AND step = ?", [(job, step) for step in done]
+        )
+    completed = len(done)
     write_rollups(conn, job, rollup)
     if new_points or new_parts:
         added = [step for step, _ in rollup]
@@ -503,7 +627,7 @@ def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, me
 def delete_job(conn: sqlite3.Connection, job: str) -> bool:
     """Deletes a job and all its rows; False when there was no such job."""
     found = conn.execute("DELETE FROM jobs WHERE job = ?", (job,)).rowcount > 0
-    for table in ("job_points", "job_parts", "job_rollups"):
+    for table in ("job_points", "job_parts", "job_rollups", "job_pending"):
         found = conn.execute(f"DELETE FROM {table} WHERE job = ?", (job,)).rowcount > 0 or found
     return found
 

@@ -147,11 +147,39 @@ class StubRuntime:
         raise AssertionError(f"unexpected command {command}")
 
 
+def _refuse_constant(name: str) -> Any:
+    raise AssertionError(f"the answer holds {name}, which is not JSON (RFC 8259)")
+
+
+def check_strict_json(response: httpx.Response) -> None:
+    """Fails on a JSON answer that a strict parser refuses (bare NaN or Infinity, bad
+    bytes): every answer of the clients built here passes through it."""
+    media = response.headers.get("content-type", "").split(";")[0].strip()
+    if media != "application/json" and not media.endswith("+json"):
+        return
+    response.read()
+    if response.request.method == "HEAD" or not response.content:
+        return
+    try:
+        json.loads(response.content, parse_constant=_refuse_constant)
+    except (ValueError, AssertionError) as err:
+        where = f"{response.request.method} {response.request.url.path}"
+        raise AssertionError(f"{where} answered invalid JSON: {err}") from None
+
+
+def strict_json(client: httpx.Client) -> httpx.Client:
+    """``client``, with every answer checked by :func:`check_strict_json`."""
+    hooks = client.event_hooks
+    hooks["response"] = [*hooks.get("response", []), check_strict_json]
+    client.event_hooks = hooks
+    return client
+
+
 @pytest.fixture(scope="session")
 def api(tmp_path_factory: pytest.TempPathFactory):
     """The session's in-process service with a real runtime, ready."""
     settings = make_settings(tmp_path_factory.mktemp("api"))
-    with TestClient(create_app(settings)) as client:
+    with strict_json(TestClient(create_app(settings))) as client:
         wait_ready(client)
         yield client
 
@@ -234,7 +262,8 @@ class ServiceProcess:
         return self
 
     def client(self, timeout: float = 30.0) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=timeout)
+        """A client of this server; every JSON answer is parsed strictly."""
+        return strict_json(httpx.Client(base_url=self.base_url, timeout=timeout))
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict:
         deadline = time.monotonic() + timeout

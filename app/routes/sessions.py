@@ -118,8 +118,9 @@ async def list_plan_sessions(
     responses={200: {"model": SessionOut}, **problem_responses(404, 410, 503)},
 )
 async def get_session(session_id: SessionId, sessions: SessionsDep) -> Response:
-    """Step count, last loss (``null`` when non-finite) and parameter layouts, from what
-    the service recorded: a read queues no device work.
+    """Step count, last loss (``null`` when non-finite), parameter layouts and the loss
+    history (``loss_history``: at most 2,000 evenly spaced ``[step, loss]`` points), from
+    what the service recorded: a read queues no device work.
 
     404 ``session_not_found``; 410 ``session_lost`` after a runtime restart,
     ``session_expired`` after ``DATARAX_SESSION_IDLE_S`` without a step; 503

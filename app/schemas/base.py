@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import Strict as StrictMode
 
 
 class Strict(BaseModel):
@@ -14,3 +15,16 @@ class Strict(BaseModel):
 
 
 OptimizerName = Literal["adam", "adamw", "sgd"]
+
+
+def _integral(value: Any) -> Any:
+    # JSON Schema's "integer" includes 62.0 (any number with a zero fraction), so a
+    # schema-valid request may send one; bools, strings and 62.5 stay refused.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral), StrictMode()]
+"""An integer as the OpenAPI schema describes it: ``62`` or ``62.0``, never ``true`` or
+``"62"``. Use instead of ``StrictInt`` in request models."""

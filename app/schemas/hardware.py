@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from app.schemas.base import OptimizerName, Strict
+from app.schemas.base import JsonInt, OptimizerName, Strict
 
 ModelDtype = Literal["float32", "bfloat16", "float16"]
 Remat = Literal["none", "full"]
@@ -45,7 +45,7 @@ RECOMMENDATION_EXAMPLE = {
     "axes": ["data", "fsdp", "tensor"],
 }
 
-_Size = Annotated[StrictInt, Field(ge=1, le=1_048_576)]
+_Size = Annotated[JsonInt, Field(ge=1, le=1_048_576)]
 
 
 class HardwareMlpModel(Strict):
@@ -91,19 +91,19 @@ class HardwarePlanRequest(Strict):
 
     hardware: str = _HARDWARE
     topology: str | None = _TOPOLOGY
-    slices: StrictInt = _SLICES
-    hosts: StrictInt | None = _HOSTS
-    ici: dict[str, StrictInt] = Field(
+    slices: JsonInt = _SLICES
+    hosts: JsonInt | None = _HOSTS
+    ici: dict[str, JsonInt] = Field(
         description="ordered {axis: size} over the fast network (MaxText ici_*); these keys "
         "are the mesh axes; sizes multiply to one slice's / NVLink domain's devices; one -1"
     )
-    dcn: dict[str, StrictInt] | None = Field(
+    dcn: dict[str, JsonInt] | None = Field(
         None,
         description="{axis: size} over the slow network (MaxText dcn_*), keys among ici's "
         "(missing: 1); sizes multiply to the slices / domains; one -1",
     )
     allow_split_physical_axes: StrictBool = _SPLIT
-    batch_shape: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
+    batch_shape: list[Annotated[JsonInt, Field(ge=0)]] | None = Field(
         None, min_length=1, max_length=16, description="global batch shape"
     )
     batch_axes: list[str] | None = Field(None, description="mesh axes splitting dimension 0")
@@ -123,11 +123,11 @@ class RecommendationRequest(Strict):
 
     hardware: str = _HARDWARE
     topology: str | None = _TOPOLOGY
-    slices: StrictInt = _SLICES
-    hosts: StrictInt | None = _HOSTS
+    slices: JsonInt = _SLICES
+    hosts: JsonInt | None = _HOSTS
     model: HardwareModel
-    global_batch: StrictInt = Field(ge=1, le=2**40, description="examples or sequences a step")
-    top_k: StrictInt = Field(5, ge=1, le=100, description="candidates to return")
+    global_batch: JsonInt = Field(ge=1, le=2**40, description="examples or sequences a step")
+    top_k: JsonInt = Field(5, ge=1, le=100, description="candidates to return")
     axes: list[str] = Field(
         ["data", "fsdp", "tensor"],
         min_length=1,

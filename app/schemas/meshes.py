@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from app.schemas.base import OptimizerName, Strict
+from app.schemas.base import JsonInt, OptimizerName, Strict
 from app.schemas.hardware import (
     HardwarePlanRequest,
     Remat,
@@ -38,7 +38,7 @@ class MlpModel(Strict):
     """The built-in model: a multi-layer perceptron of ``nnx.Linear`` layers (float32)."""
 
     kind: Literal["mlp"] = Field(description="model family; only 'mlp' is built in")
-    features: list[Annotated[StrictInt, Field(ge=1, le=1_048_576)]] = Field(
+    features: list[Annotated[JsonInt, Field(ge=1, le=1_048_576)]] = Field(
         min_length=2,
         max_length=64,
         description="layer widths [in, hidden..., out]; layer i has kernel "
@@ -72,14 +72,15 @@ class MeshPlanRequest(Strict):
         extra="forbid", json_schema_extra={"examples": [PLAN_REQUEST_EXAMPLE]}
     )
 
-    axes: dict[str, StrictInt] | None = Field(
+    axes: dict[str, JsonInt] | None = Field(
         None,
         description="ordered mapping axis name -> size; at most one size may be -1 "
         "(takes the devices the other axes leave). Required unless hardware and ici are "
         "given",
         examples=[{"data": -1, "model": 4}],
+        json_schema_extra={"minProperties": 1},  # {} is 422 invalid_axis_name
     )
-    batch_shape: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
+    batch_shape: list[Annotated[JsonInt, Field(ge=0)]] | None = Field(
         None,
         min_length=1,
         max_length=16,
@@ -91,7 +92,7 @@ class MeshPlanRequest(Strict):
         description="mesh axes splitting batch dimension 0, major-to-minor; default "
         "['data'] when the mesh has a 'data' axis, else [] (replicated)",
     )
-    num_devices: Annotated[StrictInt, Field(ge=1, le=MAX_PLAN_DEVICES)] | None = Field(
+    num_devices: Annotated[JsonInt, Field(ge=1, le=MAX_PLAN_DEVICES)] | None = Field(
         None,
         description="plan for a cluster of exactly this many devices without touching "
         "devices (abstract plan); absent or null: a live plan on this service's devices",
@@ -126,12 +127,12 @@ class MeshPlanRequest(Strict):
         "JAX's device order; then give ici (not axes or num_devices)",
     )
     topology: str | None = HardwarePlanRequest.model_fields["topology"]
-    slices: StrictInt = HardwarePlanRequest.model_fields["slices"]
-    hosts: StrictInt | None = HardwarePlanRequest.model_fields["hosts"]
-    ici: dict[str, StrictInt] | None = Field(
+    slices: JsonInt = HardwarePlanRequest.model_fields["slices"]
+    hosts: JsonInt | None = HardwarePlanRequest.model_fields["hosts"]
+    ici: dict[str, JsonInt] | None = Field(
         None, description=HardwarePlanRequest.model_fields["ici"].description
     )
-    dcn: dict[str, StrictInt] | None = HardwarePlanRequest.model_fields["dcn"]
+    dcn: dict[str, JsonInt] | None = HardwarePlanRequest.model_fields["dcn"]
     allow_split_physical_axes: StrictBool = HardwarePlanRequest.model_fields[
         "allow_split_physical_axes"
     ]

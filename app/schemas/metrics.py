@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.codecs.json_arrays import OIP_DTYPES
-from app.schemas.base import Strict
+from app.schemas.base import JsonInt, Strict
 from datarax.distributed.metrics import NAN_POLICIES, REDUCE_OPS
 
 OIP_DATATYPES = tuple(OIP_DTYPES)
@@ -33,13 +33,16 @@ METRICS_REQUEST_EXAMPLE = {
 class Tensor(Strict):
     """An Open Inference Protocol v2 style tensor: row-major flat ``data``."""
 
-    shape: list[Annotated[StrictInt, Field(ge=0)]] = Field(examples=[[4]])
+    shape: list[Annotated[JsonInt, Field(ge=0)]] = Field(examples=[[4]])
     datatype: str = Field(
         examples=["FP32"],
         description=f"one of {', '.join(OIP_DATATYPES)} (BF16 and BYTES are not supported)",
         json_schema_extra={"enum": list(OIP_DATATYPES)},
     )
-    data: list[Any] = Field(description="prod(shape) values, row-major (nested lists allowed)")
+    data: list[Any] = Field(
+        description="exactly prod(shape) values, row-major (nested lists allowed); another "
+        "count is 422 invalid_tensor"
+    )
 
 
 MetricValue = list[Any] | Tensor
@@ -59,13 +62,22 @@ class MetricsReduceRequest(Strict):
         extra="forbid", json_schema_extra={"examples": [METRICS_REQUEST_EXAMPLE]}
     )
 
-    metrics: dict[str, MetricValue] = Field(description=_METRICS_DESCRIPTION)
+    metrics: dict[str, MetricValue] = Field(
+        description=_METRICS_DESCRIPTION,
+        json_schema_extra={"minProperties": 1},  # {} is 422 empty_metrics
+    )
     reduce: dict[str, str] = Field(
         default_factory=dict,
         description=f"name -> operation ({', '.join(REDUCE_OPS)}); unlisted metrics use mean",
     )
     weights: list[float] | None = Field(
-        None, description="[n_devices] weights making 'mean' a weighted mean"
+        None,
+        description="[n_devices] weights making 'mean' a weighted mean: finite, >= 0, not all zero",
+        # "not every item is 0" (also refuses []): all-zero weights are 422 invalid_weights
+        json_schema_extra={
+            "items": {"minimum": 0},
+            "not": {"type": "array", "items": {"const": 0}},
+        },
     )
     nan_policy: str = Field(
         "propagate",
@@ -82,7 +94,10 @@ class MetricsCollectRequest(BaseModel):
         extra="ignore", json_schema_extra={"examples": [{"metrics": {"loss": [0.9, 1.1]}}]}
     )
 
-    metrics: dict[str, MetricValue] = Field(description=_METRICS_DESCRIPTION)
+    metrics: dict[str, MetricValue] = Field(
+        description=_METRICS_DESCRIPTION,
+        json_schema_extra={"minProperties": 1},  # {} is 422 empty_metrics
+    )
 
 
 class ReduceResponse(BaseModel):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StrictInt
+from pydantic import BaseModel, Field
 
-from app.schemas.base import OptimizerName, Strict
+from app.schemas.base import JsonInt, OptimizerName, Strict
 from app.schemas.meshes import ParamLayout
 from app.schemas.metrics import Tensor
 
@@ -26,7 +26,7 @@ class SessionModel(Strict):
     """The built-in MLP a session trains."""
 
     kind: Literal["mlp"] = Field(description="model family; only 'mlp' is built in")
-    features: list[Annotated[StrictInt, Field(ge=1, le=65_536)]] = Field(
+    features: list[Annotated[JsonInt, Field(ge=1, le=65_536)]] = Field(
         min_length=2, max_length=32, description="layer widths [in, hidden..., out]"
     )
 
@@ -42,7 +42,7 @@ class SessionCreateRequest(Strict):
     loss: Literal["mse", "cross_entropy"] = Field(
         "mse", description="mse: float targets [B, out]; cross_entropy: integer ids [B]"
     )
-    seed: StrictInt = Field(0, ge=0, le=2**31 - 1, description="parameter initialisation")
+    seed: JsonInt = Field(0, ge=0, le=2**31 - 1, description="parameter initialisation")
     param_sharding: Literal["replicate", "model", "fsdp"] = "replicate"
     strategy: Literal["spmd", "collective"] = Field(
         "spmd",
@@ -52,8 +52,8 @@ class SessionCreateRequest(Strict):
 
 
 class SyntheticBatch(Strict):
-    seed: StrictInt = Field(0, ge=0, le=2**31 - 1)
-    batch_size: StrictInt = Field(ge=1, le=1_048_576)
+    seed: JsonInt = Field(0, ge=0, le=2**31 - 1)
+    batch_size: JsonInt = Field(ge=1, le=1_048_576)
 
 
 class StepBatch(Strict):
@@ -64,7 +64,7 @@ class StepBatch(Strict):
 
 
 class StepRequest(Strict):
-    steps: StrictInt = Field(1, description="training steps to run (1..max_steps_per_call)")
+    steps: JsonInt = Field(1, description="training steps to run (1..max_steps_per_call)")
     batch: StepBatch | None = Field(None, description="the same batch for every step")
     synthetic: SyntheticBatch | None = Field(
         None,
@@ -101,6 +101,15 @@ class SessionOut(BaseModel):
     param_sharding: str
     strategy: str
     params: list[ParamLayout]
+    loss_history: list[tuple[int, float | None]] | None = Field(
+        None,
+        description="[[step, loss], ...] by step, null where the loss is not finite: every "
+        "loss_history_stride-th step, at most 2,000 points (past them every other point is "
+        "dropped and the stride doubles)",
+    )
+    loss_history_stride: int | None = Field(
+        None, description="steps between two points of loss_history"
+    )
 
 
 class SessionSummary(BaseModel):

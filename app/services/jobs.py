@@ -779,7 +779,7 @@ async def push_points(
 ) -> list[store_jobs.PushItem]:
     """Stores points and parts in one transaction; returns the items with their outcome."""
     items = await run_for_body(lambda: build_items(points), 64 * 1024 + len(points) * 1024)
-    await store.write(lambda c: store_jobs.push(c, job, items, utc_now(), _merge_parts))
+    await store.write_grouped(lambda c: store_jobs.push(c, job, items, utc_now(), _merge_parts))
     return items
 
 
@@ -834,7 +834,7 @@ async def push_npz_batch(store: Store, job: str, body: bytes, **options: Any) ->
 
 
 async def _store_batch(store: Store, job: str, items: list[store_jobs.PushItem]) -> PushAnswer:
-    await store.write(lambda c: store_jobs.push(c, job, items, utc_now(), _merge_parts))
+    await store.write_grouped(lambda c: store_jobs.push(c, job, items, utc_now(), _merge_parts))
     created = sum(1 for i in items if i.created)
     completed = len({i.step for i in items if i.created and i.complete})
     answer = {

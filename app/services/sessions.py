@@ -1,10 +1,11 @@
 """Training sessions as a service: place the built-in MLP on a live plan and run steps.
 
 Parameters live in the runtime process; the store keeps each session's metadata (spec,
-step count, last loss, layouts). After a runtime restart the parameters are gone and the
-session answers 410 ``session_lost`` (its metadata stays readable in the store until it is
-deleted). Device work is serialised FIFO in the runtime: steps of one session never
-interleave, and concurrent calls on one session add up (N calls of k steps end at N*k).
+step count, last loss, layouts, a loss history of at most 2,000 evenly spaced steps).
+After a runtime restart the parameters are gone and the session answers 410
+``session_lost`` (its metadata stays readable in the store until it is deleted). Device
+work is serialised FIFO in the runtime: steps of one session never interleave, and
+concurrent calls on one session add up (N calls of k steps end at N*k).
 
 Caps for a shared host: at most ``DATARAX_MAX_SESSIONS`` live sessions (more: 429
 ``too_many_sessions``), and a session without a step for ``DATARAX_SESSION_IDLE_S`` is
@@ -60,6 +61,35 @@ def finite_or_none(value: Any) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+LOSS_HISTORY_MAX = 2000
+"""Points of a session's loss history at most. Past it, every other point is dropped and
+the stride doubles, so a 1,000,000-step session keeps between 1,000 and 2,000 points (under
+80 KB of its record) whatever its length."""
+
+
+def extend_loss_history(
+    history: list[list[Any]], stride: int, first_step: int, losses: list[Any]
+) -> tuple[list[list[Any]], int]:
+    """``history`` ([[step, loss], ...] by step, every step a multiple of ``stride``) with
+    the losses of steps ``first_step``, ``first_step + 1``, ... added; answers the new
+    history and stride.
+
+    Only steps that are multiples of the stride are kept, so the points stay evenly spaced;
+    while there are more than :data:`LOSS_HISTORY_MAX`, the stride doubles and every other
+    point goes. Non-finite losses are None. Calls may arrive out of order (concurrent steps
+    of one session): points are merged by step, and a step already held keeps its loss.
+    """
+    points = {int(step): loss for step, loss in history}
+    for offset, loss in enumerate(losses):
+        step = first_step + offset
+        if step % stride == 0 and step not in points:
+            points[step] = finite_or_none(loss)
+    while len(points) > LOSS_HISTORY_MAX:
+        stride *= 2
+        points = {step: loss for step, loss in points.items() if step % stride == 0}
+    return [[step, points[step]] for step in sorted(points)], stride
 
 
 def _batch_axes(plan: dict[str, Any]) -> list[str] | None:
@@ -246,6 +276,8 @@ class SessionService:
         for text in texts:
             record = json.loads(text)
             record.pop("params", None)
+            record.pop("loss_history", None)
+            record.pop("loss_history_stride", None)
             record["last_loss"] = finite_or_none(record.get("last_loss"))
             record["state"] = self.state_of(record["id"])
             items.append(record)
@@ -322,6 +354,8 @@ class SessionService:
             "last_loss": None,
             **spec,
             "params": result["params"],
+            "loss_history": [],
+            "loss_history_stride": 1,
         }
         await self.store.insert_session(session_id, mesh_id, created_at, json.dumps(record))
         self._epochs[session_id] = self.runtime.restarts
@@ -350,6 +384,8 @@ class SessionService:
                 "parameters are gone: create a new session"
             )
         record["last_loss"] = finite_or_none(record.get("last_loss"))
+        record.setdefault("loss_history", [])  # records made before loss histories
+        record.setdefault("loss_history_stride", 1)
         return record
 
     async def delete(self, session_id: str) -> None:
@@ -403,7 +439,15 @@ class SessionService:
             )
         async with self._metadata_lock:
             record = await self.record(session_id)
+            losses = result["losses"]
+            history, stride = extend_loss_history(
+                record.get("loss_history") or [],
+                record.get("loss_history_stride", 1),
+                result["step"] - len(losses) + 1,
+                losses,
+            )
+            record.update(loss_history=history, loss_history_stride=stride)
             if result["step"] > record["step"]:
-                record.update(step=result["step"], last_loss=finite_or_none(result["losses"][-1]))
-                await self.store.update_session(session_id, json.dumps(record))
+                record.update(step=result["step"], last_loss=finite_or_none(losses[-1]))
+            await self.store.update_session(session_id, json.dumps(record))
         return result

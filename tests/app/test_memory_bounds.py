@@ -41,7 +41,8 @@ ENDPOINTS = {
 JOB_MANY_METRICS = pytest.mark.xfail(
     strict=True,
     reason="job push of many metrics: 93x the body and 68 s for 218k metrics (5.2 MiB), "
-    "112x for 0.6 MiB (55k metrics, 13 s); reported to the job-endpoint owner (issue 15), not fixed here",
+    "112x for 0.6 MiB (55k metrics, 13 s); reported to the job-endpoint owner (issue 15), "
+    "not fixed here",
 )
 CASES = [
     pytest.param(
@@ -103,7 +104,9 @@ def test_metric_bodies_cost_a_bounded_multiple(server, endpoint, shape):
     )
     assert answer.status_code in (200, 201), answer.text[:300]
     multiple = growth / len(body)
-    assert multiple <= MAX_MULTIPLE, f"{endpoint} {shape}: peak +{growth >> 20} MiB = {multiple:.1f}x"
+    assert multiple <= MAX_MULTIPLE, (
+        f"{endpoint} {shape}: peak +{growth >> 20} MiB = {multiple:.1f}x"
+    )
 
 
 @pytest.mark.timeout(300)

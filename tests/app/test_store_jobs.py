@@ -92,3 +92,75 @@ def test_missing_sources_are_named_when_the_names_tell_them():
     assert store_jobs.missing_sources(["a", "b"], 3) is None
     assert store_jobs.missing_sources(["h-0", "g-1"], 3) is None
     assert sorted(["host-10", "host-2"], key=store_jobs.source_order) == ["host-2", "host-10"]
+
+
+def _point(step: int, reduced: str) -> store_jobs.PushItem:
+    return store_jobs.PushItem(
+        step=step, source="", sources=1, digest=reduced, num_devices=1, reduced=reduced
+    )
+
+
+def test_grouped_writes_share_one_commit_and_a_failing_one_is_rolled_back_alone(store):
+    import threading
+
+    from app.errors import StepConflict
+
+    store._write(lambda c: store_jobs.push(c, "g", [_point(0, '{"a":0}')], "t0", None))
+    commits = []
+    store._conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    batches = [
+        [_point(step, f'{{"a":{step}}}') for step in (2 * i + 1, 2 * i + 2)] for i in range(8)
+    ]
+    batches[3] = [_point(100, '{"a":100}'), _point(0, '{"a":"other"}')]  # a conflict: 409
+    outcomes: dict[int, object] = {}
+
+    def push(i):
+        try:
+            outcomes[i] = store._write_grouped(
+                lambda c: store_jobs.push(c, "g", batches[i], "t1", None)
+            )
+        except StepConflict as err:
+            outcomes[i] = err
+
+    with store._lock:  # every write queues behind this: one group takes them all
+        threads = [threading.Thread(target=push, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        while len(store._group) < 8:
+            threading.Event().wait(0.001)
+    for thread in threads:
+        thread.join()
+    store._conn.set_trace_callback(None)
+    assert commits == ["COMMIT"]
+    assert isinstance(outcomes.pop(3), StepConflict)
+    assert all(result == 0 for result in outcomes.values())
+    page, _ = store._run(lambda c: store_jobs.history_page(c, "g", 0, 1000, 1000, False))
+    stored = [p.step for p in page]
+    assert stored == [0, *(s for i in range(8) if i != 3 for s in (2 * i + 1, 2 * i + 2))]
+    assert [p.reduced for p in page][0] == '{"a":0}'
+    job = store._run(lambda c: store_jobs.get_job(c, "g"))
+    assert job.points == len(stored)  # the refused batch left nothing, not even counts
+
+
+def test_parts_stored_as_npz_before_still_merge(store):
+    from app.codecs.npz import encode_npz
+    from app.services import jobs
+
+    old = store_jobs.PushItem(
+        step=4,
+        source="host-0",
+        sources=2,
+        digest="legacy",
+        num_devices=2,
+        signature=jobs._signature(
+            jobs.PointInput(4, {"loss": np.array([1.0, 2.0])}, {}, None, "propagate")
+        ),
+        arrays=encode_npz({"loss": np.array([1.0, 2.0])}),
+    )
+    store._write(lambda c: store_jobs.push(c, "legacy", [old], "t0", jobs._merge_parts))
+    new = jobs.build_items(
+        [jobs.PointInput(4, {"loss": np.array([3.0, 6.0])}, {}, None, "propagate", "host-1", 2)]
+    )
+    assert new[0].arrays.startswith(b"DRXP1")
+    store._write(lambda c: store_jobs.push(c, "legacy", new, "t1", jobs._merge_parts))
+    assert new[0].complete and json.loads(new[0].step_reduced) == {"loss": 3.0}

@@ -253,9 +253,13 @@ def test_the_job_page_charts_100k_steps_downsampled(page, service, tmp_path):
     assert figures.count() == 2
     assert sorted(page.get_attribute("#charts", "data-metrics").split(",")) == ["accuracy", "loss"]
     for i in range(2):
-        canvas = figures.nth(i).locator("canvas")
-        assert canvas.get_attribute("data-series") == "1"
-        points = int(canvas.get_attribute("data-points"))
+        figure = figures.nth(i)
+        # one uPlot chart per metric: one metric series, drawn as max, min (the band) and mean
+        assert figure.locator(".uplot canvas").count() == 1
+        assert figure.get_attribute("data-series") == "1"
+        assert figure.get_attribute("data-plot-series") == "3"
+        assert figure.locator(".u-legend .u-series").count() == 4  # step + max, min, mean
+        points = int(figure.get_attribute("data-points"))
         assert 100 <= points <= 2000, points  # buckets, not 100,000 points
     info = page.inner_text("#view p.muted")
     assert "downsampled" in info, info
@@ -266,8 +270,10 @@ def test_the_job_page_charts_100k_steps_downsampled(page, service, tmp_path):
     )
     assert painted > 1000, painted
     page.screenshot(path=tmp_path / "job.png", full_page=True)
-    # Zoom: drag over the middle of the loss chart; the page asks for that range.
-    box = figures.nth(0).locator("canvas").bounding_box()
+    # Zoom: drag over the middle of the loss chart (uPlot's drag-to-zoom); the page asks
+    # the server for that step range and redraws from it.
+    before = page.get_attribute("figure[data-metric=loss]", "data-points")
+    box = page.locator("figure[data-metric=loss] .u-over").bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * 0.4, y)
     page.mouse.down()
@@ -275,6 +281,12 @@ def test_the_job_page_charts_100k_steps_downsampled(page, service, tmp_path):
     page.mouse.up()
     page.wait_for_function(
         "() => document.querySelector('#view p.muted').textContent.includes('steps ')"
+    )
+    zoomed = page.inner_text("#view p.muted")
+    first, last = (int(x) for x in zoomed.split("steps ")[1].split(".")[0].split("\u2013"))
+    assert 30_000 < first < last < 70_000 and last - first < 30_000, zoomed
+    page.wait_for_function(
+        "b => document.querySelector('figure[data-metric=loss]').dataset.points !== b", arg=before
     )
     page.screenshot(path=tmp_path / "job-zoomed.png", full_page=True)
     page.watch.assert_clean()
@@ -284,6 +296,11 @@ def test_the_session_page_with_login(page, service, tmp_path):
     session = service.data["session"]
     _open(page, f"{service.base_url}/sessions/{session['id']}")
     assert "5" in page.inner_text("#session-facts")
+    # The 5 steps ran before this tab opened: the curve is the service's loss history.
+    figure = "figure[data-metric=loss]"
+    assert page.get_attribute(figure, "data-points") == "5"
+    assert page.get_attribute(figure, "data-series") == "1"
+    assert page.get_attribute(figure, "data-plot-series") == "1"
     page.fill("#token", TOKEN)
     page.click("#sign-in")
     assert page.evaluate("() => sessionStorage.getItem('datarax-token')") == TOKEN
@@ -292,8 +309,19 @@ def test_the_session_page_with_login(page, service, tmp_path):
     page.wait_for_function(
         "() => document.querySelector('#session-facts').textContent.includes('15')"
     )
-    points = int(page.get_attribute("figure[data-metric=loss] canvas", "data-points"))
-    assert points >= 10, points
+    page.wait_for_function(
+        "f => document.querySelector(f).dataset.points === '15'", arg=figure, timeout=10_000
+    )
+    with _api(service) as client:
+        history = client.get(f"/v1/sessions/{session['id']}").json()["loss_history"]
+    assert [step for step, _ in history] == list(range(1, 16))
+    painted = page.evaluate(
+        "f => { const c = document.querySelector(f + ' canvas');"
+        " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        " let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }",
+        figure,
+    )
+    assert painted > 1000, painted
     page.screenshot(path=tmp_path / "session.png", full_page=True)
     page.watch.assert_clean()
 

@@ -67,7 +67,9 @@ def _probe_while(service: ServiceProcess, read) -> tuple[list[float], httpx.Resp
 
 
 READS = {
-    "plan-list-full-at-cap": lambda c, _: c.get("/v1/meshes", params={"view": "full", "limit": 100}),
+    "plan-list-full-at-cap": lambda c, _: c.get(
+        "/v1/meshes", params={"view": "full", "limit": 100}
+    ),
     "one-262144-device-plan": lambda c, big: c.get(big),
     "job-history-page-at-cap": lambda c, _: c.get(
         "/v1/jobs/live-probe/metrics", params={"limit": PAGE_POINTS}

@@ -481,27 +481,27 @@
 
   async function renderSession(id) {
     document.title = `session ${id}`;
-    const key = `datarax-losses-${id}`;
-    const seen = new Map(JSON.parse(sessionStorage.getItem(key) || "[]"));
-    const remember = (step, loss) => {
-      if (step > 0 && loss !== null && loss !== undefined) seen.set(step, loss);
-      sessionStorage.setItem(key, JSON.stringify([...seen].slice(-20000)));
-    };
     const facts = el("dl", { class: "facts", id: "session-facts" });
     const params = el("div");
     const chartBox = el("figure", { class: "metric", "data-metric": "loss" }, el("figcaption", { text: "loss" }));
+    const note = el("p", { class: "muted", id: "loss-note" });
     const steps = el("input", { type: "number", min: "1", value: "10", "aria-label": "steps to run" });
     const batch = el("input", { type: "number", min: "1", value: "32", "aria-label": "synthetic batch size" });
     const run = el("form", { class: "run" }, "Run ", steps, " steps on a synthetic batch of ", batch, " ", el("button", { type: "submit", text: "Run" }));
     view.replaceChildren(el("section", { class: "card" }, el("h2", {}, "Session ", el("code", { text: id })), facts, run),
-      el("section", { class: "card" }, el("h3", { text: "Loss" }), chartBox,
-        el("p", { class: "muted", text: "Losses of the steps this tab has seen (steps run here, and the last loss at each refresh)." })),
+      el("section", { class: "card" }, el("h3", { text: "Loss" }), chartBox, note),
       el("section", { class: "card" }, el("h3", { text: "Parameter layouts" }), params));
     const chart = new Chart(chartBox, { title: "loss over steps" });
-    const drawChart = () => {
-      const pts = [...seen].sort((a, b) => a[0] - b[0]);
-      const ys = pts.map((p) => (p[1] === null ? NaN : Number(p[1])));
-      chart.setData([{ name: "loss", steps: pts.map((p) => p[0]), min: ys, max: ys, mean: ys, last: ys }]);
+    // The service's loss history: [[step, loss], ...], every stride-th step, at most 2,000
+    // points; the last step joins it when the stride skipped it.
+    const drawChart = (s) => {
+      const pts = (s.loss_history || []).slice();
+      if (s.step > 0 && (!pts.length || pts[pts.length - 1][0] < s.step)) pts.push([s.step, s.last_loss]);
+      chart.setData([{ name: "loss", steps: pts.map((p) => p[0]), mean: pts.map((p) => p[1]) }]);
+      const stride = s.loss_history_stride || 1;
+      note.textContent = pts.length
+        ? `${pts.length} points: ${stride > 1 ? `every ${stride}th step of ${s.step}` : `every step`}, kept by the service (at most 2,000). Drag over the chart to zoom, double-click to reset.`
+        : "no steps yet";
     };
     let tag = null;
     const load = async () => {
@@ -509,22 +509,18 @@
       if (r.status === 304) return;
       tag = r.etag;
       const s = r.data;
-      for (const [k, v] of Object.entries(s.losses_by_step || {})) remember(Number(k), v);
-      remember(s.step, s.last_loss);
       facts.replaceChildren(...fact("step", s.step), ...fact("last loss", fmt(s.last_loss ?? NaN)),
         ...fact("plan", s.mesh_id), ...fact("strategy", s.strategy), ...fact("param sharding", s.param_sharding));
       if (s.mesh_id) facts.querySelectorAll("dd")[2].replaceChildren(el("a", { href: `/plans/${encodeURIComponent(s.mesh_id)}`, text: s.mesh_id }));
       params.replaceChildren(table(["path", "shape", "spec", "shard shape", "bytes per device"], (s.params || []).map((q) => [q.path, shape(q.shape), spec(q.spec), shape(q.shard_shape), bytes(q.bytes_per_device)])));
-      drawChart();
+      drawChart(s);
     };
     run.addEventListener("submit", async (e) => {
       e.preventDefault();
       try {
-        const r = await api(`/v1/sessions/${encodeURIComponent(id)}/steps`, {
+        await api(`/v1/sessions/${encodeURIComponent(id)}/steps`, {
           method: "POST", body: { steps: Number(steps.value), synthetic: { seed: 0, batch_size: Number(batch.value) } },
         });
-        const first = r.data.step - r.data.losses.length + 1;
-        r.data.losses.forEach((l, i) => remember(first + i, l));
         showProblem(null);
         tag = null;
         await load();
@@ -532,6 +528,7 @@
     });
     await load();
     every(POLL_MS, load);
+    window.addEventListener("resize", () => chart.draw());
   }
 
   // ------------------------------------------------------------------ devices page

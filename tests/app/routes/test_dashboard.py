@@ -63,8 +63,13 @@ def test_html_references_only_local_assets(client, path):
 def test_docs_serve_the_vendored_swagger_ui_and_redoc(client):
     assert "/dashboard/vendor/swagger-ui-5.32.0/swagger-ui-bundle.js" in client.get("/docs").text
     assert "/dashboard/vendor/redoc-2.5.2/redoc.standalone.js" in client.get("/redoc").text
-    for name in ("swagger-ui-5.32.0/LICENSE", "redoc-2.5.2/LICENSE"):
+    for name in ("swagger-ui-5.32.0/LICENSE", "redoc-2.5.2/LICENSE", "uplot-1.6.32/LICENSE"):
         assert "vendor/" + name in asset_names(), name
+    # The charts are uPlot's, vendored and pinned: the page loads its script and style.
+    page = client.get("/").text
+    for name in ("uPlot.iife.min.js", "uPlot.min.css"):
+        assert f"/dashboard/vendor/uplot-1.6.32/{name}" in page, name
+    assert "(v1.6.32)" in client.get("/dashboard/vendor/uplot-1.6.32/uPlot.iife.min.js").text
     # The docs pages are not API operations.
     paths = client.get("/openapi.json").json()["paths"]
     assert not {"/", "/docs", "/redoc", "/devices"} & set(paths)

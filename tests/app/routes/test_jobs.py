@@ -293,3 +293,127 @@ def _has_example(doc: dict, operation: dict) -> bool:
     return any(_shows_example(doc, p) for p in operation.get("parameters", [])) or any(
         _shows_example(doc, c) for c in answers
     )
+
+
+def _columnar_points(rng, steps, devices=8):
+    return [
+        {"step": s, "metrics": {"loss": rng.normal(size=devices).tolist(), "lr": 0.5 / (s + 1)}}
+        for s in steps
+    ]
+
+
+def test_the_columnar_batch_path_stores_what_single_pushes_store(client):
+    # Every point {"step", "metrics"} with float lists: the vectorised path; a retry of one
+    # point as a single push, and the same point in a batch the per-point path takes,
+    # must meet the same digest (200) and the same reduced text.
+    rng = np.random.default_rng(11)
+    points = _columnar_points(rng, range(40))
+    points[3]["metrics"]["loss"][2] = 1e308  # an overflowing sum stays what numpy gives
+    points[5]["metrics"]["loss"][0] = -0.0
+    answer = client.post("/v1/jobs/columnar/metrics/batch", json={"points": points})
+    assert answer.status_code == 201 and answer.json()["created"] == 40, answer.text
+    for point in points[:6]:
+        assert client.post("/v1/jobs/columnar-single/metrics", json=point).status_code == 201
+        retry = client.post("/v1/jobs/columnar/metrics", json=point)
+        assert retry.status_code == 200, retry.text
+    batched = client.get("/v1/jobs/columnar/metrics", params={"until_step": 5}).json()["points"]
+    single = client.get("/v1/jobs/columnar-single/metrics").json()["points"]
+    assert [p["reduced"] for p in batched] == [p["reduced"] for p in single]
+    # The per-point path (an extra member) meets the same stored digests: all unchanged.
+    slow = [{**p, "reduce": {}} for p in points]
+    again = client.post("/v1/jobs/columnar/metrics/batch", json={"points": slow})
+    assert again.status_code == 200 and again.json()["unchanged"] == 40
+    changed = [dict(p) for p in points]
+    changed[7] = {"step": 7, "metrics": {"loss": [0.0] * 8, "lr": 0.5 / 8}}
+    assert_problem(
+        client.post("/v1/jobs/columnar/metrics/batch", json={"points": changed}),
+        409,
+        "step_conflict",
+    )
+    # An all-integer list is int64, not float64, for the digest: not the columnar path.
+    ints = [{"step": 100, "metrics": {"loss": [1, 2]}}, {"step": 101, "metrics": {"loss": [3, 4]}}]
+    assert client.post("/v1/jobs/columnar/metrics/batch", json={"points": ints}).status_code == 201
+    for point in ints:
+        assert client.post("/v1/jobs/columnar/metrics", json=point).status_code == 200
+
+
+def test_npz_batches_store_what_json_batches_store(client):
+    rng = np.random.default_rng(12)
+    points = _columnar_points(rng, range(10, 30), devices=4)
+    body = npz_bytes(
+        _step=np.array([p["step"] for p in points]),
+        loss=np.array([p["metrics"]["loss"] for p in points]),
+        lr=np.array([p["metrics"]["lr"] for p in points]),
+    )
+    url = "/v1/jobs/npz-batch/metrics/batch"
+    first = client.post(url, content=body, headers=NPZ_HEADERS)
+    assert first.status_code == 201 and first.json()["created"] == 20, first.text
+    assert client.post(url, content=body, headers=NPZ_HEADERS).json()["unchanged"] == 20
+    assert client.post(url, json={"points": points}).status_code == 200  # same digests
+    assert (
+        client.post("/v1/jobs/npz-json/metrics/batch", json={"points": points}).status_code == 201
+    )
+    a = client.get("/v1/jobs/npz-batch/metrics").json()["points"]
+    b = client.get("/v1/jobs/npz-json/metrics").json()["points"]
+    assert [p["reduced"] for p in a] == [p["reduced"] for p in b]
+
+    # Options in the query; float32 and weights take the per-point path, same rules.
+    weighted = npz_bytes(
+        _step=np.array([0, 1]),
+        loss=np.array([[1.0, 3.0], [2.0, np.nan]], dtype=np.float32),
+        _weights=np.array([[1.0, 3.0], [1.0, 1.0]]),
+    )
+    answer = client.post(
+        "/v1/jobs/npz-weighted/metrics/batch",
+        content=weighted,
+        headers=NPZ_HEADERS,
+        params={"nan_policy": "omit", "reduce": "loss:mean"},
+    )
+    assert answer.status_code == 201, answer.text
+    got = client.get("/v1/jobs/npz-weighted/metrics").json()["points"]
+    assert [p["reduced"]["loss"] for p in got] == [2.5, 2.0]
+
+    assert_problem(
+        client.post(url, content=npz_bytes(loss=np.ones((2, 2))), headers=NPZ_HEADERS),
+        422,
+        "validation_error",
+    )
+    assert_problem(
+        client.post(
+            url, content=npz_bytes(_step=np.arange(2), loss=np.ones((3, 2))), headers=NPZ_HEADERS
+        ),
+        422,
+        "invalid_tensor",
+    )
+    assert_problem(
+        client.post(url, json={"points": points}, params={"source": "h-0"}),
+        422,
+        "validation_error",
+    )
+
+
+def test_npz_batches_of_parts_merge_like_json_parts(client):
+    rng = np.random.default_rng(13)
+    values = rng.normal(size=(6, 3 * 2))
+    for host in range(3):
+        part = values[:, host * 2 : (host + 1) * 2]
+        if host == 1:  # one host in JSON, the others in npz
+            points = [{"step": s, "metrics": {"loss": part[s].tolist()}} for s in range(6)]
+            body = {"points": points, "source": "host-1", "sources": 3}
+            answer = client.post("/v1/jobs/npz-parts/metrics/batch", json=body)
+        else:
+            answer = client.post(
+                "/v1/jobs/npz-parts/metrics/batch",
+                content=npz_bytes(_step=np.arange(6), loss=part),
+                headers=NPZ_HEADERS,
+                params={"source": f"host-{host}", "sources": 3},
+            )
+        assert answer.status_code == 201, answer.text
+    assert answer.json()["completed_steps"] == 6
+    got = client.get("/v1/jobs/npz-parts/metrics").json()["points"]
+    for s in range(6):
+        one = client.post(
+            "/v1/jobs/npz-parts-whole/metrics",
+            json={"step": s, "metrics": {"loss": values[s].tolist()}},
+        )
+        assert one.json()["reduced"] == got[s]["reduced"]
