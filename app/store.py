@@ -35,7 +35,8 @@ T = TypeVar("T")
 SCHEMA_VERSION = 3
 """``PRAGMA user_version`` of a current file. 1 (written as 0 by SQLite): plans,
 ``job_points (job, step, reduced, received_at)``, sessions. 2: the job tables of
-:mod:`app.store_jobs`. 3: its ``job_pending`` (per incomplete multi-source step). ``open()`` migrates an older file in place, in one transaction."""
+:mod:`app.store_jobs`. 3: its ``job_pending`` (per incomplete multi-source step).
+``open()`` migrates an older file in place, one transaction per version."""
 
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: store_jobs.migrate_to_v2,

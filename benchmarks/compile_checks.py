@@ -13,6 +13,8 @@
 - ``estimate_vs_xla``: one row per case of :data:`CASES` (v5e, v5p, v6e; 8 to 65,536
   chips; fitting and not): the plan's memory estimate (``cost.memory_estimate``) against
   XLA's ``memory_analysis()`` of the compiled step (peak), and both ``fits`` verdicts.
+  Where XLA refuses the step for memory, its error text's figure (``(51.97G) exceeds
+  available HBM``, 10 MiB resolution) is what the estimate is compared with.
 
 Needs libtpu (``jax[tpu]``); without it ``run()`` raises.
 """
@@ -27,6 +29,7 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -155,6 +158,18 @@ def _end_to_end() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+_OOM_FIGURE = re.compile(r"\(([\d.]+)([KMGT])\) exceeds available")
+
+
+def _oom_bytes(text: str | None) -> int | None:
+    """What XLA says a refused program needs, from its ``CompileTimeHbmOom`` text
+    (``... (48.13G) exceeds available HBM ...``; G = GiB, two decimals), or ``None``."""
+    match = _OOM_FIGURE.search(text or "")
+    if not match:
+        return None
+    return int(float(match.group(1)) * 1024 ** "KMGT".index(match.group(2)) * 1024)
+
+
 def _estimate_rows() -> list[dict[str, Any]]:
     from datarax.distributed.compile_step import (  # noqa: PLC0415
         compile_train_step,
@@ -176,6 +191,8 @@ def _estimate_rows() -> list[dict[str, Any]]:
         est = memory_estimate(model, layout.axes, batch, hbm_bytes=hbm)
         xla = compile_train_step(model, mesh, batch, hbm_bytes=hbm)
         peak = xla["memory"]["peak_bytes"] if xla["memory"] else None
+        oom = _oom_bytes(xla["xla_error"]) if peak is None else None
+        compared = peak or oom
         rows.append({
             "bench": "estimate_vs_xla",
             "hardware": hardware,
@@ -187,7 +204,8 @@ def _estimate_rows() -> list[dict[str, Any]]:
             "batch": batch,
             "estimate_bytes": est["total"],
             "xla_peak_bytes": peak,
-            "relative": None if not peak else (est["total"] - peak) / peak,
+            "xla_oom_bytes": oom,
+            "relative": None if not compared else (est["total"] - compared) / compared,
             "estimate_fits": est["fits"],
             "xla_fits": xla["fits"],
             "compile_s": xla["compile_s"],
@@ -207,7 +225,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
              "rel. error | fits est / XLA |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     gib = 2**30
     for r in table:
-        xla = "OOM" if r["xla_peak_bytes"] is None else f"{r['xla_peak_bytes'] / gib:.3f}"
+        if r["xla_peak_bytes"] is not None:
+            xla = f"{r['xla_peak_bytes'] / gib:.3f}"
+        elif r.get("xla_oom_bytes"):
+            xla = f"OOM, needs {r['xla_oom_bytes'] / gib:.2f}"
+        else:
+            xla = "OOM"
         rel = "-" if r["relative"] is None else f"{r['relative']:+.0%}"
         lines.append(
             f"| {r['hardware']} | {r['chips']} | {r['axes']} | {r['model']} | {r['batch']} | "

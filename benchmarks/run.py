@@ -460,6 +460,29 @@ def write_markdown(results: dict, path: Path) -> None:
             "",
             r["estimate_validation"]["table"].rstrip(),
         ]
+    if "jobs" in r:
+        lines += [
+            "",
+            "## Job history (`benchmarks/jobs.py`, side by side in one run)",
+            "",
+            "| benchmark | figures | target |",
+            "|---|---|---|",
+        ]
+        for row in r["jobs"]:
+            figures = ", ".join(f"{k}={v}" for k, v in row.items() if k not in ("bench", "target"))
+            lines.append(f"| {row['bench']} | {figures} | {row.get('target', '-')} |")
+    if "compile_checks" in r:
+        from benchmarks import compile_checks
+
+        lines += [
+            "",
+            "## Compile checks: the estimate against XLA (`benchmarks/compile_checks.py`)",
+            "",
+            "TPU targets compiled through libtpu on this CPU-only host; `XLA peak` is",
+            "`memory_analysis().peak_memory_in_bytes`.",
+            "",
+            compile_checks.markdown(r["compile_checks"]),
+        ]
     lines += [
         "",
         "## Where the time goes (profiled 2026-11-30; read with the table above)",
@@ -526,6 +549,13 @@ def main() -> None:
         results["served_steps"] = bench_served_steps(client, args.repeats)
         print("served_steps", results["served_steps"], flush=True)
     results["estimate_validation"] = bench_estimate_validation()
+    print("estimate_validation done", flush=True)
+    from benchmarks import compile_checks, jobs
+
+    results["jobs"] = jobs.run()
+    print("jobs", results["jobs"], flush=True)
+    results["compile_checks"] = compile_checks.run()
+    print("compile_checks done", flush=True)
     write_markdown(results, args.out)
     print(f"wrote {args.out}")
 

@@ -232,7 +232,8 @@ def estimate_error(estimate: dict[str, Any] | None, result: dict[str, Any]) -> A
     "relative"}}`` with ``relative = (estimate - xla) / xla``, and ``fits_agrees``.
 
     Fields: ``argument_bytes`` (estimate: params + optimizer + batch, what the step takes
-    in), ``temp_bytes`` (grads + activations, what it makes) and ``peak_bytes`` (total).
+    in), ``temp_bytes`` (grads + activations + temporaries, what it makes) and
+    ``peak_bytes`` (total).
     """
     if not estimate or not result.get("memory"):
         if estimate and estimate.get("fits") is not None:
@@ -241,7 +242,7 @@ def estimate_error(estimate: dict[str, Any] | None, result: dict[str, Any]) -> A
     mem = result["memory"]
     pairs = {
         "argument_bytes": estimate["params"] + estimate["optimizer"] + estimate["batch"],
-        "temp_bytes": estimate["grads"] + estimate["activations"],
+        "temp_bytes": estimate["grads"] + estimate["activations"] + estimate.get("temporaries", 0),
         "peak_bytes": estimate["total"],
     }
     out: dict[str, Any] = {}

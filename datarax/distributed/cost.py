@@ -189,6 +189,40 @@ def _check_tensor(model: ModelSpec, t: int) -> None:
                 )
 
 
+_F32 = 4
+_IN_FLIGHT_GATHERS = 1
+
+
+def _temporaries(
+    model: ModelSpec,
+    specs: Sequence[tuple[ParamGroup, tuple, tuple[int, ...], bool]],
+    sizes: Mapping[str, int],
+    tokens: int,
+    itemsize: int,
+) -> dict[str, int]:
+    """What XLA holds beside the state and the saved activations at the step's peak
+    (see :func:`memory_estimate`)."""
+    t = sizes["tensor"]
+    fsdp = sizes["fsdp"]
+    gathered = sorted(
+        (math.prod(shard) * group.repeat * itemsize * fsdp for group, _, shard, split in specs
+         if split and fsdp > 1),
+        reverse=True,
+    )  # fmt: skip
+    out = {"fsdp_gathered": sum(gathered[:_IN_FLIGHT_GATHERS]), "float32": 0}
+    if isinstance(model, TransformerSpec):
+        # Cross-entropy in float32 over this device's vocabulary slice: the log-softmax
+        # kept for the backward pass and the logits' gradient, 4 bytes each.
+        out["float32"] += 2 * _F32 * tokens * model.vocab // t
+        # Attention in float32 [tokens, heads / t, S]: softmax keeps its float32 output
+        # for its backward pass (the bf16 probabilities the activations count are a
+        # second residual, for the AV product), in every layer unless rematerialized;
+        # one layer's backward pass holds the probabilities' and scores' gradients.
+        scores = _F32 * tokens * (model.heads // t) * model.seq_len
+        out["float32"] += scores * (1 if model.remat == "full" else model.layers) + 2 * scores
+    return out
+
+
 def memory_estimate(
     model: ModelSpec | Mapping[str, Any],
     axes: Mapping[str, int],
@@ -198,18 +232,50 @@ def memory_estimate(
     optimizer: str = "adam",
     hbm_bytes: int | None = None,
 ) -> dict[str, Any]:
-    """Bytes per device of one training step.
+    """Bytes per device of one training step, at its peak.
 
     ``params``, ``grads`` and ``optimizer`` (moments, ``OPTIMIZER_STATE_FACTOR`` times the
     parameters) are held in the model's dtype (optax keeps moments in the parameters'
     dtype) and sharded as :func:`param_specs` says; ``activations`` are what the backward
     pass keeps (``ModelSpec.activation_elements_per_token``) for this device's tokens;
-    ``batch`` is this device's slice of inputs and targets. XLA's temporaries (fusion
-    buffers, gathered FSDP weights in flight) are not counted.
+    ``batch`` is this device's slice of inputs and targets.
+
+    ``temporaries`` are the buffers XLA allocates beside those at the step's peak, as the
+    compiled step (:mod:`datarax.distributed.compile_step`) computes:
+
+    - FSDP parameters gathered in flight: an fsdp-split parameter is all-gathered whole
+      (its tensor shard) where it is used, in the forward and again in the backward pass,
+      and its gradient exists whole before the reduce-scatter. XLA's TPU scheduler
+      (latency-hiding, memory-pressure aware) places each gather next to its use and
+      frees the gathered copy after its last use in that pass, and the backward pass
+      makes the input gradient (which needs the gathered parameter) before the weight
+      gradient (whole, then reduce-scattered), so one whole parameter is live at a time:
+      the largest gathered group is counted (a transformer's per-layer group is one
+      stacked ``[layers, ...]`` array that the scan takes whole). Small parameters are
+      prefetched further ahead (compiles show up to 3 gathered weights of 8-32 MiB
+      live); that is not modelled.
+    - float32 temporaries of the transformer: the loss is computed in float32 over
+      ``vocab / tensor`` logits per token (the step casts the logits up); the backward
+      pass keeps the log-softmax and makes the logits' gradient, 8 bytes per token and
+      vocabulary entry beside the bf16 logits the activations count. The attention
+      scores are cast to float32 for the softmax; only the probabilities are saved (in
+      the model dtype) for the AV product, but softmax keeps its own float32 output as the
+      residual of its backward pass (4 bytes per token, head and position in every layer;
+      in the recomputed layer only under ``remat: full``), and one layer's backward pass
+      holds the gradients of the probabilities and of the scores in float32, 8 bytes per
+      token, head and position.
+    - ``remat: full``: the activations already count one layer's recomputed activations
+      beside each layer's saved input (``activation_elements_per_token``).
+
+    Left out: XLA's fixed per-program buffers (collective scratch, the all-reduce of a
+    data-parallel gradient in flight), which are tens of MiB and so only matter for small
+    programs, and fusion choices that materialize an extra float32 copy of an
+    activation; see ``benchmarks/compile_checks.py`` for where they show.
 
     Returns:
-      ``{"params", "optimizer", "grads", "activations", "batch", "total", "hbm_bytes",
-      "fits"}`` (ints and a bool; ``hbm_bytes``/``fits`` are ``None`` without HBM).
+      ``{"params", "optimizer", "grads", "activations", "batch", "temporaries", "total",
+      "hbm_bytes", "fits"}`` (ints and a bool; ``hbm_bytes``/``fits`` are ``None`` without
+      HBM); ``total`` is the sum of the first six.
     """
     model = model_spec(model)
     roles = axis_roles(list(axes), roles)
@@ -222,21 +288,21 @@ def memory_estimate(
     _check_tensor(model, sizes["tensor"])
     tokens = _tokens_per_device(model, global_batch, sizes["data"] * sizes["fsdp"])
     itemsize = DTYPE_BYTES[model.dtype]
-    params = sum(
-        math.prod(shard) * group.repeat * itemsize
-        for group, _, shard, _ in param_specs(model, axes, roles)
-    )
+    specs = param_specs(model, axes, roles)
+    params = sum(math.prod(shard) * group.repeat * itemsize for group, _, shard, _ in specs)
     activations = int(model.activation_elements_per_token(sizes["tensor"]) * tokens * itemsize)
     examples = tokens // model.tokens_per_example
     batch = examples * model.batch_bytes_per_example()
     optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer]
-    total = 2 * params + optimizer_bytes + activations + batch
+    temporaries = sum(_temporaries(model, specs, sizes, tokens, itemsize).values())
+    total = 2 * params + optimizer_bytes + activations + batch + temporaries
     return {
         "params": params,
         "optimizer": optimizer_bytes,
         "grads": params,
         "activations": activations,
         "batch": batch,
+        "temporaries": temporaries,
         "total": total,
         "hbm_bytes": hbm_bytes,
         "fits": None if hbm_bytes is None else total <= hbm_bytes,

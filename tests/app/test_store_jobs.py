@@ -164,3 +164,44 @@ def test_parts_stored_as_npz_before_still_merge(store):
     assert new[0].arrays.startswith(b"DRXP1")
     store._write(lambda c: store_jobs.push(c, "legacy", new, "t1", jobs._merge_parts))
     assert new[0].complete and json.loads(new[0].step_reduced) == {"loss": 3.0}
+
+
+def test_a_version_2_file_with_pending_parts_completes_them_after_migration(tmp_path):
+    import sqlite3
+
+    from app.services import jobs
+
+    def part(source, loss):
+        point = jobs.PointInput(7, {"loss": np.array(loss)}, {}, None, "propagate", source, 3)
+        return jobs.build_items([point])
+
+    path = tmp_path / "v2.sqlite"
+    store = Store(path)
+    store.open()
+    for source, loss in (("host-0", [1.0, 2.0]), ("host-1", [3.0, 4.0])):
+        items = part(source, loss)
+        store._write(lambda c, i=items: store_jobs.push(c, "old", i, "t0", jobs._merge_parts))
+    store.close()
+    conn = sqlite3.connect(path)  # back to what a version-2 service left
+    conn.execute("DROP TABLE job_pending")
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+
+    store = Store(path)
+    store.open()
+    try:
+        retry = part("host-1", [3.0, 4.0])
+        store._write(lambda c: store_jobs.push(c, "old", retry, "t1", jobs._merge_parts))
+        assert retry[0].created is False and retry[0].complete is False
+        last = part("host-2", [5.0, 6.0])
+        store._write(lambda c: store_jobs.push(c, "old", last, "t2", jobs._merge_parts))
+        assert last[0].complete and json.loads(last[0].step_reduced) == {"loss": 3.5}
+        late = part("host-3", [5.0, 6.0])
+        with pytest.raises(Exception, match="already has all 3 sources"):
+            store._write(lambda c: store_jobs.push(c, "old", late, "t3", jobs._merge_parts))
+        assert store._run(lambda c: c.execute("SELECT COUNT(*) FROM job_pending").fetchone()) == (
+            0,
+        )
+    finally:
+        store.close()

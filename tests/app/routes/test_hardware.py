@@ -138,11 +138,12 @@ def test_transformer_plan_has_step_estimate_and_fits(api):
         assert {"axis", "kind", "bytes_per_device", "link", "seconds"} <= set(entry)
         assert entry["axis"] in plan["axes"]
     memory = plan["memory_per_device"]
-    for key in ("params", "grads", "optimizer", "activations", "batch", "total", "hbm_bytes"):
+    for key in ("params", "grads", "optimizer", "activations", "batch", "temporaries", "total",
+                "hbm_bytes"):  # fmt: skip
         assert isinstance(memory[key], int), key
     assert memory["fits"] is True and memory["hbm_bytes"] == HARDWARE["tpu-v5e"].hbm_bytes
     assert memory["total"] == sum(
-        memory[k] for k in ("params", "grads", "optimizer", "activations", "batch")
+        memory[k] for k in ("params", "grads", "optimizer", "activations", "batch", "temporaries")
     )
     assert memory["params"] == sum(p["bytes_per_device"] for p in plan["params"])
 
