@@ -101,6 +101,7 @@ CODES: dict[str, Code] = _codes(
     ("non_finite_values", 422, "Invalid metrics", "NaN/Inf with nan_policy raise"),
     ("nan_policy_traced", 422, "Invalid metrics", "nan_policy raise on traced values"),
     ("unbound_axis_name", 422, "Invalid metrics", "a collective outside pmap/shard_map"),
+    ("too_many_metrics", 422, "Too many metrics", "a job point with more than 1,000 metrics"),
     ("reserved_metric_name", 422, "Reserved metric name", "a metric named _num_devices (npz)"),
     # --- job metric history
     ("job_not_found", 404, "Job not found", "no stored job with that name"),

@@ -17,7 +17,11 @@ from pydantic.json_schema import models_json_schema
 from app.errors import PROBLEM_MEDIA_TYPE
 from app.routing import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE
 from app.schemas.jobs import JobBatchRequest, JobMetricsRequest
-from app.schemas.metrics import MetricsCollectRequest, MetricsReduceRequest
+from app.schemas.metrics import (
+    NESTED_NUMBER_SCHEMA,
+    MetricsCollectRequest,
+    MetricsReduceRequest,
+)
 from app.schemas.problems import FieldError, Problem, ValidationProblem
 from app.schemas.sessions import StepRequest
 
@@ -131,13 +135,39 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
                             }
                         },
                     }
+        components.setdefault("NestedNumber", NESTED_NUMBER_SCHEMA)
         for unused in ("HTTPValidationError", "ValidationError"):
             components.pop(unused, None)
         _declare_auth(schema, app.state.settings)
+        _standard_bounds(schema)
         app.openapi_schema = schema
         return schema
 
     return build
+
+
+_BOUND_KEYWORDS = {
+    "ge": "minimum",
+    "le": "maximum",
+    "gt": "exclusiveMinimum",
+    "lt": "exclusiveMaximum",
+}
+
+
+def _standard_bounds(node: Any) -> None:
+    """Pydantic writes ``Field(ge=..)`` on a validated ``JsonInt`` inside a list or an
+    optional as ``{"ge": 1}``, which JSON Schema ignores (the document then allowed 0 where
+    the server refuses it); rename those keys to ``minimum``/``maximum``/``exclusive*``."""
+    if isinstance(node, dict):
+        if node.get("type") in ("integer", "number"):
+            for raw, keyword in _BOUND_KEYWORDS.items():
+                if raw in node:
+                    node.setdefault(keyword, node.pop(raw))
+        for value in node.values():
+            _standard_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            _standard_bounds(value)
 
 
 def _declare_auth(schema: dict[str, Any], settings: Any) -> None:

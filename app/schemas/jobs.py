@@ -8,7 +8,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from app.schemas.base import Strict
-from app.schemas.metrics import METRICS_REQUEST_EXAMPLE, MetricsReduceRequest, Tensor
+from app.schemas.metrics import (
+    METRICS_REQUEST_EXAMPLE,
+    MetricsReduceRequest,
+    NumberList,
+    Tensor,
+)
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 SOURCE_PATTERN = r"^[A-Za-z0-9._:-]{0,128}$"
@@ -49,7 +54,7 @@ class JobMetricsRequest(MetricsReduceRequest):
         extra="forbid", json_schema_extra={"examples": [JOB_POINT_EXAMPLE, JOB_PART_EXAMPLE]}
     )
 
-    metrics: dict[str, list[Any] | Tensor | StrictFloat | StrictInt] = Field(
+    metrics: dict[str, NumberList | Tensor | StrictFloat | StrictInt] = Field(
         description="name -> stacked per-device values (leading axis = this source's "
         "devices), or a scalar every device agrees on"
     )

@@ -65,6 +65,18 @@ _HARDWARE_ONLY = ("topology", "slices", "hosts", "ici", "dcn", "allow_split_phys
 _HARDWARE_MLP_ONLY = ("dtype", "remat", "loss")
 
 
+def _given(model: BaseModel, names: tuple[str, ...]) -> list[str]:
+    """The members of ``names`` sent with a value other than their default: an explicit
+    ``null`` or default (``"slices": 1``) means the same as leaving the member out, as the
+    schema says."""
+    fields = type(model).model_fields
+    return [
+        name
+        for name in names
+        if name in model.model_fields_set and getattr(model, name) != fields[name].default
+    ]
+
+
 class MeshPlanRequest(Strict):
     """A mesh plan request. Unknown fields are rejected (422 ``validation_error``)."""
 
@@ -141,7 +153,7 @@ class MeshPlanRequest(Strict):
     def _plain_or_hardware(self) -> MeshPlanRequest:
         given = self.model_fields_set
         if self.hardware is None:
-            extra = [name for name in _HARDWARE_ONLY if name in given]
+            extra = _given(self, _HARDWARE_ONLY)
             if extra:
                 raise ValueError(f"{', '.join(extra)} need hardware (a name of /v1/hardware)")
             if self.axes is None:
@@ -149,11 +161,11 @@ class MeshPlanRequest(Strict):
             if isinstance(self.model, TransformerModel):
                 raise ValueError("a transformer model needs a hardware plan (hardware and ici)")
             if self.model is not None:
-                extra = [n for n in _HARDWARE_MLP_ONLY if n in self.model.model_fields_set]
+                extra = _given(self.model, _HARDWARE_MLP_ONLY)
                 if extra:
                     raise ValueError(f"model.{', model.'.join(extra)} need a hardware plan")
             return self
-        extra = [name for name in _PLAIN_ONLY if name in given]
+        extra = [n for n in _PLAIN_ONLY if n in given and getattr(self, n) is not None]
         if extra:
             raise ValueError(
                 f"{', '.join(extra)} do not apply to a hardware plan: its axes are the keys "
@@ -162,7 +174,7 @@ class MeshPlanRequest(Strict):
         if self.ici is None:
             raise ValueError("a hardware plan needs ici, e.g. {'data': -1}")
         if isinstance(self.model, MlpModel):
-            extra = [n for n in ("param_sharding", "optimizer") if n in self.model.model_fields_set]
+            extra = _given(self.model, ("param_sharding", "optimizer"))
             if extra:
                 raise ValueError(
                     f"model.{', model.'.join(extra)} do not apply to a hardware plan (axis "

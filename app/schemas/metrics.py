@@ -10,13 +10,30 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app.codecs.json_arrays import OIP_DTYPES
 from app.schemas.base import JsonInt, Strict
 from datarax.distributed.metrics import NAN_POLICIES, REDUCE_OPS
 
 OIP_DATATYPES = tuple(OIP_DTYPES)
+
+NESTED_NUMBER_SCHEMA: dict[str, Any] = {
+    "description": "a number, true/false, null (NaN) or a nested list of them",
+    "anyOf": [
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "array", "items": {"$ref": "#/components/schemas/NestedNumber"}},
+    ],
+}
+"""``NestedNumber`` in the OpenAPI components (``app.openapi``): what a JSON metric, batch
+or tensor ``data`` list holds. Validation stays ``list[Any]`` (decoding checks the items)."""
+
+NumberList = Annotated[
+    list[Any],
+    WithJsonSchema({"type": "array", "items": {"$ref": "#/components/schemas/NestedNumber"}}),
+]
 
 METRICS_REQUEST_EXAMPLE = {
     "metrics": {
@@ -39,13 +56,13 @@ class Tensor(Strict):
         description=f"one of {', '.join(OIP_DATATYPES)} (BF16 and BYTES are not supported)",
         json_schema_extra={"enum": list(OIP_DATATYPES)},
     )
-    data: list[Any] = Field(
+    data: NumberList = Field(
         description="exactly prod(shape) values, row-major (nested lists allowed); another "
         "count is 422 invalid_tensor"
     )
 
 
-MetricValue = list[Any] | Tensor
+MetricValue = NumberList | Tensor
 
 _METRICS_DESCRIPTION = (
     "name -> stacked per-device values, leading axis = devices: a nested JSON list or an "

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from app.schemas.base import JsonInt, OptimizerName, Strict
 from app.schemas.meshes import ParamLayout
-from app.schemas.metrics import Tensor
+from app.schemas.metrics import NumberList, Tensor
 
 SESSION_REQUEST_EXAMPLE: dict[str, Any] = {
     "model": {"kind": "mlp", "features": [16, 64, 4]},
@@ -57,8 +57,8 @@ class SyntheticBatch(Strict):
 
 
 class StepBatch(Strict):
-    inputs: list[Any] | Tensor = Field(description="[B, features[0]] numbers")
-    targets: list[Any] | Tensor | None = Field(
+    inputs: NumberList | Tensor = Field(description="[B, features[0]] numbers")
+    targets: NumberList | Tensor | None = Field(
         None, description="[B, features[-1]] floats (mse) or [B] class ids (cross_entropy)"
     )
 

@@ -417,3 +417,30 @@ def test_npz_batches_of_parts_merge_like_json_parts(client):
             json={"step": s, "metrics": {"loss": values[s].tolist()}},
         )
         assert one.json()["reduced"] == got[s]["reduced"]
+
+
+def test_a_point_takes_at_most_1000_metrics(client):
+    many = {f"m{i}": [1.0, 2.0] for i in range(1001)}
+    single = client.post("/v1/jobs/wide/metrics", json={"step": 1, "metrics": many})
+    assert "1001 metrics" in assert_problem(single, 422, "too_many_metrics")["detail"]
+    batch = {"points": [{"step": s, "metrics": many} for s in (1, 2)]}
+    problem = assert_problem(
+        client.post("/v1/jobs/wide/metrics/batch", json=batch), 422, "too_many_metrics"
+    )
+    assert "point 0" in problem["detail"]
+    npz = npz_bytes(_step=np.array([1]), **{k: np.ones((1, 2)) for k in many})
+    assert_problem(
+        client.post(
+            "/v1/jobs/wide/metrics/batch",
+            content=npz,
+            headers={"content-type": "application/x-npz"},
+        ),
+        422,
+        "too_many_metrics",
+    )
+    exactly = {f"m{i}": [1.0, 2.0] for i in range(1000)}
+    assert (
+        client.post("/v1/jobs/wide/metrics", json={"step": 1, "metrics": exactly}).status_code
+        == 201
+    )
+    assert client.get("/v1/jobs/wide/metrics").json()["points"][0]["step"] == 1
