@@ -69,7 +69,7 @@ async def list_jobs(
     request: Request,
     store: StoreDep,
     limit: Annotated[int, Query(ge=1, le=1000, examples=[100])] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
 ) -> Response:
     """Every job with its points, first and last step, ``last_push_at``, ``finished``, and
     the newest incomplete multi-source step with the sources that lag."""
@@ -268,7 +268,8 @@ async def get_job_metrics(
     store: StoreDep,
     since_step: StepQuery = None,
     until_step: StepQuery = None,
-    after_step: StepQuery = None,
+    # The last step is MAX_STEP: nothing comes after it (and after_step + 1 must fit SQLite).
+    after_step: Annotated[int | None, Query(ge=0, le=MAX_STEP - 1)] = None,
     limit: Annotated[int, Query(ge=1, le=jobs.MAX_PAGE)] = jobs.DEFAULT_PAGE,
     max_points: Annotated[
         int | None,

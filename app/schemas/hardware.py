@@ -46,6 +46,9 @@ RECOMMENDATION_EXAMPLE = {
 }
 
 _Size = Annotated[JsonInt, Field(ge=1, le=1_048_576)]
+# Plans and recommendations walk the parameters layer by layer: 1,048,575 layers took 48 s
+# of one request (schemathesis); the deepest published models have a few hundred.
+MAX_LAYERS = 4096
 
 
 class HardwareMlpModel(Strict):
@@ -62,7 +65,7 @@ class TransformerModel(Strict):
     """A decoder-only transformer (no biases; gated MLP unless ``mlp: plain``)."""
 
     kind: Literal["transformer"]
-    layers: _Size
+    layers: Annotated[JsonInt, Field(ge=1, le=MAX_LAYERS)]
     d_model: _Size
     d_ff: _Size
     heads: _Size

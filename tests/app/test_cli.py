@@ -79,7 +79,6 @@ def test_version_prints_the_package_and_jax_versions_and_exits_0():
     assert result.returncode == 0, result.stderr
     v = versions()
     assert result.stdout.strip() == (
-        f"datarax-serve {v['version']} (jax {v['jax']}, jaxlib {v['jaxlib']}, "
-        f"python {v['python']})"
+        f"datarax-serve {v['version']} (jax {v['jax']}, jaxlib {v['jaxlib']}, python {v['python']})"
     )
     assert "not installed" not in result.stdout

@@ -6,8 +6,8 @@ probes, at the 90th percentile, leaving room for a busy test machine.
 
 from __future__ import annotations
 
+import multiprocessing
 import statistics
-import threading
 import time
 
 import httpx
@@ -41,29 +41,36 @@ def server(tmp_path_factory):
             yield service, client, big.headers["location"]
 
 
+def _probe(base_url: str, started, done, latencies) -> None:
+    """``/health/live`` back to back until ``done`` (and at least 20 times), in its own
+    process: a probe thread beside the test's own 60 MB download would measure this
+    process's GIL, not the server."""
+    with httpx.Client(base_url=base_url, timeout=10) as live:
+        live.get("/health/live")  # connect before measuring
+        started.set()
+        while not done.is_set() or len(latencies) < 20:
+            start = time.perf_counter()
+            assert live.get("/health/live").status_code == 200
+            latencies.append(time.perf_counter() - start)
+            time.sleep(0.005)
+
+
 def _probe_while(service: ServiceProcess, read) -> tuple[list[float], httpx.Response]:
-    """Latencies of ``/health/live`` probed back to back while ``read()`` runs (and at
-    least 20 of them), and the read's answer."""
-    done = threading.Event()
-    latencies: list[float] = []
-
-    def probe() -> None:
-        with httpx.Client(base_url=service.base_url, timeout=10) as live:
-            live.get("/health/live")  # connect before measuring
-            while not done.is_set() or len(latencies) < 20:
-                start = time.perf_counter()
-                assert live.get("/health/live").status_code == 200
-                latencies.append(time.perf_counter() - start)
-                time.sleep(0.005)
-
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
-    try:
-        answer = read()
-    finally:
-        done.set()
-        prober.join(timeout=60)
-    return latencies, answer
+    """Latencies of ``/health/live`` probed from another process while ``read()`` runs,
+    and the read's answer."""
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        started, done, latencies = context.Event(), context.Event(), manager.list()
+        prober = context.Process(target=_probe, args=(service.base_url, started, done, latencies))
+        prober.start()
+        try:
+            assert started.wait(60), "the probe process did not start"
+            answer = read()
+        finally:
+            done.set()
+            prober.join(timeout=60)
+        assert prober.exitcode == 0, f"probe process exited with {prober.exitcode}"
+        return list(latencies), answer
 
 
 READS = {

@@ -137,7 +137,7 @@ def test_bad_bodies(client):
     url = f"/v1/meshes/{mesh_id}/compile-checks"
     assert_problem(client.post(url, json={}), 422, "validation_error")
     assert_problem(client.post(url, json={"model": MODEL, "extra": 1}), 422, "validation_error")
-    giant = {"kind": "transformer", "layers": 1048576, "d_model": 1048576, "d_ff": 1048576,
+    giant = {"kind": "transformer", "layers": 4096, "d_model": 1048576, "d_ff": 1048576,
              "heads": 1, "kv_heads": 1, "vocab": 1048576, "seq_len": 1048576}  # fmt: skip
     problem = assert_problem(
         client.post(url, json={"model": giant, "batch_shape": [2**40]}), 422, "model_too_large"

@@ -1,0 +1,115 @@
+"""SIGTERM against the real ``datarax-serve``, with a real training call in flight that
+runs longer than the grace period (``DATARAX_SHUTDOWN_GRACE_S``):
+
+- the server stops accepting first: a new connection is refused at once;
+- a request whose bytes had arrived before the signal is answered (no reset);
+- the long device call answers 503 ``shutting_down`` (problem JSON, not a 500 or a reset)
+  when the grace period ends, and the server exits soon after.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.helpers import ServiceProcess, assert_problem
+
+GRACE_S = 2.0
+# ~5.3 M parameters replicated on 8 CPU devices: tens of ms a step on 2 cores.
+MODEL = {"model": {"kind": "mlp", "features": [512, 2048, 2048, 512]}}
+BATCH = 256
+MAX_STEPS = 20_000
+LONG_CALL_S = 4 * GRACE_S + 6  # the call would run this long without the signal
+
+
+def _steps(count: int) -> dict:
+    return {"steps": count, "synthetic": {"seed": 0, "batch_size": BATCH}}
+
+
+def _raw_request(port: int) -> socket.socket:
+    """A connection the server accepted, holding one whole request whose answer is unread."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"GET /v1/devices HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.slow
+def test_sigterm_refuses_new_connections_and_answers_503_after_the_grace_period(tmp_path):
+    env = {"DATARAX_SHUTDOWN_GRACE_S": str(GRACE_S), "DATARAX_MAX_STEPS_PER_CALL": str(MAX_STEPS)}
+    server = ServiceProcess(tmp_path / "datarax.sqlite", tmp_path / "server.log", env=env)
+    with server:
+        server.wait_ready()
+        with server.client(timeout=120) as client:
+            plan = client.post("/v1/meshes", json={"axes": {"data": 8}})
+            assert plan.status_code == 201, plan.text
+            made = client.post(f"/v1/meshes/{plan.json()['id']}/sessions", json=MODEL)
+            assert made.status_code == 201, made.text
+            steps_url = f"/v1/sessions/{made.json()['id']}/steps"
+            assert client.post(steps_url, json=_steps(1)).status_code == 200  # compiles
+            started = time.monotonic()
+            probe = client.post(steps_url, json=_steps(20))
+            assert probe.status_code == 200, probe.text
+            per_step = (time.monotonic() - started) / 20
+        long_steps = min(MAX_STEPS, max(50, int(LONG_CALL_S / per_step)))
+        assert long_steps * per_step > 2 * GRACE_S, (long_steps, per_step)
+
+        answers: dict[str, httpx.Response | BaseException] = {}
+
+        def long_call() -> None:
+            try:
+                with httpx.Client(base_url=server.base_url, timeout=120) as long_client:
+                    answers["long"] = long_client.post(steps_url, json=_steps(long_steps))
+            except BaseException as err:  # a reset is what the test looks for
+                answers["long"] = err
+
+        caller = threading.Thread(target=long_call, daemon=True)
+        caller.start()
+        time.sleep(min(1.0, long_steps * per_step / 4))  # the call is in the runtime now
+        assert "long" not in answers, answers
+        waiting = _raw_request(server.port)
+        time.sleep(0.2)  # its bytes are in the server's buffer
+
+        signalled = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        # Stop accepting first: within a moment of the signal, new connections are refused.
+        deadline = time.monotonic() + GRACE_S / 2
+        refused = False
+        while time.monotonic() < deadline and not refused:
+            try:
+                socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+                time.sleep(0.05)
+            except ConnectionRefusedError:
+                refused = True
+        assert refused, "the server still accepted connections after SIGTERM"
+        assert "long" not in answers, "the long call ended before the grace period"
+
+        head = _read_all(waiting)
+        waiting.close()
+        assert head.startswith((b"HTTP/1.1 200", b"HTTP/1.1 503")), head[:300]
+
+        caller.join(timeout=GRACE_S + 60)
+        answer = answers.get("long")
+        assert isinstance(answer, httpx.Response), f"the long call got {answer!r}"
+        assert_problem(answer, 503, "shutting_down")
+        elapsed = time.monotonic() - signalled
+        assert elapsed >= GRACE_S - 0.2, elapsed
+        assert answer.headers.get("connection", "").lower() == "close", answer.headers
+
+        code = server.proc.wait(timeout=60)
+        # uvicorn finishes its shutdown, then raises the signal again: the status a supervisor
+        # expects from a process stopped by SIGTERM (143 in a shell, -15 here), or 0.
+        assert code in (0, -signal.SIGTERM), (code, server.log_tail())
+        assert "Finished server process" in server.log_tail(20000), server.log_tail()
+        assert "Traceback" not in server.log_tail(20000), server.log_tail()
