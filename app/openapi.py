@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Path, Query
 from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 
@@ -31,6 +31,17 @@ REDUCE_QUERY_EXAMPLES = ["loss:mean,step:max"]
 
 NanPolicyQuery = Annotated[str | None, Query(description=NAN_POLICY_QUERY)]
 ReduceQuery = Annotated[str | None, Query(description=REDUCE_QUERY, examples=REDUCE_QUERY_EXAMPLES)]
+
+
+MeshId = Annotated[
+    str,
+    Path(
+        description="plan id, e.g. m_01J...",
+        max_length=64,
+        examples=["m_01JABCDEFGHJKMNPQRSTVWXYZ0"],
+    ),
+]
+"""The ``{mesh_id}`` path parameter of every route under a plan."""
 
 
 def optional_query_doc(name: str, description: str, examples: list[str] | None = None) -> dict:

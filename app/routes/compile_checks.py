@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from starlette.responses import Response
 
 from app.deps import BearerDoc, JsonBody, StoreDep
-from app.openapi import problem_responses
+from app.openapi import MeshId, problem_responses
 from app.routing import json_response
 from app.schemas.compile_checks import (
     COMPILE_CHECK_EXAMPLE,
@@ -24,14 +24,6 @@ from app.services.compile_checks import CompileChecks
 
 router = APIRouter(tags=["meshes"])
 
-MeshId = Annotated[
-    str,
-    Path(
-        description="plan id, e.g. m_01J...",
-        max_length=64,
-        examples=["m_01JABCDEFGHJKMNPQRSTVWXYZ0"],
-    ),
-]
 CheckId = Annotated[
     str,
     Path(

@@ -6,25 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Path, Query, Request
+from fastapi import APIRouter, Body, Query, Request
 from starlette.responses import Response
 
 from app.deps import BearerDoc, JsonBody, RuntimeDep, StoreDep, TelemetryDep
-from app.openapi import problem_responses
+from app.openapi import MeshId, problem_responses
 from app.routing import json_response
 from app.schemas.meshes import PLAN_REQUEST_EXAMPLE, MeshPlan, MeshPlanList, MeshPlanRequest
 from app.services import meshes
 
 router = APIRouter(tags=["meshes"])
 
-MeshId = Annotated[
-    str,
-    Path(
-        description="plan id, e.g. m_01J...",
-        max_length=64,
-        examples=["m_01JABCDEFGHJKMNPQRSTVWXYZ0"],
-    ),
-]
 
 _ABSTRACT_EXAMPLE = {
     "axes": {"data": -1, "fsdp": 16, "model": 16},

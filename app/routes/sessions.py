@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from app.codecs.json_arrays import encode_json
 from app.deps import BearerDoc, JsonBody, SessionsDep
-from app.openapi import problem_responses
+from app.openapi import MeshId, problem_responses
 from app.routing import NPZ_MEDIA_TYPE, json_response, media_type
 from app.schemas.sessions import (
     SESSION_REQUEST_EXAMPLE,
@@ -29,14 +29,6 @@ SessionId = Annotated[
         description="session id, e.g. s_01J...",
         max_length=64,
         examples=["s_01JABCDEFGHJKMNPQRSTVWXYZ0"],
-    ),
-]
-MeshId = Annotated[
-    str,
-    Path(
-        description="plan id, e.g. m_01J...",
-        max_length=64,
-        examples=["m_01JABCDEFGHJKMNPQRSTVWXYZ0"],
     ),
 ]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT, description="page size", examples=[20])]
