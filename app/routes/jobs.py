@@ -59,6 +59,14 @@ def _only_query(request: Request, *allowed: str) -> None:
             )
 
 
+SourceQuery = Annotated[
+    str | None, Query(pattern=SOURCE_PATTERN, description="npz bodies only: the source")
+]
+SourcesQuery = Annotated[
+    int | None, Query(ge=1, le=MAX_SOURCES, description="npz bodies only: the sources")
+]
+
+
 @router.get(
     "/v1/jobs",
     summary="List jobs",
@@ -145,12 +153,8 @@ async def push_job_metrics(
     step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="npz bodies only")] = None,
     reduce: ReduceQuery = None,
     nan_policy: NanPolicyQuery = None,
-    source: Annotated[
-        str | None, Query(pattern=SOURCE_PATTERN, description="npz bodies only: the source")
-    ] = None,
-    sources: Annotated[
-        int | None, Query(ge=1, le=MAX_SOURCES, description="npz bodies only: the sources")
-    ] = None,
+    source: SourceQuery = None,
+    sources: SourcesQuery = None,
 ) -> Response:
     """Takes the body of ``POST /v1/metrics/reduce`` plus ``"step"`` (npz: ``?step=``),
     reduces it and stores it durably before answering: 201 when new, 200 when the same
@@ -217,12 +221,8 @@ async def push_job_metrics_batch(
     telemetry: TelemetryDep,
     reduce: ReduceQuery = None,
     nan_policy: NanPolicyQuery = None,
-    source: Annotated[
-        str | None, Query(pattern=SOURCE_PATTERN, description="npz bodies only: the source")
-    ] = None,
-    sources: Annotated[
-        int | None, Query(ge=1, le=MAX_SOURCES, description="npz bodies only: the sources")
-    ] = None,
+    source: SourceQuery = None,
+    sources: SourcesQuery = None,
 ) -> Response:
     """``{"points": [single push bodies]}``, 1 to 1,000, all or nothing in one durable
     transaction (any refused point refuses the batch, naming ``points[i]``). ``source`` and

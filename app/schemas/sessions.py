@@ -88,7 +88,9 @@ class StepResponse(BaseModel):
     examples_per_s: float | None
 
 
-class SessionOut(BaseModel):
+class SessionFields(BaseModel):
+    """What every answer about a session carries: its stored record without layouts."""
+
     id: str
     mesh_id: str
     created_at: str
@@ -100,6 +102,9 @@ class SessionOut(BaseModel):
     seed: int
     param_sharding: str
     strategy: str
+
+
+class SessionOut(SessionFields):
     params: list[ParamLayout]
     loss_history: list[tuple[int, float | None]] | None = Field(
         None,
@@ -112,20 +117,9 @@ class SessionOut(BaseModel):
     )
 
 
-class SessionSummary(BaseModel):
+class SessionSummary(SessionFields):
     """A session in a list: its record without ``params``, and where its state is."""
 
-    id: str
-    mesh_id: str
-    created_at: str
-    step: int
-    last_loss: float | None = None
-    model: SessionModel
-    optimizer: SessionOptimizer
-    loss: str
-    seed: int
-    param_sharding: str
-    strategy: str
     state: Literal["live", "expired", "lost"] = Field(
         description="live: the runtime holds it; expired: freed after DATARAX_SESSION_IDLE_S "
         "without a step; lost: the runtime restarted since"
