@@ -42,7 +42,7 @@ def test_the_history_holds_every_step_as_the_steps_answered(api):
     assert session["loss_history"] == [[i + 1, loss] for i, loss in enumerate(losses)]
     assert session["last_loss"] == losses[-1]
     # Lists stay summaries: no history in them.
-    listed = api.get("/v1/sessions", params={"mesh_id": session["mesh_id"]}).json()["items"]
+    listed = api.get(f"/v1/meshes/{session['mesh_id']}/sessions").json()["items"]
     assert [s["id"] for s in listed] == [sid]
     assert "loss_history" not in listed[0] and "loss_history_stride" not in listed[0]
 
