@@ -50,6 +50,16 @@ METRICS_REQUEST_EXAMPLE = {
 class Tensor(Strict):
     """An Open Inference Protocol v2 style tensor: row-major flat ``data``."""
 
+    # JSON Schema cannot say "len(data) == prod(shape)"; it can say its commonest breach:
+    # empty data needs a 0 in the shape.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {"properties": {"data": {"maxItems": 0}}, "required": ["data"]},
+            "then": {"properties": {"shape": {"contains": {"const": 0}}}},
+        },
+    )
+
     shape: list[Annotated[JsonInt, Field(ge=0)]] = Field(examples=[[4]])
     datatype: str = Field(
         examples=["FP32"],

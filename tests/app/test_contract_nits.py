@@ -41,3 +41,13 @@ def test_the_schema_bounds_what_the_service_refuses(api):
     assert_problem(api.post("/v1/metrics/reduce", json={"metrics": {}}), 422, "empty_metrics")
     zero = {"metrics": {"x": [1, 2]}, "weights": [0, 0]}
     assert_problem(api.post("/v1/metrics/reduce", json=zero), 422, "invalid_weights")
+
+
+def test_the_schema_refuses_empty_data_for_a_non_empty_shape(api):
+    """A tensor with shape [4] and data [] is refused (invalid_tensor), and the schema says
+    so: empty data needs a 0 in the shape."""
+    tensor = api.get("/openapi.json").json()["components"]["schemas"]["Tensor"]
+    assert tensor["if"] == {"properties": {"data": {"maxItems": 0}}, "required": ["data"]}
+    assert tensor["then"] == {"properties": {"shape": {"contains": {"const": 0}}}}
+    empty = {"metrics": {"x": {"shape": [4], "datatype": "FP32", "data": []}}}
+    assert_problem(api.post("/v1/metrics/reduce", json=empty), 422, "invalid_tensor")
