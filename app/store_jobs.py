@@ -30,6 +30,7 @@ most ``MAX_PAGE`` points; a downsampled read at most ``MAX_BUCKETS`` buckets.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sqlite3
@@ -167,6 +168,8 @@ def scalar_values(reduced: dict[str, Any]) -> dict[str, float]:
 def _rollup_rows(job: str, points: Sequence[tuple[int, dict[str, float]]]) -> list[tuple]:
     """Per (level, metric, block): n, sum, min, max of the finite values, last step/value."""
     by_metric: dict[str, tuple[Any, Any]] = {}
+    if not points:
+        return []
     names = points[0][1].keys() if points else {}.keys()
     if all(values.keys() == names for _, values in points):
         # Every point has the same metrics (the usual batch): columns, no per-value loop.
@@ -184,41 +187,72 @@ def _rollup_rows(job: str, points: Sequence[tuple[int, dict[str, float]]]) -> li
                     entry = by_metric[name] = ([], [])
                 entry[0].append(step)
                 entry[1].append(value)
+    shared: dict[int, np.ndarray] = {}
+    return _rollup_rows_of_columns(
+        job,
+        {
+            name: (
+                # one array for the metrics that share their steps (stacked together)
+                shared.setdefault(id(step_list), np.asarray(step_list, dtype=np.int64)),
+                np.asarray(value_list, dtype=np.float64),
+            )
+            for name, (step_list, value_list) in by_metric.items()
+        },
+    )
+
+
+def _rollup_rows_of_columns(
+    job: str, columns: dict[str, tuple[np.ndarray, np.ndarray]]
+) -> list[tuple]:
+    """:func:`_rollup_rows` of ``metric -> (steps [P] int64, values [P] float64)``: the
+    blocks computed with numpy for every metric that shares one steps array at once, the
+    rows built from whole columns (no loop per value)."""
+    by_steps: dict[int, tuple[np.ndarray, list[str], list[np.ndarray]]] = {}
+    for name, (steps, values) in columns.items():
+        entry = by_steps.setdefault(id(steps), (steps, [], []))
+        entry[1].append(name)
+        entry[2].append(values)
     rows: list[tuple] = []
-    for name, (step_list, value_list) in by_metric.items():
-        steps = np.asarray(step_list, dtype=np.int64)
-        values = np.asarray(value_list, dtype=np.float64)
+    for steps, names, value_list in by_steps.values():
+        values = np.stack(value_list)  # [M, P]
         if steps.size > 1 and np.any(steps[1:] < steps[:-1]):
             order = np.argsort(steps, kind="stable")
-            steps, values = steps[order], values[order]
+            steps, values = steps[order], values[:, order]
         finite = np.isfinite(values)
+        counts = finite.astype(np.int64)
         kept = np.where(finite, values, 0.0)
         lows = np.where(finite, values, np.inf)
         highs = np.where(finite, values, -np.inf)
         for level in LEVELS:
             blocks = steps >> (FANOUT_BITS * level)
-            starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])
-            ends = np.r_[starts[1:], steps.size] - 1
-            n = np.add.reduceat(finite.astype(np.int64), starts)
-            total = np.add.reduceat(kept, starts)
-            low = np.minimum.reduceat(lows, starts)
-            high = np.maximum.reduceat(highs, starts)
-            for i, start in enumerate(starts.tolist()):
-                count = int(n[i])
-                last = float(values[ends[i]])
-                rows.append(
-                    (
-                        job,
-                        level,
-                        name,
-                        int(blocks[start]),
-                        count,
-                        float(total[i]),
-                        float(low[i]) if count else None,
-                        float(high[i]) if count else None,
-                        int(steps[ends[i]]),
-                        last if math.isfinite(last) else None,
-                    )
+            change = np.empty(steps.size, dtype=bool)
+            change[0] = True
+            np.not_equal(blocks[1:], blocks[:-1], out=change[1:])
+            starts = np.flatnonzero(change)
+            ends = np.append(starts[1:], steps.size) - 1
+            n = np.add.reduceat(counts, starts, axis=1)
+            total = np.add.reduceat(kept, starts, axis=1).tolist()
+            low = np.where(n > 0, np.minimum.reduceat(lows, starts, axis=1), np.nan).tolist()
+            high = np.where(n > 0, np.maximum.reduceat(highs, starts, axis=1), np.nan).tolist()
+            last = values[:, ends]
+            last = np.where(np.isfinite(last), last, np.nan).tolist()
+            n = n.tolist()
+            block_ids = blocks[starts].tolist()
+            last_steps = steps[ends].tolist()
+            count = len(block_ids)
+            for m, name in enumerate(names):
+                rows += zip(
+                    itertools.repeat(job, count),
+                    itertools.repeat(level, count),
+                    itertools.repeat(name, count),
+                    block_ids,
+                    n[m],
+                    total[m],
+                    [None if v != v else v for v in low[m]],  # no finite value: NULL
+                    [None if v != v else v for v in high[m]],
+                    last_steps,
+                    [None if v != v else v for v in last[m]],  # NaN or inf: NULL
+                    strict=True,
                 )
     return rows
 
@@ -611,17 +645,120 @@ def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, me
     write_rollups(conn, job, rollup)
     if new_points or new_parts:
         added = [step for step, _ in rollup]
-        conn.execute(
-            "INSERT INTO jobs (job, created_at, last_push_at, points, first_step, last_step) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job) DO UPDATE SET "
-            "last_push_at = excluded.last_push_at, points = points + excluded.points, "
-            "first_step = coalesce(min(first_step, excluded.first_step), first_step, "
-            "excluded.first_step), "
-            "last_step = coalesce(max(last_step, excluded.last_step), last_step, "
-            "excluded.last_step)",
-            (job, now, now, len(added), min(added, default=None), max(added, default=None)),
+        _count_points(
+            conn, job, now, len(added), min(added, default=None), max(added, default=None)
         )
     return completed
+
+
+@dataclass
+class PointColumns:
+    """A batch of complete steps (``sources == 1``) as columns, as the service's
+    vectorised path decodes it: no object per point. ``values`` holds every scalar metric
+    of the reduced points, ``[P]`` float64 (NaN for null)."""
+
+    steps: list[int]
+    digests: list[str]
+    reduced: list[str]
+    values: dict[str, np.ndarray]
+    num_devices: int
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def items(self) -> list[PushItem]:
+        """The same batch as :class:`PushItem` s (for :func:`push`)."""
+        names = list(self.values)
+        rows = zip(*(self.values[name].tolist() for name in names), strict=True)
+        return [
+            PushItem(
+                step=step,
+                source=self.source,
+                sources=1,
+                digest=digest,
+                num_devices=self.num_devices,
+                reduced=text,
+                values=dict(zip(names, row, strict=True)),
+            )
+            for step, digest, text, row in zip(
+                self.steps, self.digests, self.reduced, rows, strict=True
+            )
+        ]
+
+
+def _any_in(conn: sqlite3.Connection, table: str, job: str, steps: Sequence[int]) -> bool:
+    """Whether ``table`` holds a row of ``job`` at any of ``steps`` (one range seek for
+    mostly consecutive steps)."""
+    low, high = min(steps), max(steps)
+    if high - low < 2 * len(steps) + 64:
+        sql = f"SELECT 1 FROM {table} WHERE job = ? AND step BETWEEN ? AND ? LIMIT 1"
+        return conn.execute(sql, (job, low, high)).fetchone() is not None
+    return bool(
+        _select_in(conn, f"SELECT step FROM {table} WHERE job = ? AND {{where}}", job, steps)
+    )
+
+
+def push_columns(
+    conn: sqlite3.Connection, job: str, batch: PointColumns, now: str, merge: Merge
+) -> tuple[int, list[PushItem] | None]:
+    """Stores a batch of complete steps, all or nothing (call inside a transaction);
+    returns how many steps were new and, when the batch took :func:`push`'s path, its items.
+
+    The usual batch (new steps, each once) is written straight from the columns: one
+    range seek in ``job_points`` and one in ``job_pending`` prove no step is stored or
+    pending, then the rows, the rollups and the job row. Any other batch (a retry, a
+    repeated step, a clash with a multi-source step) is exactly :func:`push` of
+    :meth:`PointColumns.items`, with its errors.
+    """
+    steps = batch.steps
+    if (
+        not steps
+        or len(set(steps)) != len(steps)
+        or _any_in(conn, "job_points", job, steps)
+        or _any_in(conn, "job_pending", job, steps)
+    ):
+        items = batch.items()
+        push(conn, job, items, now, merge)
+        return sum(1 for item in items if item.created), items
+    count = len(steps)
+    conn.executemany(
+        "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
+        "num_devices) VALUES (?, ?, ?, ?, ?, 1, ?)",
+        zip(
+            itertools.repeat(job, count),
+            steps,
+            batch.reduced,
+            itertools.repeat(now, count),
+            batch.digests,
+            itertools.repeat(batch.num_devices, count),
+            strict=True,
+        ),
+    )
+    step_array = np.asarray(steps, dtype=np.int64)
+    conn.executemany(
+        ROLLUP_UPSERT,
+        _rollup_rows_of_columns(job, {k: (step_array, v) for k, v in batch.values.items()}),
+    )
+    _count_points(conn, job, now, count, min(steps), max(steps))
+    return count, None
+
+
+def _count_points(
+    conn: sqlite3.Connection, job: str, now: str, added: int, low: int | None, high: int | None
+) -> None:
+    """The job row: created on its first push, then its point count, step range and last
+    push time."""
+    conn.execute(
+        "INSERT INTO jobs (job, created_at, last_push_at, points, first_step, last_step) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job) DO UPDATE SET "
+        "last_push_at = excluded.last_push_at, points = points + excluded.points, "
+        "first_step = coalesce(min(first_step, excluded.first_step), first_step, "
+        "excluded.first_step), "
+        "last_step = coalesce(max(last_step, excluded.last_step), last_step, "
+        "excluded.last_step)",
+        (job, now, now, added, low, high),
+    )
 
 
 def delete_job(conn: sqlite3.Connection, job: str) -> bool:

@@ -455,7 +455,24 @@ _FAST_TAIL: dict[tuple[str, ...], bytes] = {}
 
 def _fast_columns(metrics: list[Any], names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
     """name -> ``[P]`` (a plain number per point) or ``[P, D]`` (a list of floats per
-    point) float64 column, when every point sends exactly that; else None."""
+    point) float64 column, when every point sends exactly that; else None.
+
+    When every metric is a list (the usual batch), one ``np.array`` call builds the
+    ``[P, M, D]`` block and one pass over the values checks they are all floats (JSON
+    integers or booleans would decode to other dtypes point by point)."""
+    first = metrics[0]
+    if all(type(first[name]) is list for name in names):
+        rows = [list(m.values()) for m in metrics]
+        chain = itertools.chain.from_iterable
+        if set(map(type, chain(chain(rows)))) != {float}:
+            return None
+        try:
+            block = np.array(rows, dtype=np.float64)
+        except ValueError:  # ragged: the per-point path names the point
+            return None
+        if block.ndim != 3 or block.shape[2] == 0:
+            return None
+        return {name: block[:, k, :] for k, name in enumerate(names)}
     columns: dict[str, np.ndarray] = {}
     for name in names:
         column = [m[name] for m in metrics]
@@ -553,7 +570,7 @@ def _columnar_items(
     ops: Mapping[str, str],
     source: str,
     sources: int,
-) -> list[store_jobs.PushItem] | None:
+) -> list[store_jobs.PushItem] | store_jobs.PointColumns | None:
     """Items for points given as float64 columns (``[P, D]``: D devices per point;
     ``[P]``: a number per point), unweighted, NaN policy ``propagate``: exactly the items
     :func:`build_items` gives for the same points (same digests, signature, stored part
@@ -597,23 +614,35 @@ def _columnar_items(
             )
             for step, digest, blob in zip(steps, digests, blobs, strict=True)
         ]
-    lists = [(np.asarray(reduced[k]) if k in reduced else columns[k]).tolist() for k in names]
-    dumps = orjson.dumps
-    items = []
-    for step, digest, row in zip(steps, digests, zip(*lists, strict=True), strict=True):
-        values = dict(zip(names, row, strict=True))
-        items.append(
-            PushItem(
-                step=step,
-                source=source,
-                sources=1,
-                digest=digest,
-                num_devices=devices,
-                reduced=dumps(values).decode(),  # NaN and inf -> null, as encode_json
-                values=values,
-            )
-        )
-    return items
+    values = {
+        k: np.asarray(reduced[k] if k in reduced else columns[k], dtype=np.float64) for k in names
+    }
+    texts = _object_texts(names, [values[k] for k in names])
+    return store_jobs.PointColumns(
+        steps=list(steps),
+        digests=digests,
+        reduced=texts,
+        values=values,
+        num_devices=devices,
+        source=source,
+    )
+
+
+def _object_texts(names: Sequence[str], columns: Sequence[np.ndarray]) -> list[str]:
+    """Per row, the JSON text ``orjson.dumps({name: float(column[row]) ...})`` gives
+    (NaN and inf -> null, as :func:`encode_json`), built from whole columns: each column
+    written by one ``orjson.dumps`` of its list and split at the commas, then every row
+    joined from its pieces (JSON numbers hold no commas)."""
+    if not len(columns) or not len(columns[0]):
+        return []
+    keys = [orjson.dumps(str(name)).decode() for name in names]
+    pieces: list[Any] = []
+    for i, (key, column) in enumerate(zip(keys, columns, strict=True)):
+        pieces.append(itertools.repeat(("{" if i == 0 else ",") + key + ":"))
+        pieces.append(orjson.dumps(column.tolist()).decode()[1:-1].split(","))
+    pieces.append(itertools.repeat("}"))
+    # the repeats are endless, the columns of one length: strict would refuse them
+    return list(map("".join, zip(*pieces)))  # noqa: B905
 
 
 STEPS_ARRAY = "_step"
@@ -628,7 +657,7 @@ def npz_batch_items(
     nan_policy: str | None,
     source: str | None,
     sources: int | None,
-) -> list[store_jobs.PushItem]:
+) -> list[store_jobs.PushItem] | store_jobs.PointColumns:
     """An npz batch body -> the rows to store. The archive holds ``_step`` ``[P]``
     integers, each metric as ``[P, n_devices, ...]`` (or ``[P]``: one number per point,
     as a JSON scalar metric) and optionally ``_weights`` ``[P, n_devices]``; options in
@@ -828,7 +857,7 @@ async def push_single(store: Store, job: str, point: PointInput) -> PushAnswer:
     return PushAnswer(created=item.created, body=body, stored=int(item.created))
 
 
-def batch_items(body: bytes) -> list[store_jobs.PushItem]:
+def batch_items(body: bytes) -> list[store_jobs.PushItem] | store_jobs.PointColumns:
     """A batch body -> the rows to store: the columnar path when the batch allows it
     (:func:`_fast_items`), else point by point (:func:`decode_batch`, :func:`build_items`).
 
@@ -854,8 +883,27 @@ async def push_npz_batch(store: Store, job: str, body: bytes, **options: Any) ->
     return await _store_batch(store, job, items)
 
 
-async def _store_batch(store: Store, job: str, items: list[store_jobs.PushItem]) -> PushAnswer:
-    await store.write_grouped(lambda c: store_jobs.push(c, job, items, utc_now(), _merge_parts))
+async def _store_batch(
+    store: Store, job: str, batch: list[store_jobs.PushItem] | store_jobs.PointColumns
+) -> PushAnswer:
+    now = utc_now()
+    if isinstance(batch, store_jobs.PointColumns):
+        created, items = await store.write_grouped(
+            lambda c: store_jobs.push_columns(c, job, batch, now, _merge_parts)
+        )
+        if items is None:  # every step new and complete
+            answer = {
+                "job": job,
+                "points": len(batch),
+                "created": created,
+                "unchanged": len(batch) - created,
+                "completed_steps": created,
+                "received_at": now,
+            }
+            return PushAnswer(created=created > 0, body=orjson.dumps(answer), stored=created)
+    else:
+        items = batch
+        await store.write_grouped(lambda c: store_jobs.push(c, job, items, now, _merge_parts))
     created = sum(1 for i in items if i.created)
     completed = len({i.step for i in items if i.created and i.complete})
     answer = {

@@ -14,6 +14,7 @@ import httpx
 from datarax.client._core import (
     RETRY_STATUSES,
     Call,
+    arrays_batch_call,
     auth_headers,
     batch_call,
     decode,
@@ -105,6 +106,27 @@ class _Api:
         """``POST /v1/jobs/{job}/metrics/batch``: up to 1,000 ``{"step", "metrics", ...}``
         points, all or nothing. Returns a :class:`~datarax.client.BatchResult`."""
         return self._send(batch_call(job, points, source, sources))
+
+    def push_job_metrics_arrays(
+        self,
+        job: str,
+        steps: Any,
+        metrics: Mapping[str, Any],
+        reduce: Mapping[str, str] | None = None,
+        *,
+        weights: Any = None,
+        nan_policy: str | None = None,
+        source: str | None = None,
+        sources: int | None = None,
+    ) -> Any:
+        """``POST /v1/jobs/{job}/metrics/batch`` as one npz body: ``steps`` ``[P]`` and
+        each metric stacked ``[P, n_devices, ...]`` (or ``[P]``), up to 1,000 points, all
+        or nothing; stored exactly as the same points pushed one by one (a retry in JSON
+        is a no-op). The fastest way to push history: no JSON numbers to write or parse.
+        Returns a :class:`~datarax.client.BatchResult`."""
+        return self._send(
+            arrays_batch_call(job, steps, metrics, reduce, weights, nan_policy, source, sources)
+        )
 
     def get_job_metrics(
         self,

@@ -15,6 +15,8 @@ from typing import Any, TypedDict
 import numpy as np
 import orjson
 
+from datarax.client._npz import encode_npz
+
 NPZ_MEDIA_TYPE = "application/x-npz"
 RETRY_STATUSES = frozenset({429, 503})
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "PATCH", "DELETE"})
@@ -83,10 +85,10 @@ class History(TypedDict, total=False):
 
 
 def to_npz(arrays: Mapping[str, Any]) -> bytes:
-    """An ``np.savez`` archive of ``arrays`` (what npz bodies take)."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **{name: np.asarray(value) for name, value in arrays.items()})
-    return buffer.getvalue()
+    """The archive ``np.savez`` writes of ``arrays`` (what npz bodies take), assembled
+    directly (:func:`datarax.client._npz.encode_npz`: a few hundred microseconds where
+    ``np.savez`` takes milliseconds)."""
+    return encode_npz({name: np.asarray(value) for name, value in arrays.items()})
 
 
 def from_npz(body: bytes) -> dict[str, np.ndarray]:
@@ -268,6 +270,37 @@ def batch_call(
 ) -> Call:
     body: dict[str, Any] = {"points": points, **_push_fields(source, sources)}
     return Call("POST", f"/v1/jobs/{job}/metrics/batch", json=body, idempotent=True)
+
+
+def arrays_batch_call(
+    job: str,
+    steps: Any,
+    metrics: Mapping[str, Any],
+    reduce: Mapping[str, str] | None,
+    weights: Any,
+    nan_policy: str | None,
+    source: str | None,
+    sources: int | None,
+) -> Call:
+    """A columnar batch as an npz body: ``_step`` ``[P]``, each metric ``[P, n_devices,
+    ...]`` (or ``[P]``: one number per point), ``_weights`` ``[P, n_devices]``."""
+    arrays = {"_step": np.asarray(steps, dtype=np.int64)}
+    arrays.update((str(name), np.asarray(value)) for name, value in metrics.items())
+    if weights is not None:
+        arrays["_weights"] = np.asarray(weights)
+    params: dict[str, Any] = {}
+    if reduce:
+        params["reduce"] = ",".join(f"{k}:{v}" for k, v in reduce.items())
+    if nan_policy:
+        params["nan_policy"] = nan_policy
+    params.update(_push_fields(source, sources))
+    return Call(
+        "POST",
+        f"/v1/jobs/{job}/metrics/batch",
+        params=params,
+        content=to_npz(arrays),
+        idempotent=True,
+    )
 
 
 def history_params(**query: Any) -> dict[str, Any]:
