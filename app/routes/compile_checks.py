@@ -69,8 +69,8 @@ async def create_compile_check(
 ) -> Response:
     """Compiles the real training step (forward, backward, optimizer update) of ``model``
     on the plan's mesh, in the plan's device order, and answers 202 with the check; poll
-    ``Location``. TPU hardware plans compile through libtpu; live CPU plans on the host's
-    CPU devices. 404 ``mesh_not_found``; 422 ``compile_target_unavailable`` (GPU hardware,
+    ``Location``. TPU hardware plans compile through libtpu; live plans on the host's own
+    CPU or GPU devices. 404 ``mesh_not_found``; 422 ``compile_target_unavailable`` (GPU hardware,
     plain abstract plans; the body carries ``estimate``), the model and batch codes; 429
     ``compile_queue_full`` with ``Retry-After``."""
     plan = json.loads(await meshes.get_plan(store, mesh_id))

@@ -2,25 +2,49 @@
 
 :class:`CompileChecks` (built by the lifespan) keeps a bounded queue of checks and one
 compile worker process (``python -m app.compiler``), started on the first check and kept
-warm. Checks run one at a time, in arrival order:
+warm for the checks of its platform. Checks run one at a time, in arrival order:
 
 - a full queue (``DATARAX_COMPILE_QUEUE`` waiting) is 429 ``compile_queue_full`` with a
   ``Retry-After`` from the mean compile time seen so far;
 - a check past ``DATARAX_COMPILE_TIMEOUT_S`` is ``failed``, and a ``DELETE`` of the
   running check ``cancelled``: both kill the worker's process group (XLA cannot be
   interrupted mid-compile); the next check starts a fresh worker;
-- a worker that dies (``kill -9``, its ``RLIMIT_AS`` cap ``DATARAX_COMPILE_MEMORY_MB``, an
-  XLA abort) fails the check it was running with the signal or exit status and the last
+- a worker that dies (``kill -9``, its memory cap ``DATARAX_COMPILE_MEMORY_MB``, an XLA
+  abort) fails the check it was running with the signal or exit status and the last
   lines of its log; the other checks and the service go on;
 - results are cached in SQLite (:mod:`app.services.compile_store`) by a key over
   everything that changes the program (target, device order, axes, model, optimizer,
-  batch) and the jax and libtpu versions; a repeat check is ``done`` when answered.
+  batch, memory figure) and the jax, jaxlib, libtpu and GPU plugin versions (a GPU target
+  names its platform, its CUDA version, device kind and count, so a GPU result is never
+  a CPU check's answer); a repeat check is ``done`` when answered.
 
 Targets: a TPU hardware plan compiles against libtpu's description of its topology, in
 the plan's own device order; a live plan on CPU devices compiles on the worker's own CPU
-devices (as many as the runtime has, ``DATARAX_CPU_DEVICES``, same ids). GPU hardware plans,
-live plans on GPU hosts and plain abstract plans are 422 ``compile_target_unavailable``,
+devices (as many as the runtime has, ``DATARAX_CPU_DEVICES``, same ids). A live plan on a
+GPU host (the runtime's platform ``gpu``) compiles on the host's own GPUs, the ones the
+runtime holds, in the plan's device order: that worker starts with ``JAX_PLATFORMS=cuda``
+(``rocm`` where ``DATARAX_PLATFORMS`` names it), no preallocation and the platform
+allocator, so it takes no memory pool beside the runtime's and holds nothing but its CUDA
+context after a compile (the step's arrays are abstract and never allocated). It inherits
+the service's environment, so it sees the runtime's ``CUDA_VISIBLE_DEVICES`` and ids. The
+first GPU check asks ``python -m app.compiler --describe`` once for those GPUs (ids, kind,
+XLA's ``bytes_limit``); a plan naming an id the worker does not have (a plan of another
+process of a multi-host group, GPUs changed since it was made) or GPUs the worker cannot
+open is 422 ``compile_target_unavailable`` with the reason. ``hbm_bytes`` (for ``fits``) is
+``DATARAX_MEMORY_BUDGET_MB`` when set, as on CPU; else the smallest ``bytes_limit`` of the
+plan's GPUs (XLA's pool there, the runtime's too: same environment), else the catalog's
+memory for that device kind; the target names which (``hbm_source``). GPU hardware plans,
+other live platforms and plain abstract plans are 422 ``compile_target_unavailable``,
 carrying the plan's memory estimate for the request where there is one.
+
+Workers: at most one at a time. Its platform is ``cpu`` (CPU devices and TPU topologies)
+or the GPU's; a check for the other platform stops the idle worker and starts one for its
+own (start-up: seconds), so alternating CPU and GPU checks pay a start each, and the host
+never holds two compile workers (the one-shot ``--describe`` aside). The memory cap is
+``RLIMIT_AS`` on a ``cpu`` worker; a GPU worker cannot have one (CUDA maps address ranges
+as large as the GPUs' memory at start and fails under it), so the service samples its
+process group's resident memory every ``_RSS_POLL_S`` while it compiles and kills it past
+the cap, failing the check with that reason.
 
 Memory per request: one check's JSON (a 65,536-device plan's id list, ~0.5 MB) while it
 waits; at most ``DATARAX_COMPILE_QUEUE`` of them. No JAX in this process.
@@ -56,7 +80,7 @@ from app.schemas.compile_checks import CompileCheckRequest
 from app.services.compile_store import CompileStore
 from app.settings import Settings
 from datarax.distributed.cost import memory_estimate
-from datarax.distributed.hardware import get_hardware
+from datarax.distributed.hardware import HARDWARE, get_hardware
 from datarax.distributed.model_specs import TransformerSpec, model_spec
 from datarax.distributed.planning import PlanError
 
@@ -67,6 +91,10 @@ PROGRAM_VERSION = 1
 cached results of the old one are not answered."""
 
 _WORKER_LOG_LINES = 20
+_RSS_POLL_S = 0.25
+"""How often a GPU worker's resident memory is sampled against DATARAX_COMPILE_MEMORY_MB."""
+_GPU_PLATFORMS = ("cuda", "rocm")
+_GPU_PLUGINS = ("jax-cuda12-pjrt", "jax-cuda13-pjrt", "jax-rocm7-pjrt")
 _PROJECT_ROOT = str(Path(__file__).resolve().parents[2])  # where `-m app.compiler` resolves
 
 
@@ -78,15 +106,27 @@ def _version(dist: str) -> str | None:
 
 
 def compiler_versions() -> dict[str, str | None]:
-    """The versions that change what XLA answers: jax, jaxlib and libtpu."""
-    return {name: _version(name) for name in ("jax", "jaxlib", "libtpu")}
+    """The versions that change what XLA answers: jax, jaxlib and libtpu, and the GPU
+    PJRT plugins that are installed (absent ones are left out, so a host without them
+    keeps its keys)."""
+    versions = {name: _version(name) for name in ("jax", "jaxlib", "libtpu")}
+    for name in _GPU_PLUGINS:
+        found = _version(name)
+        if found is not None:
+            versions[name] = found
+    return versions
 
 
 # ------------------------------------------------------------------------------ targets
 
 
-def _estimate(plan: dict[str, Any], model: dict[str, Any], optimizer: str, batch: int) -> Any:
-    hbm = None
+def _estimate(
+    plan: dict[str, Any],
+    model: dict[str, Any],
+    optimizer: str,
+    batch: int,
+    hbm: int | None = None,
+) -> Any:
     if plan.get("hardware"):
         hbm = get_hardware(plan["hardware"]).hbm_bytes
     try:
@@ -95,15 +135,33 @@ def _estimate(plan: dict[str, Any], model: dict[str, Any], optimizer: str, batch
         raise from_library(error) from None
 
 
+def needs_gpu(plan: dict[str, Any]) -> bool:
+    """``plan`` is a live plan on a GPU host: it compiles on the compile worker's GPUs."""
+    return bool(plan.get("live")) and not plan.get("hardware") and plan.get("platform") == "gpu"
+
+
 def check_target(
-    plan: dict[str, Any], request: CompileCheckRequest, settings: Settings
+    plan: dict[str, Any],
+    request: CompileCheckRequest,
+    settings: Settings,
+    gpu: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the worker compiles for ``plan``: ``{"target", "axes", "device_ids", "model",
     "optimizer", "global_batch", "hbm_bytes", "estimate"}``.
 
+    Args:
+      plan: the stored plan (its JSON).
+      request: the check's body.
+      settings: the service settings.
+      gpu: for a live plan on a GPU host (:func:`needs_gpu`), the compile worker's GPUs as
+        ``python -m app.compiler --describe`` answers them (``{"devices": [{"id", "kind",
+        "bytes_limit"}], "jax_platform", "platform_version", "visible_devices"}``, or
+        ``{"error"}`` when it could not open them).
+
     Raises:
-      CompileTargetUnavailable: GPU hardware, a live plan on a GPU host, a plain abstract
-        plan (no hardware), or a TPU generation without libtpu here.
+      CompileTargetUnavailable: GPU hardware, a live GPU plan whose devices the worker
+        does not have (or cannot open), a plain abstract plan (no hardware), or a TPU
+        generation without libtpu here.
       ServiceError: the library's codes for a model, batch or axis roles it refuses.
     """
     model = request.model.model_dump(exclude_none=True)
@@ -146,11 +204,15 @@ def check_target(
             "topology": plan["topology"],
             "slices": int(plan.get("slices") or 1),
         }
+    elif needs_gpu(plan):
+        target, hbm = _gpu_target(ids, gpu, settings, extra)
+        estimate = _estimate(plan, spec.to_json(), request.optimizer, batch, hbm)
     elif plan.get("live"):
         if plan.get("platform") != "cpu":
             raise CompileTargetUnavailable(
                 f"live plans on {plan.get('platform')!r} devices are not compiled by the "
-                "compile worker (it has CPU devices only); the estimate is in 'estimate'",
+                "compile worker (it compiles on CPU and GPU devices); the estimate is in "
+                "'estimate'",
                 extra=extra,
             )
         if len(ids) > settings.cpu_devices or max(ids, default=0) >= settings.cpu_devices:
@@ -181,6 +243,53 @@ def check_target(
     }
 
 
+def _gpu_target(
+    ids: list[int], gpu: dict[str, Any] | None, settings: Settings, extra: dict[str, Any]
+) -> tuple[dict[str, Any], int | None]:
+    """The GPU target of a live plan and its ``hbm_bytes`` (see the module doc)."""
+    if not gpu or gpu.get("error") or not gpu.get("devices"):
+        reason = (gpu or {}).get("error") or "it was not asked for them"
+        raise CompileTargetUnavailable(
+            "live GPU plans compile on this host's GPUs in the compile worker, which "
+            f"could not open them: {reason}; the estimate is in 'estimate'",
+            extra=extra,
+        )
+    by_id = {int(d["id"]): d for d in gpu["devices"]}
+    missing = sorted(set(ids) - set(by_id))
+    if missing:
+        shown = ", ".join(str(i) for i in missing[:8]) + (", ..." if len(missing) > 8 else "")
+        visible = gpu.get("visible_devices")
+        raise CompileTargetUnavailable(
+            f"the plan names GPU ids {shown} that the compile worker does not have: it sees "
+            f"ids {sorted(by_id)} on this host (CUDA_VISIBLE_DEVICES={visible!r}, the "
+            "runtime's); a plan over other processes' GPUs, or made before the GPUs "
+            "changed, cannot be compiled here; the estimate is in 'estimate'",
+            extra=extra,
+        )
+    kinds = sorted({str(by_id[i]["kind"]) for i in ids})
+    if settings.memory_budget_mb:
+        hbm: int | None = int(settings.memory_budget_mb * 2**20)
+        source = "DATARAX_MEMORY_BUDGET_MB"
+    else:
+        limits = [by_id[i].get("bytes_limit") for i in ids]
+        hbm, source = (min(int(x) for x in limits), "bytes_limit") if all(limits) else (None, None)
+        if hbm is None:
+            catalog = {hw.device_kind: hw for hw in HARDWARE.values()}
+            known = [catalog[k] for k in kinds if k in catalog]
+            if known and len(known) == len(kinds):
+                smallest = min(known, key=lambda hw: hw.hbm_bytes)
+                hbm, source = smallest.hbm_bytes, f"catalog:{smallest.name}"
+    target = {
+        "kind": "gpu",
+        "platform": gpu.get("jax_platform") or "cuda",
+        "platform_version": gpu.get("platform_version"),
+        "device_kind": ", ".join(kinds),
+        "devices": len(by_id),
+        "hbm_source": source,
+    }
+    return target, hbm
+
+
 _MAX_ELEMENTS = 2**62
 """XLA aborts its process on an array of more elements than this ("overflow in static
 extent product", measured with jax 0.12.0.1); such a model is refused before it is sent."""
@@ -208,6 +317,47 @@ def _flatten(grid: Any) -> list[int]:
     if isinstance(grid, list):
         return [i for item in grid for i in _flatten(item)]
     return [grid]
+
+
+def gpu_platform(settings: Settings) -> str:
+    """JAX's platform for a GPU worker: ``rocm`` where ``DATARAX_PLATFORMS`` (else
+    ``JAX_PLATFORMS``) names it, else ``cuda``."""
+    named = settings.platforms or os.environ.get("JAX_PLATFORMS") or ""
+    for name in named.split(","):
+        if name.strip() in _GPU_PLATFORMS:
+            return name.strip()
+    return "cuda"
+
+
+def worker_platform(target: dict[str, Any], settings: Settings) -> str:
+    """``--platform`` of the worker that compiles for ``target``: the GPU's JAX platform
+    for a GPU target, else ``cpu`` (CPU devices and TPU topologies)."""
+    if target.get("kind") == "gpu":
+        return str(target.get("platform") or gpu_platform(settings))
+    return "cpu"
+
+
+def group_rss_bytes(pgid: int) -> int:
+    """Resident memory of every process in process group ``pgid`` (Linux ``/proc``; 0
+    elsewhere): the GPU worker and anything it runs (``ptxas``)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # from field 3 (state) on
+        if len(fields) > 21 and int(fields[2]) == pgid:  # field 5: pgrp; field 24: rss
+            total += int(fields[21]) * page
+    return total
 
 
 def cache_key(work: dict[str, Any]) -> str:
@@ -273,10 +423,21 @@ class _Job:
 class CompileChecks:
     """The queue, the worker and the checks (one per service; built by the lifespan)."""
 
-    def __init__(self, settings: Settings, *, worker_argv: list[str] | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        worker_argv: list[str] | None = None,
+        describe_argv: list[str] | None = None,
+    ):
         self.settings = settings
         self.store = CompileStore(settings.db)
         self._worker_argv = worker_argv
+        self._describe_argv = describe_argv
+        self._proc_platform: str | None = None
+        self._rss_killed: int | None = None
+        self._gpus: dict[str, Any] | None = None
+        self._describe_lock = asyncio.Lock()
         self._queue: collections.deque[_Job] = collections.deque()
         self._jobs: dict[str, _Job] = {}
         self._running: _Job | None = None
@@ -317,7 +478,8 @@ class CompileChecks:
         Raises:
           CompileTargetUnavailable, CompileQueueFull, and the library's codes.
         """
-        work = await asyncio.to_thread(check_target, plan, request, self.settings)
+        gpus = await self.describe_gpus() if needs_gpu(plan) else None
+        work = await asyncio.to_thread(check_target, plan, request, self.settings, gpus)
         estimate = work.pop("estimate")
         key = cache_key(work)
         check: dict[str, Any] = {
@@ -446,8 +608,9 @@ class CompileChecks:
         job.check["status"] = "compiling"
         job.check.pop("position", None)
         await self.store.put_check(job.check)
+        platform = worker_platform(job.work["target"], self.settings)
         try:
-            proc = await self._ensure_worker()
+            proc = await self._ensure_worker(platform)
         except Exception as error:
             if job.cancelled:
                 await self._settle(job, status="cancelled")
@@ -461,6 +624,9 @@ class CompileChecks:
         request = {"id": job.check["id"], **job.work}
         started = time.monotonic()
         deadline = started + self.settings.compile_timeout_s
+        watchdog = None
+        if platform != "cpu" and self.settings.compile_memory_mb > 0:
+            watchdog = asyncio.create_task(self._watch_rss(proc))
         try:
             proc.stdin.write((json.dumps(request) + "\n").encode())
             await proc.stdin.drain()
@@ -500,6 +666,11 @@ class CompileChecks:
                     error={"code": "compile_failed", "detail": self._crash_reason(status)},
                 )
             return
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watchdog
         self._compile_seconds.append(time.monotonic() - started)
         if "result" in message:
             await self._settle(job, status="done", result=message["result"])
@@ -508,13 +679,18 @@ class CompileChecks:
 
     # ----------------------------------------------------------------------- worker
 
-    def _argv(self) -> list[str]:
-        if self._worker_argv is not None:
+    def worker_argv(self, platform: str = "cpu", *, describe: bool = False) -> list[str]:
+        """The worker's command line for ``platform`` (``cpu``, ``cuda``, ``rocm``)."""
+        if describe and self._describe_argv is not None:
+            return self._describe_argv
+        if not describe and self._worker_argv is not None:
             return self._worker_argv
-        return [
+        argv = [
             sys.executable,
             "-m",
             "app.compiler",
+            "--platform",
+            platform,
             "--memory-mb",
             str(self.settings.compile_memory_mb),
             "--cpu-devices",
@@ -522,15 +698,72 @@ class CompileChecks:
             "--log-level",
             "warning",
         ]
+        return [*argv, "--describe"] if describe else argv
 
-    async def _ensure_worker(self) -> asyncio.subprocess.Process:
-        if self._proc is not None and self._proc.returncode is None:
-            return self._proc
-        self._log_tail.clear()
+    @staticmethod
+    def _worker_env() -> dict[str, str]:
+        """The service's environment (so ``CUDA_VISIBLE_DEVICES`` and the XLA memory
+        settings are the runtime's); the worker sets its platform itself before JAX
+        starts (:func:`app.compiler.__main__.environment`)."""
         env = dict(os.environ)
-        env.pop("JAX_PLATFORMS", None)  # the worker sets its own before JAX starts
+        env.pop("JAX_PLATFORMS", None)
+        return env
+
+    async def describe_gpus(self) -> dict[str, Any]:
+        """The compile worker's GPUs (``python -m app.compiler --describe``), asked once
+        and kept for the service's life (the host's GPUs do not change under a running
+        runtime); a failure (``{"error"}``) is not kept, the next GPU check asks again."""
+        async with self._describe_lock:
+            if self._gpus is not None:
+                return self._gpus
+            described = await self._describe(gpu_platform(self.settings))
+            if not described.get("error"):
+                self._gpus = described
+            return described
+
+    async def _describe(self, platform: str) -> dict[str, Any]:
         proc = await asyncio.create_subprocess_exec(
-            *self._argv(),
+            *self.worker_argv(platform, describe=True),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=_PROJECT_ROOT,
+            env=self._worker_env(),
+            start_new_session=True,
+        )
+        try:
+            out, err = await asyncio.wait_for(
+                proc.communicate(), timeout=self.settings.runtime_start_timeout_s
+            )
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            return {
+                "error": f"describing the GPUs took longer than DATARAX_RUNTIME_START_TIMEOUT_S="
+                f"{self.settings.runtime_start_timeout_s:g} s"
+            }
+        lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
+        try:
+            answer = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            answer = {}
+        if isinstance(answer, dict) and (answer.get("devices") or answer.get("error")):
+            return answer
+        tail = " | ".join(err.decode(errors="replace").strip().splitlines()[-3:])[-600:]
+        return {"error": f"the compile worker exited with status {proc.returncode}: {tail}"}
+
+    async def _ensure_worker(self, platform: str = "cpu") -> asyncio.subprocess.Process:
+        if self._proc is not None and self._proc.returncode is None:
+            if self._proc_platform == platform:
+                return self._proc
+            await self._stop_idle_worker()  # a check for the other platform: one at a time
+        self._log_tail.clear()
+        self._rss_killed = None
+        self._proc_platform = platform
+        env = self._worker_env()
+        proc = await asyncio.create_subprocess_exec(
+            *self.worker_argv(platform),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -572,6 +805,33 @@ class CompileChecks:
         self._proc = None
         return proc.returncode
 
+    async def _stop_idle_worker(self) -> None:
+        """Ends the idle worker: its input closed (it exits), SIGKILL after 10 s."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=10)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        await self._reap_worker()
+
+    async def _watch_rss(self, proc: asyncio.subprocess.Process) -> None:
+        """Kills a GPU worker whose process group's resident memory passes the cap."""
+        cap = self.settings.compile_memory_mb * 2**20
+        while proc.returncode is None:
+            rss = await asyncio.to_thread(group_rss_bytes, proc.pid)
+            if rss > cap:
+                self._rss_killed = rss
+                log.warning("compile worker at %d MiB resident, past the cap: killed", rss >> 20)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                return
+            await asyncio.sleep(_RSS_POLL_S)
+
     async def _kill_worker(self) -> None:
         proc = self._proc
         if proc is None or proc.returncode is not None:
@@ -595,9 +855,26 @@ class CompileChecks:
             if "Error" in line or "error" in line or "memory" in line
         )[-600:]
         reason = f"the compile worker {how} during the check"
-        if cap:
+        if self._rss_killed is not None:
+            reason += (
+                f": its resident memory reached {self._rss_killed >> 20} MiB, past its cap "
+                f"of {cap} MiB (DATARAX_COMPILE_MEMORY_MB)"
+            )
+        elif cap and self._proc_platform not in (None, "cpu"):
+            reason += f" (its resident-memory cap is {cap} MiB, DATARAX_COMPILE_MEMORY_MB)"
+        elif cap:
             reason += f" (its memory cap is {cap} MiB, DATARAX_COMPILE_MEMORY_MB)"
         return reason + (f"; its last errors: {tail}" if tail else "")
 
 
-__all__ = ["CompileChecks", "cache_key", "check_target", "compiler_versions", "estimate_error"]
+__all__ = [
+    "CompileChecks",
+    "cache_key",
+    "check_target",
+    "compiler_versions",
+    "estimate_error",
+    "gpu_platform",
+    "group_rss_bytes",
+    "needs_gpu",
+    "worker_platform",
+]

@@ -19,7 +19,11 @@ What is proven on one GPU:
   second session hit the cache, a new batch shape compiles again;
 - multi-process: a one-process JAX distributed group on the GPU (coordinator, leader
   path, a training step). NCCL *between* processes needs two GPUs (NCCL refuses two
-  ranks on one device); on a one-GPU machine it is not tested.
+  ranks on one device); on a one-GPU machine it is not tested;
+- compile checks of a live plan compile in the compile worker on the same GPU the runtime
+  holds (``done`` with XLA's figures, the memory figure from XLA's ``bytes_limit``, a
+  repeat answered from the cache), the worker holds no memory pool afterwards, and the
+  runtime's sessions still train.
 """
 
 from __future__ import annotations
@@ -274,3 +278,89 @@ def test_one_process_distributed_group_on_the_gpu(tmp_path: Path) -> None:
         session = _session(client, [64, 128, 8]).json()
         result = _steps(client, session["id"], steps=2, batch=32)
         assert result["step"] == 2 and all(math.isfinite(x) for x in result["losses"]), result
+
+
+def _finish_check(client: httpx.Client, location: str, timeout: float = 240.0) -> dict:
+    deadline = time.monotonic() + timeout
+    check: dict = {}
+    while time.monotonic() < deadline:
+        check = _ok(client.get(location))
+        if check["status"] in ("done", "failed", "cancelled"):
+            return check
+        time.sleep(0.2)
+    pytest.fail(f"{location} did not finish within {timeout} s: {check}")
+
+
+def _compile_worker_pids() -> list[int]:
+    """Compile workers (``python -m app.compiler --platform cuda``, not ``--describe``)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"app.compiler" in argv and b"cuda" in argv and b"--describe" not in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _gpu_mib_of(pid: int) -> int | None:
+    """MiB ``nvidia-smi`` lists for ``pid``; None where it lists no such process (in a
+    container it often cannot see the host's process ids)."""
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    for line in smi.stdout.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
+            return int(fields[1])
+    return None
+
+
+def test_a_compile_check_of_a_live_plan_compiles_on_the_gpu(server: httpx.Client) -> None:
+    info = _ok(server.get("/v1/devices"))
+    kind = info["devices"][0]["kind"]
+    budget = _device_budget(server)  # XLA's bytes_limit here (DATARAX_MEMORY_FRACTION=1)
+    count = len(info["devices"])
+    plan = _ok(server.post("/v1/meshes", json={"axes": {"data": count}}), 201)
+    assert plan["live"] is True and plan["platform"] == "gpu", plan
+    model = {"kind": "mlp", "features": [512, 2048, 512], "dtype": "float32"}
+    body = {"model": model, "batch_shape": [64]}
+    answer = server.post(f"/v1/meshes/{plan['id']}/compile-checks", json=body)
+    assert answer.status_code == 202, answer.text
+    check = _finish_check(server, answer.headers["location"])
+    assert check["status"] == "done", check
+
+    target = check["target"]
+    assert target["kind"] == "gpu" and target["device_kind"] == kind, target
+    assert target["devices"] == count and target["hbm_source"] == "bytes_limit", target
+    result = check["result"]
+    memory = result["memory"]
+    params = _mlp_bytes([512, 2048, 512])
+    assert memory["argument_bytes"] >= 3 * params, memory  # params + adam's two moments
+    assert memory["peak_bytes"] > 0 and result["flops"] > 0 and result["compile_s"] > 0
+    # The fits verdict is against the GPU's XLA pool, as the runtime sees it (the worker
+    # reads it without preallocating: the same size, or the free share of it).
+    assert 0.8 * budget <= memory["hbm_bytes"] <= 1.01 * budget, (memory, budget)
+    assert result["fits"] is True and result["xla_error"] is None, result
+    assert check["estimate_error"]["fits_agrees"] is True, check
+
+    # The worker keeps no pool: at most its CUDA context and loaded code on the GPU.
+    for pid in _compile_worker_pids():
+        used = _gpu_mib_of(pid)
+        assert used is None or used < 2048, (pid, used)
+
+    again = server.post(f"/v1/meshes/{plan['id']}/compile-checks", json=body)
+    assert again.status_code == 202 and again.json()["status"] == "done", again.text
+    assert again.json()["cached"] is True and again.json()["result"] == result
+
+    # The runtime that holds the GPU still trains.
+    session = _session(server, [64, 128, 8]).json()
+    steps = _steps(server, session["id"], steps=2, batch=32)
+    assert steps["step"] == 2 and all(math.isfinite(x) for x in steps["losses"]), steps
+    server.delete(f"/v1/sessions/{session['id']}")
