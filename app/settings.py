@@ -53,10 +53,12 @@ class Settings(BaseSettings):
         16, ge=1, le=1024, description="compile checks waiting at most; more are 429"
     )
     compile_memory_mb: int = Field(
-        16384, ge=0, description=(
+        16384,
+        ge=0,
+        description=(
             "memory cap of the compile worker: address space (RLIMIT_AS) on CPU, resident "
             "memory on a GPU (0: none)"
-        )
+        ),
     )
     max_steps_per_call: int = Field(1000, ge=1)
     max_sessions: int = Field(
