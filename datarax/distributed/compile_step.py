@@ -23,6 +23,12 @@ of the transformer, in ``jax.checkpoint``):
   over the layers' stacked parameters) pre-RMS-norm causal attention with grouped
   key/value heads and a gated (SiLU) or plain (GELU) MLP, residual adds; final norm,
   unembedding and next-token cross-entropy against ``targets [B, S]`` int32 in float32.
+- Activations are pinned to the plan's layout (``jax.lax.with_sharding_constraint``):
+  batch dimension over the data and fsdp axes; ``col`` outputs, attention heads, the MLP
+  hidden and the logits' vocabulary over the tensor axes (Megatron-style). Without them
+  XLA's sharding propagation may compile another program (e.g. keep FSDP weights sharded
+  and all-reduce activations over the whole global batch) than the one the estimate
+  prices.
 - Update: ``optax`` (``adam``, ``adamw`` or ``sgd`` as the service's sessions use them),
   parameters and optimizer state donated, outputs sharded as inputs.
 
@@ -229,14 +235,46 @@ def _batch_tree(
     return {"inputs": inputs, "targets": targets}
 
 
-def _mlp_loss(spec: MLPSpec) -> Callable[[dict, dict], jax.Array]:
+class _Constrain:
+    """Pins activations to the plan's layout: the batch (first) dimension split over the
+    data and fsdp axes, and a tensor-split dimension (a ``col`` layer's output features,
+    attention heads, the MLP hidden, the vocabulary) split over the tensor axes.
+
+    Without these, XLA's sharding propagation is free to pick another program than the
+    plan's: on an fsdp mesh it may keep the weights sharded and instead gather (or
+    all-reduce) activations over the whole global batch, or leave attention replicated
+    over the tensor axis. ``with_sharding_constraint`` makes the compiled step the
+    data/FSDP/Megatron step that :mod:`datarax.distributed.cost` prices."""
+
+    def __init__(self, mesh: Mesh, roles: Mapping[str, str]) -> None:
+        axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
+        batch = _role_axes(axes, roles, "data") + _role_axes(axes, roles, "fsdp")
+        tensor = _role_axes(axes, roles, "tensor")
+        self.mesh = mesh
+        self.batch = None if not batch else batch[0] if len(batch) == 1 else batch
+        self.tensor = None if not tensor else tensor[0] if len(tensor) == 1 else tensor
+        self.t = math.prod(axes[a] for a in tensor)
+
+    def __call__(self, x: jax.Array, tensor_dim: int | None = None) -> jax.Array:
+        """``x`` with its dimension 0 on the batch axes and ``tensor_dim`` (where the
+        tensor axes divide it) on the tensor axes; the other dimensions whole."""
+        spec: list = [None] * x.ndim
+        spec[0] = self.batch
+        if tensor_dim is not None and self.t > 1 and x.shape[tensor_dim] % self.t == 0:
+            spec[tensor_dim] = self.tensor
+        return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
+
+
+def _mlp_loss(spec: MLPSpec, constrain: _Constrain) -> Callable[[dict, dict], jax.Array]:
     dtype = _JNP_DTYPES[spec.dtype]
     n = len(spec.features) - 1
 
     def forward(params: dict, inputs: jax.Array) -> jax.Array:
-        x = inputs.astype(dtype)
+        x = constrain(inputs.astype(dtype))
         for i in range(n):
             x = x @ params[f"layers/{i}/kernel"] + params[f"layers/{i}/bias"]
+            # a col layer's output features are tensor-split, a row layer's are summed
+            x = constrain(x, 1 if i % 2 == 0 else None)
             if i < n - 1:
                 x = jax.nn.relu(x)
         return x
@@ -258,38 +296,42 @@ def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
     return (x * jax.lax.rsqrt(var + 1e-6).astype(x.dtype)) * scale
 
 
-def _transformer_loss(spec: TransformerSpec) -> Callable[[dict, dict], jax.Array]:
+def _transformer_loss(
+    spec: TransformerSpec, constrain: _Constrain
+) -> Callable[[dict, dict], jax.Array]:
     h, kv, hd = spec.heads, spec.kv_heads, spec.head_dim
     gated = spec.mlp == "gated"
+    c = constrain
 
     def layer(x: jax.Array, p: dict) -> tuple[jax.Array, None]:
         b, s, _ = x.shape
         y = _rms_norm(x, p["layers/*/attn_norm/scale"])
-        q = (y @ p["layers/*/attn/q"]).reshape(b, s, h, hd)
+        q = c((y @ p["layers/*/attn/q"]).reshape(b, s, h, hd), 2)
         k = (y @ p["layers/*/attn/k"]).reshape(b, s, kv, hd)
         v = (y @ p["layers/*/attn/v"]).reshape(b, s, kv, hd)
-        k, v = jnp.repeat(k, h // kv, axis=2), jnp.repeat(v, h // kv, axis=2)
+        k, v = c(jnp.repeat(k, h // kv, axis=2), 2), c(jnp.repeat(v, h // kv, axis=2), 2)
         scores = jnp.einsum("bshd,bthd->bhst", q, k).astype(jnp.float32) / math.sqrt(hd)
         causal = jnp.tril(jnp.ones((s, s), dtype=bool))
-        probs = jax.nn.softmax(jnp.where(causal, scores, -1e30), axis=-1).astype(x.dtype)
-        attn = jnp.einsum("bhst,bthd->bshd", probs, v).reshape(b, s, h * hd)
-        x = x + attn @ p["layers/*/attn/o"]
+        probs = jax.nn.softmax(jnp.where(causal, c(scores, 1), -1e30), axis=-1).astype(x.dtype)
+        attn = c(jnp.einsum("bhst,bthd->bshd", c(probs, 1), v), 2).reshape(b, s, h * hd)
+        x = c(x + attn @ p["layers/*/attn/o"])
         y = _rms_norm(x, p["layers/*/mlp_norm/scale"])
         if gated:
-            hidden = jax.nn.silu(y @ p["layers/*/mlp/gate"]) * (y @ p["layers/*/mlp/up"])
+            gate = c(y @ p["layers/*/mlp/gate"], 2)
+            hidden = jax.nn.silu(gate) * c(y @ p["layers/*/mlp/up"], 2)
         else:
-            hidden = jax.nn.gelu(y @ p["layers/*/mlp/up"])
-        return x + hidden @ p["layers/*/mlp/down"], None
+            hidden = jax.nn.gelu(c(y @ p["layers/*/mlp/up"], 2))
+        return c(x + c(hidden, 2) @ p["layers/*/mlp/down"]), None
 
     if spec.remat == "full":
         layer = jax.checkpoint(layer)
 
     def loss(params: dict, batch: dict) -> jax.Array:
-        x = params["embed/embedding"][batch["inputs"]]
+        x = c(params["embed/embedding"][batch["inputs"]])
         stacked = {k: v for k, v in params.items() if k.startswith("layers/")}
         x, _ = jax.lax.scan(layer, x, stacked)
         x = _rms_norm(x, params["final_norm/scale"])
-        logits = (x @ params["unembed/kernel"]).astype(jnp.float32)
+        logits = c(x @ params["unembed/kernel"], 2).astype(jnp.float32)
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
 
     return loss
@@ -332,7 +374,11 @@ def abstract_train_step(
     params = _param_tree(spec, mesh, roles)
     opt_state = _opt_state_tree(params, opt, mesh)
     batch = _batch_tree(spec, mesh, roles, global_batch)
-    loss_fn = _mlp_loss(spec) if isinstance(spec, MLPSpec) else _transformer_loss(spec)
+    constrain = _Constrain(mesh, roles)
+    if isinstance(spec, MLPSpec):
+        loss_fn = _mlp_loss(spec, constrain)
+    else:
+        loss_fn = _transformer_loss(spec, constrain)
 
     def step(params: dict, opt_state: Any, batch: dict) -> tuple[dict, Any, jax.Array]:
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)

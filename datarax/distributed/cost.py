@@ -18,6 +18,14 @@ twice that). The forward pass is one third of it, the backward two thirds; ``rem
 full`` runs the forward again in the backward pass (those FLOPs count in ``compute_s``
 but not in ``flops`` or ``mfu``).
 
+Memory of one step (``memory_estimate``): the state (parameters, gradients, optimizer
+moments, sharded by role), the batch slice, the activations the compiled step keeps for
+its backward pass (JAX's autodiff residuals of :mod:`datarax.distributed.compile_step`'s
+step, float32 copies included) and the temporaries live at the peak: the largest FSDP
+parameter gathered whole, and for the transformer the larger of the loss's and the last
+layer's backward pass's transients (they never coexist). Compared case by case with
+XLA's own peak in ``benchmarks/compile_checks.py``.
+
 Collectives are priced with a ring (alpha-beta) model on the axis's link (``AxisLink``):
 over ``n`` devices, an all-gather or reduce-scatter of ``V`` bytes per device costs
 ``(n - 1) / n * V / W + (n - 1) * alpha`` and an all-reduce twice that, where ``W`` is the
@@ -54,6 +62,7 @@ from datarax.distributed.hardware import AxisLink, Hardware, get_hardware
 from datarax.distributed.memory import OPTIMIZER_STATE_FACTOR
 from datarax.distributed.model_specs import (
     DTYPE_BYTES,
+    MLPSpec,
     ModelSpec,
     ParamGroup,
     TransformerSpec,
@@ -193,6 +202,59 @@ _F32 = 4
 _IN_FLIGHT_GATHERS = 1
 
 
+def _mlp_residuals(model: MLPSpec, t: int, itemsize: int) -> float:
+    """Bytes per example the compiled MLP step keeps for its backward pass: JAX's
+    autodiff residuals (``jax.ad_checkpoint.print_saved_residuals`` of the step's loss)
+    as XLA materializes them. Kept: the input cast to the model dtype (``b in``), each
+    hidden layer's ReLU output (model dtype) and ReLU's mask (one byte per element), and
+    the output (``b out``); a ``col`` layer's output is split over the ``tensor`` axes.
+    The loss's float32 residual (``2 (out - targets)``) is not: XLA fuses it into the
+    loss's backward pass, recomputed from the output and the targets (an argument).
+    ``full``: the input and the output (the hidden layers are recomputed)."""
+    widths = model.features
+    split = [t if i % 2 == 0 else 1 for i in range(len(widths) - 1)]
+    ends = itemsize * (widths[0] + widths[-1] / split[-1])
+    if model.remat == "full":
+        return ends
+    hidden = sum((itemsize + 1) * w / k for w, k in zip(widths[1:-1], split[:-1], strict=True))
+    return ends + hidden
+
+
+def _transformer_head(model: TransformerSpec, t: int, itemsize: int) -> float:
+    """Bytes per token the step keeps for the backward pass of its head (see
+    :func:`_transformer_residuals`): the final norm, like each layer's (``4d + 3bd``),
+    and the cross-entropy's float32 ``exp(logits)`` (``4 vocab / t``)."""
+    d = model.d_model
+    return _F32 * d + 3 * itemsize * d + _F32 * model.vocab / t
+
+
+def _transformer_residuals(model: TransformerSpec, t: int, itemsize: int) -> float:
+    """Bytes per token that JAX's autodiff of the compiled step saves for the backward
+    pass (``jax.ad_checkpoint.print_saved_residuals`` of the step's loss lists exactly
+    these, and XLA's forward ``while`` loop stacks them ``[layers, ...]``).
+
+    ``none``, per layer (``b`` the model dtype's bytes, ``t`` the tensor size): each
+    RMS norm keeps its input cast to float32 (``4d``) and three ``d``-wide model-dtype
+    arrays (the normalized input, the scaled output, the input, ``3bd``); attention keeps
+    ``q``, ``k``, ``v`` (``k``/``v`` after the repeat to ``heads``) and its output
+    (``4 b heads hd / t``), softmax's float32 output (``4 heads S / t``) and the
+    probabilities in the model dtype (``b heads S / t``); the MLP keeps six (gated: gate,
+    up, sigmoid and silu of gate, their product, ...) or five (plain, GELU) ``d_ff``-wide
+    arrays (``b f / t`` each). Once, the head (:func:`_transformer_head`). ``full``: each
+    layer's input (``bd``) and the head. Checked against XLA's forward ``while`` loop's
+    stacked outputs for ``benchmarks/compile_checks.py``'s v5p fsdp64 transformer
+    (XLA 86.19 GiB per device, this count 86.0 GiB plus the head).
+    """
+    d, f, h, hd, s = model.d_model, model.d_ff, model.heads, model.head_dim, model.seq_len
+    b = itemsize
+    head = _transformer_head(model, t, itemsize)
+    if model.remat == "full":
+        return model.layers * b * d + head
+    mlp = 6 if model.mlp == "gated" else 5
+    layer = 2 * (_F32 * d + 3 * b * d) + (4 * b * h * hd + (_F32 + b) * h * s + mlp * b * f) / t
+    return model.layers * layer + head
+
+
 def _temporaries(
     model: ModelSpec,
     specs: Sequence[tuple[ParamGroup, tuple, tuple[int, ...], bool]],
@@ -201,7 +263,8 @@ def _temporaries(
     itemsize: int,
 ) -> dict[str, int]:
     """What XLA holds beside the state and the saved activations at the step's peak
-    (see :func:`memory_estimate`)."""
+    (see :func:`memory_estimate`): ``fsdp_gathered`` and the transformer's ``phase``
+    transient."""
     t = sizes["tensor"]
     fsdp = sizes["fsdp"]
     gathered = sorted(
@@ -209,17 +272,26 @@ def _temporaries(
          if split and fsdp > 1),
         reverse=True,
     )  # fmt: skip
-    out = {"fsdp_gathered": sum(gathered[:_IN_FLIGHT_GATHERS]), "float32": 0}
+    out = {"fsdp_gathered": sum(gathered[:_IN_FLIGHT_GATHERS]), "phase": 0}
     if isinstance(model, TransformerSpec):
-        # Cross-entropy in float32 over this device's vocabulary slice: the log-softmax
-        # kept for the backward pass and the logits' gradient, 4 bytes each.
-        out["float32"] += 2 * _F32 * tokens * model.vocab // t
-        # Attention in float32 [tokens, heads / t, S]: softmax keeps its float32 output
-        # for its backward pass (the bf16 probabilities the activations count are a
-        # second residual, for the AV product), in every layer unless rematerialized;
-        # one layer's backward pass holds the probabilities' and scores' gradients.
-        scores = _F32 * tokens * (model.heads // t) * model.seq_len
-        out["float32"] += scores * (1 if model.remat == "full" else model.layers) + 2 * scores
+        # The step's peak is the larger of two moments whose transients never coexist.
+        # At the loss, every saved activation is live (the layers' and the head's, which
+        # ``activations`` counts) and the logits exist in the model dtype beside the
+        # saved float32 exp(logits) (their gradient then takes their place). In the last
+        # layer's backward pass the head's residuals are gone (the loss's backward pass
+        # consumed them) and one float32 array of the attention scores' size is made
+        # (their gradient); under remat: full that layer's forward pass is first
+        # recomputed: its textbook activations (``activation_elements_per_token`` less
+        # the other layers' inputs and the head) with softmax's float32 output, whose
+        # gradient then takes its place.
+        h, d, s = model.heads // t, model.d_model, model.seq_len
+        head = _transformer_head(model, t, itemsize)
+        loss = itemsize * model.vocab / t
+        layer = _F32 * h * s
+        if model.remat == "full":
+            recomputed = model.activation_elements_per_token(t) - model.layers * d
+            layer += (recomputed - model.vocab / t - d) * itemsize
+        out["phase"] = int(tokens * max(loss, layer - head))
     return out
 
 
@@ -236,12 +308,15 @@ def memory_estimate(
 
     ``params``, ``grads`` and ``optimizer`` (moments, ``OPTIMIZER_STATE_FACTOR`` times the
     parameters) are held in the model's dtype (optax keeps moments in the parameters'
-    dtype) and sharded as :func:`param_specs` says; ``activations`` are what the backward
-    pass keeps (``ModelSpec.activation_elements_per_token``) for this device's tokens;
-    ``batch`` is this device's slice of inputs and targets.
+    dtype) and sharded as :func:`param_specs` says; ``batch`` is this device's slice of
+    inputs and targets. ``activations`` are what the compiled step
+    (:mod:`datarax.distributed.compile_step`) keeps for its backward pass for this
+    device's tokens: JAX's autodiff residuals of that step as XLA materializes them
+    (:func:`_transformer_residuals`, :func:`_mlp_residuals`; not the textbook
+    ``ModelSpec.activation_elements_per_token``, which leaves out float32 copies, masks
+    and elementwise intermediates the step's autodiff saves).
 
-    ``temporaries`` are the buffers XLA allocates beside those at the step's peak, as the
-    compiled step (:mod:`datarax.distributed.compile_step`) computes:
+    ``temporaries`` are the buffers XLA allocates beside those at the step's peak:
 
     - FSDP parameters gathered in flight: an fsdp-split parameter is all-gathered whole
       (its tensor shard) where it is used, in the forward and again in the backward pass,
@@ -254,23 +329,26 @@ def memory_estimate(
       stacked ``[layers, ...]`` array that the scan takes whole). Small parameters are
       prefetched further ahead (compiles show up to 3 gathered weights of 8-32 MiB
       live); that is not modelled.
-    - float32 temporaries of the transformer: the loss is computed in float32 over
-      ``vocab / tensor`` logits per token (the step casts the logits up); the backward
-      pass keeps the log-softmax and makes the logits' gradient, 8 bytes per token and
-      vocabulary entry beside the bf16 logits the activations count. The attention
-      scores are cast to float32 for the softmax; only the probabilities are saved (in
-      the model dtype) for the AV product, but softmax keeps its own float32 output as the
-      residual of its backward pass (4 bytes per token, head and position in every layer;
-      in the recomputed layer only under ``remat: full``), and one layer's backward pass
-      holds the gradients of the probabilities and of the scores in float32, 8 bytes per
-      token, head and position.
-    - ``remat: full``: the activations already count one layer's recomputed activations
-      beside each layer's saved input (``activation_elements_per_token``).
+    - The transformer's phase transient: the peak is the larger of two moments whose
+      transients never coexist (XLA frees the loss's buffers before the layers' backward
+      pass starts). At the loss, all saved activations are live and the logits exist in
+      the model dtype (``b vocab / tensor`` per token) beside the saved float32
+      ``exp(logits)``. In the last layer's backward pass the head's residuals are gone
+      and one float32 array of the layer's attention scores is made (their gradient,
+      ``4 heads S / tensor``); under ``remat: full`` that layer is first recomputed: its
+      textbook activations (``activation_elements_per_token`` of one layer: XLA fuses the
+      recomputation into the backward pass, so the float32 norm copies and elementwise
+      intermediates are not materialized) and softmax's float32 output, which the
+      scores' gradient then replaces. Evidence: the live buffers at the peak of XLA's
+      buffer assignment (``--xla_dump_to``, ``*-live-range.txt``) for the transformer
+      cases of ``benchmarks/compile_checks.py``.
 
-    Left out: XLA's fixed per-program buffers (collective scratch, the all-reduce of a
-    data-parallel gradient in flight), which are tens of MiB and so only matter for small
-    programs, and fusion choices that materialize an extra float32 copy of an
-    activation; see ``benchmarks/compile_checks.py`` for where they show.
+    Left out: buffers in on-chip memory that XLA's ``peak_memory_in_bytes`` counts for
+    small programs (memory-space assignment's VMEM prefetches, up to ~100 MiB with
+    libtpu 0.0.50.1), layout-changing copies XLA's layout assignment may add (v6e copies
+    a square kernel's Adam moments to a transposed layout), and the extra hidden-sized
+    buffers of the collective-matmul loops XLA may use for an FSDP matmul; see
+    ``benchmarks/compile_checks.py`` for where they show.
 
     Returns:
       ``{"params", "optimizer", "grads", "activations", "batch", "temporaries", "total",
@@ -290,7 +368,10 @@ def memory_estimate(
     itemsize = DTYPE_BYTES[model.dtype]
     specs = param_specs(model, axes, roles)
     params = sum(math.prod(shard) * group.repeat * itemsize for group, _, shard, _ in specs)
-    activations = int(model.activation_elements_per_token(sizes["tensor"]) * tokens * itemsize)
+    if isinstance(model, TransformerSpec):
+        activations = int(_transformer_residuals(model, sizes["tensor"], itemsize) * tokens)
+    else:
+        activations = int(_mlp_residuals(model, sizes["tensor"], itemsize) * tokens)
     examples = tokens // model.tokens_per_example
     batch = examples * model.batch_bytes_per_example()
     optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer]

@@ -233,3 +233,19 @@ def test_tensor_must_divide_heads():
         estimate_step("tpu-v5e", layout.axes_detail, {**TRANSFORMER, "heads": 4}, 8)
     assert err.value.code == "tensor_not_divisible"
     assert "heads (4)" in err.value.message
+
+
+def test_transformer_peak_takes_the_larger_of_loss_and_layer_transients():
+    # data-parallel only: no gathered parameter, temporaries are the phase transient alone
+    axes = {"data": 2}
+    short = {**TRANSFORMER, "vocab": 32000, "seq_len": 256}
+    tokens = 256  # 2 sequences over 2 devices
+    mem = memory_estimate(short, axes, 2)
+    assert mem["temporaries"] == tokens * 2 * 32000  # bf16 logits beside the float32 exp
+    long = {**TRANSFORMER, "vocab": 64, "seq_len": 8192}
+    spec = model_spec(long)
+    tokens = 8192
+    head = 4 * spec.d_model + 3 * 2 * spec.d_model + 4 * 64
+    mem = memory_estimate(long, axes, 2)
+    # the scores' float32 gradient of one layer; the head's residuals are gone by then
+    assert mem["temporaries"] == tokens * (4 * spec.heads * 8192 - head)
