@@ -27,20 +27,23 @@ from typing import TypeVar
 
 import anyio.to_thread
 
-from app import store_jobs
+from app import store_jobs, store_parts
 from app.errors import ServiceError, StorageFull
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """``PRAGMA user_version`` of a current file. 1 (written as 0 by SQLite): plans,
 ``job_points (job, step, reduced, received_at)``, sessions. 2: the job tables of
-:mod:`app.store_jobs`. 3: its ``job_pending`` (per incomplete multi-source step).
+:mod:`app.store_jobs`. 3: its ``job_pending`` (per incomplete multi-source step). 4:
+multi-source parts stored per source and push (``job_segments``, :mod:`app.store_parts`),
+replacing ``job_parts`` and ``job_pending``.
 ``open()`` migrates an older file in place, one transaction per version."""
 
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: store_jobs.migrate_to_v2,
     3: store_jobs.migrate_to_v3,
+    4: store_parts.migrate_to_v4,
 }
 """version -> the function that brings a file of the version before it up to it."""
 

@@ -5,24 +5,22 @@ its transactions (writes inside ``BEGIN IMMEDIATE``, so SQLite's write lock seri
 every read-check-write below: no two pushes can interleave, in this process or another
 one on the same file).
 
-Tables (schema version 3; :func:`migrate_to_v2` turns a version-1 file into a version-2
-one in place, :func:`migrate_to_v3` a version-2 one into a version-3 one):
+Tables (schema version 4; :func:`migrate_to_v2` turns a version-1 file into a version-2
+one in place, :func:`migrate_to_v3` a version-2 one into a version-3 one, and
+:func:`app.store_parts.migrate_to_v4` a version-3 one into the current one):
 
 - ``job_points (job, step)``: one row per *complete* step: the reduced values as the JSON
   text the API answers, ``digest`` of what was pushed (idempotency), ``sources``.
-- ``job_parts (job, step, source)``: one row per part of a multi-source step (``sources``
-  > 1). ``arrays`` holds the part's stacked arrays (npz) until the step is complete, then
-  it is set to NULL (the digest stays, so a retried part is still recognised).
+- ``job_segments``: multi-source parts (``sources`` > 1), one row per source and push,
+  merged into ``job_points`` as steps complete (:mod:`app.store_parts`).
 - ``job_rollups (job, level, metric, block)``: for each scalar metric, per block of
   ``16**level`` steps (levels 1-4: 16, 256, 4,096 and 65,536 steps): count, sum, min and
   max of the finite values, and the last value. Downsampled reads aggregate these blocks
   instead of every point: a 1,000-bucket read of a 1,000,000-step job reads ~4,000 rows
   per metric, not 1,000,000.
 - ``jobs (job)``: points, first and last step, ``last_push_at``, ``finished``.
-- ``job_pending (job, step)`` (v3): per incomplete multi-source step, what its parts agree
-  on (``sources``, ``signature``, ``num_devices``) and how many arrived (``parts``),
-  kept in the push's transaction; deleted when the step completes. A push reads one row
-  per step instead of counting every source's part (64 sources: 64x fewer rows).
+- Versions 2 and 3 kept parts one row per (job, step, source) (``job_parts``) and a row
+  per incomplete step (``job_pending``); their schemas stay here for the migrations.
 
 Bounds: a batch is at most 1,000 points (checked by the service); a history page at
 most ``MAX_PAGE`` points; a downsampled read at most ``MAX_BUCKETS`` buckets.
@@ -34,13 +32,30 @@ import itertools
 import json
 import math
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from app.codecs.parts import decode_part
 from app.errors import PartMismatch, SourcesMismatch, StepConflict
+from app.store_parts import (
+    MergedStep,
+    MergeRows,
+    PartSegment,
+    PendingStep,
+    incomplete_jobs,
+    missing_sources,
+    newest_incomplete,
+    open_sources,
+    pending_steps,
+    push_segment,
+    source_order,
+    step_sources,
+)
+
+__all__ = ["MergedStep", "PendingStep", "missing_sources", "source_order"]
 
 FANOUT_BITS = 4
 """Rollup blocks grow 16x per level."""
@@ -310,21 +325,6 @@ class PushItem:
     received_at: str = ""
 
 
-@dataclass(frozen=True)
-class MergedStep:
-    """What the service's merge of a step's parts gives: reduced JSON text, scalars,
-    device count."""
-
-    reduced: str
-    values: dict[str, float]
-    num_devices: int
-
-
-Merge = Callable[[list[tuple[str, bytes]], str], MergedStep]
-"""Merges a step's parts ``[(source, npz bytes)]`` (source order) with the parts'
-signature (their reduce options) into one point."""
-
-
 def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
     for start in range(0, len(values), _IN_CHUNK):
         yield values[start : start + _IN_CHUNK]
@@ -346,108 +346,68 @@ def _select_in(
     return rows
 
 
-def source_order(source: str) -> tuple[Any, ...]:
-    """Natural order of source names: ``host-2`` before ``host-10``."""
-    parts: list[Any] = []
-    number = ""
-    text = ""
-    for char in source:
-        if char.isdigit():
-            if text:
-                parts.append((1, text))
-                text = ""
-            number += char
-        else:
-            if number:
-                parts.append((0, int(number)))
-                number = ""
-            text += char
-    if number:
-        parts.append((0, int(number)))
-    if text:
-        parts.append((1, text))
-    return tuple(parts)
-
-
-def missing_sources(received: Iterable[str], sources: int) -> list[str] | None:
-    """The names of the sources not yet received, when the names tell them: every
-    received name is a common prefix plus an index below ``sources`` (``"0"``..,
-    ``"host-0"``..). Otherwise None (only the count is known)."""
-    prefix = None
-    seen: set[int] = set()
-    for name in received:
-        digits = len(name) - len(name.rstrip("0123456789"))
-        if digits == 0:
-            return None
-        head, index = name[: len(name) - digits], int(name[len(name) - digits :])
-        if (prefix is not None and head != prefix) or index >= sources:
-            return None
-        prefix = head
-        seen.add(index)
-    if prefix is None:
-        return None
-    return [f"{prefix}{i}" for i in range(sources) if i not in seen]
-
-
 MISSING_NAMED_UP_TO = 16
 """Pushes of at most this many items learn the names of the sources still missing
 (``PushItem.missing``, in single-push answers); larger batches count them only."""
-
-
-@dataclass
-class _StepParts:
-    count: int
-    sources: int
-    signature: str
-    num_devices: int
-
-
-def _part_digests(
-    conn: sqlite3.Connection, job: str, steps: Sequence[int], sources: set[str]
-) -> dict[tuple[int, str], str]:
-    """(step, source) -> digest of the stored parts of ``sources`` at ``steps``: one
-    primary-key seek per pair (never a scan of the other sources' parts)."""
-    if not steps:
-        return {}
-    if len(sources) > 16:
-        rows = _select_in(
-            conn, "SELECT step, source, digest FROM job_parts WHERE job = ? AND {where}", job, steps
-        )
-        return {(step, source): digest for step, source, digest in rows if source in sources}
-    names = sorted(sources)
-    out: dict[tuple[int, str], str] = {}
-    for chunk in _chunks(sorted(set(steps))):
-        marks = ",".join("?" * len(chunk))
-        for step, source, digest in conn.execute(
-            f"SELECT step, source, digest FROM job_parts WHERE job = ? AND step IN ({marks}) "
-            f"AND source IN ({','.join('?' * len(names))})",
-            (job, *chunk, *names),
-        ):
-            out[(step, source)] = digest
-    return out
-
-
-def _step_sources(
-    conn: sqlite3.Connection, job: str, step: int, pending: Sequence[PushItem]
-) -> list[str]:
-    """The sources of a step's parts, stored or in ``pending``, in natural order."""
-    names = [
-        row[0]
-        for row in conn.execute(
-            "SELECT source FROM job_parts WHERE job = ? AND step = ?", (job, step)
-        )
-    ]
-    names += [item.source for item in pending if item.step == step]
-    return sorted(names, key=source_order)
 
 
 def _where(index: int, item: PushItem) -> str:
     return f"points[{index}] (step {item.step}, source {item.source!r})"
 
 
-def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, merge: Merge) -> int:
+def _stored_points(
+    conn: sqlite3.Connection, job: str, steps: Sequence[int]
+) -> dict[int, tuple[Any, ...]]:
+    """``step -> (step, digest, sources, reduced, received_at)`` of the stored points."""
+    return {
+        row[0]: row
+        for row in _select_in(
+            conn,
+            "SELECT step, digest, sources, reduced, received_at FROM job_points "
+            "WHERE job = ? AND {where}",
+            job,
+            steps,
+        )
+    }
+
+
+def _segments_of(items: Sequence[tuple[int, PushItem]]) -> list[tuple[PartSegment, list[PushItem]]]:
+    """The parts of a push grouped into one segment per (source, sources, signature,
+    device count), in push order; each part's stored bytes decoded and stacked."""
+    groups: dict[tuple, list[tuple[int, PushItem]]] = {}
+    for index, item in items:
+        key = (item.source, item.sources, item.signature, item.num_devices)
+        groups.setdefault(key, []).append((index, item))
+    out = []
+    for (source, sources, signature, num_devices), members in groups.items():
+        decoded = [decode_part(item.arrays or b"") for _, item in members]
+        names = list(decoded[0])
+        if any(list(d) != names for d in decoded):  # a signature names the same metrics
+            raise PartMismatch(
+                f"{_where(members[0][0], members[0][1])}: the parts of one source name other "
+                "metrics"
+            )
+        columns = {n: np.stack([np.asarray(d[n]) for d in decoded]) for n in names}
+        segment = PartSegment(
+            source=source,
+            sources=sources,
+            signature=signature,
+            num_devices=num_devices,
+            steps=[item.step for _, item in members],
+            columns=columns,
+            positions=[index for index, _ in members],
+        )
+        out.append((segment, [item for _, item in members]))
+    return out
+
+
+def push(
+    conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, merge: MergeRows
+) -> int:
     """Stores a batch of points and parts, all or nothing (call inside a transaction).
 
+    Complete steps (``sources == 1``) are rows of ``job_points``; parts are stored one
+    segment per source (:mod:`app.store_parts`), and the steps they complete merged.
     Per item sets ``created``, ``complete``, ``step_reduced`` and (pushes of at most
     ``MISSING_NAMED_UP_TO`` items) ``missing``. Returns the number of steps that became
     complete.
@@ -458,197 +418,124 @@ def push(conn: sqlite3.Connection, job: str, items: list[PushItem], now: str, me
       SourcesMismatch: ``sources`` differs from the step's.
       PartMismatch: a part whose metrics or device count differ from the step's parts.
     """
-    steps = [item.step for item in items]
-    stored_points = {
-        row[0]: row
-        for row in _select_in(
-            conn,
-            "SELECT step, digest, sources, reduced, received_at FROM job_points "
-            "WHERE job = ? AND {where}",
-            job,
-            steps,
-        )
-    }
-    part_steps = [item.step for item in items if item.sources > 1]
-    # What each step holds, stored and pushed so far in this batch: per incomplete step
-    # its part count, sources, signature and device count (job_pending: one row per step,
-    # never a row per stored part); per (step, source) the digests of the sources this
-    # batch pushes.
-    step_parts: dict[int, _StepParts] = {
-        row[0]: _StepParts(int(row[1]), int(row[2]), row[3], int(row[4]))
-        for row in _select_in(
-            conn,
-            "SELECT step, parts, sources, signature, num_devices FROM job_pending "
-            "WHERE job = ? AND {where}",
-            job,
-            steps,
-        )
-    }
-    digests = _part_digests(conn, job, part_steps, {i.source for i in items if i.sources > 1})
-    new_points: dict[int, PushItem] = {}
-    new_parts: list[PushItem] = []
-    touched: dict[int, list[PushItem]] = {}
-    for index, item in enumerate(items):
+    for item in items:
         # From scratch: a group commit may run a push again after rolling it back.
         item.created = item.complete = False
         item.step_reduced = item.missing = None
         item.received_at = now
-        stored = stored_points.get(item.step)
-        entry = step_parts.get(item.step)
-        known = entry.sources if entry is not None else (stored[2] if stored else None)
-        if known is not None and known != item.sources:
+    singles = [(i, item) for i, item in enumerate(items) if item.sources == 1]
+    stored = _stored_points(conn, job, [item.step for item in items])
+    held = open_sources(conn, job, [item.step for _, item in singles])
+    new_points: dict[int, PushItem] = {}
+    for index, item in singles:
+        row = stored.get(item.step)
+        known = held.get(item.step, row[2] if row else None)
+        if known is not None and known != 1:
             raise SourcesMismatch(
-                f"{_where(index, item)}: sources={item.sources}, but the step has "
-                f"sources={known}; every "
+                f"{_where(index, item)}: sources=1, but the step has sources={known}; every "
                 "part of a step must give the same number of sources"
             )
-        if item.sources == 1:
-            previous = new_points.get(item.step)
-            if previous is not None:
-                if previous.digest != item.digest:
-                    raise StepConflict(
-                        f"{_where(index, item)}: the batch holds this step twice, differently"
-                    )
-                continue
-            if stored is not None:
-                same = item.digest == stored[1] if stored[1] else item.reduced == stored[3]
-                if not same:
-                    raise StepConflict(
-                        f"{_where(index, item)}: step {item.step} of job {job!r} is stored with "
-                        "other "
-                        "content; steps are written once (a retry must send the same content)"
-                    )
-                item.complete, item.step_reduced, item.received_at = True, stored[3], stored[4]
-                continue
-            item.created = item.complete = True
-            item.step_reduced = item.reduced
-            new_points[item.step] = item
-            continue
-        existing = digests.get((item.step, item.source))
-        if existing is not None:
-            if existing != item.digest:
+        previous = new_points.get(item.step)
+        if previous is not None:
+            if previous.digest != item.digest:
                 raise StepConflict(
-                    f"{_where(index, item)}: this source's part of step {item.step} is stored "
-                    "with other "
-                    "content; parts are written once (a retry must send the same content)"
+                    f"{_where(index, item)}: the batch holds this step twice, differently"
                 )
-            if stored is not None:
-                item.complete, item.step_reduced, item.received_at = True, stored[3], stored[4]
             continue
-        if entry is not None:
-            if entry.signature != item.signature or entry.num_devices != item.num_devices:
-                raise PartMismatch(
-                    f"{_where(index, item)}: the part has {item.num_devices} devices and metrics "
-                    f"{item.signature}, the step's other parts {entry.num_devices} devices and "
-                    f"{entry.signature}; every source must push the same metrics for as many "
-                    "devices"
+        if row is not None:
+            same = item.digest == row[1] if row[1] else item.reduced == row[3]
+            if not same:
+                raise StepConflict(
+                    f"{_where(index, item)}: step {item.step} of job {job!r} is stored with "
+                    "other content; steps are written once (a retry must send the same "
+                    "content)"
                 )
-        if stored is not None or (entry is not None and entry.count >= item.sources):
-            names = _step_sources(conn, job, item.step, new_parts)
-            raise StepConflict(
-                f"{_where(index, item)}: step {item.step} already has all {item.sources} sources "
-                f"({names}); a new source cannot join it"
-            )
-        if entry is None:
-            entry = step_parts[item.step] = _StepParts(
-                0, item.sources, item.signature, item.num_devices
-            )
-        entry.count += 1
-        digests[(item.step, item.source)] = item.digest
-        item.created = True
-        new_parts.append(item)
-        touched.setdefault(item.step, []).append(item)
-
+            item.complete, item.step_reduced, item.received_at = True, row[3], row[4]
+            continue
+        item.created = item.complete = True
+        item.step_reduced = item.reduced
+        new_points[item.step] = item
     if new_points:
         conn.executemany(
             "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
             "num_devices) VALUES (?, ?, ?, ?, ?, 1, ?)",
             [(job, i.step, i.reduced, now, i.digest, i.num_devices) for i in new_points.values()],
         )
-    if new_parts:
-        conn.executemany(
-            "INSERT INTO job_parts (job, step, source, sources, digest, signature, "
-            "num_devices, arrays, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    job,
-                    i.step,
-                    i.source,
-                    i.sources,
-                    i.digest,
-                    i.signature,
-                    i.num_devices,
-                    i.arrays,
-                    now,
-                )
-                for i in new_parts
-            ],
-        )
-    if touched:
-        conn.executemany(
-            "INSERT INTO job_pending (job, step, sources, signature, num_devices, parts) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job, step) DO UPDATE SET "
-            "parts = parts + excluded.parts",
-            [
-                (job, step, p[0].sources, p[0].signature, p[0].num_devices, len(p))
-                for step, p in touched.items()
-            ],
-        )
     rollup = [(i.step, i.values) for i in new_points.values()]
-    done = [step for step, pushed in touched.items() if step_parts[step].count >= pushed[0].sources]
-    if len(items) <= MISSING_NAMED_UP_TO:
-        for step, pushed in touched.items():
-            if step_parts[step].count < pushed[0].sources:
-                missing = missing_sources(_step_sources(conn, job, step, []), pushed[0].sources)
-                for item in pushed:
-                    item.missing = missing
-    if done:
-        # Every part of the completed steps, in one query, merged step by step (sources
-        # in natural order).
-        wanted = set(done)
-        by_step: dict[int, list[tuple[str, bytes]]] = {}
-        for step, source, arrays in _select_in(
-            conn,
-            "SELECT step, source, arrays FROM job_parts WHERE job = ? AND {where} "
-            "AND arrays IS NOT NULL",
-            job,
-            done,
-        ):
-            if step in wanted:
-                by_step.setdefault(step, []).append((source, arrays))
-        merged_rows = []
-        for step in done:
-            pushed = touched[step]
-            rows = sorted(by_step[step], key=lambda row: source_order(row[0]))
-            merged = merge(
-                [(source, bytes(arrays)) for source, arrays in rows], pushed[0].signature
-            )
-            merged_rows.append(
-                (job, step, merged.reduced, now, pushed[0].sources, merged.num_devices)
-            )
-            rollup.append((step, merged.values))
-            for item in pushed:
-                item.complete, item.step_reduced = True, merged.reduced
-        conn.executemany(
-            "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
-            "num_devices) VALUES (?, ?, ?, ?, NULL, ?, ?)",
-            merged_rows,
-        )
-        conn.executemany(
-            "UPDATE job_parts SET arrays = NULL WHERE job = ? AND step = ?",
-            [(job, step) for step in done],
-        )
-        conn.executemany(
-            "DELETE FROM job_pending WHERE job = ? AND step = ?", [(job, step) for step in done]
-        )
-    completed = len(done)
+    parts = [(i, item) for i, item in enumerate(items) if item.sources > 1]
+    completed = 0
+    wrote_parts = False
+    for segment, members in _segments_of(parts):
+        done, done_rollup = push_segments(conn, job, [segment], now, merge, stored)
+        completed += done
+        rollup += done_rollup
+        wrote_parts = wrote_parts or any(o[0] for o in segment.outcome.values())
+        for item in members:
+            created, reduced, received_at = segment.outcome[item.step]
+            item.created = created
+            item.complete = reduced is not None
+            item.step_reduced = reduced
+            item.received_at = received_at
+        if len(items) <= MISSING_NAMED_UP_TO:
+            for item in members:
+                if not item.complete:
+                    item.missing = missing_sources(step_sources(conn, job, item.step), item.sources)
     write_rollups(conn, job, rollup)
-    if new_points or new_parts:
+    if new_points or wrote_parts:
         added = [step for step, _ in rollup]
-        _count_points(
-            conn, job, now, len(added), min(added, default=None), max(added, default=None)
-        )
+        low, high = min(added, default=None), max(added, default=None)
+        _count_points(conn, job, now, len(added), low, high)
     return completed
+
+
+def push_segments(
+    conn: sqlite3.Connection,
+    job: str,
+    segments: Sequence[PartSegment],
+    now: str,
+    merge: MergeRows,
+    stored: dict[int, tuple[Any, ...]] | None = None,
+) -> tuple[int, list[tuple[int, dict[str, float]]]]:
+    """Stores segments of parts (:func:`app.store_parts.push_segment`) and writes the
+    steps they complete into ``job_points``; returns the count completed and their rollup
+    input (the caller writes the rollups and the job row)."""
+    completed = 0
+    rollup: list[tuple[int, dict[str, float]]] = []
+    for segment in segments:
+        rows = stored if stored is not None else _stored_points(conn, job, segment.steps)
+        points = {
+            step: (int(row[2]), row[3], row[4])
+            for step, row in rows.items()
+            if step in set(segment.steps)
+        }
+        done, done_rollup, point_rows = push_segment(conn, job, segment, now, merge, points)
+        if point_rows:
+            conn.executemany(
+                "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
+                "num_devices) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                point_rows,
+            )
+            if stored is not None:
+                for row in point_rows:
+                    stored[row[1]] = (row[1], None, row[5], row[2], row[3])
+        completed += len(done)
+        rollup += done_rollup
+    return completed, rollup
+
+
+def push_part_columns(
+    conn: sqlite3.Connection, job: str, segment: PartSegment, now: str, merge: MergeRows
+) -> tuple[int, int]:
+    """One source's parts of a batch, stored as one segment (all or nothing; call inside a
+    transaction); returns (parts newly stored, steps completed)."""
+    completed, rollup = push_segments(conn, job, [segment], now, merge)
+    created = [step for step, outcome in segment.outcome.items() if outcome[0]]
+    write_rollups(conn, job, rollup)
+    if created:
+        added = [step for step, _ in rollup]
+        low, high = min(added, default=None), max(added, default=None)
+        _count_points(conn, job, now, len(added), low, high)
+    return len(created), completed
 
 
 @dataclass
@@ -700,13 +587,13 @@ def _any_in(conn: sqlite3.Connection, table: str, job: str, steps: Sequence[int]
 
 
 def push_columns(
-    conn: sqlite3.Connection, job: str, batch: PointColumns, now: str, merge: Merge
+    conn: sqlite3.Connection, job: str, batch: PointColumns, now: str, merge: MergeRows
 ) -> tuple[int, list[PushItem] | None]:
     """Stores a batch of complete steps, all or nothing (call inside a transaction);
     returns how many steps were new and, when the batch took :func:`push`'s path, its items.
 
     The usual batch (new steps, each once) is written straight from the columns: one
-    range seek in ``job_points`` and one in ``job_pending`` prove no step is stored or
+    range seek in ``job_points`` and one in the open segments prove no step is stored or
     pending, then the rows, the rollups and the job row. Any other batch (a retry, a
     repeated step, a clash with a multi-source step) is exactly :func:`push` of
     :meth:`PointColumns.items`, with its errors.
@@ -716,7 +603,7 @@ def push_columns(
         not steps
         or len(set(steps)) != len(steps)
         or _any_in(conn, "job_points", job, steps)
-        or _any_in(conn, "job_pending", job, steps)
+        or open_sources(conn, job, steps)
     ):
         items = batch.items()
         push(conn, job, items, now, merge)
@@ -764,7 +651,7 @@ def _count_points(
 def delete_job(conn: sqlite3.Connection, job: str) -> bool:
     """Deletes a job and all its rows; False when there was no such job."""
     found = conn.execute("DELETE FROM jobs WHERE job = ?", (job,)).rowcount > 0
-    for table in ("job_points", "job_parts", "job_rollups", "job_pending"):
+    for table in ("job_points", "job_segments", "job_rollups"):
         found = conn.execute(f"DELETE FROM {table} WHERE job = ?", (job,)).rowcount > 0 or found
     return found
 
@@ -809,17 +696,7 @@ class JobRow:
 
 def _job_row(conn: sqlite3.Connection, row: tuple) -> JobRow:
     job = row[0]
-    pending = conn.execute(
-        "SELECT MAX(step) FROM job_parts WHERE job = ? AND arrays IS NOT NULL", (job,)
-    ).fetchone()[0]
-    received: list[str] = []
-    sources = None
-    if pending is not None:
-        parts = conn.execute(
-            "SELECT source, sources FROM job_parts WHERE job = ? AND step = ?", (job, pending)
-        ).fetchall()
-        received = sorted((p[0] for p in parts), key=source_order)
-        sources = int(parts[0][1])
+    found = newest_incomplete(conn, job)
     return JobRow(
         job=job,
         points=int(row[1]),
@@ -828,9 +705,9 @@ def _job_row(conn: sqlite3.Connection, row: tuple) -> JobRow:
         last_push_at=row[4],
         finished=bool(row[5]),
         created_at=row[6],
-        incomplete_step=pending,
-        incomplete_sources=sources,
-        received_sources=received,
+        incomplete_step=None if found is None else found[0],
+        incomplete_sources=None if found is None else found[1],
+        received_sources=[] if found is None else found[2],
     )
 
 
@@ -860,15 +737,6 @@ class StoredPoint:
     sources: int
 
 
-@dataclass(frozen=True)
-class PendingStep:
-    step: int
-    sources: int
-    received_at: str
-    parts: list[tuple[str, bytes]]
-    signature: str = ""
-
-
 def history_page(
     conn: sqlite3.Connection,
     job: str,
@@ -888,36 +756,10 @@ def history_page(
     ]
     entries: list[StoredPoint | PendingStep] = list(points)
     if include_partial:
-        pending = [
-            row[0]
-            for row in conn.execute(
-                "SELECT DISTINCT step FROM job_parts WHERE job = ? AND arrays IS NOT NULL "
-                "AND step BETWEEN ? AND ? ORDER BY step LIMIT ?",
-                (job, low, high, limit + 1),
-            )
-        ]
-        entries += [PendingStep(step, 0, "", []) for step in pending]  # filled in below
+        entries += pending_steps(conn, job, low, high, limit + 1)
         entries.sort(key=lambda e: e.step)
     more = len(entries) > limit
-    entries = entries[:limit]
-    out: list[StoredPoint | PendingStep] = []
-    for entry in entries:
-        if isinstance(entry, PendingStep):
-            rows = conn.execute(
-                "SELECT source, arrays, sources, received_at, signature FROM job_parts "
-                "WHERE job = ? AND step = ? AND arrays IS NOT NULL",
-                (job, entry.step),
-            ).fetchall()
-            rows.sort(key=lambda row: source_order(row[0]))
-            entry = PendingStep(
-                entry.step,
-                int(rows[0][2]),
-                max(row[3] for row in rows),
-                [(row[0], bytes(row[1])) for row in rows],
-                rows[0][4],
-            )
-        out.append(entry)
-    return out, more
+    return entries[:limit], more
 
 
 def count_points(conn: sqlite3.Connection, job: str, low: int, high: int, cap: int) -> int:
@@ -1091,9 +933,5 @@ def gauges(conn: sqlite3.Connection, top: int) -> tuple[list[tuple[str, str]], l
         "WHERE finished = 0 ORDER BY last_push_at DESC LIMIT -1 OFFSET ?)",
         (top,),
     ).fetchone()
-    pending = conn.execute(
-        "SELECT job, step, sources, COUNT(*) FROM job_parts WHERE arrays IS NOT NULL "
-        "AND step = (SELECT MAX(step) FROM job_parts p WHERE p.job = job_parts.job "
-        "AND p.arrays IS NOT NULL) GROUP BY job, step"
-    ).fetchall()
+    pending = incomplete_jobs(conn)
     return [*stale[:top], *([("", oldest_rest[0])] if oldest_rest[1] else [])], pending

@@ -246,11 +246,13 @@ async def _push_sources(base: str, values: np.ndarray, sources: int, per_batch: 
         return time.perf_counter() - start
 
 
-def bench_multi_source(sources: int = 64, steps: int = 1000) -> dict[str, Any]:
-    values = np.random.default_rng(3).random((steps, sources * 2)).round(6)
+def bench_multi_source(
+    sources: int = 64, steps: int = 1000, devices: int = 4, batch: int = 1000
+) -> dict[str, Any]:
+    values = np.random.default_rng(3).random((steps, sources * devices)).round(6)
     with running_server() as base:
-        many = asyncio.run(_push_sources(base, values, sources, 250))
-        one = asyncio.run(_push_sources(base, values, 1, 250))
+        many = asyncio.run(_push_sources(base, values, sources, batch))
+        one = asyncio.run(_push_sources(base, values, 1, batch))
         with Client(base) as api:
             a = [p["reduced"] for p in api.iter_job_metrics(f"multi-{sources}", limit=10_000)]
             b = [p["reduced"] for p in api.iter_job_metrics("multi-1", limit=10_000)]
@@ -258,7 +260,9 @@ def bench_multi_source(sources: int = 64, steps: int = 1000) -> dict[str, Any]:
     return {
         "bench": "multi_source_push",
         "sources": sources,
+        "devices_per_source": devices,
         "steps": steps,
+        "batch": batch,
         "parts_per_s": round(sources * steps / many),
         "steps_per_s": round(steps / many),
         "one_source_steps_per_s": round(steps / one),

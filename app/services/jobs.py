@@ -21,7 +21,6 @@ reads ~16 rollup rows per bucket and metric (app/store_jobs.py).
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import itertools
 import logging
@@ -34,9 +33,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app import store_jobs
+from app import store_jobs, store_parts
 from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, validate_model
 from app.codecs.npz import load_npz
+from app.codecs.parts import encode_part
 from app.errors import (
     InvalidNpz,
     InvalidParameter,
@@ -570,7 +570,7 @@ def _columnar_items(
     ops: Mapping[str, str],
     source: str,
     sources: int,
-) -> list[store_jobs.PushItem] | store_jobs.PointColumns | None:
+) -> list[store_jobs.PushItem] | store_jobs.PointColumns | store_parts.PartSegment | None:  # noqa: E501
     """Items for points given as float64 columns (``[P, D]``: D devices per point;
     ``[P]``: a number per point), unweighted, NaN policy ``propagate``: exactly the items
     :func:`build_items` gives for the same points (same digests, signature, stored part
@@ -588,10 +588,10 @@ def _columnar_items(
         reduced = reduce_custom(stacked, {k: ops.get(k, "mean") for k in stacked})
     except MetricsError:
         return None
-    digests = _fast_digests(names, columns, ops)
     devices = next(v.shape[1] for v in columns.values() if v.ndim == 2)
-    PushItem = store_jobs.PushItem
     if sources > 1:
+        # One source's parts of the batch: stored as they are, one segment (no object,
+        # digest or row per part); they reduced on their own above.
         signature = _signature(
             PointInput(
                 step=0,
@@ -601,19 +601,15 @@ def _columnar_items(
                 nan_policy="propagate",
             )
         )
-        blobs = encode_parts(names, columns)
-        return [
-            PushItem(
-                step=step,
-                source=source,
-                sources=sources,
-                digest=digest,
-                num_devices=devices,
-                signature=signature,
-                arrays=blob,
-            )
-            for step, digest, blob in zip(steps, digests, blobs, strict=True)
-        ]
+        return store_parts.PartSegment(
+            source=source,
+            sources=sources,
+            signature=signature,
+            num_devices=devices,
+            steps=list(steps),
+            columns={k: columns[k] for k in names},
+        )
+    digests = _fast_digests(names, columns, ops)
     values = {
         k: np.asarray(reduced[k] if k in reduced else columns[k], dtype=np.float64) for k in names
     }
@@ -734,64 +730,8 @@ def _scalar_of(name: str, value: Any) -> np.float64:
     return np.float64(value)
 
 
-# --------------------------------------------------------------------- stored part format
-
-_PART_MAGIC = b"DRXP1\0"
-"""Parts stored since 2026-12-01: magic, u32 header length, JSON header ``[[name, dtype,
-shape], ...]``, then each array's C-order bytes. Older rows hold npz (``PK``...), still
-read."""
-
-
-def _part_header(names: Sequence[str], arrays: Sequence[np.ndarray]) -> bytes:
-    header = orjson.dumps(
-        [[n, a.dtype.str, list(a.shape)] for n, a in zip(names, arrays, strict=True)]
-    )
-    return _PART_MAGIC + len(header).to_bytes(4, "little") + header
-
-
-def encode_part(arrays: Mapping[str, np.ndarray]) -> bytes:
-    """One part's arrays -> the stored bytes (compact: no per-array archive entries)."""
-    values = [np.asarray(v) for v in arrays.values()]  # tobytes(): C order, 0-d kept
-    return b"".join([_part_header(list(arrays), values), *(v.tobytes() for v in values)])
-
-
-def encode_parts(names: Sequence[str], columns: Mapping[str, np.ndarray]) -> list[bytes]:
-    """Every point of a columnar batch (float64 ``[P, D]`` or ``[P]`` columns) as stored
-    part bytes: what :func:`encode_part` gives for each point, with one header for all."""
-    count = columns[names[0]].shape[0]
-    header = _part_header(names, [columns[n][0] for n in names])  # [D], or a 0-d value
-    raw = np.concatenate([columns[n].reshape(count, -1) for n in names], axis=1)
-    data = raw.tobytes()
-    width = raw.shape[1] * raw.itemsize
-    return [header + data[i * width : (i + 1) * width] for i in range(count)]
-
-
-@functools.lru_cache(maxsize=1024)
-def _layout(header: bytes) -> tuple[tuple[str, np.dtype, tuple[int, ...], int, int], ...]:
-    out = []
-    offset = len(_PART_MAGIC) + 4 + len(header)
-    for name, dtype, shape in orjson.loads(header):
-        kind = np.dtype(dtype)
-        count = math.prod(shape)
-        out.append((name, kind, tuple(shape), offset, count))
-        offset += count * kind.itemsize
-    return tuple(out)
-
-
-def decode_part(blob: bytes) -> dict[str, np.ndarray]:
-    """Stored part bytes (compact, or npz from before) -> name -> array (read-only views)."""
-    if not blob.startswith(_PART_MAGIC):
-        return load_npz(blob, max_bytes=2**40)
-    start = len(_PART_MAGIC)
-    size = int.from_bytes(blob[start : start + 4], "little")
-    out = {}
-    for name, dtype, shape, offset, count in _layout(blob[start + 4 : start + 4 + size]):
-        out[name] = np.frombuffer(blob, dtype, count, offset).reshape(shape)
-    return out
-
-
-def _part(arrays: bytes) -> PartialMetrics:
-    loaded = decode_part(arrays)
+def _part(arrays: Mapping[str, np.ndarray]) -> PartialMetrics:
+    loaded = dict(arrays)
     weights = loaded.pop(WEIGHTS_ARRAY, None)
     return PartialMetrics(loaded, weights=weights)
 
@@ -801,17 +741,55 @@ def _options(signature: str) -> tuple[dict[str, str], str]:
     return meta["reduce"], meta["nan_policy"]
 
 
-def _merge_parts(parts: list[tuple[str, bytes]], signature: str) -> store_jobs.MergedStep:
+def _merge_rows(
+    parts: list[tuple[str, dict[str, np.ndarray]]], signature: str
+) -> list[store_parts.MergedStep]:
+    """Merges k steps' parts (``[(source, {name: [k, n_devices, ...]})]``, source order)
+    exactly as one push of every device: unweighted float64 ``[k, n_devices]`` metrics
+    with NaN policy ``propagate`` are concatenated along the device axis and reduced in
+    one stacked call (the same call, on the same memory layout, as a batch of complete
+    steps: the same values); anything else step by step through the library's
+    :func:`~datarax.distributed.merge.merge_parts`."""
     ops, nan_policy = _options(signature)
-    loaded = [_part(arrays) for _, arrays in parts]
-    try:
-        merged = merge_parts(loaded)
-        reduced = merged.reduce(ops, nan_policy=nan_policy)  # type: ignore[arg-type]
-    except MetricsError as err:
-        raise from_library(err) from None
-    return store_jobs.MergedStep(
-        encode_json(reduced).decode(), _scalars(reduced), merged.num_devices
+    names = [n for n in parts[0][1] if n != WEIGHTS_ARRAY]
+    count = parts[0][1][names[0]].shape[0] if names else 0
+    plain = (
+        nan_policy == "propagate"
+        and all(WEIGHTS_ARRAY not in arrays for _, arrays in parts)
+        and all(
+            a.dtype == np.float64 and a.ndim == 2 for _, arrays in parts for a in arrays.values()
+        )
     )
+    if plain and count:
+        joined = {n: np.concatenate([arrays[n] for _, arrays in parts], axis=1) for n in names}
+        try:
+            reduced = reduce_custom(
+                {n: v.T for n, v in joined.items()}, {n: ops.get(n, "mean") for n in names}
+            )
+        except MetricsError as err:
+            raise from_library(err) from None
+        values = {n: np.asarray(reduced[n], dtype=np.float64) for n in names}
+        texts = _object_texts(names, [values[n] for n in names])
+        devices = joined[names[0]].shape[1]
+        rows = zip(*(values[n].tolist() for n in names), strict=True)
+        return [
+            store_parts.MergedStep(text, dict(zip(names, row, strict=True)), devices)
+            for text, row in zip(texts, rows, strict=True)
+        ]
+    out = []
+    for j in range(count):
+        loaded = [_part({n: a[j] for n, a in arrays.items()}) for _, arrays in parts]
+        try:
+            merged = merge_parts(loaded)
+            reduced = merged.reduce(ops, nan_policy=nan_policy)  # type: ignore[arg-type]
+        except MetricsError as err:
+            raise from_library(err) from None
+        out.append(
+            store_parts.MergedStep(
+                encode_json(reduced).decode(), _scalars(reduced), merged.num_devices
+            )
+        )
+    return out
 
 
 # ---------------------------------------------------------------------------------- push
@@ -829,7 +807,7 @@ async def push_points(
 ) -> list[store_jobs.PushItem]:
     """Stores points and parts in one transaction; returns the items with their outcome."""
     items = await run_for_body(lambda: build_items(points), 64 * 1024 + len(points) * 1024)
-    await store.write_grouped(lambda c: store_jobs.push(c, job, items, utc_now(), _merge_parts))
+    await store.write_grouped(lambda c: store_jobs.push(c, job, items, utc_now(), _merge_rows))
     return items
 
 
@@ -884,12 +862,27 @@ async def push_npz_batch(store: Store, job: str, body: bytes, **options: Any) ->
 
 
 async def _store_batch(
-    store: Store, job: str, batch: list[store_jobs.PushItem] | store_jobs.PointColumns
+    store: Store,
+    job: str,
+    batch: list[store_jobs.PushItem] | store_jobs.PointColumns | store_parts.PartSegment,
 ) -> PushAnswer:
     now = utc_now()
+    if isinstance(batch, store_parts.PartSegment):
+        created, completed = await store.write_grouped(
+            lambda c: store_jobs.push_part_columns(c, job, batch, now, _merge_rows)
+        )
+        answer = {
+            "job": job,
+            "points": len(batch.steps),
+            "created": created,
+            "unchanged": len(batch.steps) - created,
+            "completed_steps": completed,
+            "received_at": batch.outcome[batch.steps[0]][2] if batch.steps else now,
+        }
+        return PushAnswer(created=created > 0, body=orjson.dumps(answer), stored=created)
     if isinstance(batch, store_jobs.PointColumns):
         created, items = await store.write_grouped(
-            lambda c: store_jobs.push_columns(c, job, batch, now, _merge_parts)
+            lambda c: store_jobs.push_columns(c, job, batch, now, _merge_rows)
         )
         if items is None:  # every step new and complete
             answer = {
@@ -903,7 +896,7 @@ async def _store_batch(
             return PushAnswer(created=created > 0, body=orjson.dumps(answer), stored=created)
     else:
         items = batch
-        await store.write_grouped(lambda c: store_jobs.push(c, job, items, now, _merge_parts))
+        await store.write_grouped(lambda c: store_jobs.push(c, job, items, now, _merge_rows))
     created = sum(1 for i in items if i.created)
     completed = len({i.step for i in items if i.created and i.complete})
     answer = {
@@ -920,7 +913,7 @@ async def _store_batch(
 # --------------------------------------------------------------------------------- reads
 
 
-def _partial_point(entry: store_jobs.PendingStep) -> dict[str, Any]:
+def _partial_point(entry: store_parts.PendingStep) -> dict[str, Any]:
     ops, nan_policy = _options(entry.signature)
     loaded = [_part(arrays) for _, arrays in entry.parts]
     try:
@@ -936,7 +929,7 @@ def _partial_point(entry: store_jobs.PendingStep) -> dict[str, Any]:
         "complete": False,
         "sources": entry.sources,
         "received_sources": received,
-        "missing_sources": store_jobs.missing_sources(received, entry.sources),
+        "missing_sources": store_parts.missing_sources(received, entry.sources),
     }
 
 
@@ -1033,7 +1026,7 @@ def _summary(row: store_jobs.JobRow) -> dict[str, Any]:
     missing: list[str] | None = None
     count = 0
     if row.incomplete_step is not None and row.incomplete_sources:
-        missing = store_jobs.missing_sources(row.received_sources, row.incomplete_sources)
+        missing = store_parts.missing_sources(row.received_sources, row.incomplete_sources)
         count = row.incomplete_sources - len(row.received_sources)
     return {
         "job": row.job,

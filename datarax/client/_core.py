@@ -197,7 +197,7 @@ def decode(headers: Mapping[str, str], content: bytes) -> Any:
     if not content:
         return None
     if "json" in kind:
-        return json.loads(content)
+        return orjson.loads(content)  # the service writes strict JSON; ~3x json.loads
     return content.decode("utf-8", "replace")
 
 

@@ -142,66 +142,74 @@ def test_grouped_writes_share_one_commit_and_a_failing_one_is_rolled_back_alone(
     assert job.points == len(stored)  # the refused batch left nothing, not even counts
 
 
-def test_parts_stored_as_npz_before_still_merge(store):
-    from app.codecs.npz import encode_npz
-    from app.services import jobs
-
-    old = store_jobs.PushItem(
-        step=4,
-        source="host-0",
-        sources=2,
-        digest="legacy",
-        num_devices=2,
-        signature=jobs._signature(
-            jobs.PointInput(4, {"loss": np.array([1.0, 2.0])}, {}, None, "propagate")
-        ),
-        arrays=encode_npz({"loss": np.array([1.0, 2.0])}),
-    )
-    store._write(lambda c: store_jobs.push(c, "legacy", [old], "t0", jobs._merge_parts))
-    new = jobs.build_items(
-        [jobs.PointInput(4, {"loss": np.array([3.0, 6.0])}, {}, None, "propagate", "host-1", 2)]
-    )
-    assert new[0].arrays.startswith(b"DRXP1")
-    store._write(lambda c: store_jobs.push(c, "legacy", new, "t1", jobs._merge_parts))
-    assert new[0].complete and json.loads(new[0].step_reduced) == {"loss": 3.0}
-
-
-def test_a_version_2_file_with_pending_parts_completes_them_after_migration(tmp_path):
+def test_a_version_3_file_with_pending_parts_completes_them_after_migration(tmp_path):
+    """Version 3 kept parts one row per (step, source) in ``job_parts`` (npz bytes before
+    2026-12-01, the compact format after) and ``job_pending``; version 4 turns them into
+    segments: the pending parts merge with the parts pushed after the upgrade, a retry of
+    a migrated part is a no-op, and a fourth source is refused."""
     import sqlite3
 
+    from app.codecs.npz import encode_npz
+    from app.codecs.parts import encode_part
     from app.services import jobs
 
     def part(source, loss):
         point = jobs.PointInput(7, {"loss": np.array(loss)}, {}, None, "propagate", source, 3)
         return jobs.build_items([point])
 
-    path = tmp_path / "v2.sqlite"
+    path = tmp_path / "v3.sqlite"
     store = Store(path)
     store.open()
-    for source, loss in (("host-0", [1.0, 2.0]), ("host-1", [3.0, 4.0])):
-        items = part(source, loss)
-        store._write(lambda c, i=items: store_jobs.push(c, "old", i, "t0", jobs._merge_parts))
     store.close()
-    conn = sqlite3.connect(path)  # back to what a version-2 service left
-    conn.execute("DROP TABLE job_pending")
-    conn.execute("PRAGMA user_version = 2")
+    conn = sqlite3.connect(path)  # back to what a version-3 service left
+    conn.execute("DROP TABLE job_segments")
+    for statement in (store_jobs.SCHEMA_V2 + ";" + store_jobs.SCHEMA_V3).split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    signature = part("host-0", [1.0, 2.0])[0].signature
+    rows = [
+        ("host-0", encode_npz({"loss": np.array([1.0, 2.0])})),  # a part stored as npz
+        ("host-1", encode_part({"loss": np.array([3.0, 4.0])})),
+    ]
+    for source, blob in rows:
+        conn.execute(
+            "INSERT INTO job_parts VALUES ('old', 7, ?, 3, 'legacy', ?, 2, ?, 't0')",
+            (source, signature, blob),
+        )
+    conn.execute("INSERT INTO job_pending VALUES ('old', 7, 3, ?, 2, 2)", (signature,))
+    conn.execute("INSERT INTO jobs (job, created_at, last_push_at) VALUES ('old', 't0', 't0')")
+    conn.execute("PRAGMA user_version = 3")
     conn.commit()
     conn.close()
 
     store = Store(path)
     store.open()
     try:
+        assert store.schema_version == 4
+        tables = store._run(
+            lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        )
+        assert "job_parts" not in tables and "job_pending" not in tables
+        job = store._run(lambda c: store_jobs.get_job(c, "old"))
+        assert (job.incomplete_step, job.received_sources) == (7, ["host-0", "host-1"])
         retry = part("host-1", [3.0, 4.0])
-        store._write(lambda c: store_jobs.push(c, "old", retry, "t1", jobs._merge_parts))
+        store._write(lambda c: store_jobs.push(c, "old", retry, "t1", jobs._merge_rows))
         assert retry[0].created is False and retry[0].complete is False
+        assert retry[0].missing == ["host-2"]
+        changed = part("host-1", [3.0, 5.0])
+        with pytest.raises(Exception, match="stored with other content"):
+            store._write(lambda c: store_jobs.push(c, "old", changed, "t1", jobs._merge_rows))
         last = part("host-2", [5.0, 6.0])
-        store._write(lambda c: store_jobs.push(c, "old", last, "t2", jobs._merge_parts))
+        store._write(lambda c: store_jobs.push(c, "old", last, "t2", jobs._merge_rows))
         assert last[0].complete and json.loads(last[0].step_reduced) == {"loss": 3.5}
         late = part("host-3", [5.0, 6.0])
         with pytest.raises(Exception, match="already has all 3 sources"):
-            store._write(lambda c: store_jobs.push(c, "old", late, "t3", jobs._merge_parts))
-        assert store._run(lambda c: c.execute("SELECT COUNT(*) FROM job_pending").fetchone()) == (
-            0,
+            store._write(lambda c: store_jobs.push(c, "old", late, "t3", jobs._merge_rows))
+        open_parts = store._run(
+            lambda c: c.execute(
+                "SELECT COUNT(*) FROM job_segments WHERE pending > 0 OR arrays IS NOT NULL"
+            ).fetchone()
         )
+        assert open_parts == (0,)
     finally:
         store.close()

@@ -1,0 +1,108 @@
+"""Stored multi-source parts: the compact array format of ``job_segments.arrays`` and the
+per-row content hashes that make a retried part a no-op.
+
+A segment holds one source's parts of many steps, stacked: each metric ``[P, n_devices,
+...]`` (and ``_weights`` ``[P, n_devices]``), written as :func:`encode_part` bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import orjson
+
+from app.codecs.npz import load_npz
+
+_PART_MAGIC = b"DRXP1\0"
+"""Parts stored since 2026-12-01: magic, u32 header length, JSON header ``[[name, dtype,
+shape], ...]``, then each array's C-order bytes. Older rows hold npz (``PK``...), still
+read."""
+
+
+def _part_header(names: Sequence[str], arrays: Sequence[np.ndarray]) -> bytes:
+    header = orjson.dumps(
+        [[n, a.dtype.str, list(a.shape)] for n, a in zip(names, arrays, strict=True)]
+    )
+    return _PART_MAGIC + len(header).to_bytes(4, "little") + header
+
+
+def encode_part(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """One part's arrays -> the stored bytes (compact: no per-array archive entries)."""
+    values = [np.asarray(v) for v in arrays.values()]  # tobytes(): C order, 0-d kept
+    return b"".join([_part_header(list(arrays), values), *(v.tobytes() for v in values)])
+
+
+def encode_parts(names: Sequence[str], columns: Mapping[str, np.ndarray]) -> list[bytes]:
+    """Every point of a columnar batch (float64 ``[P, D]`` or ``[P]`` columns) as stored
+    part bytes: what :func:`encode_part` gives for each point, with one header for all."""
+    count = columns[names[0]].shape[0]
+    header = _part_header(names, [columns[n][0] for n in names])  # [D], or a 0-d value
+    raw = np.concatenate([columns[n].reshape(count, -1) for n in names], axis=1)
+    data = raw.tobytes()
+    width = raw.shape[1] * raw.itemsize
+    return [header + data[i * width : (i + 1) * width] for i in range(count)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout(header: bytes) -> tuple[tuple[str, np.dtype, tuple[int, ...], int, int], ...]:
+    out = []
+    offset = len(_PART_MAGIC) + 4 + len(header)
+    for name, dtype, shape in orjson.loads(header):
+        kind = np.dtype(dtype)
+        count = math.prod(shape)
+        out.append((name, kind, tuple(shape), offset, count))
+        offset += count * kind.itemsize
+    return tuple(out)
+
+
+def decode_part(blob: bytes) -> dict[str, np.ndarray]:
+    """Stored part bytes (compact, or npz from before) -> name -> array (read-only views)."""
+    if not blob.startswith(_PART_MAGIC):
+        return load_npz(blob, max_bytes=2**40)
+    start = len(_PART_MAGIC)
+    size = int.from_bytes(blob[start : start + 4], "little")
+    out = {}
+    for name, dtype, shape, offset, count in _layout(blob[start + 4 : start + 4 + size]):
+        out[name] = np.frombuffer(blob, dtype, count, offset).reshape(shape)
+    return out
+
+
+_HASH_SEED = 0x6A09E667F3BCC908  # any fixed value: the hashes are stored, so never change it
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)  # splitmix64's finaliser constants
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+
+
+@functools.lru_cache(maxsize=64)
+def _word_keys(words: int) -> np.ndarray:
+    """One fixed 64-bit key per word position (so equal words at other positions differ)."""
+    return np.random.default_rng(_HASH_SEED).integers(0, 2**64, words, dtype=np.uint64)
+
+
+def row_hashes(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """A 64-bit content hash of each row of ``columns`` (arrays with the same first axis,
+    ``[P, ...]``): its bytes, dtypes and shapes. Vectorised (numpy, no call per row): every
+    64-bit word of a row is keyed by its position and mixed with splitmix64's finaliser,
+    and the mixed words are summed modulo 2**64. Equal rows hash equal; rows that differ
+    in one word never collide (the mix is a bijection), in more about 2**-64 of the time.
+    Not cryptographic: it tells a retry from a different part, not an attacker."""
+    count = columns[0].shape[0]
+    pieces = []
+    for column in columns:
+        head = f"{column.dtype.str}{list(column.shape[1:])}".encode()
+        pieces.append(np.broadcast_to(np.frombuffer(head, np.uint8), (count, len(head))))
+        pieces.append(np.ascontiguousarray(column).view(np.uint8).reshape(count, -1))
+    raw = np.concatenate(pieces, axis=1)
+    pad = -raw.shape[1] % 8
+    if pad:
+        raw = np.concatenate([raw, np.zeros((count, pad), np.uint8)], axis=1)
+    words = np.ascontiguousarray(raw).view("<u8")
+    x = words ^ _word_keys(words.shape[1])
+    x ^= x >> np.uint64(30)
+    x *= _MIX_1
+    x ^= x >> np.uint64(27)
+    x *= _MIX_2
+    x ^= x >> np.uint64(31)
+    return x.sum(axis=1, dtype=np.uint64)

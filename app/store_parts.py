@@ -1,0 +1,577 @@
+"""Multi-source parts, stored one row per source and push ("segment"), merged per step.
+
+A job whose hosts each push their own devices' metrics (``sources > 1``) sends, per host
+and batch, the parts of many steps. They are stored as they come: one ``job_segments``
+row holds one source's parts of a batch, stacked (each metric ``[P, n_devices, ...]``,
+:mod:`app.codecs.parts`), with its steps and a 64-bit content hash per step. Nothing is
+written per part: 64 hosts pushing 1,000 steps each write 64 rows, not 64,000.
+
+A step is complete once ``sources`` distinct sources hold it; the push that brings its
+last part merges it (every source's rows for the completed steps, concatenated along the
+device axis in natural source order, reduced as one push of every device) into
+``job_points``, and counts it down in each segment's ``pending``. A segment whose steps are
+all complete drops its arrays (``NULL``); its steps and hashes stay, so a retried part is
+still recognised.
+
+Table (schema version 4; :func:`migrate_to_v4` turns version 3's ``job_parts`` and
+``job_pending`` into segments, one per stored part, and drops them):
+
+- ``job_segments``: ``job, source, first_step, last_step, sources, signature,
+  num_devices, steps`` (int64 ``[P]``, ascending), ``hashes`` (uint64 ``[P]``; 0: unknown,
+  a part migrated without its arrays), ``arrays`` (or NULL), ``pending`` (its steps not
+  yet complete), ``received_at``. A source's segments never share a step. Indexed by
+  ``(job, source, last_step)`` (retries), ``(job, last_step)`` (who holds a step) and,
+  for open segments only, ``(job, first_step)``: a push reads the open segments around
+  its steps, whose number the stragglers bound, never the job's history.
+
+Every write runs inside the caller's ``BEGIN IMMEDIATE`` transaction: SQLite's write lock
+serialises pushes, so two hosts completing the same step cannot both merge it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.codecs.parts import decode_part, encode_part, row_hashes
+from app.errors import PartMismatch, SourcesMismatch, StepConflict
+
+SCHEMA_V4 = """
+CREATE TABLE IF NOT EXISTS job_segments (
+    id           INTEGER PRIMARY KEY,
+    job          TEXT NOT NULL,
+    source       TEXT NOT NULL,
+    first_step   INTEGER NOT NULL,
+    last_step    INTEGER NOT NULL,
+    sources      INTEGER NOT NULL,
+    signature    TEXT NOT NULL,
+    num_devices  INTEGER NOT NULL,
+    steps        BLOB NOT NULL,
+    hashes       BLOB NOT NULL,
+    arrays       BLOB,
+    pending      INTEGER NOT NULL,
+    received_at  TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS job_segments_by_source
+    ON job_segments (job, source, last_step);
+CREATE INDEX IF NOT EXISTS job_segments_by_last ON job_segments (job, last_step);
+CREATE INDEX IF NOT EXISTS job_segments_open ON job_segments (job, first_step)
+    WHERE pending > 0;
+"""
+
+
+@dataclass(frozen=True)
+class MergedStep:
+    """What the service's merge of a step's parts gives: reduced JSON text, scalars,
+    device count."""
+
+    reduced: str
+    values: dict[str, float]
+    num_devices: int
+
+
+MergeRows = Callable[[list[tuple[str, dict[str, np.ndarray]]], str], list[MergedStep]]
+"""Merges the parts of k steps: ``[(source, {name: [k, n_devices, ...]})]`` in source
+order, and their signature (reduce options), into k points."""
+
+
+@dataclass
+class PartSegment:
+    """One source's parts of one or more steps, as the service decoded them: every
+    metric stacked ``[P, n_devices, ...]`` (``_weights`` ``[P, n_devices]``), in push
+    order; ``positions`` are the parts' places in the push (for error messages)."""
+
+    source: str
+    sources: int
+    signature: str
+    num_devices: int
+    steps: list[int]
+    columns: dict[str, np.ndarray]
+    positions: list[int] = field(default_factory=list)
+    # filled in by push_segment, per step: (created, reduced text or None, received_at)
+    outcome: dict[int, tuple[bool, str | None, str]] = field(default_factory=dict)
+
+    def where(self, step: int) -> str:
+        index = self.steps.index(step)
+        place = self.positions[index] if index < len(self.positions) else index
+        return f"points[{place}] (step {step}, source {self.source!r})"
+
+
+def source_order(source: str) -> tuple[Any, ...]:
+    """Natural order of source names: ``host-2`` before ``host-10``."""
+    parts: list[Any] = []
+    number = ""
+    text = ""
+    for char in source:
+        if char.isdigit():
+            if text:
+                parts.append((1, text))
+                text = ""
+            number += char
+        else:
+            if number:
+                parts.append((0, int(number)))
+                number = ""
+            text += char
+    if number:
+        parts.append((0, int(number)))
+    if text:
+        parts.append((1, text))
+    return tuple(parts)
+
+
+def missing_sources(received: Iterable[str], sources: int) -> list[str] | None:
+    """The names of the sources not yet received, when the names tell them: every
+    received name is a common prefix plus an index below ``sources`` (``"0"``..,
+    ``"host-0"``..). Otherwise None (only the count is known)."""
+    prefix = None
+    seen: set[int] = set()
+    for name in received:
+        digits = len(name) - len(name.rstrip("0123456789"))
+        if digits == 0:
+            return None
+        head, index = name[: len(name) - digits], int(name[len(name) - digits :])
+        if (prefix is not None and head != prefix) or index >= sources:
+            return None
+        prefix = head
+        seen.add(index)
+    if prefix is None:
+        return None
+    return [f"{prefix}{i}" for i in range(sources) if i not in seen]
+
+
+def _steps_of(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype="<i8")
+
+
+def step_sources(conn: sqlite3.Connection, job: str, step: int) -> list[str]:
+    """The sources holding a part of ``step``, in natural order."""
+    names = [
+        source
+        for source, steps in conn.execute(
+            "SELECT source, steps FROM job_segments WHERE job = ? AND last_step >= ? "
+            "AND first_step <= ?",
+            (job, step, step),
+        )
+        if np.isin(step, _steps_of(steps))
+    ]
+    return sorted(names, key=source_order)
+
+
+def open_sources(conn: sqlite3.Connection, job: str, steps: Sequence[int]) -> dict[int, int]:
+    """``step -> sources`` of the given steps that an open segment holds (parts waiting
+    for their step to complete, or parts of its completed steps)."""
+    if not len(steps):
+        return {}
+    wanted = np.unique(np.asarray(steps, dtype=np.int64))
+    out: dict[int, int] = {}
+    for blob, sources in conn.execute(
+        "SELECT steps, sources FROM job_segments WHERE job = ? AND pending > 0 "
+        "AND first_step <= ? AND last_step >= ?",
+        (job, int(wanted[-1]), int(wanted[0])),
+    ):
+        for step in np.intersect1d(wanted, _steps_of(blob), assume_unique=True).tolist():
+            out[step] = int(sources)
+    return out
+
+
+def _unique_rows(segment: PartSegment, hashes: np.ndarray) -> np.ndarray:
+    """Positions of the segment's first part of each step, in step order. A step given
+    twice must be given the same (a retry inside one push); else 409 ``step_conflict``."""
+    steps = np.asarray(segment.steps, dtype=np.int64)
+    order = np.argsort(steps, kind="stable")
+    ordered = steps[order]
+    repeat = np.flatnonzero(ordered[1:] == ordered[:-1]) + 1
+    for i in repeat.tolist():
+        if hashes[order[i]] != hashes[order[i - 1]]:
+            step = int(ordered[i])
+            raise StepConflict(
+                f"{segment.where(step)}: the batch holds this step twice, differently"
+            )
+    keep = np.ones(ordered.size, dtype=bool)
+    keep[repeat] = False
+    return order[keep]
+
+
+def push_segment(
+    conn: sqlite3.Connection,
+    job: str,
+    segment: PartSegment,
+    now: str,
+    merge: MergeRows,
+    stored_points: dict[int, tuple[int, str, str]],
+) -> tuple[list[int], list[tuple[int, dict[str, float]]], list[tuple]]:
+    """Stores one source's parts (call inside a transaction) and merges the steps they
+    complete. ``stored_points``: ``step -> (sources, reduced, received_at)`` of the
+    complete steps among the segment's, read by the caller.
+
+    Fills ``segment.outcome``. Returns the completed steps, their rollup input and their
+    ``job_points`` rows (the caller writes them, with any other points of the push).
+
+    Raises:
+      StepConflict: this source's part of a step stored with other content; a step that
+        already has all its sources; a step given twice, differently.
+      SourcesMismatch: ``sources`` differs from the step's.
+      PartMismatch: metrics or device count differ from the step's other parts.
+    """
+    names = sorted(segment.columns)
+    hashes = row_hashes([segment.columns[n] for n in names])
+    rows = _unique_rows(segment, hashes)
+    steps = np.asarray(segment.steps, dtype=np.int64)[rows]
+    hashes = hashes[rows]
+    low, high = int(steps[0]), int(steps[-1])
+    retried = np.zeros(steps.size, dtype=bool)
+    for blob, hash_blob, signature, sources in conn.execute(
+        "SELECT steps, hashes, signature, sources FROM job_segments "
+        "WHERE job = ? AND source = ? AND last_step >= ? AND first_step <= ?",
+        (job, segment.source, low, high),
+    ):
+        common, ours, theirs = np.intersect1d(
+            steps, _steps_of(blob), assume_unique=True, return_indices=True
+        )
+        if not common.size:
+            continue
+        stored = np.frombuffer(hash_blob, dtype="<u8")[theirs]
+        differs = (stored != hashes[ours]) & (stored != 0)
+        if signature != segment.signature or sources != segment.sources or differs.any():
+            step = int(common[int(np.argmax(differs))] if differs.any() else common[0])
+            raise StepConflict(
+                f"{segment.where(step)}: this source's part of step {step} is stored with "
+                "other content; parts are written once (a retry must send the same content)"
+            )
+        retried[ours] = True
+    for step in steps.tolist():
+        stored_point = stored_points.get(step)
+        if stored_point is None:
+            continue
+        if stored_point[0] != segment.sources:
+            raise SourcesMismatch(
+                f"{segment.where(step)}: sources={segment.sources}, but the step has "
+                f"sources={stored_point[0]}; every part of a step must give the same number "
+                "of sources"
+            )
+    fresh_mask = ~retried
+    for i in np.flatnonzero(fresh_mask).tolist():
+        step = int(steps[i])
+        if step in stored_points:
+            names_held = step_sources(conn, job, step)
+            raise StepConflict(
+                f"{segment.where(step)}: step {step} already has all {segment.sources} "
+                f"sources ({names_held}); a new source cannot join it"
+            )
+    for step in steps.tolist():
+        stored_point = stored_points.get(step)
+        reduced = stored_point[1] if stored_point else None
+        segment.outcome[step] = (False, reduced, stored_point[2] if stored_point else now)
+    fresh = np.flatnonzero(fresh_mask)
+    if not fresh.size:
+        return [], [], []
+    new_steps = steps[fresh]
+    # The other sources' open segments around these steps: how many hold each new step,
+    # counted for all of them at once (one sort), never segment by segment.
+    others = [
+        row
+        for row in conn.execute(
+            "SELECT id, source, steps, sources, signature, num_devices FROM job_segments "
+            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ?",
+            (job, int(new_steps[-1]), int(new_steps[0])),
+        )
+        if row[1] != segment.source
+    ]
+    held = [_steps_of(row[2]) for row in others]
+    everything = np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
+    count = 1 + (
+        np.searchsorted(everything, new_steps, "right")
+        - np.searchsorted(everything, new_steps, "left")
+    )
+    for row, their_steps in zip(others, held, strict=True):
+        _, _, _, sources, signature, num_devices = row
+        same = (sources, signature, num_devices) == (
+            segment.sources,
+            segment.signature,
+            segment.num_devices,
+        )
+        if same:
+            continue
+        common = np.intersect1d(new_steps, their_steps, assume_unique=True)
+        if not common.size:
+            continue
+        step = int(common[0])
+        if sources != segment.sources:
+            raise SourcesMismatch(
+                f"{segment.where(step)}: sources={segment.sources}, but the step has "
+                f"sources={sources}; every part of a step must give the same number of sources"
+            )
+        raise PartMismatch(
+            f"{segment.where(step)}: the part has {segment.num_devices} devices and "
+            f"metrics {segment.signature}, the step's other parts {num_devices} devices "
+            f"and {signature}; every source must push the same metrics for as many devices"
+        )
+    if (count > segment.sources).any():
+        step = int(new_steps[int(np.argmax(count > segment.sources))])
+        raise StepConflict(
+            f"{segment.where(step)}: step {step} already has all {segment.sources} sources "
+            f"({step_sources(conn, job, step)}); a new source cannot join it"
+        )
+    done = count == segment.sources
+    columns = {n: np.ascontiguousarray(segment.columns[n][rows[fresh]]) for n in segment.columns}
+    pending = int(new_steps.size - done.sum())
+    conn.execute(
+        "INSERT INTO job_segments (job, source, first_step, last_step, sources, signature, "
+        "num_devices, steps, hashes, arrays, pending, received_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            job,
+            segment.source,
+            int(new_steps[0]),
+            int(new_steps[-1]),
+            segment.sources,
+            segment.signature,
+            segment.num_devices,
+            new_steps.astype("<i8").tobytes(),
+            hashes[fresh].astype("<u8").tobytes(),
+            encode_part(columns) if pending else None,
+            pending,
+            now,
+        ),
+    )
+    for step in new_steps.tolist():
+        segment.outcome[step] = (True, None, now)
+    if not done.any():
+        return [], [], []
+    completed, rollup, point_rows = _merge_completed(
+        conn, job, segment, new_steps, done, columns, others, held, merge, now
+    )
+    for step, row in zip(completed, point_rows, strict=True):
+        segment.outcome[step] = (True, row[2], now)
+    return completed, rollup, point_rows
+
+
+def _merge_completed(
+    conn: sqlite3.Connection,
+    job: str,
+    segment: PartSegment,
+    new_steps: np.ndarray,
+    done: np.ndarray,
+    columns: dict[str, np.ndarray],
+    others: Sequence[tuple],
+    held: Sequence[np.ndarray],
+    merge: MergeRows,
+    now: str,
+) -> tuple[list[int], list[tuple[int, dict[str, float]]], list[tuple]]:
+    """Merges the steps ``done`` marks: their parts from every segment holding them,
+    grouped by which segments hold them (usually one group: every host pushes the same
+    steps)."""
+    complete = new_steps[done]
+    ours = np.flatnonzero(done)
+    # For each holder: where each completed step sits in it (-1: not held).
+    holders: list[tuple[int, str, np.ndarray]] = []
+    for row, their_steps in zip(others, held, strict=True):
+        at = np.searchsorted(their_steps, complete)
+        at[at >= their_steps.size] = 0
+        hit = their_steps[at] == complete if their_steps.size else np.zeros(0, bool)
+        if hit.any():
+            holders.append((row[0], row[1], np.where(hit, at, -1)))
+    member = np.array([h[2] >= 0 for h in holders]).reshape(len(holders), complete.size)
+    groups: dict[bytes, list[int]] = {}
+    for j in range(complete.size):
+        groups.setdefault(member[:, j].tobytes(), []).append(j)
+    loaded: dict[int, dict[str, np.ndarray]] = {}
+    counts: dict[int, int] = {}
+    completed: list[int] = []
+    rollup: list[tuple[int, dict[str, float]]] = []
+    point_rows: list[tuple] = []
+    for key, members in groups.items():
+        which = np.frombuffer(key, dtype=bool)
+        pick = np.asarray(members, dtype=np.int64)
+        parts = [(segment.source, {n: c[ours[pick]] for n, c in columns.items()})]
+        for h in np.flatnonzero(which).tolist():
+            seg_id, source, at = holders[h]
+            if seg_id not in loaded:
+                blob = conn.execute(
+                    "SELECT arrays FROM job_segments WHERE id = ?", (seg_id,)
+                ).fetchone()[0]
+                loaded[seg_id] = decode_part(bytes(blob))
+            rows = at[pick]
+            parts.append((source, {n: a[rows] for n, a in loaded[seg_id].items()}))
+            counts[seg_id] = counts.get(seg_id, 0) + len(members)
+        parts.sort(key=lambda part: source_order(part[0]))
+        merged = merge(parts, segment.signature)
+        for step, point in zip(complete[pick].tolist(), merged, strict=True):
+            completed.append(step)
+            rollup.append((step, point.values))
+            point_rows.append(
+                (job, step, point.reduced, now, None, segment.sources, point.num_devices)
+            )
+    conn.executemany(
+        "UPDATE job_segments SET pending = pending - ?, "
+        "arrays = CASE WHEN pending - ? > 0 THEN arrays END WHERE id = ?",
+        [(n, n, seg_id) for seg_id, n in counts.items()],
+    )
+    return completed, rollup, point_rows
+
+
+# ------------------------------------------------------------------------------ reads
+
+
+@dataclass(frozen=True)
+class PendingStep:
+    """An incomplete step: its parts so far, ``[(source, {name: [n_devices, ...]})]``."""
+
+    step: int
+    sources: int
+    received_at: str
+    parts: list[tuple[str, dict[str, np.ndarray]]]
+    signature: str = ""
+
+
+def _open_segments(
+    conn: sqlite3.Connection, job: str, low: int, high: int, with_arrays: bool
+) -> list[tuple]:
+    arrays = "arrays" if with_arrays else "NULL"
+    return conn.execute(
+        f"SELECT source, steps, sources, signature, received_at, {arrays} FROM job_segments "
+        "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ?",
+        (job, high, low),
+    ).fetchall()
+
+
+def _incomplete(
+    conn: sqlite3.Connection, job: str, segments: list[tuple], low: int, high: int
+) -> np.ndarray:
+    """The steps in ``[low, high]`` that open segments hold and ``job_points`` lacks."""
+    held = [_steps_of(row[1]) for row in segments]
+    if not held:
+        return np.zeros(0, dtype=np.int64)
+    steps = np.unique(np.concatenate(held))
+    steps = steps[(steps >= low) & (steps <= high)]
+    if not steps.size:
+        return steps
+    complete = np.fromiter(
+        (
+            row[0]
+            for row in conn.execute(
+                "SELECT step FROM job_points WHERE job = ? AND step BETWEEN ? AND ?",
+                (job, int(steps[0]), int(steps[-1])),
+            )
+        ),
+        dtype=np.int64,
+    )
+    return np.setdiff1d(steps, complete, assume_unique=True)
+
+
+def pending_steps(
+    conn: sqlite3.Connection, job: str, low: int, high: int, limit: int
+) -> list[PendingStep]:
+    """The first ``limit`` incomplete steps in ``[low, high]``, with their parts."""
+    segments = _open_segments(conn, job, low, high, with_arrays=True)
+    steps = _incomplete(conn, job, segments, low, high)[:limit]
+    if not steps.size:
+        return []
+    by_step: dict[int, list[tuple[str, dict[str, np.ndarray]]]] = {s: [] for s in steps.tolist()}
+    info: dict[int, tuple[int, str, str]] = {}
+    for source, blob, sources, signature, received_at, arrays in segments:
+        common, _, theirs = np.intersect1d(
+            steps, _steps_of(blob), assume_unique=True, return_indices=True
+        )
+        if not common.size:
+            continue
+        columns = decode_part(bytes(arrays))
+        for step, row in zip(common.tolist(), theirs.tolist(), strict=True):
+            by_step[step].append((source, {n: a[row] for n, a in columns.items()}))
+            seen = info.get(step)
+            if seen is None or received_at > seen[2]:
+                info[step] = (int(sources), signature, received_at)
+    return [
+        PendingStep(
+            step,
+            info[step][0],
+            info[step][2],
+            sorted(parts, key=lambda part: source_order(part[0])),
+            info[step][1],
+        )
+        for step, parts in by_step.items()
+    ]
+
+
+def newest_incomplete(conn: sqlite3.Connection, job: str) -> tuple[int, int, list[str]] | None:
+    """The job's newest incomplete step: ``(step, sources, received sources)``."""
+    segments = conn.execute(
+        "SELECT source, steps, sources FROM job_segments WHERE job = ? AND pending > 0",
+        (job,),
+    ).fetchall()
+    steps = _incomplete(conn, job, segments, 0, 2**63 - 1)
+    if not steps.size:
+        return None
+    step = int(steps[-1])
+    received = [row[0] for row in segments if np.isin(step, _steps_of(row[1]))]
+    sources = next(int(row[2]) for row in segments if np.isin(step, _steps_of(row[1])))
+    return step, sources, sorted(received, key=source_order)
+
+
+def incomplete_jobs(conn: sqlite3.Connection) -> list[tuple[str, int, int, int]]:
+    """Per job with an incomplete step: ``(job, newest incomplete step, sources,
+    received)``."""
+    out = []
+    for (job,) in conn.execute("SELECT DISTINCT job FROM job_segments WHERE pending > 0"):
+        found = newest_incomplete(conn, job)
+        if found is not None:
+            out.append((job, found[0], found[1], len(found[2])))
+    return out
+
+
+# ------------------------------------------------------------------------ migration
+
+
+def migrate_to_v4(conn: sqlite3.Connection) -> None:
+    """Version 3 -> 4, in place: every ``job_parts`` row becomes a one-step segment (a
+    pending part with its arrays and hash; a part of a complete step with hash 0, since
+    its arrays are gone: a retry of it is taken as the same content), then ``job_parts``
+    and ``job_pending`` are dropped."""
+    for statement in SCHEMA_V4.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    have = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "job_parts" in have:
+        cursor = conn.execute(
+            "SELECT job, step, source, sources, signature, num_devices, arrays, received_at "
+            "FROM job_parts ORDER BY job, source, step"
+        )
+        while rows := cursor.fetchmany(1000):
+            segments = []
+            for job, step, source, sources, signature, num_devices, arrays, at in rows:
+                hashed = 0
+                stacked = None
+                if arrays is not None:
+                    part = decode_part(bytes(arrays))
+                    stacked = {n: np.asarray(a)[None, ...] for n, a in part.items()}
+                    hashed = int(row_hashes([stacked[n] for n in sorted(stacked)])[0])
+                segments.append(
+                    (
+                        job,
+                        source,
+                        step,
+                        step,
+                        sources,
+                        signature,
+                        num_devices,
+                        np.array([step], "<i8").tobytes(),
+                        np.array([hashed], "<u8").tobytes(),
+                        None if stacked is None else encode_part(stacked),
+                        0 if stacked is None else 1,
+                        at,
+                    )
+                )
+            conn.executemany(
+                "INSERT INTO job_segments (job, source, first_step, last_step, sources, "
+                "signature, num_devices, steps, hashes, arrays, pending, received_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                segments,
+            )
+        conn.execute("DROP TABLE job_parts")
+    if "job_pending" in have:
+        conn.execute("DROP TABLE job_pending")
