@@ -443,7 +443,10 @@ def push(
                 )
             continue
         if row is not None:
-            same = item.digest == row[1] if row[1] else item.reduced == row[3]
+            if row[1] and len(row[1]) == len(item.digest):
+                same = item.digest == row[1]
+            else:  # stored before digests (NULL) or with the older digest format
+                same = item.reduced == row[3]
             if not same:
                 raise StepConflict(
                     f"{_where(index, item)}: step {item.step} of job {job!r} is stored with "

@@ -36,7 +36,7 @@ import orjson
 from app import store_jobs, store_parts
 from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, validate_model
 from app.codecs.npz import load_npz
-from app.codecs.parts import encode_part
+from app.codecs.parts import encode_part, row_hashes
 from app.errors import (
     InvalidNpz,
     InvalidParameter,
@@ -285,18 +285,39 @@ def decode_single(
 # ------------------------------------------------------------------------- point → rows
 
 
+def point_digests(
+    names: Sequence[str],
+    columns: Mapping[str, np.ndarray],
+    weights: np.ndarray | None,
+    ops: Mapping[str, str],
+    nan_policy: str,
+) -> list[str]:
+    """What each point of a batch pushed, canonically, as text: ``"r"`` and 16 hex digits.
+
+    ``columns``: each metric ``[P, ...]`` as the point decoded it (``[P]`` for a number),
+    ``weights`` ``[P, n_devices]`` or None. One vectorised 64-bit hash of each point's
+    arrays (:func:`app.codecs.parts.row_hashes`: bytes, dtypes, shapes), keyed by the
+    metric names, the reduce ops and the NaN policy: no call per point. Digests stored
+    before 2026-12-01 (32 hex digits) are not comparable; a retry of such a step is
+    compared by its reduced values instead (:func:`app.store_jobs.push`)."""
+    order = sorted(names)
+    every = {name: ops.get(name, "mean") for name in order}
+    key = orjson.dumps([order, sorted(every.items()), nan_policy, weights is not None])
+    salt = np.uint64(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little"))
+    arrays = [np.asarray(columns[name]) for name in order]
+    if weights is not None:
+        arrays.append(np.asarray(weights, np.float64))
+    hashed = row_hashes(arrays) ^ salt
+    text = hashed.astype(">u8").tobytes().hex()
+    return ["r" + text[i : i + 16] for i in range(0, len(text), 16)]
+
+
 def _digest(point: PointInput) -> str:
-    """What was pushed, canonically: names, dtypes, shapes, bytes, options."""
-    h = hashlib.blake2b(digest_size=16)
-    for name in sorted(point.metrics):
-        array = np.ascontiguousarray(point.metrics[name])
-        h.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
-        h.update(array.tobytes())
-    if point.weights is not None:
-        h.update(b"\0weights\0" + np.ascontiguousarray(point.weights, np.float64).tobytes())
-    ops = {name: point.reduce.get(name, "mean") for name in point.metrics}
-    h.update(orjson.dumps([sorted(ops.items()), point.nan_policy]))
-    return h.hexdigest()
+    """:func:`point_digests` of one point (the same digest as in any batch)."""
+    names = list(point.metrics)
+    columns = {name: np.asarray(point.metrics[name])[None, ...] for name in names}
+    weights = None if point.weights is None else np.asarray(point.weights, np.float64)[None, :]
+    return point_digests(names, columns, weights, point.reduce, point.nan_policy)[0]
 
 
 def _signature(point: PointInput) -> str:
@@ -450,7 +471,6 @@ def build_items(points: Sequence[PointInput]) -> list[store_jobs.PushItem]:
 # ------------------------------------------------------------------ the columnar batch path
 
 _FAST_POINT_KEYS = frozenset({"step", "metrics"})
-_FAST_TAIL: dict[tuple[str, ...], bytes] = {}
 
 
 def _fast_columns(metrics: list[Any], names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
@@ -494,38 +514,6 @@ def _fast_columns(metrics: list[Any], names: tuple[str, ...]) -> dict[str, np.nd
             return None
         columns[name] = array
     return columns
-
-
-def _fast_digests(
-    names: tuple[str, ...], columns: Mapping[str, np.ndarray], ops: Mapping[str, str]
-) -> list[str]:
-    """:func:`_digest` of every point of a columnar batch (the same bytes hashed: one
-    buffer per point, built with numpy, one blake2b call each)."""
-    count = next(iter(columns.values())).shape[0]
-    pieces = []
-    for name in sorted(names):
-        column = columns[name]
-        # What _digest sees: a list decodes to float64 [D]; a number to np.float64, which
-        # np.ascontiguousarray makes a [1] array.
-        shape = column.shape[1:] if column.ndim == 2 else (1,)
-        head = f"{name}\0{column.dtype.str}\0{shape}\0".encode()
-        pieces.append(np.broadcast_to(np.frombuffer(head, np.uint8), (count, len(head))))
-        pieces.append(np.ascontiguousarray(column).view(np.uint8).reshape(count, -1))
-    key = (names, tuple(sorted(ops.items())))
-    tail = _FAST_TAIL.get(key)
-    if tail is None:
-        every = {name: ops.get(name, "mean") for name in names}
-        tail = orjson.dumps([sorted(every.items()), "propagate"])
-        if len(_FAST_TAIL) < 1024:
-            _FAST_TAIL[key] = tail
-    pieces.append(np.broadcast_to(np.frombuffer(tail, np.uint8), (count, len(tail))))
-    buffer = np.concatenate(pieces, axis=1)
-    width = buffer.shape[1]
-    view = memoryview(buffer.reshape(-1))
-    blake = hashlib.blake2b
-    return [
-        blake(view[i * width : (i + 1) * width], digest_size=16).hexdigest() for i in range(count)
-    ]
 
 
 def _fast_items(data: Any) -> list[store_jobs.PushItem] | None:
@@ -609,7 +597,7 @@ def _columnar_items(
             steps=list(steps),
             columns={k: columns[k] for k in names},
         )
-    digests = _fast_digests(names, columns, ops)
+    digests = point_digests(names, columns, None, ops, "propagate")
     values = {
         k: np.asarray(reduced[k] if k in reduced else columns[k], dtype=np.float64) for k in names
     }

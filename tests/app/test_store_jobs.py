@@ -213,3 +213,23 @@ def test_a_version_3_file_with_pending_parts_completes_them_after_migration(tmp_
         assert open_parts == (0,)
     finally:
         store.close()
+
+
+def test_a_step_stored_with_an_older_digest_is_compared_by_its_values(store):
+    from app.services import jobs
+
+    def point(loss):
+        return jobs.build_items(
+            [jobs.PointInput(3, {"loss": np.array(loss)}, {}, None, "propagate")]
+        )
+
+    first = point([1.0, 3.0])
+    first[0].digest = "0" * 32  # a blake2b digest, as stored before 2026-12-01
+    store._write(lambda c: store_jobs.push(c, "old-digest", first, "t0", jobs._merge_rows))
+    retry = point([1.0, 3.0])
+    assert retry[0].digest.startswith("r") and len(retry[0].digest) == 17
+    store._write(lambda c: store_jobs.push(c, "old-digest", retry, "t1", jobs._merge_rows))
+    assert retry[0].created is False and retry[0].complete
+    with pytest.raises(Exception, match="stored with other content"):
+        other = point([1.0, 5.0])
+        store._write(lambda c: store_jobs.push(c, "old-digest", other, "t2", jobs._merge_rows))
