@@ -472,9 +472,9 @@ def push(
         done, done_rollup = push_segments(conn, job, [segment], now, merge, stored)
         completed += done
         rollup += done_rollup
-        wrote_parts = wrote_parts or any(o[0] for o in segment.outcome.values())
+        wrote_parts = wrote_parts or segment.created > 0
         for item in members:
-            created, reduced, received_at = segment.outcome[item.step]
+            created, reduced, received_at = segment.outcome(item.step)
             item.created = created
             item.complete = reduced is not None
             item.step_reduced = reduced
@@ -506,11 +506,8 @@ def push_segments(
     rollup: list[tuple[int, dict[str, float]]] = []
     for segment in segments:
         rows = stored if stored is not None else _stored_points(conn, job, segment.steps)
-        points = {
-            step: (int(row[2]), row[3], row[4])
-            for step, row in rows.items()
-            if step in set(segment.steps)
-        }
+        mine = set(segment.steps)
+        points = {step: (int(row[2]), row[3], row[4]) for step, row in rows.items() if step in mine}
         done, done_rollup, point_rows = push_segment(conn, job, segment, now, merge, points)
         if point_rows:
             conn.executemany(
@@ -532,13 +529,13 @@ def push_part_columns(
     """One source's parts of a batch, stored as one segment (all or nothing; call inside a
     transaction); returns (parts newly stored, steps completed)."""
     completed, rollup = push_segments(conn, job, [segment], now, merge)
-    created = [step for step, outcome in segment.outcome.items() if outcome[0]]
+    created = segment.created
     write_rollups(conn, job, rollup)
     if created:
         added = [step for step, _ in rollup]
         low, high = min(added, default=None), max(added, default=None)
         _count_points(conn, job, now, len(added), low, high)
-    return len(created), completed
+    return created, completed
 
 
 @dataclass
@@ -654,7 +651,7 @@ def _count_points(
 def delete_job(conn: sqlite3.Connection, job: str) -> bool:
     """Deletes a job and all its rows; False when there was no such job."""
     found = conn.execute("DELETE FROM jobs WHERE job = ?", (job,)).rowcount > 0
-    for table in ("job_points", "job_segments", "job_rollups"):
+    for table in ("job_points", "job_segments", "job_coverage", "job_rollups"):
         found = conn.execute(f"DELETE FROM {table} WHERE job = ?", (job,)).rowcount > 0 or found
     return found
 

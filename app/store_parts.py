@@ -21,8 +21,12 @@ Table (schema version 4; :func:`migrate_to_v4` turns version 3's ``job_parts`` a
   a part migrated without its arrays), ``arrays`` (or NULL), ``pending`` (its steps not
   yet complete), ``received_at``. A source's segments never share a step. Indexed by
   ``(job, source, last_step)`` (retries), ``(job, last_step)`` (who holds a step) and,
-  for open segments only, ``(job, first_step)``: a push reads the open segments around
-  its steps, whose number the stragglers bound, never the job's history.
+  for open segments only, ``(job, first_step)``: a push reads the open segments' metadata
+  around its steps, whose number the stragglers bound, never the job's history.
+- ``job_coverage (job, chunk)``: per block of 4,096 steps, how many sources hold each
+  step (uint16). A push adds itself to the blocks of its own steps and learns which of
+  them are now complete: its cost grows with its own steps, not with the number of hosts
+  (no host reads every other host's steps to count).
 
 Every write runs inside the caller's ``BEGIN IMMEDIATE`` transaction: SQLite's write lock
 serialises pushes, so two hosts completing the same step cannot both merge it.
@@ -61,7 +65,18 @@ CREATE UNIQUE INDEX IF NOT EXISTS job_segments_by_source
 CREATE INDEX IF NOT EXISTS job_segments_by_last ON job_segments (job, last_step);
 CREATE INDEX IF NOT EXISTS job_segments_open ON job_segments (job, first_step)
     WHERE pending > 0;
+CREATE TABLE IF NOT EXISTS job_coverage (
+    job          TEXT NOT NULL,
+    chunk        INTEGER NOT NULL,
+    counts       BLOB NOT NULL,
+    PRIMARY KEY (job, chunk)
+) WITHOUT ROWID;
 """
+
+COVERAGE_BITS = 12
+"""``job_coverage`` counts, per block of 4,096 steps, how many sources hold each step
+(uint16 each, 8 KiB a block): a push reads and adds to the blocks of its own steps, never
+the other sources' segments."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +107,21 @@ class PartSegment:
     steps: list[int]
     columns: dict[str, np.ndarray]
     positions: list[int] = field(default_factory=list)
-    # filled in by push_segment, per step: (created, reduced text or None, received_at)
-    outcome: dict[int, tuple[bool, str | None, str]] = field(default_factory=dict)
+    # filled in by push_segment: how many parts were new, and for the steps that are
+    # complete (stored before, or completed by this push) their reduced text and time
+    created: int = 0
+    created_steps: set[int] = field(default_factory=set)
+    complete: dict[int, tuple[str, str]] = field(default_factory=dict)
+    received_at: str = ""
+
+    def outcome(self, step: int) -> tuple[bool, str | None, str]:
+        """(created, reduced text or None, received_at) of one of the segment's steps."""
+        done = self.complete.get(step)
+        return (
+            step in self.created_steps,
+            None if done is None else done[0],
+            self.received_at if done is None else done[1],
+        )
 
     def where(self, step: int) -> str:
         index = self.steps.index(step)
@@ -179,6 +207,37 @@ def open_sources(conn: sqlite3.Connection, job: str, steps: Sequence[int]) -> di
     return out
 
 
+def _segment_steps_blob(conn: sqlite3.Connection, seg_id: int) -> bytes:
+    return conn.execute("SELECT steps FROM job_segments WHERE id = ?", (seg_id,)).fetchone()[0]
+
+
+def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.ndarray:
+    """Adds one source to each of ``steps`` (new to it, ascending) in ``job_coverage``;
+    returns how many sources hold each step now."""
+    size = 1 << COVERAGE_BITS
+    chunks = steps >> COVERAGE_BITS
+    out = np.empty(steps.size, dtype=np.int64)
+    starts = np.flatnonzero(np.diff(chunks, prepend=-1))
+    ends = np.append(starts[1:], steps.size)
+    rows = []
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        chunk = int(chunks[start])
+        found = conn.execute(
+            "SELECT counts FROM job_coverage WHERE job = ? AND chunk = ?", (job, chunk)
+        ).fetchone()
+        counts = (
+            np.zeros(size, dtype="<u2")
+            if found is None
+            else np.frombuffer(found[0], dtype="<u2").copy()
+        )
+        at = steps[start:end] - (chunk << COVERAGE_BITS)
+        counts[at] += 1  # the steps are unique
+        out[start:end] = counts[at]
+        rows.append((job, chunk, counts.tobytes()))
+    conn.executemany("INSERT OR REPLACE INTO job_coverage VALUES (?, ?, ?)", rows)
+    return out
+
+
 def _unique_rows(segment: PartSegment, hashes: np.ndarray) -> np.ndarray:
     """Positions of the segment's first part of each step, in step order. A step given
     twice must be given the same (a retry inside one push); else 409 ``step_conflict``."""
@@ -209,7 +268,7 @@ def push_segment(
     complete. ``stored_points``: ``step -> (sources, reduced, received_at)`` of the
     complete steps among the segment's, read by the caller.
 
-    Fills ``segment.outcome``. Returns the completed steps, their rollup input and their
+    Fills ``segment``'s outcome fields. Returns the completed steps, their rollup input and their
     ``job_points`` rows (the caller writes them, with any other points of the push).
 
     Raises:
@@ -218,6 +277,8 @@ def push_segment(
       SourcesMismatch: ``sources`` differs from the step's.
       PartMismatch: metrics or device count differ from the step's other parts.
     """
+    # From scratch: a group commit may run a push again after rolling it back.
+    segment.created, segment.created_steps, segment.complete = 0, set(), {}
     names = sorted(segment.columns)
     hashes = row_hashes([segment.columns[n] for n in names])
     rows = _unique_rows(segment, hashes)
@@ -244,10 +305,7 @@ def push_segment(
                 "other content; parts are written once (a retry must send the same content)"
             )
         retried[ours] = True
-    for step in steps.tolist():
-        stored_point = stored_points.get(step)
-        if stored_point is None:
-            continue
+    for step, stored_point in stored_points.items():
         if stored_point[0] != segment.sources:
             raise SourcesMismatch(
                 f"{segment.where(step)}: sources={segment.sources}, but the step has "
@@ -255,41 +313,42 @@ def push_segment(
                 "of sources"
             )
     fresh_mask = ~retried
-    for i in np.flatnonzero(fresh_mask).tolist():
-        step = int(steps[i])
-        if step in stored_points:
-            names_held = step_sources(conn, job, step)
-            raise StepConflict(
-                f"{segment.where(step)}: step {step} already has all {segment.sources} "
-                f"sources ({names_held}); a new source cannot join it"
-            )
-    for step in steps.tolist():
-        stored_point = stored_points.get(step)
-        reduced = stored_point[1] if stored_point else None
-        segment.outcome[step] = (False, reduced, stored_point[2] if stored_point else now)
+    fresh_steps = set(steps[fresh_mask].tolist()) if stored_points else set()
+    joining = sorted(fresh_steps & stored_points.keys())
+    if joining:
+        step = joining[0]
+        raise StepConflict(
+            f"{segment.where(step)}: step {step} already has all {segment.sources} "
+            f"sources ({step_sources(conn, job, step)}); a new source cannot join it"
+        )
+    segment.received_at = now
+    for step, stored_point in stored_points.items():
+        segment.complete[step] = (stored_point[1], stored_point[2])
     fresh = np.flatnonzero(fresh_mask)
     if not fresh.size:
         return [], [], []
     new_steps = steps[fresh]
     # The other sources' open segments around these steps: how many hold each new step,
     # counted for all of them at once (one sort), never segment by segment.
+    # Their metadata only (their steps are read where it disagrees with ours, or at the
+    # merge): the counting is job_coverage's.
     others = [
         row
         for row in conn.execute(
-            "SELECT id, source, steps, sources, signature, num_devices FROM job_segments "
+            "SELECT id, source, NULL, sources, signature, num_devices FROM job_segments "
             "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ?",
             (job, int(new_steps[-1]), int(new_steps[0])),
         )
         if row[1] != segment.source
     ]
-    held = [_steps_of(row[2]) for row in others]
-    everything = np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
-    count = 1 + (
-        np.searchsorted(everything, new_steps, "right")
-        - np.searchsorted(everything, new_steps, "left")
-    )
-    for row, their_steps in zip(others, held, strict=True):
-        _, _, _, sources, signature, num_devices = row
+    if any(
+        (row[3], row[4], row[5]) != (segment.sources, segment.signature, segment.num_devices)
+        for row in others
+    ):
+        others = [(row[0], row[1], _segment_steps_blob(conn, row[0]), *row[3:]) for row in others]
+    count = _add_coverage(conn, job, new_steps)
+    for row in others:
+        _, _, blob, sources, signature, num_devices = row
         same = (sources, signature, num_devices) == (
             segment.sources,
             segment.signature,
@@ -297,7 +356,7 @@ def push_segment(
         )
         if same:
             continue
-        common = np.intersect1d(new_steps, their_steps, assume_unique=True)
+        common = np.intersect1d(new_steps, _steps_of(blob), assume_unique=True)
         if not common.size:
             continue
         step = int(common[0])
@@ -339,15 +398,16 @@ def push_segment(
             now,
         ),
     )
-    for step in new_steps.tolist():
-        segment.outcome[step] = (True, None, now)
+    segment.created = int(new_steps.size)
+    segment.created_steps = set(new_steps.tolist())
     if not done.any():
         return [], [], []
+    held = [_steps_of(_segment_steps_blob(conn, row[0])) for row in others]
     completed, rollup, point_rows = _merge_completed(
         conn, job, segment, new_steps, done, columns, others, held, merge, now
     )
     for step, row in zip(completed, point_rows, strict=True):
-        segment.outcome[step] = (True, row[2], now)
+        segment.complete[step] = (row[2], now)
     return completed, rollup, point_rows
 
 
@@ -573,5 +633,19 @@ def migrate_to_v4(conn: sqlite3.Connection) -> None:
                 segments,
             )
         conn.execute("DROP TABLE job_parts")
+        for (job,) in conn.execute("SELECT DISTINCT job FROM job_segments").fetchall():
+            held = [
+                _steps_of(blob)
+                for (blob,) in conn.execute("SELECT steps FROM job_segments WHERE job = ?", (job,))
+            ]
+            steps, counts = np.unique(np.concatenate(held), return_counts=True)
+            for chunk in np.unique(steps >> COVERAGE_BITS).tolist():
+                mask = (steps >> COVERAGE_BITS) == chunk
+                block = np.zeros(1 << COVERAGE_BITS, dtype="<u2")
+                block[steps[mask] - (chunk << COVERAGE_BITS)] = counts[mask]
+                conn.execute(
+                    "INSERT OR REPLACE INTO job_coverage VALUES (?, ?, ?)",
+                    (job, chunk, block.tobytes()),
+                )
     if "job_pending" in have:
         conn.execute("DROP TABLE job_pending")

@@ -81,13 +81,15 @@ def _word_keys(words: int) -> np.ndarray:
     return np.random.default_rng(_HASH_SEED).integers(0, 2**64, words, dtype=np.uint64)
 
 
-def row_hashes(columns: Sequence[np.ndarray]) -> np.ndarray:
+def row_hashes(columns: Sequence[np.ndarray], count: int | None = None) -> np.ndarray:
     """A 64-bit content hash of each row of ``columns`` (arrays with the same first axis,
     ``[P, ...]``): its bytes, dtypes and shapes. Vectorised (numpy, no call per row): every
     64-bit word of a row is keyed by its position and mixed with splitmix64's finaliser,
     and the mixed words are summed modulo 2**64. Equal rows hash equal; rows that differ
     in one word never collide (the mix is a bijection), in more about 2**-64 of the time.
     Not cryptographic: it tells a retry from a different part, not an attacker."""
+    if not columns:  # rows of nothing (a point without metrics): all alike
+        return np.zeros(count or 0, dtype=np.uint64)
     count = columns[0].shape[0]
     pieces = []
     for column in columns:

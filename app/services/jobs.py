@@ -25,6 +25,7 @@ import hashlib
 import itertools
 import logging
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -307,7 +308,8 @@ def point_digests(
     arrays = [np.asarray(columns[name]) for name in order]
     if weights is not None:
         arrays.append(np.asarray(weights, np.float64))
-    hashed = row_hashes(arrays) ^ salt
+    count = len(next(iter(columns.values()))) if columns else 1
+    hashed = row_hashes(arrays, count) ^ salt
     text = hashed.astype(">u8").tobytes().hex()
     return ["r" + text[i : i + 16] for i in range(0, len(text), 16)]
 
@@ -363,6 +365,8 @@ def _vector_key(point: PointInput) -> tuple | None:
     """Points with the same key reduce together, stacked (unweighted, propagate, JSON's
     int64/float64 arrays): one library call for the whole group, the same values."""
     if point.weights is not None or point.nan_policy != "propagate" or point.sources != 1:
+        return None
+    if not point.metrics:  # refused point by point (empty_metrics), as a single push is
         return None
     key = []
     for name, array in point.metrics.items():
@@ -482,16 +486,18 @@ def _fast_columns(metrics: list[Any], names: tuple[str, ...]) -> dict[str, np.nd
     integers or booleans would decode to other dtypes point by point)."""
     first = metrics[0]
     if all(type(first[name]) is list for name in names):
-        rows = [list(m.values()) for m in metrics]
         chain = itertools.chain.from_iterable
-        if set(map(type, chain(chain(rows)))) != {float}:
+        lists = list(chain(map(dict.values, metrics)))  # P * M lists, point-major
+        if set(map(type, lists)) != {list}:
             return None
-        try:
-            block = np.array(rows, dtype=np.float64)
-        except ValueError:  # ragged: the per-point path names the point
+        lengths = set(map(len, lists))
+        if len(lengths) != 1 or 0 in lengths:  # ragged or empty: the per-point path says
             return None
-        if block.ndim != 3 or block.shape[2] == 0:
+        flat = list(chain(lists))
+        if set(map(type, flat)) != {float}:
             return None
+        # One flat conversion (numpy's nested-list path costs ~1 us per inner list).
+        block = np.array(flat, dtype=np.float64).reshape(len(metrics), len(names), -1)
         return {name: block[:, k, :] for k, name in enumerate(names)}
     columns: dict[str, np.ndarray] = {}
     for name in names:
@@ -529,18 +535,22 @@ def _fast_items(data: Any) -> list[store_jobs.PushItem] | None:
     options = {k: data[k] for k in data if k != "points"}
     if options and not _plain_point({"metrics": {}, "step": 0, **options}):
         return None
-    if not all(type(p) is dict and p.keys() == _FAST_POINT_KEYS for p in points):
+    # Every check below iterates in C (map, set): no Python-level step per point.
+    if set(map(type, points)) != {dict} or set(map(len, points)) != {len(_FAST_POINT_KEYS)}:
         return None
-    metrics = [p["metrics"] for p in points]
+    try:
+        metrics = list(map(operator.itemgetter("metrics"), points))
+        steps = list(map(operator.itemgetter("step"), points))
+    except KeyError:
+        return None
     first = metrics[0]
     if type(first) is not dict or not first:
         return None
     names = tuple(first)
     if len(names) > MAX_METRICS_PER_POINT:
         return None  # the per-point path refuses it, naming the point
-    if not all(type(m) is dict and tuple(m) == names for m in metrics):
+    if set(map(type, metrics)) != {dict} or set(map(tuple, metrics)) != {names}:
         return None
-    steps = [p["step"] for p in points]
     if set(map(type, steps)) != {int} or min(steps) < 0 or max(steps) > MAX_STEP:
         return None
     columns = _fast_columns(metrics, names)
@@ -865,7 +875,7 @@ async def _store_batch(
             "created": created,
             "unchanged": len(batch.steps) - created,
             "completed_steps": completed,
-            "received_at": batch.outcome[batch.steps[0]][2] if batch.steps else now,
+            "received_at": batch.outcome(batch.steps[0])[2] if batch.steps else now,
         }
         return PushAnswer(created=created > 0, body=orjson.dumps(answer), stored=created)
     if isinstance(batch, store_jobs.PointColumns):
