@@ -38,6 +38,11 @@ class CompileMemory(BaseModel):
     temp_bytes: int
     alias_bytes: int
     peak_bytes: int
+    hbm_peak_bytes: int | None = Field(
+        None,
+        description="XLA's HBM allocation (total_allocation_bytes): what fits is judged on; "
+        "peak_bytes also counts on-chip VMEM on TPU",
+    )
     generated_code_bytes: int | None = None
     hbm_bytes: int | None = None
 

@@ -86,7 +86,7 @@ from datarax.distributed.planning import PlanError
 
 log = logging.getLogger("datarax.compile")
 
-PROGRAM_VERSION = 1
+PROGRAM_VERSION = 2
 """Bumped when :mod:`datarax.distributed.compile_step` builds a different program, so
 cached results of the old one are not answered."""
 
@@ -382,8 +382,10 @@ def estimate_error(estimate: dict[str, Any] | None, result: dict[str, Any]) -> A
     "relative"}}`` with ``relative = (estimate - xla) / xla``, and ``fits_agrees``.
 
     Fields: ``argument_bytes`` (estimate: params + optimizer + batch, what the step takes
-    in), ``temp_bytes`` (grads + activations + temporaries, what it makes) and
-    ``peak_bytes`` (total).
+    in), ``temp_bytes`` (grads + activations + temporaries, what it makes),
+    ``peak_bytes`` (total, against XLA's peak, which on TPU also counts on-chip VMEM) and
+    ``hbm_peak_bytes`` (total, against XLA's HBM allocation, what ``fits`` is judged on
+    and the estimate models).
     """
     if not estimate or not result.get("memory"):
         if estimate and estimate.get("fits") is not None:
@@ -394,10 +396,13 @@ def estimate_error(estimate: dict[str, Any] | None, result: dict[str, Any]) -> A
         "argument_bytes": estimate["params"] + estimate["optimizer"] + estimate["batch"],
         "temp_bytes": estimate["grads"] + estimate["activations"] + estimate.get("temporaries", 0),
         "peak_bytes": estimate["total"],
+        "hbm_peak_bytes": estimate["total"],
     }
     out: dict[str, Any] = {}
     for name, est in pairs.items():
-        xla = mem[name]
+        xla = mem.get(name)
+        if xla is None:  # a result cached before hbm_peak_bytes
+            continue
         out[name] = {
             "estimate": est,
             "xla": xla,

@@ -431,12 +431,18 @@ def compile_train_step(
 
     Returns:
       ``{"fits", "memory": {"argument_bytes", "output_bytes", "temp_bytes",
-      "alias_bytes", "peak_bytes", "generated_code_bytes", "hbm_bytes"}, "flops",
-      "bytes_accessed", "collectives", "lower_s", "compile_s", "xla_error"}``:
-      per-device figures from ``memory_analysis()`` and ``cost_analysis()``;
-      ``peak_bytes`` is XLA's ``peak_memory_in_bytes`` where the backend reports it,
-      else ``argument + output - alias + temp``. When XLA refuses the program for
-      memory, ``fits`` is false, ``xla_error`` its text and the figures ``None``.
+      "alias_bytes", "peak_bytes", "hbm_peak_bytes", "generated_code_bytes",
+      "hbm_bytes"}, "flops", "bytes_accessed", "collectives", "lower_s", "compile_s",
+      "xla_error"}``: per-device figures from ``memory_analysis()`` and
+      ``cost_analysis()``. ``peak_bytes`` is XLA's ``peak_memory_in_bytes`` where the
+      backend reports it, else ``argument + output - alias + temp``; on TPU it also
+      counts buffers that memory-space assignment puts in on-chip VMEM.
+      ``hbm_peak_bytes`` is ``total_allocation_bytes`` (else ``peak_bytes``): the
+      device memory the program allocates (on TPU, HBM only: the memory-usage report's
+      default memory space), the figure XLA's compile-time OOM check compares with the
+      available HBM (its ``CompileTimeHbmOom`` text quotes it); ``fits`` is
+      ``hbm_peak_bytes <= hbm_bytes``. When XLA refuses the program for memory,
+      ``fits`` is false, ``xla_error`` its text and the figures ``None``.
 
     Raises:
       PlanError: the codes of :func:`abstract_train_step`; ``model_too_large`` when the
@@ -491,11 +497,14 @@ def compiled_figures(compiled: Any, hbm_bytes: int | None = None) -> dict[str, A
     peak = int(getattr(stats, "peak_memory_in_bytes", 0) or 0)
     if peak <= 0:
         peak = argument + output - alias + temp
+    # What the program allocates in device memory (TPU: HBM, the default memory space
+    # only); XLA's compile-time OOM check compares this figure with the HBM available.
+    hbm_peak = int(getattr(stats, "total_allocation_bytes", 0) or 0) or peak
     cost = compiled.cost_analysis()
     if isinstance(cost, list | tuple):  # older jax: one dict per program
         cost = cost[0] if cost else {}
     cost = cost or {}
-    fits = True if hbm_bytes is None else peak <= hbm_bytes
+    fits = True if hbm_bytes is None else hbm_peak <= hbm_bytes
     return {
         "fits": fits,
         "memory": {
@@ -504,6 +513,7 @@ def compiled_figures(compiled: Any, hbm_bytes: int | None = None) -> dict[str, A
             "temp_bytes": temp,
             "alias_bytes": alias,
             "peak_bytes": peak,
+            "hbm_peak_bytes": hbm_peak,
             "generated_code_bytes": int(stats.generated_code_size_in_bytes),
             "hbm_bytes": hbm_bytes,
         },

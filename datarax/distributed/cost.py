@@ -343,12 +343,15 @@ def memory_estimate(
       buffer assignment (``--xla_dump_to``, ``*-live-range.txt``) for the transformer
       cases of ``benchmarks/compile_checks.py``.
 
-    Left out: buffers in on-chip memory that XLA's ``peak_memory_in_bytes`` counts for
-    small programs (memory-space assignment's VMEM prefetches, up to ~100 MiB with
-    libtpu 0.0.50.1), layout-changing copies XLA's layout assignment may add (v6e copies
-    a square kernel's Adam moments to a transposed layout), and the extra hidden-sized
-    buffers of the collective-matmul loops XLA may use for an FSDP matmul; see
-    ``benchmarks/compile_checks.py`` for where they show.
+    The figure is meant for HBM: ``fits`` compares it with the chip's HBM, as XLA's
+    compile-time OOM check compares its HBM allocation (``total_allocation_bytes``,
+    ``compile_step``'s ``hbm_peak_bytes``). Left out: on-chip VMEM, where XLA's
+    memory-space assignment places part of the step's buffers (all of a small step's
+    gradients, activations and gathered weights, which then take no HBM: the estimate
+    overstates such steps by up to ~45 MiB), layout-changing copies XLA's layout
+    assignment may add (v6e copies a square kernel's Adam moments to a transposed
+    layout), and the extra hidden-sized buffers of the collective-matmul loops XLA may
+    use for an FSDP matmul; see ``benchmarks/compile_checks.py`` for where they show.
 
     Returns:
       ``{"params", "optimizer", "grads", "activations", "batch", "temporaries", "total",

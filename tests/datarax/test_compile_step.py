@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 from datarax.distributed.compile_step import (
     abstract_train_step,
     compile_train_step,
+    compiled_figures,
     count_collectives,
     mesh_from_ids,
     tpu_topology_devices,
@@ -69,6 +70,8 @@ def test_each_tpu_generation_fits_small_and_refuses_huge(hardware, topology):
     memory = fit["memory"]
     # params + Adam state come in and go out donated: aliased, not counted twice
     assert memory["alias_bytes"] > 0 and memory["argument_bytes"] >= memory["alias_bytes"]
+    # HBM only (the default memory space); XLA's peak also counts on-chip VMEM buffers
+    assert 0 < memory["hbm_peak_bytes"] <= layout.hardware.hbm_bytes
     assert fit["flops"] > 0 and fit["collectives"].get("all-reduce", 0) >= 1
     oom = compile_train_step(HUGE, mesh, 64, hbm_bytes=layout.hardware.hbm_bytes)
     assert oom["fits"] is False and oom["memory"] is None
@@ -113,6 +116,42 @@ def test_transformer_step_on_host_devices_matches_a_direct_compile(eight_devices
     assert out["memory"]["argument_bytes"] == direct.argument_size_in_bytes
     assert out["memory"]["temp_bytes"] == direct.temp_size_in_bytes
     assert out["memory"]["alias_bytes"] == direct.alias_size_in_bytes
+    assert out["memory"]["hbm_peak_bytes"] == direct.total_allocation_bytes
+
+
+class _Stats:
+    argument_size_in_bytes, output_size_in_bytes, alias_size_in_bytes = 100, 100, 100
+    temp_size_in_bytes, generated_code_size_in_bytes = 20, 0
+    peak_memory_in_bytes, total_allocation_bytes = 300, 150
+
+
+class _Compiled:
+    def __init__(self, stats):
+        self.stats = stats
+
+    def memory_analysis(self):
+        return self.stats
+
+    def cost_analysis(self):
+        return {}
+
+    def as_text(self):
+        return ""
+
+
+def test_fits_is_judged_on_the_hbm_allocation_not_the_peak_with_vmem():
+    # TPU: peak_memory_in_bytes also counts buffers in on-chip VMEM; XLA's own OOM check
+    # compares total_allocation_bytes (the HBM it allocates) with the available HBM.
+    out = compiled_figures(_Compiled(_Stats()), hbm_bytes=200)
+    assert out["fits"] is True
+    assert out["memory"]["peak_bytes"] == 300 and out["memory"]["hbm_peak_bytes"] == 150
+    assert compiled_figures(_Compiled(_Stats()), hbm_bytes=149)["fits"] is False
+
+    class NoTotal(_Stats):
+        total_allocation_bytes = 0
+
+    out = compiled_figures(_Compiled(NoTotal()), hbm_bytes=200)
+    assert out["memory"]["hbm_peak_bytes"] == 300 and out["fits"] is False
 
 
 def test_count_collectives_counts_async_pairs_once():
