@@ -478,8 +478,10 @@ def write_markdown(results: dict, path: Path) -> None:
             "",
             "## Compile checks: the estimate against XLA (`benchmarks/compile_checks.py`)",
             "",
-            "TPU targets compiled through libtpu on this CPU-only host; `XLA peak` is",
-            "`memory_analysis().peak_memory_in_bytes`.",
+            "TPU targets compiled through libtpu on this CPU-only host. `XLA HBM` is",
+            "`memory_analysis().total_allocation_bytes`, the figure XLA's own out-of-memory",
+            "verdict and the check's `fits` use; `XLA peak` is `peak_memory_in_bytes`, which",
+            "on TPU also counts buffers placed in on-chip VMEM. The error is against HBM.",
             "",
             compile_checks.markdown(r["compile_checks"]),
         ]
