@@ -262,6 +262,11 @@ class Store:
         at once cost a few commits, not 64."""
         return await self._in_thread(lambda: self._write_grouped(fn))
 
+    def write_grouped_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """:meth:`write_grouped` for a caller already in a worker thread (never on the
+        event loop: it blocks until the durable commit)."""
+        return self._write_grouped(fn)
+
     def _write_grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         mine = _GroupedWrite(fn)
         with self._group_mutex:

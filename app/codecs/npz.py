@@ -14,6 +14,7 @@ docs/ARCHITECTURE.md for why it is kept by hand).
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import struct
@@ -82,6 +83,36 @@ _ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... name length, extr
 _NPY_HEADER_BYTES = 16384  # above numpy's own limit on .npy header size (10,000)
 
 
+def _npy_header_size(data: memoryview) -> int:
+    """Bytes of the ``.npy`` header at the start of ``data`` (magic, version, length and
+    the header text), as far as ``data`` holds them."""
+    if len(data) >= 12 and data[6] == 2:  # version 2.0: a 4-byte length
+        return min(len(data), 12 + int.from_bytes(data[8:12], "little"))
+    if len(data) >= 10:
+        return min(len(data), 10 + int.from_bytes(data[8:10], "little"))
+    return len(data)
+
+
+@functools.lru_cache(maxsize=512)
+def _npy_header(raw: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int] | None:
+    """``(shape, fortran_order, dtype, data offset)`` of a ``.npy`` header, or None.
+    Cached (512 headers of at most ``_NPY_HEADER_BYTES``: 8 MiB at most): a client sends
+    the same few headers again and again, and numpy parses each with
+    ``ast.literal_eval`` (~40 us)."""
+    header = io.BytesIO(raw)
+    try:
+        version = np.lib.format.read_magic(header)
+        if version == (1, 0):
+            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(header)
+        elif version == (2, 0):
+            shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(header)
+        else:
+            return None
+    except ValueError:
+        return None
+    return shape, fortran_order, dtype, header.tell()
+
+
 def _stored_arrays(body: bytes, members: list[zipfile.ZipInfo]) -> dict[str, Any] | None:
     """Zero-copy arrays of an uncompressed npz (what ``np.savez`` writes), or None.
 
@@ -113,19 +144,14 @@ def _stored_arrays(body: bytes, members: list[zipfile.ZipInfo]) -> dict[str, Any
             return None
         if crc32(data) != member.CRC:
             return None
-        header = io.BytesIO(data[:_NPY_HEADER_BYTES])
-        try:
-            version = np.lib.format.read_magic(header)
-            if version == (1, 0):
-                shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(header)
-            elif version == (2, 0):
-                shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(header)
-            else:
-                return None
-        except ValueError:
+        size = _npy_header_size(data)
+        if size > _NPY_HEADER_BYTES:  # np.load says what is wrong; the cache stays small
             return None
+        parsed = _npy_header(bytes(data[:size]))
+        if parsed is None:
+            return None
+        shape, fortran_order, dtype, offset = parsed
         count = math.prod(shape)
-        offset = header.tell()
         if dtype.hasobject or offset + count * dtype.itemsize != member.file_size:
             return None
         flat = np.frombuffer(body, dtype=dtype, count=count, offset=start + offset)
