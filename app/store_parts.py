@@ -500,38 +500,54 @@ def _open_segments(
     ).fetchall()
 
 
+def _coverage_of(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.ndarray:
+    """How many sources hold each of ``steps`` (ascending), from ``job_coverage``: one
+    read per 4,096-step block the steps touch."""
+    out = np.zeros(steps.size, dtype=np.int64)
+    chunks = steps >> COVERAGE_BITS
+    for chunk in np.unique(chunks).tolist():
+        found = conn.execute(
+            "SELECT counts FROM job_coverage WHERE job = ? AND chunk = ?", (job, chunk)
+        ).fetchone()
+        if found is not None:
+            mask = chunks == chunk
+            counts = np.frombuffer(found[0], dtype="<u2")
+            out[mask] = counts[steps[mask] - (chunk << COVERAGE_BITS)]
+    return out
+
+
 def _incomplete(
     conn: sqlite3.Connection, job: str, segments: list[tuple], low: int, high: int
 ) -> np.ndarray:
-    """The steps in ``[low, high]`` that open segments hold and ``job_points`` lacks."""
+    """The steps in ``[low, high]`` that open segments hold and fewer than their
+    ``sources`` hold yet (``job_coverage``; never a scan of ``job_points``, which may hold
+    every step between an old straggling part and the newest)."""
     held = [_steps_of(row[1]) for row in segments]
     if not held:
         return np.zeros(0, dtype=np.int64)
-    steps = np.unique(np.concatenate(held))
-    steps = steps[(steps >= low) & (steps <= high)]
+    steps = np.concatenate(held)
+    wanted = np.concatenate(
+        [np.full(len(h), int(row[2]), np.int64) for h, row in zip(held, segments, strict=True)]
+    )
+    inside = (steps >= low) & (steps <= high)
+    steps, order = np.unique(steps[inside], return_index=True)
     if not steps.size:
         return steps
-    complete = np.fromiter(
-        (
-            row[0]
-            for row in conn.execute(
-                "SELECT step FROM job_points WHERE job = ? AND step BETWEEN ? AND ?",
-                (job, int(steps[0]), int(steps[-1])),
-            )
-        ),
-        dtype=np.int64,
-    )
-    return np.setdiff1d(steps, complete, assume_unique=True)
+    sources = wanted[inside][order]
+    return steps[_coverage_of(conn, job, steps) < sources]
 
 
 def pending_steps(
     conn: sqlite3.Connection, job: str, low: int, high: int, limit: int
 ) -> list[PendingStep]:
-    """The first ``limit`` incomplete steps in ``[low, high]``, with their parts."""
-    segments = _open_segments(conn, job, low, high, with_arrays=True)
+    """The first ``limit`` incomplete steps in ``[low, high]``, with their parts (the
+    arrays of only the segments that hold those steps are read)."""
+    segments = _open_segments(conn, job, low, high, with_arrays=False)
     steps = _incomplete(conn, job, segments, low, high)[:limit]
     if not steps.size:
         return []
+    low, high = int(steps[0]), int(steps[-1])
+    segments = _open_segments(conn, job, low, high, with_arrays=True)
     by_step: dict[int, list[tuple[str, dict[str, np.ndarray]]]] = {s: [] for s in steps.tolist()}
     info: dict[int, tuple[int, str, str]] = {}
     for source, blob, sources, signature, received_at, arrays in segments:

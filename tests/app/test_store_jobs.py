@@ -233,3 +233,34 @@ def test_a_step_stored_with_an_older_digest_is_compared_by_its_values(store):
     with pytest.raises(Exception, match="stored with other content"):
         other = point([1.0, 5.0])
         store._write(lambda c: store_jobs.push(c, "old-digest", other, "t2", jobs._merge_rows))
+
+
+def test_the_jobs_list_finds_a_straggling_step_without_reading_the_complete_ones(store):
+    from app.services import jobs
+
+    def parts(source, steps):
+        points = [
+            jobs.PointInput(
+                s, {"loss": np.array([float(s), 1.0])}, {}, None, "propagate", source, 2
+            )
+            for s in steps
+        ]
+        return jobs.build_items(points)
+
+    every = list(range(0, 300))
+    store._write(
+        lambda c: store_jobs.push(c, "late", parts("host-0", every), "t0", jobs._merge_rows)
+    )
+    behind = [s for s in every if s != 5]
+    store._write(
+        lambda c: store_jobs.push(c, "late", parts("host-1", behind), "t1", jobs._merge_rows)
+    )
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    try:
+        job = store._run(lambda c: store_jobs.get_job(c, "late"))
+    finally:
+        store._conn.set_trace_callback(None)
+    assert (job.incomplete_step, job.received_sources, job.points) == (5, ["host-0"], 299)
+    # The 299 complete steps between are not read to find it.
+    assert not [s for s in statements if "job_points" in s], statements
