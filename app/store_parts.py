@@ -28,6 +28,13 @@ Table (schema version 4; :func:`migrate_to_v4` turns version 3's ``job_parts`` a
   them are now complete: its cost grows with its own steps, not with the number of hosts
   (no host reads every other host's steps to count).
 
+Bounds: a push reads the metadata of the open segments overlapping its steps, the
+coverage blocks of its steps (8 KiB each) and, when it completes steps, the steps and
+arrays of the segments holding them (at most ``sources`` of them per step); finding a
+job's incomplete steps reads its open segments' steps and the coverage blocks they touch,
+never ``job_points``. Open segments are what waits on stragglers: their number and size
+are the pushes not yet merged.
+
 Every write runs inside the caller's ``BEGIN IMMEDIATE`` transaction: SQLite's write lock
 serialises pushes, so two hosts completing the same step cannot both merge it.
 """
