@@ -8,6 +8,7 @@ A segment holds one source's parts of many steps, stacked: each metric ``[P, n_d
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 
@@ -75,36 +76,53 @@ _MIX_1 = np.uint64(0xBF58476D1CE4E5B9)  # splitmix64's finaliser constants
 _MIX_2 = np.uint64(0x94D049BB133111EB)
 
 
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment
+
+
 @functools.lru_cache(maxsize=64)
 def _word_keys(words: int) -> np.ndarray:
-    """One fixed 64-bit key per word position (so equal words at other positions differ)."""
-    return np.random.default_rng(_HASH_SEED).integers(0, 2**64, words, dtype=np.uint64)
+    """One fixed 64-bit key per word position (so equal words at other positions differ):
+    splitmix64's sequence from a fixed seed, plain arithmetic (the hashes are stored, so
+    they must not depend on a random generator's version)."""
+    counter = np.arange(1, words + 1, dtype=np.uint64) * _GAMMA + np.uint64(_HASH_SEED)
+    keys = _mix(counter)
+    keys.flags.writeable = False
+    return keys
 
 
 def row_hashes(columns: Sequence[np.ndarray], count: int | None = None) -> np.ndarray:
     """A 64-bit content hash of each row of ``columns`` (arrays with the same first axis,
-    ``[P, ...]``): its bytes, dtypes and shapes. Vectorised (numpy, no call per row): every
-    64-bit word of a row is keyed by its position and mixed with splitmix64's finaliser,
-    and the mixed words are summed modulo 2**64. Equal rows hash equal; rows that differ
+    ``[P, ...]``): its bytes, dtypes and shapes. Vectorised (numpy, no call per row, no
+    copy of the rows): every 64-bit word of a row is keyed by its position and mixed with
+    splitmix64's finaliser, and the mixed words (and one per column for its dtype and row
+    shape) are summed modulo 2**64. Equal rows hash equal; rows that differ
     in one word never collide (the mix is a bijection), in more about 2**-64 of the time.
     Not cryptographic: it tells a retry from a different part, not an attacker."""
     if not columns:  # rows of nothing (a point without metrics): all alike
         return np.zeros(count or 0, dtype=np.uint64)
     count = columns[0].shape[0]
-    pieces = []
+    total = np.zeros(count, dtype=np.uint64)
+    position = 0
     for column in columns:
+        # The column's dtype and row shape, as one mixed word added to every row.
         head = f"{column.dtype.str}{list(column.shape[1:])}".encode()
-        pieces.append(np.broadcast_to(np.frombuffer(head, np.uint8), (count, len(head))))
-        pieces.append(np.ascontiguousarray(column).view(np.uint8).reshape(count, -1))
-    raw = np.concatenate(pieces, axis=1)
-    pad = -raw.shape[1] % 8
-    if pad:
-        raw = np.concatenate([raw, np.zeros((count, pad), np.uint8)], axis=1)
-    words = np.ascontiguousarray(raw).view("<u8")
-    x = words ^ _word_keys(words.shape[1])
-    x ^= x >> np.uint64(30)
+        total += _mix(np.frombuffer(hashlib.blake2b(head, digest_size=8).digest(), "<u8"))
+        raw = np.ascontiguousarray(column).view(np.uint8).reshape(count, -1)
+        if raw.shape[1] % 8:
+            pad = np.zeros((count, -raw.shape[1] % 8), np.uint8)
+            raw = np.concatenate([raw, pad], axis=1)
+        words = raw.view("<u8")  # [count, n]: no copy for 8-byte items
+        keys = _word_keys(position + words.shape[1])[position:]
+        total += _mix(words ^ keys).sum(axis=1, dtype=np.uint64)
+        position += words.shape[1]
+    return total
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, element-wise (a bijection of 64-bit words)."""
+    x = x ^ (x >> np.uint64(30))
     x *= _MIX_1
     x ^= x >> np.uint64(27)
     x *= _MIX_2
     x ^= x >> np.uint64(31)
-    return x.sum(axis=1, dtype=np.uint64)
+    return x
