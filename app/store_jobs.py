@@ -465,6 +465,8 @@ def push(
             [(job, i.step, i.reduced, now, i.digest, i.num_devices) for i in new_points.values()],
         )
     rollup = [(i.step, i.values) for i in new_points.values()]
+    for i in new_points.values():  # a part of the same step in this push must see it
+        stored[i.step] = (i.step, i.digest, 1, i.reduced, now)
     parts = [(i, item) for i, item in enumerate(items) if item.sources > 1]
     completed = 0
     wrote_parts = False

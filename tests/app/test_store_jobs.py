@@ -264,3 +264,15 @@ def test_the_jobs_list_finds_a_straggling_step_without_reading_the_complete_ones
     assert (job.incomplete_step, job.received_sources, job.points) == (5, ["host-0"], 299)
     # The 299 complete steps between are not read to find it.
     assert not [s for s in statements if "job_points" in s], statements
+
+
+def test_a_push_holding_a_step_whole_and_as_a_part_is_refused(store):
+    from app.errors import SourcesMismatch
+    from app.services import jobs
+
+    whole = jobs.PointInput(9, {"loss": np.array([1.0, 2.0])}, {}, None, "propagate")
+    part = jobs.PointInput(9, {"loss": np.array([3.0])}, {}, None, "propagate", "host-0", 2)
+    items = jobs.build_items([whole, part])
+    with pytest.raises(SourcesMismatch):
+        store._write(lambda c: store_jobs.push(c, "mixed", items, "t0", jobs._merge_rows))
+    assert store._run(lambda c: store_jobs.get_job(c, "mixed")) is None  # nothing stored
