@@ -36,17 +36,6 @@ def encode_part(arrays: Mapping[str, np.ndarray]) -> bytes:
     return b"".join([_part_header(list(arrays), values), *(v.tobytes() for v in values)])
 
 
-def encode_parts(names: Sequence[str], columns: Mapping[str, np.ndarray]) -> list[bytes]:
-    """Every point of a columnar batch (float64 ``[P, D]`` or ``[P]`` columns) as stored
-    part bytes: what :func:`encode_part` gives for each point, with one header for all."""
-    count = columns[names[0]].shape[0]
-    header = _part_header(names, [columns[n][0] for n in names])  # [D], or a 0-d value
-    raw = np.concatenate([columns[n].reshape(count, -1) for n in names], axis=1)
-    data = raw.tobytes()
-    width = raw.shape[1] * raw.itemsize
-    return [header + data[i * width : (i + 1) * width] for i in range(count)]
-
-
 @functools.lru_cache(maxsize=1024)
 def _layout(header: bytes) -> tuple[tuple[str, np.dtype, tuple[int, ...], int, int], ...]:
     out = []
