@@ -7,6 +7,8 @@
 - ``durable_push``: 100,000 points of 8 metrics (``[8]`` devices each, JSON) pushed to the
   real server in batches of 1,000 with ``datarax.client``, one after another, each answer
   after the durable commit; then the same points as npz batch bodies (``served_npz_*``);
+  each variant against a server of its own on a new database file, as the baseline
+  writes into a new file;
   against ``sqlite3.executemany`` writing the same rows (the
   points, and separately the points plus their rollup rows) in this process with the
   same pragmas (WAL, ``synchronous=FULL``), one transaction per 1,000. Target ratio >= 0.5.
@@ -118,45 +120,60 @@ def _post_npz(http: httpx.Client, job: str, body: bytes, **query: Any) -> None:
     answer.raise_for_status()
 
 
+def _served_seconds(tmp: str, name: str, push: Any) -> tuple[float, Path, list[Any]]:
+    """Runs ``push(base, api)`` (the timed pushes into job ``bench``) against a server of
+    its own on a new database, as the baseline writes into a new file; returns the
+    seconds, the database and the first 50 stored points."""
+    db = Path(tmp) / f"{name}.sqlite"
+    with running_server(env={"DATARAX_DB": str(db)}) as base, Client(base) as api:
+        seconds = push(base, api)
+        first = [p["reduced"] for p in api.get_job_metrics("bench", limit=50)["points"]]
+    return seconds, db, first
+
+
 def bench_durable_push(points: int = PUSH_POINTS) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     bodies = [_points(first, BATCH, rng) for first in range(0, points, BATCH)]
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "push.sqlite"
-        with running_server(env={"DATARAX_DB": str(db)}) as base, Client(base) as api:
-            api.push_job_metrics_batch("warmup", bodies[0][:10])
+    # The client's columnar call: a job that holds its per-device metrics as arrays
+    # ([1000, 8] per metric) pushes them as one npz body each.
+    columns = [
+        (
+            np.array([p["step"] for p in batch]),
+            {name: np.array([p["metrics"][name] for p in batch]) for name in names},
+        )
+        for batch in bodies
+        for names in [list(batch[0]["metrics"])]
+    ]
+
+    def json_pushes(_base: str, api: Client) -> float:
+        api.push_job_metrics_batch("warmup", bodies[0][:10])
+        start = time.perf_counter()
+        for batch in bodies:
+            api.push_job_metrics_batch("bench", batch)
+        return time.perf_counter() - start
+
+    def npz_pushes(base: str, _api: Client) -> float:
+        # npz bodies built from the same point lists in the timed loop, as the JSON client
+        # encodes its bodies.
+        with httpx.Client(base_url=base, timeout=600) as http:
+            _post_npz(http, "warmup", _npz_batch(bodies[0][:10]))
             start = time.perf_counter()
             for batch in bodies:
-                api.push_job_metrics_batch("bench", batch)
-            served = time.perf_counter() - start
-            # The same points as npz batch bodies (encoded in the timed loop, as the JSON
-            # client encodes its bodies), into another job of the same server.
-            with httpx.Client(base_url=base, timeout=600) as http:
-                _post_npz(http, "warmup-npz", _npz_batch(bodies[0][:10]))
-                start = time.perf_counter()
-                for batch in bodies:
-                    _post_npz(http, "bench-npz", _npz_batch(batch))
-                served_npz = time.perf_counter() - start
-            # The client's columnar call: a job that holds its per-device metrics as
-            # arrays ([1000, 8] per metric) pushes them as one npz body each.
-            columns = [
-                (
-                    np.array([p["step"] for p in batch]),
-                    {name: np.array([p["metrics"][name] for p in batch]) for name in names},
-                )
-                for batch in bodies
-                for names in [list(batch[0]["metrics"])]
-            ]
-            api.push_job_metrics_arrays("warmup-arrays", *columns[0])
-            start = time.perf_counter()
-            for steps, metrics in columns:
-                api.push_job_metrics_arrays("bench-arrays", steps, metrics)
-            served_arrays = time.perf_counter() - start
-            same = api.get_job_metrics("bench", limit=50)["points"]
-            for other in ("bench-npz", "bench-arrays"):
-                assert [p["reduced"] for p in same] == [
-                    p["reduced"] for p in api.get_job_metrics(other, limit=50)["points"]
-                ], "an npz batch must store what the JSON batch stores"
+                _post_npz(http, "bench", _npz_batch(batch))
+            return time.perf_counter() - start
+
+    def array_pushes(_base: str, api: Client) -> float:
+        api.push_job_metrics_arrays("warmup", *columns[0])
+        start = time.perf_counter()
+        for steps, metrics in columns:
+            api.push_job_metrics_arrays("bench", steps, metrics)
+        return time.perf_counter() - start
+
+    with tempfile.TemporaryDirectory() as tmp:
+        served, db, first = _served_seconds(tmp, "json", json_pushes)
+        served_npz, _, first_npz = _served_seconds(tmp, "npz", npz_pushes)
+        served_arrays, _, first_arrays = _served_seconds(tmp, "arrays", array_pushes)
+        assert first == first_npz == first_arrays, "an npz batch must store what JSON stores"
         point_rows, rollup_rows = _baseline_rows(db)
     only_points = _executemany_seconds(point_rows, None)
     with_rollups = _executemany_seconds(point_rows, rollup_rows)
