@@ -218,10 +218,19 @@ def _segment_steps_blob(conn: sqlite3.Connection, seg_id: int) -> bytes:
     return conn.execute("SELECT steps FROM job_segments WHERE id = ?", (seg_id,)).fetchone()[0]
 
 
+def _coverage_block(conn: sqlite3.Connection, job: str, chunk: int) -> np.ndarray:
+    """One ``job_coverage`` block (read-only; zeros where none is stored yet)."""
+    found = conn.execute(
+        "SELECT counts FROM job_coverage WHERE job = ? AND chunk = ?", (job, chunk)
+    ).fetchone()
+    if found is None:
+        return np.zeros(1 << COVERAGE_BITS, dtype="<u2")
+    return np.frombuffer(found[0], dtype="<u2")
+
+
 def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.ndarray:
     """Adds one source to each of ``steps`` (new to it, ascending) in ``job_coverage``;
     returns how many sources hold each step now."""
-    size = 1 << COVERAGE_BITS
     chunks = steps >> COVERAGE_BITS
     out = np.empty(steps.size, dtype=np.int64)
     starts = np.flatnonzero(np.diff(chunks, prepend=-1))
@@ -229,14 +238,7 @@ def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.n
     rows = []
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         chunk = int(chunks[start])
-        found = conn.execute(
-            "SELECT counts FROM job_coverage WHERE job = ? AND chunk = ?", (job, chunk)
-        ).fetchone()
-        counts = (
-            np.zeros(size, dtype="<u2")
-            if found is None
-            else np.frombuffer(found[0], dtype="<u2").copy()
-        )
+        counts = _coverage_block(conn, job, chunk).copy()
         at = steps[start:end] - (chunk << COVERAGE_BITS)
         counts[at] += 1  # the steps are unique
         out[start:end] = counts[at]
@@ -513,13 +515,8 @@ def _coverage_of(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.nd
     out = np.zeros(steps.size, dtype=np.int64)
     chunks = steps >> COVERAGE_BITS
     for chunk in np.unique(chunks).tolist():
-        found = conn.execute(
-            "SELECT counts FROM job_coverage WHERE job = ? AND chunk = ?", (job, chunk)
-        ).fetchone()
-        if found is not None:
-            mask = chunks == chunk
-            counts = np.frombuffer(found[0], dtype="<u2")
-            out[mask] = counts[steps[mask] - (chunk << COVERAGE_BITS)]
+        mask = chunks == chunk
+        out[mask] = _coverage_block(conn, job, chunk)[steps[mask] - (chunk << COVERAGE_BITS)]
     return out
 
 
@@ -591,9 +588,8 @@ def newest_incomplete(conn: sqlite3.Connection, job: str) -> tuple[int, int, lis
     if not steps.size:
         return None
     step = int(steps[-1])
-    received = [row[0] for row in segments if np.isin(step, _steps_of(row[1]))]
-    sources = next(int(row[2]) for row in segments if np.isin(step, _steps_of(row[1])))
-    return step, sources, sorted(received, key=source_order)
+    holding = [row for row in segments if np.isin(step, _steps_of(row[1]))]
+    return step, int(holding[0][2]), sorted((row[0] for row in holding), key=source_order)
 
 
 def incomplete_jobs(conn: sqlite3.Connection) -> list[tuple[str, int, int, int]]:

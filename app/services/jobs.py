@@ -861,6 +861,20 @@ async def push_npz_batch(store: Store, job: str, body: bytes, **options: Any) ->
     )
 
 
+def _batch_answer(
+    job: str, points: int, created: int, completed: int, received_at: str
+) -> PushAnswer:
+    answer = {
+        "job": job,
+        "points": points,
+        "created": created,
+        "unchanged": points - created,
+        "completed_steps": completed,
+        "received_at": received_at,
+    }
+    return PushAnswer(created=created > 0, body=orjson.dumps(answer), stored=created)
+
+
 def _store_batch(
     store: Store,
     job: str,
@@ -873,41 +887,20 @@ def _store_batch(
         created, completed = write(
             lambda c: store_jobs.push_part_columns(c, job, batch, now, _merge_rows)
         )
-        answer = {
-            "job": job,
-            "points": len(batch.steps),
-            "created": created,
-            "unchanged": len(batch.steps) - created,
-            "completed_steps": completed,
-            "received_at": batch.outcome(batch.steps[0])[2] if batch.steps else now,
-        }
-        return PushAnswer(created=created > 0, body=orjson.dumps(answer), stored=created)
+        first = batch.outcome(batch.steps[0])[2] if batch.steps else now
+        return _batch_answer(job, len(batch.steps), created, completed, first)
     if isinstance(batch, store_jobs.PointColumns):
         created, items = write(lambda c: store_jobs.push_columns(c, job, batch, now, _merge_rows))
         if items is None:  # every step new and complete
-            answer = {
-                "job": job,
-                "points": len(batch),
-                "created": created,
-                "unchanged": len(batch) - created,
-                "completed_steps": created,
-                "received_at": now,
-            }
-            return PushAnswer(created=created > 0, body=orjson.dumps(answer), stored=created)
+            return _batch_answer(job, len(batch), created, created, now)
     else:
         items = batch
         write(lambda c: store_jobs.push(c, job, items, now, _merge_rows))
     created = sum(1 for i in items if i.created)
     completed = len({i.step for i in items if i.created and i.complete})
-    answer = {
-        "job": job,
-        "points": len(items),
-        "created": created,
-        "unchanged": len(items) - created,
-        "completed_steps": completed,
-        "received_at": items[0].received_at if items else utc_now(),
-    }
-    return PushAnswer(created=created > 0, body=orjson.dumps(answer), stored=created)
+    return _batch_answer(
+        job, len(items), created, completed, items[0].received_at if items else now
+    )
 
 
 # --------------------------------------------------------------------------------- reads

@@ -217,6 +217,16 @@ def _push_fields(source: str | None, sources: int | None) -> dict[str, Any]:
 # ----------------------------------------------------------------------- the requests
 
 
+def _npz_params(reduce: Mapping[str, str] | None, nan_policy: str | None) -> dict[str, Any]:
+    """The options of an npz body, as query parameters (``reduce=loss:mean,...``)."""
+    params: dict[str, Any] = {}
+    if reduce:
+        params["reduce"] = ",".join(f"{k}:{v}" for k, v in reduce.items())
+    if nan_policy:
+        params["nan_policy"] = nan_policy
+    return params
+
+
 def reduce_call(
     metrics: Mapping[str, Any],
     reduce: Mapping[str, str] | None,
@@ -230,12 +240,7 @@ def reduce_call(
         arrays = dict(metrics)
         if weights is not None:
             arrays["_weights"] = weights
-        params: dict[str, Any] = {}
-        if reduce:
-            params["reduce"] = ",".join(f"{k}:{v}" for k, v in reduce.items())
-        if nan_policy:
-            params["nan_policy"] = nan_policy
-        params.update(extra or {})
+        params = {**_npz_params(reduce, nan_policy), **(extra or {})}
         return Call("POST", path, params=params, content=to_npz(arrays), accept=None)
     body: dict[str, Any] = {"metrics": metrics}
     if reduce:
@@ -288,12 +293,7 @@ def arrays_batch_call(
     arrays.update((str(name), np.asarray(value)) for name, value in metrics.items())
     if weights is not None:
         arrays["_weights"] = np.asarray(weights)
-    params: dict[str, Any] = {}
-    if reduce:
-        params["reduce"] = ",".join(f"{k}:{v}" for k, v in reduce.items())
-    if nan_policy:
-        params["nan_policy"] = nan_policy
-    params.update(_push_fields(source, sources))
+    params = {**_npz_params(reduce, nan_policy), **_push_fields(source, sources)}
     return Call(
         "POST",
         f"/v1/jobs/{job}/metrics/batch",
