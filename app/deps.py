@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.routing import require_json
+from app.routing import DOC_ONLY, require_json
 from app.runtime_client import RuntimeClient
 from app.services.sessions import SessionService
 from app.settings import Settings
@@ -73,4 +73,5 @@ async def _document_bearer(
     return None
 
 
+setattr(_document_bearer, DOC_ONLY, True)  # a ParamsRoute leaves it out of the request
 BearerDoc = Depends(_document_bearer)

@@ -21,6 +21,8 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
+import orjson
+
 REQUEST_ID: ContextVar[str | None] = ContextVar("datarax_request_id", default=None)
 """The id of the request being handled in this context, ``None`` outside one."""
 
@@ -44,12 +46,23 @@ class RequestIdFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record, on one line."""
+    """One JSON object per record, on one line (orjson: every request writes an access
+    line, and the standard library's encoder and ``strftime`` made it about a tenth of a
+    small job push's server time)."""
+
+    _second = -1
+    _second_text = ""
+
+    def _time(self, created: float, msecs: float) -> str:
+        second = int(created)
+        if second != self._second:  # one strftime a second, not one a line
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return f"{self._second_text}.{int(msecs):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "time": self._time(record.created, record.msecs),
             "level": record.levelname.lower(),
             "logger": record.name,
             "process": getattr(record, "process_label", None),
@@ -71,7 +84,10 @@ class JsonFormatter(logging.Formatter):
             entry["exc_info"] = self.formatException(record.exc_info)
         if record.stack_info:
             entry["stack_info"] = self.formatStack(record.stack_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        try:
+            return orjson.dumps(entry, default=str).decode()
+        except TypeError:  # what orjson refuses outright (an int past 64 bits)
+            return json.dumps(entry, default=str, ensure_ascii=False)
 
 
 def log_config(log_format: str, level: str, process_label: str = "http") -> dict[str, Any]:

@@ -150,6 +150,11 @@ class Store:
             if str(self.path) != ":memory:" and mode.lower() != "wal":
                 raise RuntimeError(f"SQLite refused WAL mode for {self.path} (got {mode!r})")
             conn.execute("PRAGMA synchronous = FULL")
+            # Freed pages are zeroed only where that costs no extra write: this build's
+            # default (secure_delete on) rewrote every freed page, which made the commit
+            # that drops a merged multi-host step's part arrays (about 2 MB for 64 hosts x
+            # 1,000 steps) take 13.7 ms instead of 1-2 ms.
+            conn.execute("PRAGMA secure_delete = FAST")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.executescript(SCHEMA)
             self._migrate(conn)

@@ -102,9 +102,23 @@ def row_hashes(columns: Sequence[np.ndarray], count: int | None = None) -> np.nd
             raw = np.concatenate([raw, pad], axis=1)
         words = raw.view("<u8")  # [count, n]: no copy for 8-byte items
         keys = _word_keys(position + words.shape[1])[position:]
-        total += _mix(words ^ keys).sum(axis=1, dtype=np.uint64)
+        total += _mix_in_place(words ^ keys).sum(axis=1, dtype=np.uint64)
         position += words.shape[1]
     return total
+
+
+def _mix_in_place(x: np.ndarray) -> np.ndarray:
+    """:func:`_mix` overwriting ``x`` (a fresh array), with one scratch array: no new
+    array per step (``row_hashes`` mixes every word of a batch)."""
+    scratch = np.right_shift(x, np.uint64(30))
+    x ^= scratch
+    x *= _MIX_1
+    np.right_shift(x, np.uint64(27), out=scratch)
+    x ^= scratch
+    x *= _MIX_2
+    np.right_shift(x, np.uint64(31), out=scratch)
+    x ^= scratch
+    return x
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

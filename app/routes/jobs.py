@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from app.deps import BearerDoc, JsonBody, SettingsDep, StoreDep, TelemetryDep
+from app.deps import BearerDoc, JsonBody, StoreDep
 from app.errors import InvalidParameter
 from app.openapi import NanPolicyQuery, ReduceQuery, problem_responses, request_body_openapi
 from app.routing import (
     JSON_MEDIA_TYPE,
     NPZ_MEDIA_TYPE,
+    ParamsRoute,
     json_response,
     media_type,
+    read_body,
     require_json,
     run_for_body,
 )
@@ -35,6 +38,22 @@ from app.schemas.jobs import (
 from app.services import jobs
 
 router = APIRouter(tags=["jobs"])
+Endpoint = Callable[..., Awaitable[Response]]
+
+
+def _lean_post(path: str, **kwargs: Any) -> Callable[[Endpoint], Endpoint]:
+    """``@router.post`` for the push routes, as a :class:`~app.routing.ParamsRoute`: the
+    same operation and validation, without FastAPI's per-request dependency machinery
+    (a job pushed from 64 hosts pays it 64 times a step)."""
+
+    def register(endpoint: Endpoint) -> Endpoint:
+        router.add_api_route(
+            path, endpoint, methods=["POST"], route_class_override=ParamsRoute, **kwargs
+        )
+        return endpoint
+
+    return register
+
 
 JobName = Annotated[
     str,
@@ -131,7 +150,7 @@ async def delete_job(job: JobName, request: Request, store: StoreDep) -> Respons
     return Response(status_code=204)
 
 
-@router.post(
+@_lean_post(
     "/v1/jobs/{job}/metrics",
     summary="Reduce and store one step",
     response_class=Response,
@@ -147,9 +166,6 @@ async def delete_job(job: JobName, request: Request, store: StoreDep) -> Respons
 async def push_job_metrics(
     job: JobName,
     request: Request,
-    settings: SettingsDep,
-    store: StoreDep,
-    telemetry: TelemetryDep,
     step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="npz bodies only")] = None,
     reduce: ReduceQuery = None,
     nan_policy: NanPolicyQuery = None,
@@ -164,7 +180,9 @@ async def push_job_metrics(
     device, when all n parts arrived (422 ``part_mismatch`` / ``sources_mismatch`` when a
     part disagrees with the step's others)."""
     _only_query(request, "step", "reduce", "nan_policy", "source", "sources")
-    body = await request.body()
+    state = request.app.state
+    settings, store, telemetry = state.settings, state.store, state.telemetry
+    body = await read_body(request)
     point = await run_for_body(
         lambda: jobs.decode_single(
             body,
@@ -185,7 +203,7 @@ async def push_job_metrics(
     return json_response(answer.body, 201 if answer.created else 200)
 
 
-@router.post(
+@_lean_post(
     "/v1/jobs/{job}/metrics/batch",
     summary="Store many steps at once",
     response_class=Response,
@@ -216,9 +234,6 @@ async def push_job_metrics(
 async def push_job_metrics_batch(
     job: JobName,
     request: Request,
-    settings: SettingsDep,
-    store: StoreDep,
-    telemetry: TelemetryDep,
     reduce: ReduceQuery = None,
     nan_policy: NanPolicyQuery = None,
     source: SourceQuery = None,
@@ -230,10 +245,12 @@ async def push_job_metrics_batch(
     (``application/x-npz``, columnar: ``_step``, one ``[n_points, n_devices, ...]`` array
     per metric, ``_weights``; options in the query) is stored exactly as the JSON one,
     without parsing 64 numbers of text per point."""
+    state = request.app.state
+    settings, store, telemetry = state.settings, state.store, state.telemetry
     media = media_type(request)
     if media == NPZ_MEDIA_TYPE:
         _only_query(request, "reduce", "nan_policy", "source", "sources")
-        body = await request.body()
+        body = await read_body(request)
         answer = await jobs.push_npz_batch(
             store,
             job,
@@ -247,7 +264,7 @@ async def push_job_metrics_batch(
     else:
         require_json(request)
         _only_query(request)
-        answer = await jobs.push_batch(store, job, await request.body())
+        answer = await jobs.push_batch(store, job, await read_body(request))
     telemetry.count_reduction("job")
     telemetry.job_points.inc(answer.stored)
     return json_response(answer.body, 201 if answer.created else 200)

@@ -25,6 +25,9 @@ def test_wal_and_full_sync(store):
     assert store._run(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0]) == "wal"
     assert store._run(lambda c: c.execute("PRAGMA synchronous").fetchone()[0]) == 2  # FULL
     assert store._run(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0]) > 0
+    # FAST: freed pages are not rewritten just to zero them (2 = FAST; this SQLite
+    # build's default is 1, which rewrote every page a merged step's parts freed).
+    assert store._run(lambda c: c.execute("PRAGMA secure_delete").fetchone()[0]) == 2
 
 
 def test_plans_round_trip_and_order(store):

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Annotated
 
 import numpy as np
 import pytest
-from fastapi import Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
+from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from app.codecs.json_arrays import encode_json
 from app.codecs.npz import encode_npz, load_npz
 from app.main import create_app
-from app.routing import INLINE_BODY_BYTES, RequestOnlyRoute
-from tests.helpers import StubRuntime, assert_problem, make_settings, npz_bytes, to_jsonable
+from app.middleware import install_error_handlers
+from app.routing import INLINE_BODY_BYTES, ParamsRoute, RequestOnlyRoute
+from tests.helpers import (
+    StubRuntime,
+    TestClient,
+    assert_problem,
+    make_settings,
+    npz_bytes,
+    to_jsonable,
+)
 
 DESIGN_BODY = {
     "metrics": {
@@ -497,3 +507,50 @@ def test_unpaired_surrogate_names_are_invalid_json(api, accept):
         response = api.post("/v1/metrics/reduce", content=body, headers=headers)
         assert_problem(response, 422, "invalid_json")
         assert "surrogate" in response.json()["detail"]
+
+
+def test_params_route_validates_and_documents_exactly_as_fastapi():
+    # The job push routes are ParamsRoutes: FastAPI's own parameter validation without its
+    # request handler. The same endpoint under a plain APIRoute and under a ParamsRoute
+    # must answer every request alike (values and validation problems) and document the
+    # same operation.
+    async def endpoint(
+        job: Annotated[str, Path(pattern="^[a-z]{1,4}$")],
+        request: Request,
+        sources: Annotated[int | None, Query(ge=1, le=64)] = None,
+        source: Annotated[str | None, Query(pattern="^h[0-9]+$")] = None,
+        flag: bool = False,
+    ) -> Response:
+        seen = [job, sources, source, flag, request.url.path]
+        return Response(repr(seen).encode(), status_code=201)
+
+    apps = []
+    for route_class in (APIRoute, ParamsRoute):
+        router = APIRouter(route_class=route_class)
+        router.add_api_route("/j/{job}", endpoint, methods=["POST"], response_class=Response)
+        app = FastAPI()
+        install_error_handlers(app)
+        app.router.routes.extend(router.routes)
+        apps.append(app)
+    queries = ["", "?sources=3&source=h1&flag=true", "?sources=0", "?sources=x&source=bad",
+               "?sources=2&sources=70", "?flag=maybe", "?sources="]  # fmt: skip
+    for job in ("ab", "toolong", "a%20b"):
+        for query in queries:
+            plain, lean = (TestClient(a).post(f"/j/{job}{query}") for a in apps)
+            assert (lean.status_code, lean.content) == (plain.status_code, plain.content), (
+                job,
+                query,
+            )
+    assert apps[0].openapi()["paths"] == apps[1].openapi()["paths"]
+
+    async def guard() -> None:
+        raise AssertionError("never run")
+
+    with pytest.raises(TypeError, match="no dependencies"):
+        ParamsRoute("/bad/{job}", endpoint, methods=["POST"], dependencies=[Depends(guard)])
+
+    async def no_request(job: str) -> Response:  # noqa: ARG001
+        return Response(b"")
+
+    with pytest.raises(TypeError, match="takes the Request"):
+        ParamsRoute("/bad/{job}", no_request, methods=["POST"])
