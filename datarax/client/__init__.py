@@ -11,6 +11,9 @@ pydantic), so a training job installs only ``httpx`` and ``numpy`` besides JAX.
 - The bearer token comes from ``token=`` or the ``DATARAX_API_TOKEN`` environment variable.
 - Arrays: numpy arrays (or anything ``np.asarray`` takes) in; ``npz=True`` sends them as
   an ``application/x-npz`` body (:func:`to_npz`); :func:`from_npz` reads npz answers.
+- Background pushes: ``api.pusher(job, in_flight=2)`` sends a job's batches without
+  waiting for each durable answer (:class:`Pusher`, :class:`AsyncPusher`); leaving its
+  block waits for them all.
 - Multi-host jobs: ``source`` and ``sources`` of a push default to
   ``jax.process_index()`` and ``jax.process_count()`` when JAX is already imported and
   the job runs on more than one process, so each host pushes its own devices' part.
@@ -35,15 +38,18 @@ from datarax.client._core import (
     jax_sources,
     to_npz,
 )
+from datarax.client._pusher import AsyncPusher, Pusher
 
 __all__ = [
     "ApiError",
     "AsyncClient",
+    "AsyncPusher",
     "BatchResult",
     "Client",
     "History",
     "JobSummary",
     "PushResult",
+    "Pusher",
     "from_npz",
     "jax_sources",
     "to_npz",

@@ -24,6 +24,7 @@ from datarax.client._core import (
     reduce_call,
     retry_delay,
 )
+from datarax.client._pusher import AsyncPusher, Pusher
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -233,6 +234,20 @@ class Client(_Api):
             raise_for_problem(answer.status_code, answer.headers, answer.content)
             return decode(answer.headers, answer.content)
 
+    def pusher(
+        self,
+        job: str,
+        *,
+        in_flight: int = 2,
+        source: str | None = None,
+        sources: int | None = None,
+    ) -> Pusher:
+        """Pushes ``job``'s batches in the background, at most ``in_flight`` unanswered
+        (:class:`~datarax.client.Pusher`): ``with api.pusher("run-1") as p:
+        p.push_arrays(steps, {"loss": losses})``; leaving the block waits for every
+        durable answer and raises the first refusal."""
+        return Pusher(self, job, in_flight=in_flight, source=source, sources=sources)
+
     def iter_job_metrics(self, job: str, **query: Any) -> Iterator[dict[str, Any]]:
         """Every point of the job's history in step order, page by page."""
         after = query.pop("after_step", None)
@@ -295,6 +310,18 @@ class AsyncClient(_Api):
                 continue
             raise_for_problem(answer.status_code, answer.headers, answer.content)
             return decode(answer.headers, answer.content)
+
+    def pusher(
+        self,
+        job: str,
+        *,
+        in_flight: int = 2,
+        source: str | None = None,
+        sources: int | None = None,
+    ) -> AsyncPusher:
+        """:meth:`Client.pusher` for this client: ``async with api.pusher("run-1") as p:
+        await p.push_arrays(steps, {"loss": losses})``."""
+        return AsyncPusher(self, job, in_flight=in_flight, source=source, sources=sources)
 
     async def iter_job_metrics(self, job: str, **query: Any) -> AsyncIterator[dict[str, Any]]:
         after = query.pop("after_step", None)

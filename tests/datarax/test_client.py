@@ -138,3 +138,42 @@ def test_npz_helpers_round_trip():
     for name, value in arrays.items():
         np.testing.assert_array_equal(back[name], value)
         assert back[name].dtype == value.dtype
+
+
+def test_pusher_keeps_at_most_in_flight_batches_unanswered():
+    # A server that holds each request 0.2 s and counts how many it holds at once: the
+    # pusher fills its 3 slots and never sends a 4th before an answer frees one.
+    held = peak = 0
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            nonlocal held, peak
+            self.rfile.read(int(self.headers["content-length"]))
+            with lock:
+                held += 1
+                peak = max(peak, held)
+            time.sleep(0.2)
+            with lock:
+                held -= 1
+            body = b'{"created": 1}'
+            self.send_response(201)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            del args
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with Client(url) as api, api.pusher("j", in_flight=3, source="", sources=1) as pusher:
+            for step in range(7):
+                pusher.push_arrays([step], {"loss": np.ones((1, 2))})
+        assert peak == 3 and len(pusher.results) == 7
+    finally:
+        server.shutdown()
+        server.server_close()

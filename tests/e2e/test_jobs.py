@@ -229,3 +229,60 @@ def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
                 assert point["reduced"] == _expected(point["step"], sources), point["step"]
             job = api.get_job("multi")
             assert job["points"] == 2 * steps and job["incomplete_step"] is None
+
+
+def test_pushers_keep_batches_in_flight_and_store_what_was_pushed(tmp_path):
+    # Client.pusher / AsyncClient.pusher against the real server: 12 batches of 50 steps
+    # with 3 in flight, the same array buffer refilled after every push (the pusher
+    # encodes at push time, so each batch is stored as it was when pushed), results in
+    # push order; then a refused batch raises its problem at flush while the batches
+    # pushed with it are stored.
+    steps_per, batches, devices = 50, 12, 4
+
+    def values(batch: int) -> np.ndarray:
+        return np.arange(steps_per * devices, dtype=np.float64).reshape(steps_per, devices) + (
+            1000.0 * batch
+        )
+
+    def expected() -> list:
+        return [
+            {"loss": float(values(b)[i].mean())} for b in range(batches) for i in range(steps_per)
+        ]
+
+    with ServiceProcess(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
+        _wait_live(service)
+        buffer = np.empty((steps_per, devices))
+        with Client(service.base_url) as api:
+            with api.pusher("bg", in_flight=3) as pusher:
+                for b in range(batches):
+                    buffer[:] = values(b)
+                    pusher.push_arrays(
+                        np.arange(b * steps_per, (b + 1) * steps_per), {"loss": buffer}
+                    )
+            assert [r["created"] for r in pusher.results] == [steps_per] * batches
+            assert [p["reduced"] for p in api.iter_job_metrics("bg")] == expected()
+
+            clash = {"step": 0, "metrics": {"loss": [9.0, 9.0, 9.0, 9.0]}}
+            pusher = api.pusher("bg", in_flight=2)
+            pusher.push_batch([clash])  # step 0 holds other content: 409
+            pusher.push_batch([{"step": 10_000, "metrics": {"loss": [1.0, 3.0, 5.0, 7.0]}}])
+            with pytest.raises(ApiError) as info:
+                pusher.close()
+            assert info.value.code == "step_conflict"
+            assert api.get_job_metrics("bg", since_step=10_000)["points"][0]["reduced"] == {
+                "loss": 4.0
+            }
+            with pytest.raises(ValueError, match="in_flight"):
+                api.pusher("bg", in_flight=0)
+
+        async def main() -> list:
+            async with AsyncClient(service.base_url) as api:
+                async with api.pusher("bg-async", in_flight=3) as pusher:
+                    for b in range(batches):
+                        buffer[:] = values(b)
+                        steps = np.arange(b * steps_per, (b + 1) * steps_per)
+                        await pusher.push_arrays(steps, {"loss": buffer})
+                assert len(pusher.results) == batches
+                return [p["reduced"] async for p in api.iter_job_metrics("bg-async")]
+
+        assert asyncio.run(main()) == expected()

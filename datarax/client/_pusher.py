@@ -1,0 +1,222 @@
+"""Background pushes of one job's metric batches, a bounded number in flight.
+
+A training loop that waits for every push's durable answer (an fsync on the service) idles
+for that long each time. :class:`Pusher` (from :meth:`Client.pusher`) and
+:class:`AsyncPusher` (from :meth:`AsyncClient.pusher`) send a batch and return at once
+while fewer than ``in_flight`` batches wait for their answers; the next push waits for a
+free slot, so memory stays bounded (``in_flight`` encoded bodies). The service decodes one
+batch while it commits the other, and commits batches that wait together in one
+transaction, so two in flight roughly double the throughput of one (BENCHMARKS.md).
+
+What a push promises is unchanged: a batch is durable once *its* answer arrived, and
+:meth:`Pusher.flush` returns after every answer so far (the results in push order). The
+arrays are encoded when ``push_arrays`` is called, so the caller may reuse them at once.
+A refused batch raises its :class:`~datarax.client.ApiError` at the next ``push_*`` call
+or at ``flush`` (batches already sent still complete; nothing is sent after the error is
+raised until the caller pushes again). Retries (503, 429, lost answers) are the client's,
+per batch: a retried batch is a no-op on the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from datarax.client._core import Call, arrays_batch_call, batch_call, dumps
+
+if TYPE_CHECKING:
+    from datarax.client._clients import AsyncClient, Client
+
+MAX_IN_FLIGHT = 16
+"""The most batches a pusher keeps unanswered (each holds its encoded body)."""
+
+
+def _check_in_flight(in_flight: int) -> int:
+    if not 1 <= in_flight <= MAX_IN_FLIGHT:
+        raise ValueError(f"in_flight must be 1 to {MAX_IN_FLIGHT}; got {in_flight}")
+    return in_flight
+
+
+class _Batches:
+    """What both pushers share: the calls they build for their job."""
+
+    def __init__(self, job: str, source: str | None, sources: int | None) -> None:
+        self.job, self.source, self.sources = job, source, sources
+
+    def arrays(
+        self,
+        steps: Any,
+        metrics: Mapping[str, Any],
+        reduce: Mapping[str, str] | None,
+        weights: Any,
+        nan_policy: str | None,
+    ) -> Call:
+        # The npz body is written here: the caller may change its arrays once push returns.
+        return arrays_batch_call(
+            self.job, steps, metrics, reduce, weights, nan_policy, self.source, self.sources
+        )
+
+    def points(self, points: list[Mapping[str, Any]]) -> Call:
+        call = batch_call(self.job, points, self.source, self.sources)
+        # Encoded now, as the arrays are: the caller may change its points once push returns.
+        call.content, call.content_type, call.json = dumps(call.json), "application/json", None
+        return call
+
+
+class Pusher:
+    """Pushes one job's batches from worker threads, at most ``in_flight`` unanswered.
+    Use it as a context manager: leaving the block flushes (and raises the first error)."""
+
+    def __init__(
+        self,
+        client: Client,
+        job: str,
+        *,
+        in_flight: int = 2,
+        source: str | None = None,
+        sources: int | None = None,
+    ) -> None:
+        self._client = client
+        self._batches = _Batches(job, source, sources)
+        self._slots = threading.BoundedSemaphore(_check_in_flight(in_flight))
+        self._pool = ThreadPoolExecutor(in_flight, thread_name_prefix="datarax-push")
+        self._futures: list[Future[Any]] = []
+        self._done = 0  # futures before this index are answered and checked
+        self.results: list[Any] = []
+        """The :class:`~datarax.client.BatchResult` of each answered batch, in push order."""
+
+    def push_arrays(
+        self,
+        steps: Any,
+        metrics: Mapping[str, Any],
+        reduce: Mapping[str, str] | None = None,
+        *,
+        weights: Any = None,
+        nan_policy: str | None = None,
+    ) -> None:
+        """As :meth:`Client.push_job_metrics_arrays`, without waiting for the answer."""
+        self._submit(self._batches.arrays(steps, metrics, reduce, weights, nan_policy))
+
+    def push_batch(self, points: list[Mapping[str, Any]]) -> None:
+        """As :meth:`Client.push_job_metrics_batch`, without waiting for the answer."""
+        self._submit(self._batches.points(points))
+
+    def _submit(self, call: Call) -> None:
+        self._collect(wait=False)
+        self._slots.acquire()
+        try:
+            future = self._pool.submit(self._client._send, call)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: self._slots.release())
+        self._futures.append(future)
+
+    def _collect(self, *, wait: bool) -> None:
+        """Moves answered batches (in order) to ``results``; raises the first error."""
+        while self._done < len(self._futures):
+            future = self._futures[self._done]
+            if not wait and not future.done():
+                return
+            self._done += 1
+            self.results.append(future.result())  # raises the batch's ApiError
+
+    def flush(self) -> list[Any]:
+        """Waits for every batch pushed so far; returns all results in push order.
+        Raises the first refused batch's error (the later batches still complete)."""
+        try:
+            self._collect(wait=True)
+        finally:
+            for future in self._futures[self._done :]:
+                future.exception()  # wait for them all, whatever happened first
+        return self.results
+
+    def close(self) -> None:
+        """Flushes, then stops the worker threads."""
+        try:
+            self.flush()
+        finally:
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> Pusher:
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is None:
+            self.close()
+            return
+        # The block raised: let its error through, after the sent batches completed.
+        for future in self._futures[self._done :]:
+            future.exception()
+        self._pool.shutdown(wait=True)
+
+
+class AsyncPusher:
+    """:class:`Pusher` for :class:`AsyncClient`: ``await pusher.push_arrays(...)`` returns
+    once the batch is sent off (a task), waiting only for a free slot."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        job: str,
+        *,
+        in_flight: int = 2,
+        source: str | None = None,
+        sources: int | None = None,
+    ) -> None:
+        self._client = client
+        self._batches = _Batches(job, source, sources)
+        self._slots = asyncio.Semaphore(_check_in_flight(in_flight))
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._done = 0
+        self.results: list[Any] = []
+
+    async def push_arrays(
+        self,
+        steps: Any,
+        metrics: Mapping[str, Any],
+        reduce: Mapping[str, str] | None = None,
+        *,
+        weights: Any = None,
+        nan_policy: str | None = None,
+    ) -> None:
+        await self._submit(self._batches.arrays(steps, metrics, reduce, weights, nan_policy))
+
+    async def push_batch(self, points: list[Mapping[str, Any]]) -> None:
+        await self._submit(self._batches.points(points))
+
+    async def _submit(self, call: Call) -> None:
+        self._collect()
+        await self._slots.acquire()
+
+        async def send() -> Any:
+            try:
+                return await self._client._send(call)
+            finally:
+                self._slots.release()
+
+        self._tasks.append(asyncio.ensure_future(send()))
+
+    def _collect(self) -> None:
+        while self._done < len(self._tasks) and self._tasks[self._done].done():
+            task = self._tasks[self._done]
+            self._done += 1
+            self.results.append(task.result())
+
+    async def flush(self) -> list[Any]:
+        pending = self._tasks[self._done :]
+        await asyncio.gather(*pending, return_exceptions=True)
+        self._collect()
+        return self.results
+
+    async def __aenter__(self) -> AsyncPusher:
+        return self
+
+    async def __aexit__(self, kind: object, *exc: object) -> None:
+        if kind is None:
+            await self.flush()
+            return
+        await asyncio.gather(*self._tasks[self._done :], return_exceptions=True)
