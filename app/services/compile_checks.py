@@ -127,10 +127,22 @@ def _estimate(
     batch: int,
     hbm: int | None = None,
 ) -> Any:
+    vmem, dcn_axes = None, []
     if plan.get("hardware"):
-        hbm = get_hardware(plan["hardware"]).hbm_bytes
+        hardware = get_hardware(plan["hardware"])
+        hbm, vmem = hardware.hbm_bytes, hardware.vmem_bytes
+        # The axes that cross slices (their gradients stay in HBM: cost.memory_estimate).
+        dcn_axes = [a["name"] for a in plan.get("axes_detail", ()) if a.get("dcn", 1) > 1]
     try:
-        return memory_estimate(model, plan["axes"], batch, optimizer=optimizer, hbm_bytes=hbm)
+        return memory_estimate(
+            model,
+            plan["axes"],
+            batch,
+            optimizer=optimizer,
+            hbm_bytes=hbm,
+            vmem_bytes=vmem,
+            dcn_axes=dcn_axes,
+        )
     except PlanError as error:  # the batch or the axes' roles do not suit the model
         raise from_library(error) from None
 

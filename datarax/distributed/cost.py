@@ -22,9 +22,11 @@ Memory of one step (``memory_estimate``): the state (parameters, gradients, opti
 moments, sharded by role), the batch slice, the activations the compiled step keeps for
 its backward pass (JAX's autodiff residuals of :mod:`datarax.distributed.compile_step`'s
 step, float32 copies included) and the temporaries live at the peak: the largest FSDP
-parameter gathered whole, and for the transformer the larger of the loss's and the last
-layer's backward pass's transients (they never coexist). Compared case by case with
-XLA's own peak in ``benchmarks/compile_checks.py``.
+parameter gathered whole, for the transformer the larger of the loss's and the last
+layer's backward pass's transients (they never coexist), for the MLP the widest hidden
+layer's activation gradient. On TPU (``vmem_bytes``), a working set that fits in one
+TensorCore's VMEM is taken off HBM, which then holds the arguments and little more.
+Compared case by case with XLA's HBM figure in ``benchmarks/compile_checks.py``.
 
 Collectives are priced with a ring (alpha-beta) model on the axis's link (``AxisLink``):
 over ``n`` devices, an all-gather or reduce-scatter of ``V`` bytes per device costs
@@ -55,7 +57,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from datarax.distributed.hardware import AxisLink, Hardware, get_hardware
@@ -200,6 +202,10 @@ def _check_tensor(model: ModelSpec, t: int) -> None:
 
 _F32 = 4
 _IN_FLIGHT_GATHERS = 1
+_HBM_REMAINDER = 2**20
+"""Bytes HBM holds beside the arguments when a step's working set sits in VMEM (see
+:func:`memory_estimate`): XLA's HBM figure less the arguments was 0.7-1.4 MiB for every
+such step of ``benchmarks/compile_checks.py`` (v5e and v6e, 8 to 256 chips)."""
 
 
 def _mlp_residuals(model: MLPSpec, t: int, itemsize: int) -> float:
@@ -263,8 +269,9 @@ def _temporaries(
     itemsize: int,
 ) -> dict[str, int]:
     """What XLA holds beside the state and the saved activations at the step's peak
-    (see :func:`memory_estimate`): ``fsdp_gathered`` and the transformer's ``phase``
-    transient."""
+    (see :func:`memory_estimate`): ``fsdp_gathered`` and the ``phase`` transient (the
+    transformer's loss or last-layer backward transient; the MLP's widest hidden
+    activation gradient)."""
     t = sizes["tensor"]
     fsdp = sizes["fsdp"]
     gathered = sorted(
@@ -273,6 +280,14 @@ def _temporaries(
         reverse=True,
     )  # fmt: skip
     out = {"fsdp_gathered": sum(gathered[:_IN_FLIGHT_GATHERS]), "phase": 0}
+    if isinstance(model, MLPSpec):
+        # The backward pass makes each hidden layer's activation gradient (the next
+        # layer's input gradient, masked by ReLU's mask) in the model dtype. It is a
+        # matmul's output consumed by two matmuls (the layer's weight gradient and its
+        # input gradient), so XLA materializes it; the widest one is counted.
+        widths = model.features
+        hidden = [w / (t if i % 2 == 0 else 1) for i, w in enumerate(widths[1:-1])]
+        out["phase"] = int(tokens * itemsize * max(hidden, default=0))
     if isinstance(model, TransformerSpec):
         # The step's peak is the larger of two moments whose transients never coexist.
         # At the loss, every saved activation is live (the layers' and the head's, which
@@ -303,6 +318,8 @@ def memory_estimate(
     roles: Mapping[str, str] | None = None,
     optimizer: str = "adam",
     hbm_bytes: int | None = None,
+    vmem_bytes: int | None = None,
+    dcn_axes: Collection[str] = (),
 ) -> dict[str, Any]:
     """Bytes per device of one training step, at its peak.
 
@@ -342,21 +359,50 @@ def memory_estimate(
       scores' gradient then replaces. Evidence: the live buffers at the peak of XLA's
       buffer assignment (``--xla_dump_to``, ``*-live-range.txt``) for the transformer
       cases of ``benchmarks/compile_checks.py``.
+    - The MLP's backward transient: the widest hidden layer's activation gradient
+      (``b width / tensor`` per token for a ``col`` layer's output), live beside the
+      residuals. It is a matmul's output (the next layer's input gradient, masked by
+      ReLU) read by two matmuls (the weight and the input gradient), so XLA cannot
+      fuse it away; the loss's gradient, by contrast, is an elementwise function of the
+      output and the targets that XLA fuses into its consumers, and is not counted.
+
+    On-chip VMEM (``vmem_bytes``, the catalog's ``Hardware.vmem_bytes``; ``None``: not
+    modelled). On TPU, XLA's memory-space assignment moves buffers the step makes into
+    the TensorCore's VMEM, where they take no HBM. The rule: when the whole working set
+    (``grads + activations + temporaries``, the buffers the step makes beside its
+    arguments) fits in one TensorCore's VMEM, all of it is taken to sit there, and HBM
+    holds the arguments (parameters, optimizer state, batch) and
+    :data:`_HBM_REMAINDER` (constants, scalars, the asynchronous copies' handles and
+    the temporary heap's slack: 0.7-1.4 MiB in every such compile), plus, where a
+    ``dcn_axes`` axis reduces the gradients (a data or fsdp axis across slices),
+    the gradients and one received copy of them: DCN transfers go through the host's
+    NIC, which reads and writes HBM, not VMEM. Those bytes are reported in HBM terms:
+    ``grads`` (DCN only), ``activations`` 0, ``temporaries`` the received copy and the
+    remainder; ``vmem`` is the working set taken off HBM. Limits: memory-space
+    assignment is a heuristic that also weighs each buffer's size and benefit, so a
+    working set that fits may still stay in HBM (the estimate is then low), and one that
+    does not fit still goes partly to VMEM (not modelled: the estimate is then high; a
+    161 MiB working set on v5e keeps only ~81 MiB in HBM). VMEM is per TensorCore: on
+    v4/v5p megacore chips the step's working set is compared with one core's VMEM.
 
     The figure is meant for HBM: ``fits`` compares it with the chip's HBM, as XLA's
     compile-time OOM check compares its HBM allocation (``total_allocation_bytes``,
-    ``compile_step``'s ``hbm_peak_bytes``). Left out: on-chip VMEM, where XLA's
-    memory-space assignment places part of the step's buffers (all of a small step's
-    gradients, activations and gathered weights, which then take no HBM: the estimate
-    overstates such steps by up to ~45 MiB), layout-changing copies XLA's layout
-    assignment may add (v6e copies a square kernel's Adam moments to a transposed
+    ``compile_step``'s ``hbm_peak_bytes``). Left out: layout-changing copies XLA's
+    layout assignment may add (v6e copies a square kernel's Adam moments to a transposed
     layout), and the extra hidden-sized buffers of the collective-matmul loops XLA may
     use for an FSDP matmul; see ``benchmarks/compile_checks.py`` for where they show.
 
+    Args:
+      vmem_bytes: one TensorCore's VMEM (TPU), or ``None`` to count the working set in
+        HBM (GPU, CPU, or no hardware known).
+      dcn_axes: mesh axes that cross the data-centre network (a plan's ``axes_detail``
+        entries with ``dcn > 1``); used only with ``vmem_bytes``.
+
     Returns:
       ``{"params", "optimizer", "grads", "activations", "batch", "temporaries", "total",
-      "hbm_bytes", "fits"}`` (ints and a bool; ``hbm_bytes``/``fits`` are ``None`` without
-      HBM); ``total`` is the sum of the first six.
+      "vmem", "hbm_bytes", "fits"}`` (ints and a bool; ``hbm_bytes``/``fits`` are
+      ``None`` without HBM); ``total`` is the sum of the first six, HBM bytes; ``vmem``
+      is the working set taken to sit in VMEM instead (0 unless the rule above applies).
     """
     model = model_spec(model)
     roles = axis_roles(list(axes), roles)
@@ -379,15 +425,28 @@ def memory_estimate(
     batch = examples * model.batch_bytes_per_example()
     optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer]
     temporaries = sum(_temporaries(model, specs, sizes, tokens, itemsize).values())
-    total = 2 * params + optimizer_bytes + activations + batch + temporaries
+    grads = params
+    vmem = 0
+    working = grads + activations + temporaries
+    if vmem_bytes is not None and working <= vmem_bytes:
+        reduced_over_dcn = any(
+            roles[a] in ("data", "fsdp") and int(axes[a]) > 1 for a in dcn_axes if a in axes
+        )
+        hbm_grads = grads if reduced_over_dcn else 0
+        vmem = working - hbm_grads
+        activations = 0
+        temporaries = hbm_grads + _HBM_REMAINDER
+        grads = hbm_grads
+    total = params + grads + optimizer_bytes + activations + batch + temporaries
     return {
         "params": params,
         "optimizer": optimizer_bytes,
-        "grads": params,
+        "grads": grads,
         "activations": activations,
         "batch": batch,
         "temporaries": temporaries,
         "total": total,
+        "vmem": vmem,
         "hbm_bytes": hbm_bytes,
         "fits": None if hbm_bytes is None else total <= hbm_bytes,
     }
@@ -493,7 +552,14 @@ def estimate_step(
     axes = {link.name: link.size for link in axes_detail}
     roles = axis_roles(list(axes), roles)
     memory = memory_estimate(
-        model, axes, global_batch, roles=roles, optimizer=optimizer, hbm_bytes=hw.hbm_bytes
+        model,
+        axes,
+        global_batch,
+        roles=roles,
+        optimizer=optimizer,
+        hbm_bytes=hw.hbm_bytes,
+        vmem_bytes=hw.vmem_bytes,
+        dcn_axes=[link.name for link in axes_detail if link.dcn > 1],
     )
     sizes = _role_sizes(axes, roles)
     n_devices = math.prod(axes.values())

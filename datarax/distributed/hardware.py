@@ -55,6 +55,11 @@ GIB = 2**30
 _BOOK = "https://jax-ml.github.io/scaling-book/"
 _BOOK_TPU = "scaling-book, 'How to Think About TPUs' (https://jax-ml.github.io/scaling-book/tpus/)"
 _BOOK_GPU = "scaling-book, 'How to Think About GPUs' (https://jax-ml.github.io/scaling-book/gpus/)"
+_JAX_TPU_INFO = (
+    "JAX's TPU hardware table, jax/_src/tpu_info.py (https://github.com/jax-ml/jax/blob/"
+    "main/jax/_src/tpu_info.py; jax 0.12, exposed as jax.experimental.pallas.tpu.TpuInfo"
+    ".vmem_capacity_bytes)"
+)
 _BOOK_COLL = (
     "scaling-book, 'Sharded Matrices and How to Multiply Them' "
     "(https://jax-ml.github.io/scaling-book/sharding/): ~1 us per ICI hop"
@@ -86,6 +91,9 @@ class Hardware:
       fast_link_latency_s: per-hop latency of the fast network (the alpha of alpha-beta).
       slow_link_latency_s: per-step latency of the slow network.
       max_slices: most slices (TPU) or hosts' domains a job may span, 0 when unbounded.
+      vmem_bytes: on-chip vector memory (VMEM) of one TensorCore (TPU), bytes, where XLA's
+        memory-space assignment may place a step's buffers instead of HBM; ``None``
+        where the device has no such compiler-managed memory (GPU, CPU).
       notes: one line a reader should know (e.g. nominal figures).
     """
 
@@ -108,6 +116,7 @@ class Hardware:
     fast_link_latency_s: float = 1e-6
     slow_link_latency_s: float = 1e-5
     max_slices: int = 0
+    vmem_bytes: int | None = None
     notes: str = ""
     torus_dims: int = field(default=0)
 
@@ -151,6 +160,7 @@ class Hardware:
             "fast_link_latency_s": self.fast_link_latency_s,
             "slow_link_latency_s": self.slow_link_latency_s,
             "torus_dims": self.torus_dims,
+            "vmem_bytes": self.vmem_bytes,
             "notes": self.notes,
         }
 
@@ -234,7 +244,9 @@ _TPU_V4 = Hardware(
     topologies=_V4_SHAPES,
     cores_per_chip=2,
     torus_dims=3,
+    vmem_bytes=16 * 2**20,
     sources={
+        "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V4 16 MiB per core",
         "peak_bf16_flops": "Google Cloud, TPU v4 (https://cloud.google.com/tpu/docs/v4): "
         "275 TFLOPs bf16 per chip",
         "hbm_bytes": "Google Cloud, TPU v4: 32 GiB HBM2, 1200 GBps per chip",
@@ -266,7 +278,10 @@ _TPU_V5E = Hardware(
     slow_link_bytes_per_s=2.5e10,
     topologies=_2D_SHAPES,
     torus_dims=2,
+    vmem_bytes=128 * 2**20,
     sources={
+        "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V5E 128 MiB per core; "
+        f"{_BOOK_TPU}: '128 MiB on TPU v5e'",
         "peak_bf16_flops": "Google Cloud, TPU v5e (https://cloud.google.com/tpu/docs/v5e): "
         "197 TFLOPs bf16 per chip",
         "hbm_bytes": "Google Cloud, TPU v5e: 16 GB HBM2 (XLA reports 15.75 GiB usable)",
@@ -303,7 +318,10 @@ _TPU_V5P = Hardware(
     topologies=_V5P_SHAPES,
     cores_per_chip=2,
     torus_dims=3,
+    vmem_bytes=64 * 2**20,
     sources={
+        "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V5P 64 MiB per core (each of the "
+        "megacore's two TensorCores has its own)",
         "peak_bf16_flops": "Google Cloud, TPU v5p (https://cloud.google.com/tpu/docs/v5p): "
         "459 TFLOPs bf16 per chip",
         "hbm_bytes": "Google Cloud, TPU v5p: 95 GiB HBM per chip (the book rounds to 96 GB)",
@@ -338,7 +356,9 @@ _TPU_V6E = Hardware(
     slow_link_bytes_per_s=1e11,
     topologies=_2D_SHAPES,
     torus_dims=2,
+    vmem_bytes=128 * 2**20,
     sources={
+        "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V6E 128 MiB per core",
         "peak_bf16_flops": "Google Cloud, TPU v6e (https://cloud.google.com/tpu/docs/v6e): "
         "918 TFLOPs bf16 per chip",
         "hbm_bytes": "Google Cloud, TPU v6e: 32 GB HBM per chip",

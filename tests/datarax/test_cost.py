@@ -249,3 +249,68 @@ def test_transformer_peak_takes_the_larger_of_loss_and_layer_transients():
     mem = memory_estimate(long, axes, 2)
     # the scores' float32 gradient of one layer; the head's residuals are gone by then
     assert mem["temporaries"] == tokens * (4 * spec.heads * 8192 - head)
+
+
+SMALL_MLP = {"kind": "mlp", "features": [1024, 4096, 1024], "dtype": "bfloat16"}
+MIB = 2**20
+
+
+def test_mlp_counts_the_widest_hidden_activation_gradient():
+    # data-parallel only: no gathered parameter; temporaries are the hidden gradient
+    mem = memory_estimate(MLP_BLOCK, {"data": 2}, 16)
+    assert mem["temporaries"] == 8 * 2 * D_FF  # 8 examples per device, bf16
+    # a col layer's output (the hidden) is split over tensor; no hidden layer, none
+    mem = memory_estimate(MLP_BLOCK, {"data": 2, "tensor": 4}, 16)
+    assert mem["temporaries"] == 8 * 2 * D_FF // 4
+    flat = {**MLP_BLOCK, "features": [D_MODEL, D_MODEL]}
+    assert memory_estimate(flat, {"data": 2}, 16)["temporaries"] == 0
+
+
+def test_working_set_that_fits_in_vmem_leaves_hbm_the_arguments():
+    # v5e data8 [1024, 4096, 1024], batch 512: XLA's HBM figure 49.60 MiB, arguments
+    # 48.53 MiB (benchmarks/compile_checks.py)
+    vmem = get_hardware("tpu-v5e").vmem_bytes
+    hbm_only = memory_estimate(SMALL_MLP, {"data": 8}, 512)
+    mem = memory_estimate(SMALL_MLP, {"data": 8}, 512, vmem_bytes=vmem)
+    args = mem["params"] + mem["optimizer"] + mem["batch"]
+    working = hbm_only["grads"] + hbm_only["activations"] + hbm_only["temporaries"]
+    assert working <= vmem
+    assert mem["total"] == args + MIB  # the arguments and the small remainder
+    assert mem["vmem"] == working and hbm_only["vmem"] == 0
+    assert mem["grads"] == mem["activations"] == 0 and mem["temporaries"] == MIB
+    assert mem["total"] == sum(
+        mem[k] for k in ("params", "grads", "optimizer", "activations", "batch", "temporaries")
+    )
+    assert abs(mem["total"] - 49.60 * MIB) / (49.60 * MIB) < 0.10
+
+
+def test_working_set_larger_than_vmem_stays_in_hbm():
+    # v5p data8 [2048, 8192, 2048], batch 1024: a ~70 MiB working set, above one v5p
+    # core's 64 MiB VMEM; XLA keeps it in HBM
+    model = {**SMALL_MLP, "features": [2048, 8192, 2048]}
+    vmem = get_hardware("tpu-v5p").vmem_bytes
+    mem = memory_estimate(model, {"data": 8}, 1024, vmem_bytes=vmem)
+    assert mem == {**memory_estimate(model, {"data": 8}, 1024), "vmem": 0}
+    assert mem["grads"] + mem["activations"] + mem["temporaries"] > vmem
+
+
+def test_gradients_reduced_over_dcn_stay_in_hbm():
+    # data over 2 slices: the gradients and their received copy go through the NIC (HBM)
+    vmem = get_hardware("tpu-v5e").vmem_bytes
+    ici = memory_estimate(SMALL_MLP, {"data": 8}, 512, vmem_bytes=vmem)
+    dcn = memory_estimate(SMALL_MLP, {"data": 8}, 512, vmem_bytes=vmem, dcn_axes=["data"])
+    assert dcn["grads"] == dcn["params"]
+    assert dcn["total"] == ici["total"] + 2 * dcn["params"]
+    # a tensor axis across DCN reduces no gradient
+    axes = {"data": 4, "tensor": 2}
+    base = memory_estimate(SMALL_MLP, axes, 512, vmem_bytes=vmem)
+    assert memory_estimate(SMALL_MLP, axes, 512, vmem_bytes=vmem, dcn_axes=["tensor"]) == base
+
+
+def test_estimate_step_applies_the_catalogs_vmem_on_tpu_only():
+    layout = plan_hardware_devices("tpu-v5e", topology="2x4", ici={"data": 8})
+    est = estimate_step("tpu-v5e", layout.axes_detail, SMALL_MLP, 512)["memory_per_device"]
+    assert est["vmem"] > 0 and est["activations"] == 0
+    link = AxisLink("data", 8, 8, 1, "nvlink", 4.5e11)
+    gpu = estimate_step("h100-sxm", [link], SMALL_MLP, 512)["memory_per_device"]
+    assert gpu["vmem"] == 0 and gpu["activations"] > 0

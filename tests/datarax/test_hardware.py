@@ -134,3 +134,20 @@ def test_axis_link_checks_and_json():
         AxisLink("data", 4, 4, 1, "ethernet", 1.0)
     with pytest.raises(ValueError, match="size 5"):
         AxisLink("data", 5, 4, 1, "ici", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "vmem_mib"),
+    [("tpu-v4", 16), ("tpu-v5e", 128), ("tpu-v5p", 64), ("tpu-v6e", 128)],
+)
+def test_tpu_vmem_per_core_matches_jax_tpu_info_and_has_a_source(name, vmem_mib):
+    # jax/_src/tpu_info.py (TpuInfo.vmem_capacity_bytes) is the cited source
+    hw = get_hardware(name)
+    assert hw.vmem_bytes == vmem_mib * 2**20
+    assert "tpu_info.py" in hw.sources["vmem_bytes"]
+    assert hw.to_json()["vmem_bytes"] == hw.vmem_bytes
+
+
+@pytest.mark.parametrize("name", [n for n, h in HARDWARE.items() if h.kind != "tpu"])
+def test_only_tpus_have_compiler_managed_vmem(name):
+    assert get_hardware(name).vmem_bytes is None
