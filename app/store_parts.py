@@ -44,7 +44,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -86,10 +86,13 @@ COVERAGE_BITS = 12
 the other sources' segments."""
 
 
-@dataclass(frozen=True)
-class MergedStep:
+_IN_CHUNK = 500
+"""Most ``?`` of one ``IN (...)`` list (SQLite allows 32,766)."""
+
+
+class MergedStep(NamedTuple):
     """What the service's merge of a step's parts gives: reduced JSON text, scalars,
-    device count."""
+    device count. (A tuple: a merge makes one per completed step.)"""
 
     reduced: str
     values: dict[str, float]
@@ -447,9 +450,23 @@ def _merge_completed(
             holders.append((row[0], row[1], np.where(hit, at, -1)))
     member = np.array([h[2] >= 0 for h in holders]).reshape(len(holders), complete.size)
     groups: dict[bytes, list[int]] = {}
-    for j in range(complete.size):
-        groups.setdefault(member[:, j].tobytes(), []).append(j)
+    if member.all():  # every holder holds every step: one group
+        groups[member[:, 0].tobytes() if complete.size else b""] = list(range(complete.size))
+    else:
+        for j in range(complete.size):
+            groups.setdefault(member[:, j].tobytes(), []).append(j)
+    # Every holder's arrays in one query, not one a holder (64 hosts: 63 queries).
+    wanted = sorted(
+        {holders[h][0] for key in groups for h in np.flatnonzero(np.frombuffer(key, bool))}
+    )
     loaded: dict[int, dict[str, np.ndarray]] = {}
+    for start in range(0, len(wanted), _IN_CHUNK):
+        chunk = wanted[start : start + _IN_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        for seg_id, blob in conn.execute(
+            f"SELECT id, arrays FROM job_segments WHERE id IN ({marks})", chunk
+        ):
+            loaded[seg_id] = decode_part(bytes(blob))
     counts: dict[int, int] = {}
     completed: list[int] = []
     rollup: list[tuple[int, dict[str, float]]] = []
@@ -460,22 +477,21 @@ def _merge_completed(
         parts = [(segment.source, {n: c[ours[pick]] for n, c in columns.items()})]
         for h in np.flatnonzero(which).tolist():
             seg_id, source, at = holders[h]
-            if seg_id not in loaded:
-                blob = conn.execute(
-                    "SELECT arrays FROM job_segments WHERE id = ?", (seg_id,)
-                ).fetchone()[0]
-                loaded[seg_id] = decode_part(bytes(blob))
             rows = at[pick]
             parts.append((source, {n: a[rows] for n, a in loaded[seg_id].items()}))
             counts[seg_id] = counts.get(seg_id, 0) + len(members)
         parts.sort(key=lambda part: source_order(part[0]))
         merged = merge(parts, segment.signature)
-        for step, point in zip(complete[pick].tolist(), merged, strict=True):
-            completed.append(step)
-            rollup.append((step, point.values))
-            point_rows.append(
-                (job, step, point.reduced, now, None, segment.sources, point.num_devices)
-            )
+        steps = complete[pick].tolist()
+        if len(merged) != len(steps):
+            raise RuntimeError(f"a merge gave {len(merged)} points for {len(steps)} steps")
+        completed += steps
+        rollup += zip(steps, (point.values for point in merged))  # noqa: B905 (checked)
+        sources = segment.sources
+        point_rows += [
+            (job, step, point.reduced, now, None, sources, point.num_devices)
+            for step, point in zip(steps, merged)  # noqa: B905 (checked above)
+        ]
     conn.executemany(
         "UPDATE job_segments SET pending = pending - ?, "
         "arrays = CASE WHEN pending - ? > 0 THEN arrays END WHERE id = ?",

@@ -65,7 +65,7 @@ from app.services.metrics import (
 )
 from app.store import Store
 from datarax.distributed.merge import PartialMetrics, merge_parts
-from datarax.distributed.metrics import MetricsError, reduce_custom
+from datarax.distributed.metrics import REDUCE_OPS, MetricsError, reduce_custom
 
 log = logging.getLogger("datarax.jobs")
 
@@ -583,14 +583,13 @@ def _columnar_items(
     stacked = {k: v.T for k, v in columns.items() if v.ndim == 2}  # [D, P]: devices lead
     if not stacked or any(v.shape[0] == 0 for v in stacked.values()):
         return None
-    try:
-        reduced = reduce_custom(stacked, {k: ops.get(k, "mean") for k in stacked})
-    except MetricsError:
-        return None
     devices = next(v.shape[1] for v in columns.values() if v.ndim == 2)
     if sources > 1:
         # One source's parts of the batch: stored as they are, one segment (no object,
-        # digest or row per part); they reduced on their own above.
+        # digest or row per part). Not reduced here: float64 [P, D > 0] parts with known
+        # ops and NaN policy propagate cannot fail a reduction, which happens at the merge.
+        if not set(ops.values()) <= set(REDUCE_OPS):
+            return None
         signature = _signature(
             PointInput(
                 step=0,
@@ -608,6 +607,10 @@ def _columnar_items(
             steps=list(steps),
             columns={k: columns[k] for k in names},
         )
+    try:
+        reduced = reduce_custom(stacked, {k: ops.get(k, "mean") for k in stacked})
+    except MetricsError:
+        return None
     digests = point_digests(names, columns, None, ops, "propagate")
     values = {
         k: np.asarray(reduced[k] if k in reduced else columns[k], dtype=np.float64) for k in names
