@@ -588,8 +588,20 @@ def _any_in(conn: sqlite3.Connection, table: str, job: str, steps: Sequence[int]
     )
 
 
+def columns_rollup_rows(job: str, batch: PointColumns) -> list[tuple]:
+    """The rollup rows of a batch of complete steps (:data:`ROLLUP_UPSERT` parameters), to
+    compute before the write: the store's lock is then held for SQLite's work only."""
+    step_array = np.asarray(batch.steps, dtype=np.int64)
+    return _rollup_rows_of_columns(job, {k: (step_array, v) for k, v in batch.values.items()})
+
+
 def push_columns(
-    conn: sqlite3.Connection, job: str, batch: PointColumns, now: str, merge: MergeRows
+    conn: sqlite3.Connection,
+    job: str,
+    batch: PointColumns,
+    now: str,
+    merge: MergeRows,
+    rollup_rows: list[tuple] | None = None,
 ) -> tuple[int, list[PushItem] | None]:
     """Stores a batch of complete steps, all or nothing (call inside a transaction);
     returns how many steps were new and, when the batch took :func:`push`'s path, its items.
@@ -598,7 +610,8 @@ def push_columns(
     range seek in ``job_points`` and one in the open segments prove no step is stored or
     pending, then the rows, the rollups and the job row. Any other batch (a retry, a
     repeated step, a clash with a multi-source step) is exactly :func:`push` of
-    :meth:`PointColumns.items`, with its errors.
+    :meth:`PointColumns.items`, with its errors. ``rollup_rows``: the batch's
+    :func:`columns_rollup_rows`, when the caller computed them outside the transaction.
     """
     steps = batch.steps
     if (
@@ -624,11 +637,9 @@ def push_columns(
             strict=True,
         ),
     )
-    step_array = np.asarray(steps, dtype=np.int64)
-    conn.executemany(
-        ROLLUP_UPSERT,
-        _rollup_rows_of_columns(job, {k: (step_array, v) for k, v in batch.values.items()}),
-    )
+    if rollup_rows is None:
+        rollup_rows = columns_rollup_rows(job, batch)
+    conn.executemany(ROLLUP_UPSERT, rollup_rows)
     _count_points(conn, job, now, count, min(steps), max(steps))
     return count, None
 

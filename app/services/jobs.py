@@ -896,7 +896,12 @@ def _store_batch(
         first = batch.outcome(batch.steps[0])[2] if batch.steps else now
         return _batch_answer(job, len(batch.steps), created, completed, first)
     if isinstance(batch, store_jobs.PointColumns):
-        created, items = write(lambda c: store_jobs.push_columns(c, job, batch, now, _merge_rows))
+        # Computed before the write: the group commit's lock then covers SQLite's work only,
+        # and a pusher's next batch is decoded while this one commits.
+        rollup = store_jobs.columns_rollup_rows(job, batch)
+        created, items = write(
+            lambda c: store_jobs.push_columns(c, job, batch, now, _merge_rows, rollup)
+        )
         if items is None:  # every step new and complete
             return _batch_answer(job, len(batch), created, created, now)
     else:
