@@ -254,6 +254,8 @@ def _unique_rows(segment: PartSegment, hashes: np.ndarray) -> np.ndarray:
     """Positions of the segment's first part of each step, in step order. A step given
     twice must be given the same (a retry inside one push); else 409 ``step_conflict``."""
     steps = np.asarray(segment.steps, dtype=np.int64)
+    if steps.size < 2 or bool((steps[1:] > steps[:-1]).all()):
+        return np.arange(steps.size)  # ascending, each step once (the usual push)
     order = np.argsort(steps, kind="stable")
     ordered = steps[order]
     repeat = np.flatnonzero(ordered[1:] == ordered[:-1]) + 1
@@ -340,34 +342,16 @@ def push_segment(
     if not fresh.size:
         return [], [], []
     new_steps = steps[fresh]
-    # The other sources' open segments around these steps: how many hold each new step,
-    # counted for all of them at once (one sort), never segment by segment.
-    # Their metadata only (their steps are read where it disagrees with ours, or at the
-    # merge): the counting is job_coverage's.
-    others = [
-        row
-        for row in conn.execute(
-            "SELECT id, source, NULL, sources, signature, num_devices FROM job_segments "
-            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ?",
-            (job, int(new_steps[-1]), int(new_steps[0])),
-        )
-        if row[1] != segment.source
-    ]
-    if any(
-        (row[3], row[4], row[5]) != (segment.sources, segment.signature, segment.num_devices)
-        for row in others
+    # The other sources' open segments around these steps that disagree with this part
+    # (usually none: the query returns no row, whatever the number of hosts). How many
+    # sources hold each new step is job_coverage's count, never read segment by segment.
+    span = (job, int(new_steps[-1]), int(new_steps[0]), segment.source)
+    for _, _, blob, sources, signature, num_devices in conn.execute(
+        "SELECT id, source, steps, sources, signature, num_devices FROM job_segments "
+        "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
+        "AND source != ? AND (sources != ? OR signature != ? OR num_devices != ?)",
+        (*span, segment.sources, segment.signature, segment.num_devices),
     ):
-        others = [(row[0], row[1], _segment_steps_blob(conn, row[0]), *row[3:]) for row in others]
-    count = _add_coverage(conn, job, new_steps)
-    for row in others:
-        _, _, blob, sources, signature, num_devices = row
-        same = (sources, signature, num_devices) == (
-            segment.sources,
-            segment.signature,
-            segment.num_devices,
-        )
-        if same:
-            continue
         common = np.intersect1d(new_steps, _steps_of(blob), assume_unique=True)
         if not common.size:
             continue
@@ -382,6 +366,7 @@ def push_segment(
             f"metrics {segment.signature}, the step's other parts {num_devices} devices "
             f"and {signature}; every source must push the same metrics for as many devices"
         )
+    count = _add_coverage(conn, job, new_steps)
     if (count > segment.sources).any():
         step = int(new_steps[int(np.argmax(count > segment.sources))])
         raise StepConflict(
@@ -414,6 +399,12 @@ def push_segment(
     segment.created_steps = set(new_steps.tolist())
     if not done.any():
         return [], [], []
+    # Completing steps: the segments that hold their other parts (all agree, checked above).
+    others = conn.execute(
+        "SELECT id, source FROM job_segments "
+        "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? AND source != ?",
+        span,
+    ).fetchall()
     held = [_steps_of(_segment_steps_blob(conn, row[0])) for row in others]
     completed, rollup, point_rows = _merge_completed(
         conn, job, segment, new_steps, done, columns, others, held, merge, now
