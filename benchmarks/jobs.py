@@ -24,7 +24,10 @@
   in one array per step. Target ratio >= 0.5. Beside it (``raw_arrays_*``) the same
   pushes as npz bodies (the client's ``push_job_metrics_arrays`` bodies, built before
   the clock) sent by a raw HTTP/1.1 load generator, each host on its own connection:
-  the server's own cost, without 64 simulated clients sharing its 2 cores.
+  the server's own cost, without 64 simulated clients sharing its 2 cores; and
+  ``reduce_only_floor_ms``: the 64 hosts' part bodies posted at once to
+  ``POST /v1/metrics/reduce`` (read, decoded, reduced, nothing stored), what the pushes
+  cost before any part is stored or merged.
 - ``durable_push`` also times the pusher (``served_pipelined_*``: ``Client.pusher``,
   2 batches in flight, each answered after its durable commit).
 """
@@ -49,7 +52,7 @@ import orjson
 
 from benchmarks.server import running_server
 from datarax.client import AsyncClient, Client
-from datarax.client._core import arrays_batch_call
+from datarax.client._core import arrays_batch_call, reduce_call
 
 PUSH_POINTS = 100_000
 BATCH = 1000
@@ -360,6 +363,34 @@ async def _push_sources_raw(base: str, values: np.ndarray, sources: int, per_bat
     return seconds
 
 
+async def _reduce_floor_raw(base: str, values: np.ndarray, sources: int) -> float:
+    """64 hosts' part bodies (one batch of every step each) posted at once to
+    ``POST /v1/metrics/reduce`` (npz: read, decoded, reduced over the device axis, a small
+    answer: the part read as 1,000 "devices" of 4 values; nothing stored): what the pushes
+    cost before any part is stored or merged."""
+    host, port = base.split("//")[1].split(":")
+    steps, devices = values.shape
+    per_source = devices // sources
+    requests = []
+    for i in range(sources):
+        call = reduce_call({"loss": values[:, i * per_source : (i + 1) * per_source]},
+                           None, None, None, True)  # fmt: skip
+        requests.append(_raw_request(host, call))
+    streams = [await asyncio.open_connection(host, int(port)) for _ in range(sources)]
+
+    async def one(index: int) -> None:
+        reader, writer = streams[index]
+        writer.write(requests[index])
+        await _raw_answer(reader)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(sources)))
+    seconds = time.perf_counter() - start
+    for _, writer in streams:
+        writer.close()
+    return seconds
+
+
 def bench_multi_source(
     sources: int = 64, steps: int = 1000, devices: int = 4, batch: int = 1000
 ) -> dict[str, Any]:
@@ -369,6 +400,7 @@ def bench_multi_source(
         one = asyncio.run(_push_sources(base, values, 1, batch))
         raw_many = asyncio.run(_push_sources_raw(base, values, sources, batch))
         raw_one = asyncio.run(_push_sources_raw(base, values, 1, batch))
+        floor = min(asyncio.run(_reduce_floor_raw(base, values, sources)) for _ in range(3))
         with Client(base) as api:
             stored = {
                 job: [p["reduced"] for p in api.iter_job_metrics(job, limit=10_000)]
@@ -396,6 +428,9 @@ def bench_multi_source(
         "raw_arrays_parts_per_s": round(sources * steps / raw_many),
         "raw_arrays_one_source_steps_per_s": round(steps / raw_one),
         "raw_arrays_ratio_vs_one_source": round(raw_one / raw_many, 3),
+        "raw_arrays_one_source_ms": round(raw_one * 1000, 1),
+        "raw_arrays_many_ms": round(raw_many * 1000, 1),
+        "reduce_only_floor_ms": round(floor * 1000, 1),
         "target": ">= 0.5",
     }
 
