@@ -314,53 +314,63 @@ async def _raw_answer(reader: asyncio.StreamReader) -> None:
     assert status in (200, 201), (status, body[:300])
 
 
+async def _raw_run(base: str, requests: list[list[bytes]]) -> float:
+    """Sends each host's requests (pre-encoded HTTP/1.1) one after another on a keep-alive
+    connection of its own, all hosts at once, with raw asyncio streams: microseconds of
+    load-generator work a request, so the server, not simulated clients sharing its 2
+    cores, sets the time (each real host pays its own client on its own CPU). Returns the
+    seconds from the first write to the last answer."""
+    host, port = base.split("//")[1].split(":")
+    streams = [await asyncio.open_connection(host, int(port)) for _ in requests]
+
+    async def source(index: int) -> None:
+        reader, writer = streams[index]
+        for request in requests[index]:
+            writer.write(request)
+            await _raw_answer(reader)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(source(i) for i in range(len(requests))))
+    seconds = time.perf_counter() - start
+    for _, writer in streams:
+        writer.close()
+    return seconds
+
+
+def _host(base: str) -> str:
+    return base.split("//")[1].split(":")[0]
+
+
 async def _push_sources_raw(base: str, values: np.ndarray, sources: int, per_batch: int) -> float:
     """The same pushes as :func:`_push_sources`, columnar (the client's npz bodies, built
-    before the clock starts), each host on its own keep-alive connection, written and read
-    with raw asyncio streams: microseconds of load-generator work a request, so the
-    server, not 64 simulated clients on the same 2 cores, sets the time (each real host
-    pays its own client on its own CPU)."""
-    host, port = base.split("//")[1].split(":")
+    before the clock starts), sent by :func:`_raw_run`."""
     steps, devices = values.shape
     per_source = devices // sources
     job = f"raw-{sources}-{per_batch}"
-    bodies = [
+
+    def part(i: int, first: int) -> dict[str, np.ndarray]:
+        return {"loss": values[first : first + per_batch, i * per_source : (i + 1) * per_source]}
+
+    requests = [
         [
             _raw_request(
-                host,
+                _host(base),
                 arrays_batch_call(
                     job,
                     np.arange(first, min(first + per_batch, steps)),
-                    {
-                        "loss": values[
-                            first : first + per_batch, i * per_source : (i + 1) * per_source
-                        ]
-                    },
+                    part(i, first),
                     None,
                     None,
                     None,
                     f"host-{i}",
                     sources,
                 ),
-            )
+            )  # fmt: skip
             for first in range(0, steps, per_batch)
         ]
         for i in range(sources)
     ]
-    streams = [await asyncio.open_connection(host, int(port)) for _ in range(sources)]
-
-    async def source(index: int) -> None:
-        reader, writer = streams[index]
-        for request in bodies[index]:
-            writer.write(request)
-            await _raw_answer(reader)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(source(i) for i in range(sources)))
-    seconds = time.perf_counter() - start
-    for _, writer in streams:
-        writer.close()
-    return seconds
+    return await _raw_run(base, requests)
 
 
 async def _reduce_floor_raw(base: str, values: np.ndarray, sources: int) -> float:
@@ -368,27 +378,14 @@ async def _reduce_floor_raw(base: str, values: np.ndarray, sources: int) -> floa
     ``POST /v1/metrics/reduce`` (npz: read, decoded, reduced over the device axis, a small
     answer: the part read as 1,000 "devices" of 4 values; nothing stored): what the pushes
     cost before any part is stored or merged."""
-    host, port = base.split("//")[1].split(":")
-    steps, devices = values.shape
-    per_source = devices // sources
-    requests = []
-    for i in range(sources):
-        call = reduce_call({"loss": values[:, i * per_source : (i + 1) * per_source]},
-                           None, None, None, True)  # fmt: skip
-        requests.append(_raw_request(host, call))
-    streams = [await asyncio.open_connection(host, int(port)) for _ in range(sources)]
-
-    async def one(index: int) -> None:
-        reader, writer = streams[index]
-        writer.write(requests[index])
-        await _raw_answer(reader)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(one(i) for i in range(sources)))
-    seconds = time.perf_counter() - start
-    for _, writer in streams:
-        writer.close()
-    return seconds
+    per_source = values.shape[1] // sources
+    calls = [
+        reduce_call(
+            {"loss": values[:, i * per_source : (i + 1) * per_source]}, None, None, None, True
+        )  # fmt: skip
+        for i in range(sources)
+    ]
+    return await _raw_run(base, [[_raw_request(_host(base), call)] for call in calls])
 
 
 def bench_multi_source(

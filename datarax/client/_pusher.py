@@ -23,12 +23,9 @@ import asyncio
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from datarax.client._core import Call, arrays_batch_call, batch_call, dumps
-
-if TYPE_CHECKING:
-    from datarax.client._clients import AsyncClient, Client
 
 MAX_IN_FLIGHT = 16
 """The most batches a pusher keeps unanswered (each holds its encoded body)."""
@@ -66,13 +63,12 @@ class _Batches:
         return call
 
 
-class Pusher:
-    """Pushes one job's batches from worker threads, at most ``in_flight`` unanswered.
-    Use it as a context manager: leaving the block flushes (and raises the first error)."""
+class _Pusher:
+    """What both pushers hold: the job's call builder, the slots, the results so far."""
 
     def __init__(
         self,
-        client: Client,
+        client: Any,
         job: str,
         *,
         in_flight: int = 2,
@@ -81,12 +77,24 @@ class Pusher:
     ) -> None:
         self._client = client
         self._batches = _Batches(job, source, sources)
-        self._slots = threading.BoundedSemaphore(_check_in_flight(in_flight))
-        self._pool = ThreadPoolExecutor(in_flight, thread_name_prefix="datarax-push")
-        self._futures: list[Future[Any]] = []
-        self._done = 0  # futures before this index are answered and checked
+        self._done = 0  # batches before this index are answered and checked
         self.results: list[Any] = []
         """The :class:`~datarax.client.BatchResult` of each answered batch, in push order."""
+        self._start(_check_in_flight(in_flight))
+
+    def _start(self, in_flight: int) -> None:
+        raise NotImplementedError
+
+
+class Pusher(_Pusher):
+    """Pushes one job's batches from worker threads, at most ``in_flight`` unanswered
+    (``Client.pusher(job, in_flight=2, source=None, sources=None)``). Use it as a context
+    manager: leaving the block flushes (and raises the first error)."""
+
+    def _start(self, in_flight: int) -> None:
+        self._slots = threading.BoundedSemaphore(in_flight)
+        self._pool = ThreadPoolExecutor(in_flight, thread_name_prefix="datarax-push")
+        self._futures: list[Future[Any]] = []
 
     def push_arrays(
         self,
@@ -154,25 +162,13 @@ class Pusher:
         self._pool.shutdown(wait=True)
 
 
-class AsyncPusher:
+class AsyncPusher(_Pusher):
     """:class:`Pusher` for :class:`AsyncClient`: ``await pusher.push_arrays(...)`` returns
     once the batch is sent off (a task), waiting only for a free slot."""
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        job: str,
-        *,
-        in_flight: int = 2,
-        source: str | None = None,
-        sources: int | None = None,
-    ) -> None:
-        self._client = client
-        self._batches = _Batches(job, source, sources)
-        self._slots = asyncio.Semaphore(_check_in_flight(in_flight))
+    def _start(self, in_flight: int) -> None:
+        self._slots = asyncio.Semaphore(in_flight)
         self._tasks: list[asyncio.Task[Any]] = []
-        self._done = 0
-        self.results: list[Any] = []
 
     async def push_arrays(
         self,
