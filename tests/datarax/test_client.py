@@ -177,3 +177,22 @@ def test_pusher_keeps_at_most_in_flight_batches_unanswered():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_async_pusher_raises_the_first_refusal_at_flush():
+    created = (201, {"content-type": "application/json"}, b'{"created": 2}')
+    answers = [created, _problem(409, "step_conflict"), created]
+
+    async def main():
+        async with AsyncClient(server.url) as api:
+            pusher = api.pusher("j", in_flight=1, source="", sources=1)
+            for first in (0, 2, 4):
+                await pusher.push_arrays([first, first + 1], {"loss": np.ones((2, 2))})
+            with pytest.raises(ApiError) as info:
+                await pusher.flush()
+            return info.value, pusher.results
+
+    with Scripted(answers) as server:
+        error, results = asyncio.run(main())
+    assert error.code == "step_conflict" and results == [{"created": 2}]
+    assert len(server.seen) == 3  # the batch after the refused one was still sent
