@@ -55,11 +55,30 @@ changed:
 
 Where the estimate still misses XLA's HBM figure by more than 10%:
 
-- v6e data8 ``[49152, 49152]`` (-33%): layout assignment gives the Adam update a
-  transposed (``{0,1}``) layout and copies both moments to it (2 x 4.5 GiB
-  ``copy.remat2``), which v5e's ``[32768, 32768]`` does not. The step's optimizer is
-  optax's own ``adam`` (``datarax.models.make_optimizer``), so the copy is XLA's on v6e,
-  not the step's; no general rule found from one case;
+- v6e data8 ``[49152, 49152]`` (-33%): JAX writes a kernel's gradient as
+  ``dot(dy, x)`` and a transpose. v5e swaps the weight-gradient convolution's
+  operands (``x``, ``dy``) so the transpose vanishes; v6e keeps ``(dy, x)`` for the first
+  layer and makes the transpose a layout change, so the optimizer update runs in the
+  transposed ``{0,1}`` layout: the parameter and each moment are copied to it and the
+  results back (kernel-sized ``copy`` buffers). Variations compiled (one at a time from
+  this case): v5e 2x4 / v5p 2x2x2 (squares 8192-49152, ``[49152, 32768]``, two
+  layers, fsdp8, sgd, batch 64-65536): never. v6e 2x4 / 4x4: in every one but one
+  (squares 4096-49152, ``[49152, 32768]``, ``[32768, 49152]``, 2-3 layers, batch
+  64-65536, data8, data16, data4 x tensor2, fsdp8, fsdp16 at batch 64-4096; sgd: the
+  parameter only); not fsdp16 ``[8192, 32768, 8192]`` batch 16384 (a table case, +1%),
+  which transposes the input batch and a hidden activation instead. Later layers are
+  copied only sometimes (every layer of features ``[16384] * 3`` and ``[8192] * 4``, only
+  the first of ``[8192, 16384, 16384]``, ``[16384, 16384, 8192]``, ``[1024, 4096, 1024]``).
+  What the copies add to the HBM figure is no fixed count: three kernels for one Adam
+  layer (``[32768, 32768]``: 8.00 -> 14.00 GiB, also ``[4096, 4096]`` to
+  ``[49152, 32768]``, fsdp8 shards), two here (the 31.5 GiB that needs is above v6e's
+  usable 31.24 GiB, so XLA rematerializes: ``copy.remat2``), one for sgd, one to three
+  of the first kernel with more layers (what other gradients are live then), none
+  where the update is not the peak (fsdp16 batch 64-4096, data8 ``[1024, 4096, 1024]``
+  in VMEM). "The larger of the backward peak and the first layer's gradient plus its
+  copies" fits most data-parallel variations but gives +17% here (no remat) and misses
+  v6e fsdp8 ``[49152, 49152]`` (-20%, copies beside the gathered kernel), so no rule
+  is added;
 - v5e fsdp4 x tensor2 MLP (-22%): XLA runs the FSDP matmuls as collective-matmul loops
   (collective-permutes in ``while`` loops); its temp heap (768.7 MiB) holds three
   gathered-kernel-sized (256 MiB) slots, where the estimate counts one, and its HBM

@@ -388,9 +388,10 @@ def memory_estimate(
     The figure is meant for HBM: ``fits`` compares it with the chip's HBM, as XLA's
     compile-time OOM check compares its HBM allocation (``total_allocation_bytes``,
     ``compile_step``'s ``hbm_peak_bytes``). Left out: layout-changing copies XLA's
-    layout assignment may add (v6e copies a square kernel's Adam moments to a transposed
-    layout), and the extra hidden-sized buffers of the collective-matmul loops XLA may
-    use for an FSDP matmul; see ``benchmarks/compile_checks.py`` for where they show.
+    layout assignment may add (v6e runs the first layer's optimizer update in a
+    transposed layout, copying the parameter and its moments), and the extra
+    hidden-sized buffers of the collective-matmul loops XLA may use for an FSDP matmul;
+    see ``benchmarks/compile_checks.py`` for where they show.
 
     Args:
       vmem_bytes: one TensorCore's VMEM (TPU), or ``None`` to count the working set in
