@@ -264,8 +264,9 @@ def test_pushers_keep_batches_in_flight_and_store_what_was_pushed(tmp_path):
 
             clash = {"step": 0, "metrics": {"loss": [9.0, 9.0, 9.0, 9.0]}}
             pusher = api.pusher("bg", in_flight=2)
-            pusher.push_batch([clash])  # step 0 holds other content: 409
+            # The refusal surfaces at the next push or at close: pushed last, at close.
             pusher.push_batch([{"step": 10_000, "metrics": {"loss": [1.0, 3.0, 5.0, 7.0]}}])
+            pusher.push_batch([clash])  # step 0 holds other content: 409
             with pytest.raises(ApiError) as info:
                 pusher.close()
             assert info.value.code == "step_conflict"
