@@ -446,10 +446,9 @@ def _merge_completed(
     else:
         for j in range(complete.size):
             groups.setdefault(member[:, j].tobytes(), []).append(j)
-    # Every holder's arrays in one query, not one a holder (64 hosts: 63 queries).
-    wanted = sorted(
-        {holders[h][0] for key in groups for h in np.flatnonzero(np.frombuffer(key, bool))}
-    )
+    # Every holder's arrays in one query, not one a holder (64 hosts: 63 queries); each
+    # holder holds at least one completed step, so each is in some group.
+    wanted = sorted(holder[0] for holder in holders)
     loaded: dict[int, dict[str, np.ndarray]] = {}
     for start in range(0, len(wanted), _IN_CHUNK):
         chunk = wanted[start : start + _IN_CHUNK]

@@ -288,19 +288,15 @@ def arrays_batch_call(
     sources: int | None,
 ) -> Call:
     """A columnar batch as an npz body: ``_step`` ``[P]``, each metric ``[P, n_devices,
-    ...]`` (or ``[P]``: one number per point), ``_weights`` ``[P, n_devices]``."""
+    ...]`` (or ``[P]``: one number per point), ``_weights`` ``[P, n_devices]``; the
+    reduce call's npz body with the steps beside the metrics."""
     arrays = {"_step": np.asarray(steps, dtype=np.int64)}
     arrays.update((str(name), np.asarray(value)) for name, value in metrics.items())
-    if weights is not None:
-        arrays["_weights"] = np.asarray(weights)
-    params = {**_npz_params(reduce, nan_policy), **_push_fields(source, sources)}
-    return Call(
-        "POST",
-        f"/v1/jobs/{job}/metrics/batch",
-        params=params,
-        content=to_npz(arrays),
-        idempotent=True,
-    )
+    path = f"/v1/jobs/{job}/metrics/batch"
+    fields = _push_fields(source, sources)
+    call = reduce_call(arrays, reduce, weights, nan_policy, True, path, fields)
+    call.idempotent = True
+    return call
 
 
 def history_params(**query: Any) -> dict[str, Any]:
