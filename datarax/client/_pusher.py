@@ -138,9 +138,12 @@ class Pusher(_Pusher):
         try:
             self._collect(wait=True)
         finally:
-            for future in self._futures[self._done :]:
-                future.exception()  # wait for them all, whatever happened first
+            self._wait_rest()  # wait for them all, whatever happened first
         return self.results
+
+    def _wait_rest(self) -> None:
+        for future in self._futures[self._done :]:
+            future.exception()
 
     def close(self) -> None:
         """Flushes, then stops the worker threads."""
@@ -157,8 +160,7 @@ class Pusher(_Pusher):
             self.close()
             return
         # The block raised: let its error through, after the sent batches completed.
-        for future in self._futures[self._done :]:
-            future.exception()
+        self._wait_rest()
         self._pool.shutdown(wait=True)
 
 
