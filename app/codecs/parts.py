@@ -108,8 +108,8 @@ def row_hashes(columns: Sequence[np.ndarray], count: int | None = None) -> np.nd
 
 
 def _mix_in_place(x: np.ndarray) -> np.ndarray:
-    """:func:`_mix` overwriting ``x`` (a fresh array), with one scratch array: no new
-    array per step (``row_hashes`` mixes every word of a batch)."""
+    """splitmix64's finaliser, element-wise, overwriting ``x`` (uint64), with one scratch
+    array: no new array per step (``row_hashes`` mixes every word of a batch)."""
     scratch = np.right_shift(x, np.uint64(30))
     x ^= scratch
     x *= _MIX_1
@@ -122,10 +122,5 @@ def _mix_in_place(x: np.ndarray) -> np.ndarray:
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, element-wise (a bijection of 64-bit words)."""
-    x = x ^ (x >> np.uint64(30))
-    x *= _MIX_1
-    x ^= x >> np.uint64(27)
-    x *= _MIX_2
-    x ^= x >> np.uint64(31)
-    return x
+    """splitmix64's finaliser, element-wise (a bijection of 64-bit words), on a copy."""
+    return _mix_in_place(np.array(x, dtype=np.uint64))
