@@ -206,6 +206,11 @@ _HBM_REMAINDER = 2**20
 """Bytes HBM holds beside the arguments when a step's working set sits in VMEM (see
 :func:`memory_estimate`): XLA's HBM figure less the arguments was 0.7-1.4 MiB for every
 such step of ``benchmarks/compile_checks.py`` (v5e and v6e, 8 to 256 chips)."""
+_REMAT_FRACTION = 0.9
+"""Share of the chip's HBM above which XLA's rematerialization takes one of the transposed
+update's copies off the peak (see :func:`memory_estimate`): on v6e (32 GiB) an Adam step
+whose update with three copies came to 28.74 GiB kept them, one that came to 28.78 GiB
+(``[46976, 46976]``, data 8) and every larger one kept two (``copy.remat2``)."""
 
 
 def _mlp_residuals(model: MLPSpec, t: int, itemsize: int) -> float:
@@ -320,6 +325,7 @@ def memory_estimate(
     hbm_bytes: int | None = None,
     vmem_bytes: int | None = None,
     dcn_axes: Collection[str] = (),
+    update_layout_copies: bool = False,
 ) -> dict[str, Any]:
     """Bytes per device of one training step, at its peak.
 
@@ -385,25 +391,45 @@ def memory_estimate(
     161 MiB working set on v5e keeps only ~81 MiB in HBM). VMEM is per TensorCore: on
     v4/v5p megacore chips the step's working set is compared with one core's VMEM.
 
+    The transposed update (``update_layout_copies``, the catalog's
+    ``Hardware.update_layout_copies``: v6e). There XLA's layout assignment runs the
+    optimizer update of an MLP's first kernel in the transposed layout: it copies the
+    kernel's shard and each optimizer moment (Adam: two) to that layout, updates them
+    and copies the results back. The update is then a second candidate for the peak:
+    the arguments, the first kernel's gradient (the last one the backward pass makes;
+    the other layers' updates have run and freed theirs) and the copies. Where that
+    would pass :data:`_REMAT_FRACTION` of the chip's HBM, XLA's rematerialization keeps
+    one copy fewer (Adam; SGD's one copy stays). Where the gradient and the copies fit
+    one TensorCore's VMEM they are placed there and add no HBM. When this moment is the
+    larger, the figures describe it: ``grads`` the first kernel's gradient,
+    ``activations`` 0, ``temporaries`` the copies (also ``layout_copies``). Evidence:
+    the live buffers of 60 compiled MLP steps (v6e: every data-parallel and
+    tensor-parallel one has the copies; v5e and v5p: none; the transformer's stacked
+    layers: none). What it misses: XLA may schedule the copies early, beside the
+    backward pass's FSDP-gathered kernels (v6e fsdp 8: up to three shards more than
+    the estimate), and may keep another layer's gradient until the first kernel's
+    update (v6e ``[16384, 8192, 16384]``: -9%).
+
     The figure is meant for HBM: ``fits`` compares it with the chip's HBM, as XLA's
     compile-time OOM check compares its HBM allocation (``total_allocation_bytes``,
-    ``compile_step``'s ``hbm_peak_bytes``). Left out: layout-changing copies XLA's
-    layout assignment may add (v6e runs the first layer's optimizer update in a
-    transposed layout, copying the parameter and its moments), and the extra
-    hidden-sized buffers of the collective-matmul loops XLA may use for an FSDP matmul;
-    see ``benchmarks/compile_checks.py`` for where they show.
+    ``compile_step``'s ``hbm_peak_bytes``). Left out: the extra hidden-sized buffers of
+    the collective-matmul loops XLA may use for an FSDP matmul; see
+    ``benchmarks/compile_checks.py`` for where they show.
 
     Args:
       vmem_bytes: one TensorCore's VMEM (TPU), or ``None`` to count the working set in
         HBM (GPU, CPU, or no hardware known).
       dcn_axes: mesh axes that cross the data-centre network (a plan's ``axes_detail``
         entries with ``dcn > 1``); used only with ``vmem_bytes``.
+      update_layout_copies: count the transposed update's copies (above).
 
     Returns:
       ``{"params", "optimizer", "grads", "activations", "batch", "temporaries", "total",
-      "vmem", "hbm_bytes", "fits"}`` (ints and a bool; ``hbm_bytes``/``fits`` are
-      ``None`` without HBM); ``total`` is the sum of the first six, HBM bytes; ``vmem``
-      is the working set taken to sit in VMEM instead (0 unless the rule above applies).
+      "vmem", "layout_copies", "hbm_bytes", "fits"}`` (ints and a bool;
+      ``hbm_bytes``/``fits`` are ``None`` without HBM); ``total`` is the sum of the first
+      six, HBM bytes; ``vmem`` is the working set taken to sit in VMEM instead (0 unless
+      the rule above applies); ``layout_copies`` the transposed update's copies counted in
+      ``temporaries`` (0 unless that moment is the peak).
     """
     model = model_spec(model)
     roles = axis_roles(list(axes), roles)
@@ -439,6 +465,24 @@ def memory_estimate(
         temporaries = hbm_grads + _HBM_REMAINDER
         grads = hbm_grads
     total = params + grads + optimizer_bytes + activations + batch + temporaries
+    layout_copies = 0
+    if update_layout_copies and isinstance(model, MLPSpec):
+        _, _, shard, split = specs[0]  # layers/0/kernel
+        kernel = math.prod(shard) * itemsize
+        # fsdp: the kernel's whole gradient, made before its reduce-scatter
+        whole = kernel * sizes["fsdp"] if split else 0
+        factor = OPTIMIZER_STATE_FACTOR[optimizer]
+        copies = (1 + factor) * kernel
+        arguments = params + optimizer_bytes + batch
+        moment = arguments + whole + kernel + copies
+        if factor and hbm_bytes is not None and moment > _REMAT_FRACTION * hbm_bytes:
+            copies -= kernel
+            moment -= kernel
+        in_vmem = vmem_bytes is not None and kernel + copies <= vmem_bytes
+        if not in_vmem and moment > total:
+            grads, activations, layout_copies = kernel, 0, copies
+            temporaries = whole + copies
+            total = moment
     return {
         "params": params,
         "optimizer": optimizer_bytes,
@@ -448,6 +492,7 @@ def memory_estimate(
         "temporaries": temporaries,
         "total": total,
         "vmem": vmem,
+        "layout_copies": layout_copies,
         "hbm_bytes": hbm_bytes,
         "fits": None if hbm_bytes is None else total <= hbm_bytes,
     }
@@ -561,6 +606,7 @@ def estimate_step(
         hbm_bytes=hw.hbm_bytes,
         vmem_bytes=hw.vmem_bytes,
         dcn_axes=[link.name for link in axes_detail if link.dcn > 1],
+        update_layout_copies=hw.update_layout_copies,
     )
     sizes = _role_sizes(axes, roles)
     n_devices = math.prod(axes.values())

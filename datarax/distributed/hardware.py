@@ -94,6 +94,9 @@ class Hardware:
       vmem_bytes: on-chip vector memory (VMEM) of one TensorCore (TPU), bytes, where XLA's
         memory-space assignment may place a step's buffers instead of HBM; ``None``
         where the device has no such compiler-managed memory (GPU, CPU).
+      update_layout_copies: XLA runs the optimizer update of an MLP's first kernel in the
+        transposed layout and copies the kernel and its optimizer moments to it (measured
+        with libtpu 0.0.50.1 on v6e, never on v5e or v5p: ``cost.memory_estimate``).
       notes: one line a reader should know (e.g. nominal figures).
     """
 
@@ -117,6 +120,7 @@ class Hardware:
     slow_link_latency_s: float = 1e-5
     max_slices: int = 0
     vmem_bytes: int | None = None
+    update_layout_copies: bool = False
     notes: str = ""
     torus_dims: int = field(default=0)
 
@@ -161,6 +165,7 @@ class Hardware:
             "slow_link_latency_s": self.slow_link_latency_s,
             "torus_dims": self.torus_dims,
             "vmem_bytes": self.vmem_bytes,
+            "update_layout_copies": self.update_layout_copies,
             "notes": self.notes,
         }
 
@@ -357,8 +362,11 @@ _TPU_V6E = Hardware(
     topologies=_2D_SHAPES,
     torus_dims=2,
     vmem_bytes=128 * 2**20,
+    update_layout_copies=True,
     sources={
         "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V6E 128 MiB per core",
+        "update_layout_copies": "measured here: XLA's buffer assignment of compiled steps "
+        "(libtpu 0.0.50.1, jax 0.12.0.1; benchmarks/compile_checks.py)",
         "peak_bf16_flops": "Google Cloud, TPU v6e (https://cloud.google.com/tpu/docs/v6e): "
         "918 TFLOPs bf16 per chip",
         "hbm_bytes": "Google Cloud, TPU v6e: 32 GB HBM per chip",

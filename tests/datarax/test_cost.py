@@ -314,3 +314,76 @@ def test_estimate_step_applies_the_catalogs_vmem_on_tpu_only():
     link = AxisLink("data", 8, 8, 1, "nvlink", 4.5e11)
     gpu = estimate_step("h100-sxm", [link], SMALL_MLP, 512)["memory_per_device"]
     assert gpu["vmem"] == 0 and gpu["activations"] > 0
+
+
+GIB = 2**30
+V6E = get_hardware("tpu-v6e")
+
+
+def _square(side: int) -> dict:
+    return {"kind": "mlp", "features": [side, side], "dtype": "bfloat16"}
+
+
+def _v6e(model, axes, batch, optimizer="adam", copies=True):
+    return memory_estimate(
+        model, axes, batch, optimizer=optimizer, hbm_bytes=V6E.hbm_bytes,
+        vmem_bytes=V6E.vmem_bytes, update_layout_copies=copies,
+    )  # fmt: skip
+
+
+def test_transposed_update_adds_the_first_kernel_and_its_moments_copies():
+    # v6e data8 [32768, 32768], Adam: XLA's HBM figure is 14.00 GiB, 7 kernels of 2 GiB:
+    # the kernel and its two moments (arguments), its gradient, and three copies
+    kernel = 32768 * 32768 * 2
+    plain = _v6e(_square(32768), {"data": 8}, 64, copies=False)
+    mem = _v6e(_square(32768), {"data": 8}, 64)
+    assert plain["layout_copies"] == 0 and plain["total"] < 4.01 * kernel
+    assert mem["layout_copies"] == 3 * kernel and mem["temporaries"] == 3 * kernel
+    assert mem["grads"] == kernel and mem["activations"] == 0
+    arguments = mem["params"] + mem["optimizer"] + mem["batch"]
+    assert mem["total"] == arguments + 4 * kernel
+    assert abs(mem["total"] - 14.00 * GIB) / (14.00 * GIB) < 0.01
+    # SGD: no moments, the kernel's copy only (6.00 GiB from XLA)
+    sgd = _v6e(_square(32768), {"data": 8}, 64, optimizer="sgd")
+    assert sgd["layout_copies"] == kernel
+    assert abs(sgd["total"] - 6.00 * GIB) / (6.00 * GIB) < 0.01
+
+
+def test_transposed_update_near_the_hbm_keeps_one_copy_fewer():
+    # three copies would pass 90% of v6e's 32 GiB: XLA rematerializes one (27.00 GiB)
+    kernel = 49152 * 49152 * 2
+    mem = _v6e(_square(49152), {"data": 8}, 64)
+    assert mem["layout_copies"] == 2 * kernel
+    assert abs(mem["total"] - 27.00 * GIB) / (27.00 * GIB) < 0.01
+    # just under the line all three stay (XLA: 28.74 GiB)
+    below = _v6e(_square(46912), {"data": 8}, 64)
+    assert below["layout_copies"] == 3 * 46912 * 46912 * 2
+    # SGD's single copy is never taken off (v6e [73728, 73728]: 30.38 GiB)
+    sgd = _v6e(_square(73728), {"data": 8}, 64, optimizer="sgd")
+    assert sgd["layout_copies"] == 73728 * 73728 * 2
+
+
+def test_transposed_update_under_fsdp_sits_beside_the_whole_gradient():
+    # fsdp8 [49152, 49152]: the kernel's whole gradient waits for its reduce-scatter
+    # while the shard's copies are made (XLA: 8.44 GiB)
+    shard = 49152 * 49152 * 2 // 8
+    mem = _v6e(_square(49152), {"fsdp": 8}, 64)
+    assert mem["layout_copies"] == 3 * shard
+    assert mem["temporaries"] == 8 * shard + 3 * shard and mem["grads"] == shard
+    assert abs(mem["total"] - 8.441 * GIB) / (8.441 * GIB) < 0.01
+
+
+def test_transposed_update_is_not_the_peak_everywhere():
+    # the backward pass is larger (fsdp16 [8192, 32768, 8192], batch 16384), the copies
+    # fit in VMEM ([1024, 4096, 1024]), a transformer (stacked layers: no copies), or
+    # the generation has none (v5e)
+    big = {"kind": "mlp", "features": [8192, 32768, 8192], "dtype": "bfloat16"}
+    assert _v6e(big, {"fsdp": 16}, 16384) == _v6e(big, {"fsdp": 16}, 16384, copies=False)
+    assert _v6e(SMALL_MLP, {"data": 8}, 1024)["layout_copies"] == 0
+    tf = {"kind": "transformer", "layers": 2, "d_model": 1024, "d_ff": 4096, "heads": 8,
+          "kv_heads": 8, "vocab": 32000, "seq_len": 128}  # fmt: skip
+    assert _v6e(tf, {"data": 8}, 8) == _v6e(tf, {"data": 8}, 8, copies=False)
+    assert not get_hardware("tpu-v5e").update_layout_copies and V6E.update_layout_copies
+    layout = plan_hardware_devices("tpu-v6e", topology="2x4", ici={"data": 8})
+    est = estimate_step("tpu-v6e", layout.axes_detail, _square(32768), 64)["memory_per_device"]
+    assert est["layout_copies"] == 3 * 32768 * 32768 * 2
