@@ -35,10 +35,10 @@ chip's HBM) is compared with it; the OOM rows were already compared with it. On 
 ``total_allocation_bytes`` is ``argument + output - alias + temp`` (the host's
 ``peak_memory_in_bytes`` is smaller).
 
-The estimate is given the chip's VMEM (``Hardware.vmem_bytes``) and the plan's DCN axes
-(see ``cost.memory_estimate``). Result: fits agree 22/22; within 10% of the HBM figure
-19/22 (before the VMEM rule and the MLP's hidden-gradient transient: 14/22). What
-changed:
+The estimate is given the chip's VMEM (``Hardware.vmem_bytes``), the plan's DCN axes and
+the chip's ``update_layout_copies`` (see ``cost.memory_estimate``). Result: fits agree
+22/22; within 10% of the HBM figure 20/22 (before the VMEM rule and the MLP's
+hidden-gradient transient: 14/22; before v6e's transposed update: 19/22). What changed:
 
 - VMEM: where the working set (gradients, saved activations, temporaries) fits in one
   TensorCore's VMEM, the estimate leaves HBM the arguments and 1 MiB (plus, across
@@ -52,33 +52,34 @@ changed:
 - The MLP's widest hidden activation gradient (a matmul output read by two matmuls)
   is now a counted transient: v5e fsdp8 -14% -> -6%; the other MLPs move by 1-9 points
   and stay within 5%.
+- v6e's transposed update: v6e data8 ``[49152, 49152]`` -33% -> +0%. JAX writes a
+  kernel's gradient as ``dot(dy, x)`` and a transpose; v6e's layout assignment runs the
+  first MLP kernel's optimizer update in the transposed ``{0,1}`` layout: the kernel
+  shard and each Adam moment are copied to it (``copy`` of
+  ``params['layers/0/kernel']``, ``opt_state[0].mu/nu``), updated, and copied back. The
+  estimate now takes the larger of the backward peak and that moment: arguments, the
+  first kernel's gradient (under fsdp also its whole gradient before the reduce-scatter)
+  and the copies (Adam 3, SGD 1), one copy fewer with Adam where three would pass 90% of
+  HBM. Evidence: 59 v6e compiles (one at a time, ``XLA_FLAGS=--xla_dump_to``; squares
+  4096-73728, rectangles, 2-4 layers, batch 64-65536, data 8/16, fsdp 8/16/256, tensor
+  8, data 2 x tensor 4, Adam and SGD): within 10% in 13 before, 51 after. Exact (< 2%)
+  for every one-layer data-parallel step whose update does not fit VMEM, SGD too, and
+  across the remat line: three copies up to 28.74 GiB of HBM (``[46912, 46912]``), two
+  from 28.78 GiB (``[46976, 46976]``, the one miss in that band, +17%) up to ``[53248,
+  53248]``, which XLA refuses at 31.69 GiB, six kernels, the estimate's figure too (its
+  ``fits`` still says yes: it compares with the catalog's 32 GiB, XLA with the 31.24 GiB
+  it makes available). v5e and v5p (15 compiles, same shapes): never copied; the
+  transformer (stacked layers; v6e data 8 and tensor 8): XLA's figure holds no copies
+  (estimate +0%, +10%). The 8 v6e misses left: ``[4096, 4096]`` data8 at three batches
+  (-46% to -50%: the update's four 32 MiB buffers just fill VMEM, the estimate puts them
+  there, XLA keeps three in HBM), tensor8 ``[16384] * 3`` (+10%: one of its four 64 MiB
+  buffers goes to VMEM), fsdp8 ``[8192, 32768, 8192]`` batch 64 and 8192 (-18%/-17%: the
+  copies are scheduled during the backward pass, beside its gathered kernels), data16
+  ``[8192, 32768, 8192]`` batch 16384 (-10.3%: XLA holds one more kernel-sized buffer,
+  likely the second layer's gradient) and the 28.78 GiB one above.
 
 Where the estimate still misses XLA's HBM figure by more than 10%:
 
-- v6e data8 ``[49152, 49152]`` (-33%): JAX writes a kernel's gradient as
-  ``dot(dy, x)`` and a transpose. v5e swaps the weight-gradient convolution's
-  operands (``x``, ``dy``) so the transpose vanishes; v6e keeps ``(dy, x)`` for the first
-  layer and makes the transpose a layout change, so the optimizer update runs in the
-  transposed ``{0,1}`` layout: the parameter and each moment are copied to it and the
-  results back (kernel-sized ``copy`` buffers). Variations compiled (one at a time from
-  this case): v5e 2x4 / v5p 2x2x2 (squares 8192-49152, ``[49152, 32768]``, two
-  layers, fsdp8, sgd, batch 64-65536): never. v6e 2x4 / 4x4: in every one but one
-  (squares 4096-49152, ``[49152, 32768]``, ``[32768, 49152]``, 2-3 layers, batch
-  64-65536, data8, data16, data4 x tensor2, fsdp8, fsdp16 at batch 64-4096; sgd: the
-  parameter only); not fsdp16 ``[8192, 32768, 8192]`` batch 16384 (a table case, +1%),
-  which transposes the input batch and a hidden activation instead. Later layers are
-  copied only sometimes (every layer of features ``[16384] * 3`` and ``[8192] * 4``, only
-  the first of ``[8192, 16384, 16384]``, ``[16384, 16384, 8192]``, ``[1024, 4096, 1024]``).
-  What the copies add to the HBM figure is no fixed count: three kernels for one Adam
-  layer (``[32768, 32768]``: 8.00 -> 14.00 GiB, also ``[4096, 4096]`` to
-  ``[49152, 32768]``, fsdp8 shards), two here (the 31.5 GiB that needs is above v6e's
-  usable 31.24 GiB, so XLA rematerializes: ``copy.remat2``), one for sgd, one to three
-  of the first kernel with more layers (what other gradients are live then), none
-  where the update is not the peak (fsdp16 batch 64-4096, data8 ``[1024, 4096, 1024]``
-  in VMEM). "The larger of the backward peak and the first layer's gradient plus its
-  copies" fits most data-parallel variations but gives +17% here (no remat) and misses
-  v6e fsdp8 ``[49152, 49152]`` (-20%, copies beside the gathered kernel), so no rule
-  is added;
 - v5e fsdp4 x tensor2 MLP (-22%): XLA runs the FSDP matmuls as collective-matmul loops
   (collective-permutes in ``while`` loops); its temp heap (768.7 MiB) holds three
   gathered-kernel-sized (256 MiB) slots, where the estimate counts one, and its HBM
