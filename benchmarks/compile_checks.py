@@ -289,6 +289,7 @@ def _estimate_rows() -> list[dict[str, Any]]:
             model, layout.axes, batch, hbm_bytes=hbm, vmem_bytes=layout.hardware.vmem_bytes,
             dcn_axes=[link.name for link in layout.axes_detail if link.dcn > 1],
             update_layout_copies=layout.hardware.update_layout_copies,
+            usable_hbm_bytes=layout.hardware.usable_hbm_bytes,
         )  # fmt: skip
         xla = compile_train_step(model, mesh, batch, hbm_bytes=hbm)
         peak = xla["memory"]["peak_bytes"] if xla["memory"] else None

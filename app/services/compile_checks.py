@@ -127,11 +127,11 @@ def _estimate(
     batch: int,
     hbm: int | None = None,
 ) -> Any:
-    vmem, dcn_axes, layout_copies = None, [], False
+    vmem, dcn_axes, layout_copies, usable = None, [], False, None
     if plan.get("hardware"):
         hardware = get_hardware(plan["hardware"])
         hbm, vmem = hardware.hbm_bytes, hardware.vmem_bytes
-        layout_copies = hardware.update_layout_copies
+        layout_copies, usable = hardware.update_layout_copies, hardware.usable_hbm_bytes
         # The axes that cross slices (their gradients stay in HBM: cost.memory_estimate).
         dcn_axes = [a["name"] for a in plan.get("axes_detail", ()) if a.get("dcn", 1) > 1]
     try:
@@ -144,6 +144,7 @@ def _estimate(
             vmem_bytes=vmem,
             dcn_axes=dcn_axes,
             update_layout_copies=layout_copies,
+            usable_hbm_bytes=usable,
         )
     except PlanError as error:  # the batch or the axes' roles do not suit the model
         raise from_library(error) from None

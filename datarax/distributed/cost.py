@@ -326,6 +326,7 @@ def memory_estimate(
     vmem_bytes: int | None = None,
     dcn_axes: Collection[str] = (),
     update_layout_copies: bool = False,
+    usable_hbm_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Bytes per device of one training step, at its peak.
 
@@ -410,11 +411,12 @@ def memory_estimate(
     the estimate), and may keep another layer's gradient until the first kernel's
     update (v6e ``[16384, 8192, 16384]``: -9%).
 
-    The figure is meant for HBM: ``fits`` compares it with the chip's HBM, as XLA's
-    compile-time OOM check compares its HBM allocation (``total_allocation_bytes``,
-    ``compile_step``'s ``hbm_peak_bytes``). Left out: the extra hidden-sized buffers of
-    the collective-matmul loops XLA may use for an FSDP matmul; see
-    ``benchmarks/compile_checks.py`` for where they show.
+    The figure is meant for HBM: ``fits`` compares it with the HBM a program may use
+    (``usable_hbm_bytes``, else ``hbm_bytes``), as XLA's compile-time OOM check compares
+    its HBM allocation (``total_allocation_bytes``, ``compile_step``'s
+    ``hbm_peak_bytes``) with the HBM it makes available, a little under the chip's.
+    Left out: the extra hidden-sized buffers of the collective-matmul loops XLA may use
+    for an FSDP matmul; see ``benchmarks/compile_checks.py`` for where they show.
 
     Args:
       vmem_bytes: one TensorCore's VMEM (TPU), or ``None`` to count the working set in
@@ -422,11 +424,14 @@ def memory_estimate(
       dcn_axes: mesh axes that cross the data-centre network (a plan's ``axes_detail``
         entries with ``dcn > 1``); used only with ``vmem_bytes``.
       update_layout_copies: count the transposed update's copies (above).
+      usable_hbm_bytes: the HBM XLA lets one program allocate (the catalog's
+        ``Hardware.usable_hbm_bytes``), for ``fits``; ``None``: ``hbm_bytes``.
 
     Returns:
       ``{"params", "optimizer", "grads", "activations", "batch", "temporaries", "total",
-      "vmem", "layout_copies", "hbm_bytes", "fits"}`` (ints and a bool;
-      ``hbm_bytes``/``fits`` are ``None`` without HBM); ``total`` is the sum of the first
+      "vmem", "layout_copies", "hbm_bytes", "usable_hbm_bytes", "fits"}`` (ints and a
+      bool; ``hbm_bytes``/``fits`` are ``None`` without HBM, ``usable_hbm_bytes`` is
+      ``hbm_bytes`` where not given); ``total`` is the sum of the first
       six, HBM bytes; ``vmem`` is the working set taken to sit in VMEM instead (0 unless
       the rule above applies); ``layout_copies`` the transposed update's copies counted in
       ``temporaries`` (0 unless that moment is the peak).
@@ -465,6 +470,7 @@ def memory_estimate(
         temporaries = hbm_grads + _HBM_REMAINDER
         grads = hbm_grads
     total = params + grads + optimizer_bytes + activations + batch + temporaries
+    usable = hbm_bytes if usable_hbm_bytes is None or hbm_bytes is None else usable_hbm_bytes
     layout_copies = 0
     if update_layout_copies and isinstance(model, MLPSpec):
         _, _, shard, split = specs[0]  # layers/0/kernel
@@ -494,7 +500,8 @@ def memory_estimate(
         "vmem": vmem,
         "layout_copies": layout_copies,
         "hbm_bytes": hbm_bytes,
-        "fits": None if hbm_bytes is None else total <= hbm_bytes,
+        "usable_hbm_bytes": usable,
+        "fits": None if usable is None else total <= usable,
     }
 
 
@@ -607,6 +614,7 @@ def estimate_step(
         vmem_bytes=hw.vmem_bytes,
         dcn_axes=[link.name for link in axes_detail if link.dcn > 1],
         update_layout_copies=hw.update_layout_copies,
+        usable_hbm_bytes=hw.usable_hbm_bytes,
     )
     sizes = _role_sizes(axes, roles)
     n_devices = math.prod(axes.values())

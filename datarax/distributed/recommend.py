@@ -283,9 +283,10 @@ class _Cluster:
                 f"of {devices}"
             )
         gib = 2**30
+        usable = self.hw.usable_hbm_bytes or self.hw.hbm_bytes
         hints = [
             f"the smallest candidate needs {smallest / gib:.2f} GiB per device and HBM holds "
-            f"{self.hw.hbm_bytes / gib:.2f} GiB; about {math.ceil(smallest / self.hw.hbm_bytes)}"
+            f"{usable / gib:.2f} GiB for one program; about {math.ceil(smallest / usable)}"
             f"x the devices would hold it"
         ]
         if spec.remat == "none":

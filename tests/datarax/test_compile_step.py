@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 
 import jax
 import numpy as np
@@ -77,6 +78,13 @@ def test_each_tpu_generation_fits_small_and_refuses_huge(hardware, topology):
     oom = compile_train_step(HUGE, mesh, 64, hbm_bytes=layout.hardware.hbm_bytes)
     assert oom["fits"] is False and oom["memory"] is None
     assert "RESOURCE_EXHAUSTED" in oom["xla_error"] or "HbmOom" in oom["xla_error"]
+    # the HBM XLA makes available (2 decimals of GiB) is the catalog's usable_hbm_bytes,
+    # which the estimate's fits is judged on
+    available = re.search(r"available HBM \(([\d.]+)G\)", oom["xla_error"])
+    assert available, oom["xla_error"]
+    usable = layout.hardware.usable_hbm_bytes
+    assert usable < layout.hardware.hbm_bytes or hardware == "tpu-v5p"
+    assert abs(float(available.group(1)) * 2**30 - usable) <= 0.005 * 2**30
 
 
 def test_mesh_from_plan_ids_is_jaxs_own_device_order():
@@ -271,3 +279,15 @@ def test_v6e_copies_the_first_kernels_update_and_the_estimate_counts_it():
     extra = figures["tpu-v6e"][0] - figures["tpu-v5e"][0]
     assert abs(extra - 3 * kernel) < 0.02 * kernel
     assert figures["tpu-v6e"][1] == 3 * kernel and figures["tpu-v5e"][1] == 0
+    # near the line: six kernels of [53248, 53248] (31.69 GiB) are more than the 31.24 GiB
+    # XLA makes available on v6e, less than its 32 GiB: both refuse it
+    big = {**model, "features": [53248, 53248]}
+    layout, mesh = _tpu_mesh("tpu-v6e", "2x4", {"data": 8})
+    hw = layout.hardware
+    xla = compile_train_step(big, mesh, 64, hbm_bytes=hw.hbm_bytes)
+    est = memory_estimate(
+        big, layout.axes, 64, hbm_bytes=hw.hbm_bytes, vmem_bytes=hw.vmem_bytes,
+        update_layout_copies=True, usable_hbm_bytes=hw.usable_hbm_bytes,
+    )  # fmt: skip
+    assert xla["fits"] is False and "(31.69G)" in xla["xla_error"]
+    assert est["fits"] is False and hw.usable_hbm_bytes < est["total"] < hw.hbm_bytes

@@ -387,3 +387,19 @@ def test_transposed_update_is_not_the_peak_everywhere():
     layout = plan_hardware_devices("tpu-v6e", topology="2x4", ici={"data": 8})
     est = estimate_step("tpu-v6e", layout.axes_detail, _square(32768), 64)["memory_per_device"]
     assert est["layout_copies"] == 3 * 32768 * 32768 * 2
+
+
+def test_fits_is_judged_on_the_hbm_xla_makes_available():
+    # v5e: 16 GiB on the chip, 15.75 GiB for one program (XLA's OOM text)
+    v5e = get_hardware("tpu-v5e")
+    model = _square(46080)  # 4 x 46080^2 x 2 B = 15.82 GiB replicated
+    kw = {"hbm_bytes": v5e.hbm_bytes, "vmem_bytes": v5e.vmem_bytes}
+    nominal = memory_estimate(model, {"data": 4}, 64, **kw)
+    usable = memory_estimate(model, {"data": 4}, 64, usable_hbm_bytes=v5e.usable_hbm_bytes, **kw)
+    assert v5e.usable_hbm_bytes < usable["total"] < v5e.hbm_bytes
+    assert nominal["fits"] is True and usable["fits"] is False
+    assert usable["usable_hbm_bytes"] == v5e.usable_hbm_bytes
+    assert nominal["usable_hbm_bytes"] == nominal["hbm_bytes"] == v5e.hbm_bytes
+    layout = plan_hardware_devices("tpu-v5e", topology="2x2", ici={"data": 4})
+    est = estimate_step("tpu-v5e", layout.axes_detail, model, 64)["memory_per_device"]
+    assert est["fits"] is False and est["usable_hbm_bytes"] == v5e.usable_hbm_bytes
