@@ -60,23 +60,27 @@ hidden-gradient transient: 14/22; before v6e's transposed update: 19/22). What c
   estimate now takes the larger of the backward peak and that moment: arguments, the
   first kernel's gradient (under fsdp also its whole gradient before the reduce-scatter)
   and the copies (Adam 3, SGD 1), one copy fewer with Adam where three would pass 90% of
-  HBM. Evidence: 59 v6e compiles (one at a time, ``XLA_FLAGS=--xla_dump_to``; squares
+  HBM. Evidence: 66 v6e compiles (one at a time, ``XLA_FLAGS=--xla_dump_to``; squares
   4096-73728, rectangles, 2-4 layers, batch 64-65536, data 8/16, fsdp 8/16/256, tensor
-  8, data 2 x tensor 4, Adam and SGD): within 10% in 13 before, 51 after. Exact (< 2%)
-  for every one-layer data-parallel step whose update does not fit VMEM, SGD too, and
-  across the remat line: three copies up to 28.74 GiB of HBM (``[46912, 46912]``), two
-  from 28.78 GiB (``[46976, 46976]``, the one miss in that band, +17%) up to ``[53248,
-  53248]``, which XLA refuses at 31.69 GiB, six kernels, the estimate's figure too (its
-  ``fits`` still says yes: it compares with the catalog's 32 GiB, XLA with the 31.24 GiB
-  it makes available). v5e and v5p (15 compiles, same shapes): never copied; the
-  transformer (stacked layers; v6e data 8 and tensor 8): XLA's figure holds no copies
-  (estimate +0%, +10%). The 8 v6e misses left: ``[4096, 4096]`` data8 at three batches
-  (-46% to -50%: the update's four 32 MiB buffers just fill VMEM, the estimate puts them
-  there, XLA keeps three in HBM), tensor8 ``[16384] * 3`` (+10%: one of its four 64 MiB
-  buffers goes to VMEM), fsdp8 ``[8192, 32768, 8192]`` batch 64 and 8192 (-18%/-17%: the
-  copies are scheduled during the backward pass, beside its gathered kernels), data16
-  ``[8192, 32768, 8192]`` batch 16384 (-10.3%: XLA holds one more kernel-sized buffer,
-  likely the second layer's gradient) and the 28.78 GiB one above.
+  8, data 2 x tensor 4, data 2 x fsdp 4, fsdp 4 x tensor 2, Adam and SGD): within 10% in
+  16 before, 53 after. Exact (< 2%) for every one-layer step whose update does not fit
+  VMEM (data or fsdp, SGD too) and across the remat line: three copies up to 28.74 GiB
+  of HBM (``[46912, 46912]``), two from 28.78 GiB (``[46976, 46976]``, the one miss in
+  that band, +17%) up to ``[53248, 53248]``, which XLA refuses at 31.69 GiB, six
+  kernels, the estimate's figure too (and, judged on the 31.24 GiB XLA makes available,
+  ``Hardware.usable_hbm_bytes``, the estimate refuses it too). v5e and v5p (15 compiles,
+  same shapes): never copied; the transformer (stacked layers; v6e data 8 and tensor 8):
+  XLA's figure holds no copies (estimate +0%, +10%). The 13 v6e misses left: ``[4096,
+  4096]`` data8 at three batches (-46% to -50%: the update's four 32 MiB buffers just
+  fill VMEM, the estimate puts them there, XLA keeps three in HBM); tensor8 ``[16384] *
+  3`` (+10%: one of its four 64 MiB buffers goes to VMEM); five fsdp8 or fsdp4 x tensor2
+  ``[8192, 32768, 8192]`` steps (-17% to -20%, SGD too: the copies are scheduled during
+  the backward pass, beside its gathered kernels, or the collective-matmul loops keep
+  more gathered slots, as on v5e below); two multi-layer FSDP steps the whole-gradient
+  moment over-counts (fsdp8 and data2 x fsdp4 ``[16384] * 3``, +13% and +22%, within 10%
+  without the rule: XLA does not keep that gradient whole beside the copies there);
+  data16 ``[8192, 32768, 8192]`` batch 16384 (-10.3%: XLA holds one more kernel-sized
+  buffer, likely the second layer's gradient) and the 28.78 GiB one above.
 
 Where the estimate still misses XLA's HBM figure by more than 10%:
 
