@@ -1,6 +1,6 @@
 """Compile checks: end to end vs a direct compile, a cached repeat, and estimate vs XLA.
 
-    .venv/bin/python -m benchmarks.compile_checks [--json]
+    .venv/bin/python -m benchmarks.compile_checks [--json] [--table-only | --variations]
 
 ``run() -> rows`` (for ``make bench``):
 
@@ -17,6 +17,9 @@
   the step for memory, its error text's figure (``(51.20G) exceeds available HBM``,
   10 MiB resolution) is what the estimate is compared with. ``xla_peak_bytes``
   (``peak_memory_in_bytes``) is shown beside it.
+- ``transposed_update``: one row per compile of :data:`VARIATIONS`, the study behind
+  v6e's transposed update (below): the estimate without and with
+  ``update_layout_copies`` against XLA's HBM figure.
 
 Which XLA figure (libtpu 0.0.50.1, jax 0.12.0.1; ``XLA_FLAGS=--xla_dump_to=...
 --xla_dump_hlo_as_text``, ``*-memory-usage-report.txt``, ``*-buffer-assignment.txt``,
@@ -60,27 +63,29 @@ hidden-gradient transient: 14/22; before v6e's transposed update: 19/22). What c
   estimate now takes the larger of the backward peak and that moment: arguments, the
   first kernel's gradient (under fsdp also its whole gradient before the reduce-scatter)
   and the copies (Adam 3, SGD 1), one copy fewer with Adam where three would pass 90% of
-  HBM. Evidence: 66 v6e compiles (one at a time, ``XLA_FLAGS=--xla_dump_to``; squares
+  HBM. Evidence: 68 v6e compiles (one at a time, ``XLA_FLAGS=--xla_dump_to``; squares
   4096-73728, rectangles, 2-4 layers, batch 64-65536, data 8/16, fsdp 8/16/256, tensor
-  8, data 2 x tensor 4, data 2 x fsdp 4, fsdp 4 x tensor 2, Adam and SGD): within 10% in
-  16 before, 53 after. Exact (< 2%) for every one-layer step whose update does not fit
-  VMEM (data or fsdp, SGD too) and across the remat line: three copies up to 28.74 GiB
-  of HBM (``[46912, 46912]``), two from 28.78 GiB (``[46976, 46976]``, the one miss in
-  that band, +17%) up to ``[53248, 53248]``, which XLA refuses at 31.69 GiB, six
-  kernels, the estimate's figure too (and, judged on the 31.24 GiB XLA makes available,
-  ``Hardware.usable_hbm_bytes``, the estimate refuses it too). v5e and v5p (15 compiles,
-  same shapes): never copied; the transformer (stacked layers; v6e data 8 and tensor 8):
-  XLA's figure holds no copies (estimate +0%, +10%). The 13 v6e misses left: ``[4096,
-  4096]`` data8 at three batches (-46% to -50%: the update's four 32 MiB buffers just
-  fill VMEM, the estimate puts them there, XLA keeps three in HBM); tensor8 ``[16384] *
-  3`` (+10%: one of its four 64 MiB buffers goes to VMEM); five fsdp8 or fsdp4 x tensor2
-  ``[8192, 32768, 8192]`` steps (-17% to -20%, SGD too: the copies are scheduled during
-  the backward pass, beside its gathered kernels, or the collective-matmul loops keep
-  more gathered slots, as on v5e below); two multi-layer FSDP steps the whole-gradient
-  moment over-counts (fsdp8 and data2 x fsdp4 ``[16384] * 3``, +13% and +22%, within 10%
-  without the rule: XLA does not keep that gradient whole beside the copies there);
-  data16 ``[8192, 32768, 8192]`` batch 16384 (-10.3%: XLA holds one more kernel-sized
-  buffer, likely the second layer's gradient) and the 28.78 GiB one above.
+  8, data 2 x tensor 4, data 2 x fsdp 4, fsdp 4 x tensor 2, Adam and SGD; two refused,
+  compared with XLA's figure; :data:`VARIATIONS`, ``--variations``): within 10% in 16
+  before, 55 after; ``fits`` agrees in 68. Exact (< 2%) for every one-layer step whose
+  update does not fit VMEM (data or fsdp, SGD too) and across the remat line: three
+  copies up to 28.74 GiB of HBM (``[46912, 46912]``), two from 28.78 GiB (``[46976,
+  46976]``, the one miss in that band, +17%) up to ``[53248, 53248]``, which XLA refuses
+  at 31.69 GiB, six kernels, the estimate's figure too (and, judged on the 31.24 GiB XLA
+  makes available, ``Hardware.usable_hbm_bytes``, the estimate refuses it too). v5e and
+  v5p (15 compiles, same shapes): never copied; the transformer (stacked layers; v6e
+  data 8 and tensor 8): XLA's figure holds no copies (estimate +0%, +10%). The 13 v6e
+  misses left: ``[4096, 4096]`` data8 at three batches (-46% to -50%: the update's four
+  32 MiB buffers just fill VMEM, the estimate puts them there, XLA keeps three in HBM);
+  tensor8 ``[16384] * 3`` (+10%: one of its four 64 MiB buffers goes to VMEM); five
+  fsdp8 or fsdp4 x tensor2 ``[8192, 32768, 8192]`` steps (-17% to -20%, SGD too: the
+  copies are scheduled during the backward pass, beside its gathered kernels, or the
+  collective-matmul loops keep more gathered slots, as on v5e below); two multi-layer
+  FSDP steps the whole-gradient moment over-counts (fsdp8 and data2 x fsdp4 ``[16384] *
+  3``, +13% and +22%, within 10% without the rule: XLA does not keep that gradient whole
+  beside the copies there); data16 ``[8192, 32768, 8192]`` batch 16384 (-10.3%: XLA
+  holds one more kernel-sized buffer, likely the second layer's gradient) and the 28.78
+  GiB one above.
 
 Where the estimate still misses XLA's HBM figure by more than 10%:
 
@@ -199,6 +204,98 @@ CASES: list[tuple] = [
     ("tpu-v6e", "4x4", 1, {"fsdp": 4, "tensor": 4}, None, _tf(4, 2048, 8192, 16, 32000, 1024), 64),
     ("tpu-v6e", "16x16", 1, {"fsdp": 256}, None, _mlp(8192, 32768, 8192), 65536 * 4),
 ]
+
+
+_TF_SMALL = _tf(2, 4096, 16384, 32, 32000, 128)
+
+# The transposed-update study: (hardware, topology, ici, features or model, global batch,
+# optimizer), one slice; every compile behind the evidence in the module docstring and in
+# ``cost.memory_estimate`` (v6e, and the same shapes on v5e and v5p).
+VARIATIONS: list[tuple] = [
+    ("tpu-v6e", "2x4", {"data": 8}, [49152, 49152], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [32768, 32768], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [16384, 16384], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [8192, 8192], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [4096, 4096], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [49152, 32768], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [32768, 49152], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [16384, 16384, 16384], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [49152, 49152], 64, "sgd"),
+    ("tpu-v6e", "2x4", {"fsdp": 8}, [49152, 49152], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [32768, 32768], 512, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [32768, 32768], 4096, "adam"),
+    ("tpu-v5e", "2x4", {"data": 8}, [32768, 32768], 64, "adam"),
+    ("tpu-v5e", "2x4", {"data": 8}, [16384, 16384], 64, "adam"),
+    ("tpu-v5e", "2x4", {"data": 8}, [8192, 8192], 64, "adam"),
+    ("tpu-v5e", "2x4", {"data": 8}, [32768, 16384], 64, "adam"),
+    ("tpu-v5p", "2x2x2", {"data": 8}, [49152, 49152], 64, "adam"),
+    ("tpu-v5p", "2x2x2", {"data": 8}, [32768, 32768], 64, "adam"),
+    ("tpu-v5p", "2x2x2", {"data": 8}, [16384, 16384], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [1024, 4096, 1024], 1024, "adam"),
+    ("tpu-v6e", "4x4", {"fsdp": 16}, [8192, 32768, 8192], 16384, "adam"),
+    ("tpu-v6e", "16x16", {"fsdp": 256}, [8192, 32768, 8192], 262144, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [32768, 32768], 64, "sgd"),
+    ("tpu-v6e", "2x4", {"fsdp": 8}, [16384, 16384], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 4, "tensor": 2}, [16384, 16384], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [16384, 16384], 8192, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [16384, 16384], 16384, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [16384, 16384], 65536, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [1024, 4096, 1024], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [1024, 4096, 1024], 8192, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [8192, 32768, 8192], 512, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [4096, 4096], 2048, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [4096, 4096], 4096, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [16384, 8192, 16384], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [8192, 16384, 8192], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [16384, 16384, 8192], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [8192, 16384, 16384], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [8192, 8192, 8192, 8192], 64, "adam"),
+    ("tpu-v6e", "2x4", {"fsdp": 8}, [8192, 32768, 8192], 8192, "adam"),
+    ("tpu-v6e", "2x4", {"fsdp": 8}, [8192, 32768, 8192], 64, "adam"),
+    ("tpu-v6e", "4x4", {"fsdp": 16}, [8192, 32768, 8192], 64, "adam"),
+    ("tpu-v5e", "2x4", {"data": 8}, [16384, 16384, 16384], 64, "adam"),
+    ("tpu-v5e", "2x4", {"fsdp": 8}, [16384, 16384], 64, "adam"),
+    ("tpu-v5e", "2x4", {"data": 8}, [16384, 16384], 64, "sgd"),
+    ("tpu-v5p", "2x2x2", {"data": 8}, [16384, 16384, 16384], 64, "adam"),
+    ("tpu-v5p", "2x2x2", {"fsdp": 8}, [16384, 16384], 64, "adam"),
+    ("tpu-v5p", "2x2x2", {"data": 8}, [49152, 32768], 64, "adam"),
+    ("tpu-v5e", "2x4", {"data": 8}, [16384, 16384], 65536, "adam"),
+    ("tpu-v6e", "4x4", {"fsdp": 16}, [8192, 32768, 8192], 1024, "adam"),
+    ("tpu-v6e", "4x4", {"fsdp": 16}, [8192, 32768, 8192], 4096, "adam"),
+    ("tpu-v6e", "4x4", {"data": 16}, [8192, 32768, 8192], 16384, "adam"),
+    ("tpu-v6e", "2x4", {"fsdp": 8}, [16384, 16384], 8192, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [40960, 40960], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [47104, 47104], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [48128, 48128], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [51200, 51200], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [53248, 53248], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [57344, 57344], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [65536, 65536], 64, "sgd"),
+    ("tpu-v6e", "2x4", {"data": 8}, [73728, 73728], 64, "sgd"),
+    ("tpu-v6e", "2x4", {"data": 8}, _TF_SMALL, 8, "adam"),
+    ("tpu-v6e", "2x4", {"tensor": 8}, _TF_SMALL, 8, "adam"),
+    ("tpu-v6e", "2x4", {"tensor": 8}, [16384, 16384, 16384], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 2, "tensor": 4}, [16384, 16384, 16384], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [45056, 45056], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [43008, 43008], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [46080, 46080], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [16384, 16384, 16384, 16384], 64, "adam"),
+    ("tpu-v5e", "2x4", {"data": 8}, [20480, 20480], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [46336, 46336], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [46464, 46464], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [46592, 46592], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [46848, 46848], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [46976, 46976], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [47040, 47040], 64, "adam"),
+    ("tpu-v6e", "2x4", {"data": 8}, [46912, 46912], 64, "adam"),
+    ("tpu-v6e", "2x4", {"fsdp": 8}, [16384, 16384, 16384], 4096, "adam"),
+    ("tpu-v6e", "2x4", {"fsdp": 8}, [8192, 32768, 8192], 2048, "adam"),
+    ("tpu-v6e", "2x4", {"fsdp": 4, "tensor": 2}, [8192, 32768, 8192], 4096, "adam"),
+    ("tpu-v6e", "4x4", {"fsdp": 16}, [16384, 65536, 16384], 16384, "adam"),
+    ("tpu-v6e", "2x4", {"data": 2, "fsdp": 4}, [16384, 16384, 16384], 4096, "adam"),
+    ("tpu-v6e", "2x4", {"fsdp": 8}, [32768, 32768], 512, "adam"),
+    ("tpu-v6e", "2x4", {"fsdp": 8}, [8192, 32768, 8192], 8192, "sgd"),
+]  # fmt: skip
 
 
 def _wait(client: Any, location: str) -> dict:
@@ -321,14 +418,92 @@ def _estimate_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def _variation_rows() -> list[dict[str, Any]]:
+    """Each of :data:`VARIATIONS` compiled, against the estimate with and without the
+    transposed update (``update_layout_copies``)."""
+    from datarax.distributed.compile_step import (  # noqa: PLC0415
+        compile_train_step,
+        mesh_from_ids,
+        tpu_topology_devices,
+    )
+    from datarax.distributed.cost import memory_estimate  # noqa: PLC0415
+    from datarax.distributed.topology import plan_hardware_devices  # noqa: PLC0415
+
+    rows = []
+    for hardware, topology, ici, model, batch, optimizer in VARIATIONS:
+        if isinstance(model, list):
+            model = _mlp(*model)
+        layout = plan_hardware_devices(hardware, topology=topology, ici=ici)
+        hw = layout.hardware
+        mesh = mesh_from_ids(tpu_topology_devices(hardware, topology), layout.device_grid,
+                             list(layout.axes))  # fmt: skip
+        kw = {"optimizer": optimizer, "hbm_bytes": hw.hbm_bytes, "vmem_bytes": hw.vmem_bytes,
+              "usable_hbm_bytes": hw.usable_hbm_bytes}  # fmt: skip
+        before = memory_estimate(model, layout.axes, batch, **kw)
+        after = memory_estimate(
+            model, layout.axes, batch, update_layout_copies=hw.update_layout_copies, **kw
+        )
+        xla = compile_train_step(model, mesh, batch, optimizer=optimizer, hbm_bytes=hw.hbm_bytes)
+        hbm = xla["memory"]["hbm_peak_bytes"] if xla["memory"] else None
+        xla_bytes = hbm or _oom_bytes(xla["xla_error"])
+        rows.append({
+            "bench": "transposed_update",
+            "hardware": hardware,
+            "axes": layout.axes,
+            "model": (f"mlp {model['features']}" if model["kind"] == "mlp"
+                      else f"transformer L{model['layers']} d{model['d_model']}"),
+            "batch": batch,
+            "optimizer": optimizer,
+            "xla_bytes": xla_bytes,
+            "xla_refused": hbm is None,
+            "before_bytes": before["total"],
+            "after_bytes": after["total"],
+            "layout_copies": after["layout_copies"],
+            "before": None if not xla_bytes else (before["total"] - xla_bytes) / xla_bytes,
+            "after": None if not xla_bytes else (after["total"] - xla_bytes) / xla_bytes,
+            "fits_agree": after["fits"] == xla["fits"],
+        })  # fmt: skip
+    return rows
+
+
+def variations_markdown(rows: list[dict[str, Any]]) -> str:
+    """Per generation: how many compiles the estimate is within 10% of, without and with
+    the transposed update, and every row still outside."""
+    table = [r for r in rows if r["bench"] == "transposed_update"]
+    lines = ["| hardware | compiles | within 10% without the rule | with it | fits agree |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for hw in sorted({r["hardware"] for r in table}):
+        sub = [r for r in table if r["hardware"] == hw and r["after"] is not None]
+        lines.append(
+            f"| {hw} | {len(sub)} | {sum(abs(r['before']) <= 0.10 for r in sub)} | "
+            f"{sum(abs(r['after']) <= 0.10 for r in sub)} | "
+            f"{sum(r['fits_agree'] for r in sub)} |"
+        )
+    lines += ["", "Outside 10% with the rule:", "",
+              "| hardware | axes | model | batch | optimizer | XLA GiB | without | with |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    gib = 2**30
+    for r in table:
+        if r["after"] is not None and abs(r["after"]) > 0.10:
+            refused = " (refused)" if r["xla_refused"] else ""
+            lines.append(
+                f"| {r['hardware']} | {r['axes']} | {r['model']} | {r['batch']} | "
+                f"{r['optimizer']} | {r['xla_bytes'] / gib:.3f}{refused} | "
+                f"{r['before']:+.0%} | {r['after']:+.0%} |"
+            )
+    return "\n".join(lines)
+
+
 def run() -> list[dict[str, Any]]:
     """Every row (see the module docstring)."""
-    return _end_to_end() + _estimate_rows()
+    return _end_to_end() + _estimate_rows() + _variation_rows()
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The estimate-vs-XLA table and its agreement figures, as BENCHMARKS.md shows them."""
     table = [r for r in rows if r["bench"] == "estimate_vs_xla"]
+    if not table:
+        return variations_markdown(rows)
     lines = ["| hardware | chips | axes | model | batch | estimate GiB | XLA HBM GiB | "
              "XLA peak (HBM + VMEM) GiB | rel. error (vs HBM) | fits est / XLA |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -353,17 +528,25 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     lines.append("")
     lines.append(f"fits agree: {agree}/{len(table)}; memory within 10%: {within}/{len(compared)}")
     for r in rows:
-        if r["bench"] != "estimate_vs_xla":
+        if r["bench"] in ("check_256", "cached_repeat"):
             lines.append(f"{r['bench']}: {json.dumps(r)}")
+    if any(r["bench"] == "transposed_update" for r in rows):
+        lines += ["", "v6e's transposed update (``VARIATIONS``: the same estimate without and "
+                  "with ``update_layout_copies``, against XLA's HBM figure):", "",
+                  variations_markdown(rows)]  # fmt: skip
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--table-only", action="store_true", help="skip the end-to-end rows")
+    parser.add_argument("--table-only", action="store_true", help="the table's cases only")
+    parser.add_argument("--variations", action="store_true", help="the VARIATIONS only")
     args = parser.parse_args()
-    rows = _estimate_rows() if args.table_only else run()
+    if args.variations:
+        rows = _variation_rows()
+    else:
+        rows = _estimate_rows() if args.table_only else run()
     print(json.dumps(rows, indent=1) if args.json else markdown(rows))
 
 

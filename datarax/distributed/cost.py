@@ -404,9 +404,9 @@ def memory_estimate(
     one TensorCore's VMEM they are placed there and add no HBM. When this moment is the
     larger, the figures describe it: ``grads`` the first kernel's gradient,
     ``activations`` 0, ``temporaries`` the copies (also ``layout_copies``). Evidence:
-    the live buffers of 81 compiled steps, 79 MLPs (v6e: every data-parallel and
-    tensor-parallel one has the copies, within 10% of XLA in 53 of 66 against 16
-    without the rule; v5e and v5p: none; the transformer's stacked layers: none;
+    the live buffers of 83 compiled steps, 81 MLPs (v6e: every data-parallel and
+    tensor-parallel one has the copies; within 10% of XLA in 55 of 68 v6e steps against
+    16 without the rule; v5e and v5p: none; the transformer's stacked layers: none;
     ``benchmarks/compile_checks.py``). What it misses: XLA may schedule the copies
     early, beside the backward pass's FSDP-gathered kernels of a multi-layer step (v6e
     fsdp 8: -17% to -20%), may not keep a multi-layer FSDP step's whole gradient beside
