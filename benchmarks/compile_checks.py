@@ -374,7 +374,7 @@ def _estimate_rows() -> list[dict[str, Any]]:
         mesh_from_ids,
         tpu_topology_devices,
     )
-    from datarax.distributed.cost import memory_estimate  # noqa: PLC0415
+    from datarax.distributed.cost import hardware_memory, memory_estimate  # noqa: PLC0415
     from datarax.distributed.topology import plan_hardware_devices  # noqa: PLC0415
 
     rows = []
@@ -387,10 +387,8 @@ def _estimate_rows() -> list[dict[str, Any]]:
         mesh = mesh_from_ids(tpu_topology_devices(hardware, topology, slices),
                              layout.device_grid, list(layout.axes))  # fmt: skip
         est = memory_estimate(
-            model, layout.axes, batch, hbm_bytes=hbm, vmem_bytes=layout.hardware.vmem_bytes,
+            model, layout.axes, batch, **hardware_memory(layout.hardware),
             dcn_axes=[link.name for link in layout.axes_detail if link.dcn > 1],
-            update_layout_copies=layout.hardware.update_layout_copies,
-            usable_hbm_bytes=layout.hardware.usable_hbm_bytes,
         )  # fmt: skip
         xla = compile_train_step(model, mesh, batch, hbm_bytes=hbm)
         peak = xla["memory"]["peak_bytes"] if xla["memory"] else None
@@ -426,7 +424,7 @@ def _variation_rows() -> list[dict[str, Any]]:
         mesh_from_ids,
         tpu_topology_devices,
     )
-    from datarax.distributed.cost import memory_estimate  # noqa: PLC0415
+    from datarax.distributed.cost import hardware_memory, memory_estimate  # noqa: PLC0415
     from datarax.distributed.topology import plan_hardware_devices  # noqa: PLC0415
 
     rows = []
@@ -437,12 +435,10 @@ def _variation_rows() -> list[dict[str, Any]]:
         hw = layout.hardware
         mesh = mesh_from_ids(tpu_topology_devices(hardware, topology), layout.device_grid,
                              list(layout.axes))  # fmt: skip
-        kw = {"optimizer": optimizer, "hbm_bytes": hw.hbm_bytes, "vmem_bytes": hw.vmem_bytes,
-              "usable_hbm_bytes": hw.usable_hbm_bytes}  # fmt: skip
-        before = memory_estimate(model, layout.axes, batch, **kw)
-        after = memory_estimate(
-            model, layout.axes, batch, update_layout_copies=hw.update_layout_copies, **kw
-        )
+        figures = hardware_memory(hw)
+        after = memory_estimate(model, layout.axes, batch, optimizer=optimizer, **figures)
+        figures["update_layout_copies"] = False
+        before = memory_estimate(model, layout.axes, batch, optimizer=optimizer, **figures)
         xla = compile_train_step(model, mesh, batch, optimizer=optimizer, hbm_bytes=hw.hbm_bytes)
         hbm = xla["memory"]["hbm_peak_bytes"] if xla["memory"] else None
         xla_bytes = hbm or _oom_bytes(xla["xla_error"])

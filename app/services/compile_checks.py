@@ -79,7 +79,7 @@ from app.ids import new_ulid, utc_now
 from app.schemas.compile_checks import CompileCheckRequest
 from app.services.compile_store import CompileStore
 from app.settings import Settings
-from datarax.distributed.cost import memory_estimate
+from datarax.distributed.cost import hardware_memory, memory_estimate
 from datarax.distributed.hardware import HARDWARE, get_hardware
 from datarax.distributed.model_specs import TransformerSpec, model_spec
 from datarax.distributed.planning import PlanError
@@ -127,24 +127,15 @@ def _estimate(
     batch: int,
     hbm: int | None = None,
 ) -> Any:
-    vmem, dcn_axes, layout_copies, usable = None, [], False, None
+    figures: dict[str, Any] = {"hbm_bytes": hbm}
+    dcn_axes = []
     if plan.get("hardware"):
-        hardware = get_hardware(plan["hardware"])
-        hbm, vmem = hardware.hbm_bytes, hardware.vmem_bytes
-        layout_copies, usable = hardware.update_layout_copies, hardware.usable_hbm_bytes
+        figures = hardware_memory(get_hardware(plan["hardware"]))
         # The axes that cross slices (their gradients stay in HBM: cost.memory_estimate).
         dcn_axes = [a["name"] for a in plan.get("axes_detail", ()) if a.get("dcn", 1) > 1]
     try:
         return memory_estimate(
-            model,
-            plan["axes"],
-            batch,
-            optimizer=optimizer,
-            hbm_bytes=hbm,
-            vmem_bytes=vmem,
-            dcn_axes=dcn_axes,
-            update_layout_copies=layout_copies,
-            usable_hbm_bytes=usable,
+            model, plan["axes"], batch, optimizer=optimizer, dcn_axes=dcn_axes, **figures
         )
     except PlanError as error:  # the batch or the axes' roles do not suit the model
         raise from_library(error) from None

@@ -340,6 +340,18 @@ def _transposed_update(
     return kernel, whole, copies
 
 
+def hardware_memory(hw: Hardware) -> dict[str, Any]:
+    """The catalog figures of ``hw`` that :func:`memory_estimate` takes, as its keyword
+    arguments (``hbm_bytes``, ``vmem_bytes``, ``update_layout_copies``,
+    ``usable_hbm_bytes``)."""
+    return {
+        "hbm_bytes": hw.hbm_bytes,
+        "vmem_bytes": hw.vmem_bytes,
+        "update_layout_copies": hw.update_layout_copies,
+        "usable_hbm_bytes": hw.usable_hbm_bytes,
+    }
+
+
 def memory_estimate(
     model: ModelSpec | Mapping[str, Any],
     axes: Mapping[str, int],
@@ -632,11 +644,8 @@ def estimate_step(
         global_batch,
         roles=roles,
         optimizer=optimizer,
-        hbm_bytes=hw.hbm_bytes,
-        vmem_bytes=hw.vmem_bytes,
         dcn_axes=[link.name for link in axes_detail if link.dcn > 1],
-        update_layout_copies=hw.update_layout_copies,
-        usable_hbm_bytes=hw.usable_hbm_bytes,
+        **hardware_memory(hw),
     )
     sizes = _role_sizes(axes, roles)
     n_devices = math.prod(axes.values())
