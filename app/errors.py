@@ -85,6 +85,8 @@ CODES: dict[str, Code] = _codes(
     ("physical_axes_split_required", 422, "Invalid hardware plan", "JAX would refuse the order"),
     ("device_mesh_unsupported", 422, "Invalid hardware plan", "a mesh JAX cannot lay out"),
     ("invalid_model", 422, "Invalid model", "a model spec with bad sizes"),
+    ("unknown_model", 422, "Invalid model", "a model name that GET /v1/models does not list"),
+    ("model_not_found", 404, "Model not found", "no named model with that name"),
     ("unknown_axis_role", 422, "Invalid hardware plan", "an axis whose role is not known"),
     ("tensor_not_divisible", 422, "Invalid hardware plan", "tensor axis does not divide heads"),
     ("unknown_optimizer", 422, "Invalid model", "an optimizer other than adam/adamw/sgd"),

@@ -37,6 +37,7 @@ from app.routes import (
     jobs,
     meshes,
     metrics,
+    models,
     recommendations,
     sessions,
 )
@@ -182,6 +183,7 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         meshes,
         sessions,
         hardware,
+        models,
         recommendations,
         compile_checks,
         dashboard,

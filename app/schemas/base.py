@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic import Strict as StrictMode
 
 
@@ -15,6 +15,26 @@ class Strict(BaseModel):
 
 
 OptimizerName = Literal["adam", "adamw", "sgd"]
+
+
+class OptimizerSpec(BaseModel):
+    """An optimizer as an object: ``{"name", "learning_rate", ...}`` (DESIGN v1.2: the one
+    form sessions, compile checks and estimates all take, beside a bare name)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: OptimizerName = "adam"
+    learning_rate: float | None = Field(None, gt=0)
+
+
+OptimizerField = OptimizerName | OptimizerSpec
+"""A name (``"adamw"``) or ``{"name", "learning_rate", ...}``."""
+
+
+def optimizer_name(value: OptimizerField | None, default: str = "adam") -> str:
+    """The optimizer's name, whichever form it came in."""
+    if value is None:
+        return default
+    return value if isinstance(value, str) else value.name
 
 
 def _integral(value: Any) -> Any:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StrictInt
 
-from app.schemas.base import OptimizerName, Strict
+from app.schemas.base import OptimizerField, Strict
 from app.schemas.hardware import HardwareModel
 
 CompileStatus = Literal["queued", "compiling", "done", "failed", "cancelled"]
@@ -22,7 +22,7 @@ class CompileCheckRequest(Strict):
     """What to compile on the plan's mesh: the model, the optimizer and the batch."""
 
     model: HardwareModel
-    optimizer: OptimizerName = "adam"
+    optimizer: OptimizerField = "adam"
     batch_shape: list[Annotated[StrictInt, Field(ge=1, le=2**40)]] | None = Field(
         None,
         min_length=1,

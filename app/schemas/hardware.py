@@ -9,12 +9,40 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag
 
-from app.schemas.base import JsonInt, OptimizerName, Strict
+from app.schemas.base import JsonInt, OptimizerField, Strict
 
 ModelDtype = Literal["float32", "bfloat16", "float16"]
 Remat = Literal["none", "full"]
+MaxTextRemat = Literal[
+    "none",
+    "minimal",
+    "minimal_with_context",
+    "save_dot_with_context_except_mlp",
+    "save_dot_except_mlpwi",
+    "save_dot_except_mlp",
+    "save_qkv_proj",
+    "qkv_proj_offloaded",
+    "minimal_offloaded",
+    "save_out_proj",
+    "full",
+    "custom",
+]
+RematTensor = Literal[
+    "decoder_layer_input",
+    "context",
+    "mlpwi",
+    "mlpwi_0",
+    "mlpwi_1",
+    "mlpwo",
+    "query_proj",
+    "key_proj",
+    "value_proj",
+    "qkv_proj",
+    "out_proj",
+]
+RematPlace = Literal["device", "offload", "remat"]
 
 HARDWARE_PLAN_EXAMPLE = {
     "hardware": "tpu-v5e",
@@ -61,7 +89,33 @@ class HardwareMlpModel(Strict):
     loss: Literal["mse", "cross_entropy"] | None = Field(None, description="default mse")
 
 
-class TransformerModel(Strict):
+class _TransformerFields(Strict):
+    """The transformer's optional fields (DESIGN v1.2), MaxText's semantics."""
+
+    mlp: Literal["gated", "plain"] | None = Field(None, description="gated (default) or plain")
+    dtype: ModelDtype | None = Field(None, description="compute dtype (default bfloat16)")
+    param_dtype: ModelDtype | None = Field(
+        None, description="parameters and optimizer moments (MaxText weight_dtype); default dtype"
+    )
+    remat: MaxTextRemat | None = Field(None, description="MaxText's remat_policy (default none)")
+    remat_custom: dict[RematTensor, RematPlace] | None = Field(
+        None,
+        description="remat custom only: MaxText tensor name -> device, offload or remat "
+        "(unlisted: remat; decoder_layer_input: device)",
+    )
+    head_dim: Annotated[JsonInt, Field(ge=1, le=65_536)] | None = Field(
+        None, description="default d_model // heads"
+    )
+    tied_embeddings: StrictBool | None = Field(None, description="default false")
+    attention: Literal["flash", "dot"] | None = Field(
+        None, description="flash (fused kernel, default) or dot (materialized scores)"
+    )
+    vocab_tiling: Annotated[JsonInt, Field(ge=1, le=4096)] | None = Field(
+        None, description="MaxText num_vocab_tiling (default 1)"
+    )
+
+
+class TransformerModel(_TransformerFields):
     """A decoder-only transformer (no biases; gated MLP unless ``mlp: plain``)."""
 
     kind: Literal["transformer"]
@@ -72,12 +126,40 @@ class TransformerModel(Strict):
     kv_heads: _Size
     vocab: _Size
     seq_len: _Size
-    mlp: Literal["gated", "plain"] = "gated"
-    dtype: ModelDtype | None = Field(None, description="default bfloat16")
-    remat: Remat | None = Field(None, description="none (default) or full")
 
 
-HardwareModel = Annotated[HardwareMlpModel | TransformerModel, Field(discriminator="kind")]
+class NamedModel(_TransformerFields):
+    """A named model of ``GET /v1/models``; the other fields override the entry's."""
+
+    name: str = Field(max_length=64, examples=["llama3.1-8b"])
+    kind: Literal["transformer"] | None = None
+    layers: Annotated[JsonInt, Field(ge=1, le=MAX_LAYERS)] | None = None
+    d_model: _Size | None = None
+    d_ff: _Size | None = None
+    heads: _Size | None = None
+    kv_heads: _Size | None = None
+    vocab: _Size | None = None
+    seq_len: _Size | None = None
+
+
+def model_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return "named" if "name" in value else value.get("kind")
+    if isinstance(value, NamedModel):
+        return "named"
+    return getattr(value, "kind", None)
+
+
+HardwareModel = Annotated[
+    Annotated[HardwareMlpModel, Tag("mlp")]
+    | Annotated[TransformerModel, Tag("transformer")]
+    | Annotated[NamedModel, Tag("named")],
+    Discriminator(
+        model_tag,
+        custom_error_type="invalid_model",
+        custom_error_message="model needs a kind ('mlp' or 'transformer') or a name",
+    ),
+]
 
 _HARDWARE = Field(max_length=64, description="a catalog name of GET /v1/hardware")
 _TOPOLOGY = Field(
@@ -113,7 +195,7 @@ class HardwarePlanRequest(Strict):
     model: HardwareModel | None = Field(
         None, description="adds step_estimate and memory_per_device (needs batch_shape)"
     )
-    optimizer: OptimizerName = "adam"
+    optimizer: OptimizerField = "adam"
     name: str | None = Field(None, max_length=200)
 
 
@@ -138,7 +220,7 @@ class RecommendationRequest(Strict):
         description="mesh axis names in order, each with a role: data, fsdp or tensor "
         "(aliases batch, replica, model)",
     )
-    optimizer: OptimizerName = "adam"
+    optimizer: OptimizerField = "adam"
     allow_split_physical_axes: StrictBool = _SPLIT
 
 
@@ -163,6 +245,30 @@ class HardwareEntry(BaseModel):
 
 class HardwareList(BaseModel):
     items: list[HardwareEntry]
+
+
+class NamedModelEntry(BaseModel):
+    """A named model: a transformer ``model`` object with its ``source``."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(examples=["llama3.1-8b"])
+    kind: Literal["transformer"]
+    layers: int
+    d_model: int
+    d_ff: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    seq_len: int
+    mlp: Literal["gated", "plain"]
+    tied_embeddings: bool
+    source: str = Field(description="MaxText's configs/models/<name>.yml and the model card")
+    notes: str | None = None
+
+
+class NamedModelList(BaseModel):
+    items: list[NamedModelEntry]
 
 
 class AxisDetail(BaseModel):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, model_validator
 
-from app.schemas.base import JsonInt, OptimizerName, Strict
+from app.schemas.base import JsonInt, OptimizerName, OptimizerSpec, Strict
 from app.schemas.hardware import (
     HardwarePlanRequest,
+    NamedModel,
     Remat,
     TransformerModel,
+    model_tag,
 )
 
 MAX_PLAN_DEVICES = 262_144
@@ -24,14 +26,6 @@ PLAN_REQUEST_EXAMPLE = {
     "model": {"kind": "mlp", "features": [1024, 4096, 10]},
     "name": "llm-sweep-7",
 }
-
-
-class OptimizerSpec(BaseModel):
-    """An optimizer as sessions take it; plans use only ``name`` (its state size)."""
-
-    model_config = ConfigDict(extra="allow")
-    name: OptimizerName = "adam"
-    learning_rate: float | None = Field(None, gt=0)
 
 
 class MlpModel(Strict):
@@ -59,6 +53,17 @@ class MlpModel(Strict):
         None, description="hardware plans only: mse (default) or cross_entropy"
     )
 
+
+PlanModel = Annotated[
+    Annotated[MlpModel, Tag("mlp")]
+    | Annotated[TransformerModel, Tag("transformer")]
+    | Annotated[NamedModel, Tag("named")],
+    Discriminator(
+        model_tag,
+        custom_error_type="invalid_model",
+        custom_error_message="model needs a kind ('mlp' or 'transformer') or a name",
+    ),
+]
 
 _PLAIN_ONLY = ("axes", "num_devices", "platform", "param_sharding")
 _HARDWARE_ONLY = ("topology", "slices", "hosts", "ici", "dcn", "allow_split_physical_axes")
@@ -109,7 +114,7 @@ class MeshPlanRequest(Strict):
         description="plan for a cluster of exactly this many devices without touching "
         "devices (abstract plan); absent or null: a live plan on this service's devices",
     )
-    model: Annotated[MlpModel | TransformerModel, Field(discriminator="kind")] | None = Field(
+    model: PlanModel | None = Field(
         None,
         description="adds parameter layouts and a per-device memory estimate; hardware "
         "plans also take a transformer and add step_estimate",
@@ -158,7 +163,7 @@ class MeshPlanRequest(Strict):
                 raise ValueError(f"{', '.join(extra)} need hardware (a name of /v1/hardware)")
             if self.axes is None:
                 raise ValueError("axes is required (or give hardware and ici)")
-            if isinstance(self.model, TransformerModel):
+            if isinstance(self.model, TransformerModel | NamedModel):
                 raise ValueError("a transformer model needs a hardware plan (hardware and ici)")
             if self.model is not None:
                 extra = _given(self.model, _HARDWARE_MLP_ONLY)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from app.schemas.base import JsonInt, OptimizerName, Strict
 from app.schemas.meshes import ParamLayout
@@ -36,9 +36,17 @@ class SessionOptimizer(Strict):
     learning_rate: float = Field(1e-3, gt=0, le=10)
 
 
+def _optimizer_object(value: Any) -> Any:
+    # DESIGN v1.2: a bare name is the same optimizer at its default learning rate.
+    return {"name": value} if isinstance(value, str) else value
+
+
 class SessionCreateRequest(Strict):
     model: SessionModel
-    optimizer: SessionOptimizer = Field(default_factory=SessionOptimizer)
+    optimizer: Annotated[SessionOptimizer, BeforeValidator(_optimizer_object)] = Field(
+        default_factory=SessionOptimizer,
+        description="a name ('adam', 'adamw', 'sgd') or {'name', 'learning_rate'}",
+    )
     loss: Literal["mse", "cross_entropy"] = Field(
         "mse", description="mse: float targets [B, out]; cross_entropy: integer ids [B]"
     )

@@ -76,6 +76,7 @@ from app.errors import (
     from_library,
 )
 from app.ids import new_ulid, utc_now
+from app.schemas.base import optimizer_name
 from app.schemas.compile_checks import CompileCheckRequest
 from app.services.compile_store import CompileStore
 from app.settings import Settings
@@ -184,7 +185,8 @@ def check_target(
         )
     batch = int(shape[0])
     _check_sizes(spec, batch)
-    estimate = _estimate(plan, spec.to_json(), request.optimizer, batch)
+    optimizer = optimizer_name(request.optimizer)
+    estimate = _estimate(plan, spec.to_json(), optimizer, batch)
     extra = {"estimate": estimate}
     ids = [int(i) for i in _flatten(plan["device_grid"])]
     hbm = None
@@ -212,7 +214,7 @@ def check_target(
         }
     elif needs_gpu(plan):
         target, hbm = _gpu_target(ids, gpu, settings, extra)
-        estimate = _estimate(plan, spec.to_json(), request.optimizer, batch, hbm)
+        estimate = _estimate(plan, spec.to_json(), optimizer, batch, hbm)
     elif plan.get("live"):
         if plan.get("platform") != "cpu":
             raise CompileTargetUnavailable(
@@ -242,7 +244,7 @@ def check_target(
         "axes": dict(plan["axes"]),
         "device_ids": ids,
         "model": spec.to_json(),
-        "optimizer": request.optimizer,
+        "optimizer": optimizer,
         "global_batch": batch,
         "hbm_bytes": hbm,
         "estimate": estimate,

@@ -16,18 +16,29 @@ from typing import Any
 import numpy as np
 
 from app.errors import ServiceError
+from app.schemas.base import optimizer_name
 from app.schemas.hardware import HardwareMlpModel, HardwarePlanRequest, RecommendationRequest
 from app.schemas.meshes import MeshPlanRequest, MlpModel
 from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
 from datarax.distributed.cost import axis_roles, estimate_step, param_specs
 from datarax.distributed.hardware import HARDWARE, get_hardware
 from datarax.distributed.model_specs import DTYPE_BYTES, model_spec
+from datarax.distributed.named_models import MODELS, models_json
 from datarax.distributed.recommend import recommend_meshes
 from datarax.distributed.topology import HardwareLayout, plan_hardware_devices
 
 # Step-estimate members DESIGN v1.1 fixes, then the library's extras worth keeping.
 _ESTIMATE_KEYS = ("flops", "compute_s", "comm_s", "step_s", "mfu", "bottleneck", "collectives")
-_ESTIMATE_EXTRAS = ("bottleneck_link", "phases", "tokens_per_device")
+_ESTIMATE_EXTRAS = (
+    "bottleneck_link",
+    "phases",
+    "tokens_per_device",
+    "roofline_s",
+    "roofline_mfu",
+    "peak_flops",
+    "breakdown",
+    "gap",
+)
 
 
 # ------------------------------------------------------------------------------ catalog
@@ -52,6 +63,25 @@ def hardware_entry(name: str) -> dict[str, Any]:
     return get_hardware(name).to_json()
 
 
+def list_models() -> dict[str, Any]:
+    """``{"items": [...]}``: every named model (``GET /v1/models``)."""
+    return {"items": models_json()}
+
+
+def model_entry(name: str) -> dict[str, Any]:
+    """One named model.
+
+    Raises:
+      ServiceError: 404 ``model_not_found`` (the detail lists the names).
+    """
+    if name not in MODELS:
+        raise ServiceError(
+            f"no model named {name!r}; GET /v1/models lists {', '.join(MODELS)}",
+            code="model_not_found",
+        )
+    return {"name": name, **dict(MODELS[name])}
+
+
 # ------------------------------------------------------------------------------- plans
 
 
@@ -70,7 +100,7 @@ def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
             remat=model.remat,
             loss=model.loss,
         )
-    optimizer = body.optimizer if isinstance(body.optimizer, str) else body.optimizer.name
+    optimizer = optimizer_name(body.optimizer)
     assert body.hardware is not None and body.ici is not None  # checked by the schema
     return HardwarePlanRequest(
         hardware=body.hardware,
@@ -133,10 +163,10 @@ def _step_parts(
         layout.axes_detail,
         spec,
         global_batch,
-        optimizer=request.optimizer,
+        optimizer=optimizer_name(request.optimizer),
     )
     roles = axis_roles(list(layout.axes))
-    itemsize = DTYPE_BYTES[spec.dtype]
+    itemsize = DTYPE_BYTES[getattr(spec, "param_dtype", spec.dtype)]
     params = [
         {
             "path": group.path,
@@ -149,6 +179,7 @@ def _step_parts(
         for group, entry_spec, shard, _ in param_specs(spec, layout.axes, roles)
     ]
     step = {key: estimate[key] for key in (*_ESTIMATE_KEYS, *_ESTIMATE_EXTRAS)}
+    step["model"] = spec.to_json()
     return params, dict(estimate["memory_per_device"]), step
 
 
@@ -182,11 +213,13 @@ def render_hardware_plan(
     params = memory = None
     if request.model is not None:
         params, memory, members["step_estimate"] = _step_parts(request, layout)
+        # the plan stores its model (resolved: a named model's figures with its overrides)
+        members["model"] = members["step_estimate"].pop("model")
     plain = PlanRequest(
         axes=layout.axes,
         batch_shape=request.batch_shape,
         batch_axes=request.batch_axes,
-        optimizer=request.optimizer,
+        optimizer=optimizer_name(request.optimizer),
         name=request.name,
     )
     return render_plan(
@@ -220,13 +253,15 @@ def recommend(request: RecommendationRequest) -> dict[str, Any]:
         hosts=request.hosts,
         axes=request.axes,
         top_k=request.top_k,
-        optimizer=request.optimizer,
+        optimizer=optimizer_name(request.optimizer),
         allow_split_physical_axes=request.allow_split_physical_axes,
     )
 
 
 __all__ = [
     "hardware_entry",
+    "list_models",
+    "model_entry",
     "hardware_plan_request",
     "lay_out",
     "list_hardware",

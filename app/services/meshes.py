@@ -15,7 +15,8 @@ import orjson
 from app.errors import AnswerTooLarge, MeshNotFound, ServiceError, WorkerLost
 from app.ids import new_plan_id, utc_now
 from app.runtime_client import RuntimeClient
-from app.schemas.meshes import MeshPlanRequest, MlpModel, OptimizerSpec
+from app.schemas.base import optimizer_name
+from app.schemas.meshes import MeshPlanRequest, MlpModel
 from app.services.hardware import hardware_plan_request, render_hardware_plan
 from app.services.layout_svg import render_layout_svg
 from app.services.plans import (
@@ -41,21 +42,15 @@ class CreatedPlan:
     live: bool
 
 
-def _optimizer_name(value: str | OptimizerSpec | None) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return value.name
-
-
 def plan_request(body: MeshPlanRequest) -> PlanRequest:
     """What the HTTP body asks for, as the planner's :class:`PlanRequest`."""
     model = body.model
     assert body.axes is not None and (model is None or isinstance(model, MlpModel))
     param_sharding = body.param_sharding
-    optimizer = _optimizer_name(body.optimizer) or "adam"
+    optimizer = optimizer_name(body.optimizer)
     if model is not None:
         param_sharding = model.param_sharding or param_sharding
-        optimizer = _optimizer_name(model.optimizer) or optimizer
+        optimizer = optimizer_name(model.optimizer, optimizer)
     return PlanRequest(
         axes=body.axes,
         batch_shape=body.batch_shape,

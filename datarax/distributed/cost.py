@@ -37,11 +37,16 @@ over both networks (``ici > 1`` and ``dcn > 1``) runs hierarchically: the ICI pa
 ``V`` and the DCN part over ``V / ici`` (each device holds its ICI shard by then),
 pipelined, so it costs the slower of the two.
 
-Step time: within each of the forward and the backward pass, collectives run one after
-another and overlap perfectly with that pass's compute; the passes run in sequence:
-``step_s = max(fwd_compute, fwd_comm) + max(bwd_compute, bwd_comm)``. HBM bandwidth,
-kernel launch overheads and pipeline bubbles are not modelled; the figure is a lower
-bound a real step approaches when compute-bound (MFU 40-60% is typical in practice).
+Step time: ``roofline_s`` is the ideal step: within each of the forward and the backward
+pass, collectives run one after another and overlap perfectly with that pass's compute at
+100% of the compute dtype's peak, the passes in sequence: ``max(fwd_compute, fwd_comm) +
+max(bwd_compute, bwd_comm)`` (``phases`` holds those four figures, ``bottleneck`` says
+which side is longer). ``step_s`` predicts the measured wall time
+(:func:`datarax.distributed.step_time.predict_step`: achieved fractions of peak for
+matmuls and attention kernels, memory-bound work at HBM bandwidth, partly exposed
+collectives, host-offload transfers, remat recompute; calibrated on published runs, see
+BENCHMARKS.md) and ``mfu`` follows from it; ``breakdown`` and ``gap`` say what makes the
+difference.
 
 Example:
   >>> from datarax.distributed.hardware import AxisLink
@@ -71,6 +76,7 @@ from datarax.distributed.model_specs import (
     model_spec,
 )
 from datarax.distributed.planning import PlanError
+from datarax.distributed.step_time import predict_step, recompute_flops_per_token
 
 __all__ = [
     "AXIS_ROLES",
@@ -202,6 +208,7 @@ def _check_tensor(model: ModelSpec, t: int) -> None:
 
 _F32 = 4
 _IN_FLIGHT_GATHERS = 1
+_SCAN_IN_FLIGHT_GATHERS = 2
 _HBM_REMAINDER = 2**20
 """Bytes HBM holds beside the arguments when a step's working set sits in VMEM (see
 :func:`memory_estimate`): XLA's HBM figure less the arguments was 0.7-1.4 MiB for every
@@ -234,36 +241,63 @@ def _mlp_residuals(model: MLPSpec, t: int, itemsize: int) -> float:
 def _transformer_head(model: TransformerSpec, t: int, itemsize: int) -> float:
     """Bytes per token the step keeps for the backward pass of its head (see
     :func:`_transformer_residuals`): the final norm, like each layer's (``4d + 3bd``),
-    and the cross-entropy's float32 ``exp(logits)`` (``4 vocab / t``)."""
+    and, with one vocabulary tile, the cross-entropy's float32 ``exp(logits)``
+    (``4 vocab / t``); with ``vocab_tiling > 1`` each tile's logits are recomputed in the
+    backward pass from the kept norm output, so none are kept."""
     d = model.d_model
-    return _F32 * d + 3 * itemsize * d + _F32 * model.vocab / t
+    logits = _F32 * model.vocab / t if model.vocab_tiling == 1 else 0.0
+    return (_F32 * d + 3 * itemsize * d) / t + logits
+
+
+def _layer_none_bytes(model: TransformerSpec, t: int, b: int) -> float:
+    """Bytes per token one layer keeps under ``remat: none`` (see
+    :func:`_transformer_residuals`)."""
+    d, f, h, hd, s = model.d_model, model.d_ff, model.heads, model.head_dim, model.seq_len
+    mlp = 6 if model.mlp == "gated" else 5
+    # dot attention keeps softmax's float32 output and the probabilities ([S] per head);
+    # a flash kernel keeps its float32 log-sum-exp (one per head)
+    scores = (_F32 + b) * h * s if model.attention == "dot" else _F32 * h
+    return (2 * (_F32 * d + 3 * b * d) + 4 * b * h * hd + scores + mlp * b * f) / t
+
+
+def _named_bytes(model: TransformerSpec, t: int, b: int, place: str) -> float:
+    """Bytes per token and layer of MaxText's named tensors that the policy puts at
+    ``place`` (``device`` or ``offload``)."""
+    places = model.remat_places() or {}
+    sizes = model.named_elements_per_token(t)
+    return b * sum(sizes[name] for name, where in places.items() if where == place)
 
 
 def _transformer_residuals(model: TransformerSpec, t: int, itemsize: int) -> float:
-    """Bytes per token that JAX's autodiff of the compiled step saves for the backward
-    pass (``jax.ad_checkpoint.print_saved_residuals`` of the step's loss lists exactly
+    """Bytes per token that JAX's autodiff of the compiled step keeps in HBM for the
+    backward pass (``jax.ad_checkpoint.print_saved_residuals`` of the step's loss lists
     these, and XLA's forward ``while`` loop stacks them ``[layers, ...]``).
 
-    ``none``, per layer (``b`` the model dtype's bytes, ``t`` the tensor size): each
+    ``none``, per layer (``b`` the compute dtype's bytes, ``t`` the tensor size): each
     RMS norm keeps its input cast to float32 (``4d``) and three ``d``-wide model-dtype
     arrays (the normalized input, the scaled output, the input, ``3bd``); attention keeps
-    ``q``, ``k``, ``v`` (``k``/``v`` after the repeat to ``heads``) and its output
-    (``4 b heads hd / t``), softmax's float32 output (``4 heads S / t``) and the
-    probabilities in the model dtype (``b heads S / t``); the MLP keeps six (gated: gate,
-    up, sigmoid and silu of gate, their product, ...) or five (plain, GELU) ``d_ff``-wide
-    arrays (``b f / t`` each). Once, the head (:func:`_transformer_head`). ``full``: each
-    layer's input (``bd``) and the head. Checked against XLA's forward ``while`` loop's
-    stacked outputs for ``benchmarks/compile_checks.py``'s v5p fsdp64 transformer
-    (XLA 86.19 GiB per device, this count 86.0 GiB plus the head).
+    ``q``, ``k``, ``v`` and its output (``4 b heads hd / t``) and, with ``dot``
+    attention, softmax's float32 output (``4 heads S / t``) and the probabilities in the
+    model dtype (``b heads S / t``), with ``flash`` only the kernel's float32 log-sum-exp
+    (``4 heads / t``); the MLP keeps six (gated) or five (plain) ``d_ff``-wide arrays
+    (``b f / t`` each). Once, the head (:func:`_transformer_head`). Any other policy keeps
+    the named tensors it places on the device (:meth:`TransformerSpec.remat_places`:
+    ``full`` only the layer input, ``b d``); offloaded ones are in
+    :func:`_offloaded_bytes`, not here. The ``none`` count was checked against XLA's
+    forward ``while`` loop's stacked outputs for ``benchmarks/compile_checks.py``'s v5p
+    fsdp64 transformer (XLA 86.19 GiB per device, this count 86.0 GiB plus the head).
     """
-    d, f, h, hd, s = model.d_model, model.d_ff, model.heads, model.head_dim, model.seq_len
-    b = itemsize
     head = _transformer_head(model, t, itemsize)
-    if model.remat == "full":
-        return model.layers * b * d + head
-    mlp = 6 if model.mlp == "gated" else 5
-    layer = 2 * (_F32 * d + 3 * b * d) + (4 * b * h * hd + (_F32 + b) * h * s + mlp * b * f) / t
-    return model.layers * layer + head
+    if model.remat_places() is None:
+        return model.layers * _layer_none_bytes(model, t, itemsize) + head
+    return model.layers * _named_bytes(model, t, itemsize, "device") + head
+
+
+def _offloaded_bytes(model: ModelSpec, t: int, itemsize: int) -> float:
+    """Bytes per token the policy moves to host memory (all layers)."""
+    if not isinstance(model, TransformerSpec):
+        return 0.0
+    return model.layers * _named_bytes(model, t, itemsize, "offload")
 
 
 def _temporaries(
@@ -272,6 +306,7 @@ def _temporaries(
     sizes: Mapping[str, int],
     tokens: int,
     itemsize: int,
+    param_itemsize: int,
 ) -> dict[str, int]:
     """What XLA holds beside the state and the saved activations at the step's peak
     (see :func:`memory_estimate`): ``fsdp_gathered`` and the ``phase`` transient (the
@@ -279,12 +314,18 @@ def _temporaries(
     activation gradient)."""
     t = sizes["tensor"]
     fsdp = sizes["fsdp"]
+    # The scanned transformer gathers one layer's slice of a stacked parameter inside the
+    # loop (the layer's weights, cast to the compute dtype), and XLA's scheduler
+    # prefetches the next layer's: two in flight. The MLP gathers whole parameters.
+    scanned = isinstance(model, TransformerSpec)
     gathered = sorted(
-        (math.prod(shard) * group.repeat * itemsize * fsdp for group, _, shard, split in specs
+        (math.prod(shard) * fsdp * (itemsize if scanned else group.repeat * param_itemsize)
+         for group, _, shard, split in specs
          if split and fsdp > 1),
         reverse=True,
     )  # fmt: skip
-    out = {"fsdp_gathered": sum(gathered[:_IN_FLIGHT_GATHERS]), "phase": 0}
+    in_flight = _SCAN_IN_FLIGHT_GATHERS if scanned else _IN_FLIGHT_GATHERS
+    out = {"fsdp_gathered": sum(gathered[:in_flight]), "phase": 0}
     if isinstance(model, MLPSpec):
         # The backward pass makes each hidden layer's activation gradient (the next
         # layer's input gradient, masked by ReLU's mask) in the model dtype. It is a
@@ -297,20 +338,24 @@ def _temporaries(
         # The step's peak is the larger of two moments whose transients never coexist.
         # At the loss, every saved activation is live (the layers' and the head's, which
         # ``activations`` counts) and the logits exist in the model dtype beside the
-        # saved float32 exp(logits) (their gradient then takes their place). In the last
-        # layer's backward pass the head's residuals are gone (the loss's backward pass
-        # consumed them) and one float32 array of the attention scores' size is made
-        # (their gradient); under remat: full that layer's forward pass is first
-        # recomputed: its textbook activations (``activation_elements_per_token`` less
-        # the other layers' inputs and the head) with softmax's float32 output, whose
-        # gradient then takes its place.
-        h, d, s = model.heads // t, model.d_model, model.seq_len
+        # saved float32 exp(logits) (their gradient then takes their place); with
+        # vocab_tiling, one tile's logits, float32 exp and gradient. In the last layer's
+        # backward pass the head's residuals are gone (the loss's backward pass consumed
+        # them) and, with dot attention, one float32 array of the attention scores' size
+        # is made (their gradient); under any remat policy that layer's forward pass is
+        # first recomputed: its textbook activations (the layer part of
+        # ``activation_elements_per_token`` at remat none: XLA fuses the recomputation
+        # into the backward pass, so the float32 norm copies and elementwise
+        # intermediates are not materialized).
+        h, s = model.heads // t, model.seq_len
         head = _transformer_head(model, t, itemsize)
-        loss = itemsize * model.vocab / t
-        layer = _F32 * h * s
-        if model.remat == "full":
-            recomputed = model.activation_elements_per_token(t) - model.layers * d
-            layer += (recomputed - model.vocab / t - d) * itemsize
+        if model.vocab_tiling == 1:
+            loss = itemsize * model.vocab / t
+        else:
+            loss = (itemsize + 2 * _F32) * model.vocab / t / model.vocab_tiling
+        layer = _F32 * h * s if model.attention == "dot" else 0.0
+        if model.remat_places() is not None:
+            layer += model.layer_elements_per_token(t) * itemsize
         out["phase"] = int(tokens * max(loss, layer - head))
     return out
 
@@ -349,6 +394,9 @@ def hardware_memory(hw: Hardware) -> dict[str, Any]:
         "vmem_bytes": hw.vmem_bytes,
         "update_layout_copies": hw.update_layout_copies,
         "usable_hbm_bytes": hw.usable_hbm_bytes,
+        "host_memory_bytes": (
+            None if hw.host_memory_bytes is None else hw.host_memory_bytes // hw.devices_per_host
+        ),
     }
 
 
@@ -364,12 +412,14 @@ def memory_estimate(
     dcn_axes: Collection[str] = (),
     update_layout_copies: bool = False,
     usable_hbm_bytes: int | None = None,
+    host_memory_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Bytes per device of one training step, at its peak.
 
     ``params``, ``grads`` and ``optimizer`` (moments, ``OPTIMIZER_STATE_FACTOR`` times the
-    parameters) are held in the model's dtype (optax keeps moments in the parameters'
-    dtype) and sharded as :func:`param_specs` says; ``batch`` is this device's slice of
+    parameters) are held in the parameters' dtype (``param_dtype``, MaxText's
+    ``weight_dtype``; optax keeps moments in the parameters' dtype) and sharded as
+    :func:`param_specs` says; ``batch`` is this device's slice of
     inputs and targets. ``activations`` are what the compiled step
     (:mod:`datarax.distributed.compile_step`) keeps for its backward pass for this
     device's tokens: JAX's autodiff residuals of that step as XLA materializes them
@@ -466,15 +516,20 @@ def memory_estimate(
       update_layout_copies: count the transposed update's copies (above).
       usable_hbm_bytes: the HBM XLA lets one program allocate (the catalog's
         ``Hardware.usable_hbm_bytes``), for ``fits``; ``None``: ``hbm_bytes``.
+      host_memory_bytes: this device's share of its host's DRAM (the catalog's
+        ``host_memory_bytes / devices_per_host``), against which the activations a remat
+        policy offloads (``host_offload_bytes``, MaxText's ``offload`` places: they leave
+        HBM for ``pinned_host`` memory) are checked; ``None``: not checked.
 
     Returns:
       ``{"params", "optimizer", "grads", "activations", "batch", "temporaries", "total",
-      "vmem", "layout_copies", "hbm_bytes", "usable_hbm_bytes", "fits"}`` (ints and a
-      bool; ``hbm_bytes``/``fits`` are ``None`` without HBM, ``usable_hbm_bytes`` is
-      ``hbm_bytes`` where not given); ``total`` is the sum of the first six, HBM bytes;
-      ``vmem`` is the working set taken to sit in VMEM instead (0 unless the rule above
-      applies); ``layout_copies`` the transposed update's copies counted in
-      ``temporaries`` (0 unless that moment is the peak).
+      "vmem", "layout_copies", "hbm_bytes", "usable_hbm_bytes", "host_offload_bytes",
+      "host_memory_bytes", "fits"}`` (ints and a bool; ``fits`` also needs the offloaded
+      bytes to fit ``host_memory_bytes``; ``hbm_bytes``/``fits`` are ``None`` without
+      HBM, ``usable_hbm_bytes`` is ``hbm_bytes`` where not given); ``total`` is the sum
+      of the first six, HBM bytes; ``vmem`` is the working set taken to sit in VMEM
+      instead (0 unless the rule above applies); ``layout_copies`` the transposed
+      update's copies counted in ``temporaries`` (0 unless that moment is the peak).
     """
     model = model_spec(model)
     roles = axis_roles(list(axes), roles)
@@ -487,8 +542,10 @@ def memory_estimate(
     _check_tensor(model, sizes["tensor"])
     tokens = _tokens_per_device(model, global_batch, sizes["data"] * sizes["fsdp"])
     itemsize = DTYPE_BYTES[model.dtype]
+    param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
     specs = param_specs(model, axes, roles)
-    params = sum(math.prod(shard) * group.repeat * itemsize for group, _, shard, _ in specs)
+    params = sum(math.prod(shard) * group.repeat * param_itemsize for group, _, shard, _ in specs)
+    host_offload = int(_offloaded_bytes(model, sizes["tensor"], itemsize) * tokens)
     if isinstance(model, TransformerSpec):
         activations = int(_transformer_residuals(model, sizes["tensor"], itemsize) * tokens)
     else:
@@ -496,7 +553,7 @@ def memory_estimate(
     examples = tokens // model.tokens_per_example
     batch = examples * model.batch_bytes_per_example()
     optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer]
-    temporaries = sum(_temporaries(model, specs, sizes, tokens, itemsize).values())
+    temporaries = sum(_temporaries(model, specs, sizes, tokens, itemsize, param_itemsize).values())
     grads = params
     vmem = 0
     working = grads + activations + temporaries
@@ -511,6 +568,7 @@ def memory_estimate(
         grads = hbm_grads
     total = params + grads + optimizer_bytes + activations + batch + temporaries
     usable = hbm_bytes if usable_hbm_bytes is None or hbm_bytes is None else usable_hbm_bytes
+    host_fits = host_memory_bytes is None or host_offload <= host_memory_bytes
     layout_copies = 0
     if update_layout_copies and isinstance(model, MLPSpec):
         arguments = params + optimizer_bytes + batch
@@ -535,7 +593,9 @@ def memory_estimate(
         "layout_copies": layout_copies,
         "hbm_bytes": hbm_bytes,
         "usable_hbm_bytes": usable,
-        "fits": None if usable is None else total <= usable,
+        "host_offload_bytes": host_offload,
+        "host_memory_bytes": host_memory_bytes,
+        "fits": None if usable is None else total <= usable and host_fits,
     }
 
 
@@ -580,7 +640,7 @@ def _tensor_activation_collectives(model: ModelSpec, tokens: int) -> list[tuple[
         # backward: gradients into each layer's attention and MLP inputs, and into the
         # unembedding's input
         out += [("backward", "all-reduce", tokens * d)] * (1 + 2 * model.layers)
-        if model.remat == "full":
+        if recompute_flops_per_token(model)[0] > 0:  # recomputed o/down all-reduce again
             out += [("backward", "all-reduce", tokens * d)] * (2 * model.layers)
         return out
     widths = model.features
@@ -621,13 +681,17 @@ def estimate_step(
       optimizer: ``adam``, ``adamw`` or ``sgd``.
 
     Returns:
-      ``{"flops", "compute_s", "comm_s", "step_s", "mfu", "bottleneck", "collectives",
-      "memory_per_device", "phases", "tokens_per_device", "bottleneck_link"}``:
+      ``{"flops", "compute_s", "comm_s", "step_s", "roofline_s", "mfu", "roofline_mfu",
+      "peak_flops", "bottleneck", "collectives", "memory_per_device", "breakdown", "gap",
+      "phases", "tokens_per_device", "bottleneck_link"}``: ``step_s`` the predicted wall
+      time (``compute_s`` its matmul, attention and memory-bound parts), ``roofline_s``
+      the ideal (module docstring), ``mfu`` model FLOPs over ``peak_flops`` (the compute
+      dtype's) times ``step_s``;
       ``collectives`` lists ``{"axis", "kind", "phase", "what", "count",
       "bytes_per_device", "link", "seconds"}`` (one entry per axis, kind, phase and what
       they move, ``count`` ops summed); ``bottleneck`` is ``compute`` or
-      ``communication``; ``phases`` gives ``compute_s``/``comm_s`` of ``forward`` and
-      ``backward``.
+      ``communication`` (of the roofline); ``phases`` gives the roofline's
+      ``compute_s``/``comm_s`` of ``forward`` and ``backward``.
 
     Raises:
       PlanError: ``unknown_hardware``, ``invalid_model``, ``unknown_axis_role``,
@@ -655,8 +719,7 @@ def estimate_step(
 
     flops = 6 * model.matmul_params() * global_tokens
     flops += model.attention_flops_per_token() * global_tokens
-    forward_s = flops / 3 / n_devices / hw.peak_bf16_flops
-    backward_s = 2 * forward_s + (forward_s if model.remat == "full" else 0.0)
+    param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
 
     entries: dict[tuple[str, str, str, str], list[float]] = {}
 
@@ -674,7 +737,7 @@ def estimate_step(
     data_axes = _role_axes(axes, roles, "data")
     tensor_axes = _role_axes(axes, roles, "tensor")
     for group, _, shard, fsdp_split in param_specs(model, axes, roles):
-        whole = math.prod(shard) * itemsize  # bytes this device keeps
+        whole = math.prod(shard) * param_itemsize  # bytes this device keeps
         gathered = whole
         for axis in fsdp_axes:
             if fsdp_split:
@@ -706,22 +769,43 @@ def estimate_step(
     comm = {"forward": 0.0, "backward": 0.0}
     for entry in collectives:
         comm[entry["phase"]] += entry["seconds"]
-    step_s = max(forward_s, comm["forward"]) + max(backward_s, comm["backward"])
-    comm_bound = comm["forward"] > forward_s or comm["backward"] > backward_s
+    param_bytes = sum(
+        math.prod(shard) * group.repeat * param_itemsize
+        for group, _, shard, _ in param_specs(model, axes, roles)
+    )
+    predicted = predict_step(
+        model,
+        hw,
+        sizes,
+        tokens=tokens,
+        param_bytes=param_bytes,
+        collectives=collectives,
+        host_offload_bytes=memory["host_offload_bytes"],
+        optimizer=optimizer,
+    )
+    parts = predicted["breakdown"]
+    compute_s = parts["matmul_s"] + parts["attention_s"] + parts["memory_bound_s"]
+    step_s = predicted["step_s"]
+    peak = hw.peak_flops(model.dtype)
+    roof = predicted["roofline_phases"]
+    comm_bound = any(phase["comm_s"] > phase["compute_s"] for phase in roof.values())
     slowest = max(collectives, key=lambda e: e["seconds"], default=None)
     return {
         "flops": float(flops),
-        "compute_s": forward_s + backward_s,
+        "compute_s": compute_s,
         "comm_s": comm["forward"] + comm["backward"],
         "step_s": step_s,
-        "mfu": flops / (n_devices * hw.peak_bf16_flops * step_s),
+        "roofline_s": predicted["roofline_s"],
+        "mfu": flops / (n_devices * peak * step_s),
+        "roofline_mfu": flops / (n_devices * peak * predicted["roofline_s"]),
+        "peak_flops": peak,
         "bottleneck": "communication" if comm_bound else "compute",
         "bottleneck_link": slowest["link"] if comm_bound and slowest else None,
         "collectives": collectives,
         "memory_per_device": memory,
-        "phases": {
-            "forward": {"compute_s": forward_s, "comm_s": comm["forward"]},
-            "backward": {"compute_s": backward_s, "comm_s": comm["backward"]},
-        },
+        "breakdown": parts,
+        "gap": predicted["gap"],
+        "predicted_components": predicted["components"],
+        "phases": roof,
         "tokens_per_device": tokens,
     }

@@ -100,6 +100,14 @@ class Hardware:
       update_layout_copies: XLA runs the optimizer update of an MLP's first kernel in the
         transposed layout and copies the kernel and its optimizer moments to it (measured
         with libtpu 0.0.50.1 on v6e, never on v5e or v5p: ``cost.memory_estimate``).
+      peak_fp32_flops: dense float32 matmul FLOP/s per device, where the compute dtype
+        is float32 (the model's matmuls run at ``precision=HIGHEST``): GPU the datasheet's
+        non-tensor FP32 figure; TPU a sixth of the bf16 peak (XLA's HIGHEST is six bf16
+        MXU passes, ``jax.lax.Precision`` docs); 0: the bf16 peak.
+      host_memory_bytes: DRAM of one host (of ``devices_per_host`` devices), where
+        offloaded activations live; ``None``: unknown (offload is not checked).
+      host_link_bytes_per_s: one direction of one device's link to host memory (PCIe /
+        NVLink-C2C), which offload transfers use; 0: unknown.
       notes: one line a reader should know (e.g. nominal figures).
     """
 
@@ -125,6 +133,9 @@ class Hardware:
     vmem_bytes: int | None = None
     usable_hbm_bytes: int | None = None
     update_layout_copies: bool = False
+    peak_fp32_flops: float = 0.0
+    host_memory_bytes: int | None = None
+    host_link_bytes_per_s: float = 0.0
     notes: str = ""
     torus_dims: int = field(default=0)
 
@@ -135,6 +146,13 @@ class Hardware:
             if link not in LINK_CLASSES:
                 raise ValueError(f"link class {link!r} is not one of {LINK_CLASSES}")
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense matmul FLOP/s of one device in ``dtype`` (bf16 and fp16 run at the bf16
+        peak; float32 at ``peak_fp32_flops``)."""
+        if dtype == "float32" and self.peak_fp32_flops:
+            return self.peak_fp32_flops
+        return self.peak_bf16_flops
 
     @property
     def hosts_per_domain(self) -> int:
@@ -171,6 +189,9 @@ class Hardware:
             "vmem_bytes": self.vmem_bytes,
             "usable_hbm_bytes": self.usable_hbm_bytes,
             "update_layout_copies": self.update_layout_copies,
+            "peak_fp32_flops": self.peak_fp32_flops,
+            "host_memory_bytes": self.host_memory_bytes,
+            "host_link_bytes_per_s": self.host_link_bytes_per_s,
             "notes": self.notes,
         }
 
@@ -256,7 +277,15 @@ _TPU_V4 = Hardware(
     cores_per_chip=2,
     torus_dims=3,
     vmem_bytes=16 * 2**20,
+    peak_fp32_flops=2.75e14 / 6,
+    host_memory_bytes=407 * 10**9,
+    host_link_bytes_per_s=3.2e10,
     sources={
+        "peak_fp32_flops": "XLA runs float32 matmuls at precision HIGHEST as 6 bf16 MXU passes "
+        "(jax.lax.Precision docs): a sixth of the bf16 peak",
+        "host_memory_bytes": "Google Cloud, TPU v4: a 4-chip TPU VM has 407 GB of memory",
+        "host_link_bytes_per_s": "assumption: PCIe Gen4 x16 per chip, 32 GB/s one way (Google "
+        "publishes no per-chip host-link figure)",
         "usable_hbm_bytes": "measured here: libtpu 0.0.50.1's CompileTimeHbmOom error, "
         "'exceeds available HBM (30.75G)' (tests/datarax/test_compile_step.py)",
         "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V4 16 MiB per core",
@@ -293,7 +322,16 @@ _TPU_V5E = Hardware(
     topologies=_2D_SHAPES,
     torus_dims=2,
     vmem_bytes=128 * 2**20,
+    peak_fp32_flops=1.97e14 / 6,
+    host_memory_bytes=256 * GIB,
+    host_link_bytes_per_s=3.2e10,
     sources={
+        "peak_fp32_flops": "a sixth of the bf16 peak (HIGHEST = 6 bf16 passes, jax.lax.Precision)",
+        "host_memory_bytes": "Google Cloud, TPU v5e (https://cloud.google.com/tpu/docs/v6e "
+        "comparison table): DRAM per host 512 GiB for 8 chips; the catalog's 4-chip VM gets "
+        "half",
+        "host_link_bytes_per_s": "assumption: PCIe Gen4 x16 per chip, 32 GB/s one way (Google "
+        "publishes no per-chip host-link figure)",
         "usable_hbm_bytes": "measured here: libtpu 0.0.50.1's CompileTimeHbmOom error, "
         "'exceeds available HBM (15.75G)' (tests/datarax/test_compile_step.py)",
         "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V5E 128 MiB per core; "
@@ -336,7 +374,14 @@ _TPU_V5P = Hardware(
     cores_per_chip=2,
     torus_dims=3,
     vmem_bytes=64 * 2**20,
+    peak_fp32_flops=4.59e14 / 6,
+    host_memory_bytes=448 * 10**9,
+    host_link_bytes_per_s=3.2e10,
     sources={
+        "peak_fp32_flops": "a sixth of the bf16 peak (HIGHEST = 6 bf16 passes, jax.lax.Precision)",
+        "host_memory_bytes": "Google Cloud, TPU v5p: ct5p-hightpu-4t VM (4 chips), 448 GB",
+        "host_link_bytes_per_s": "assumption: PCIe Gen4 x16 per chip, 32 GB/s one way (Google "
+        "publishes no per-chip host-link figure)",
         "usable_hbm_bytes": "measured here: libtpu 0.0.50.1's CompileTimeHbmOom error, "
         "'exceeds available HBM (95.73G)' (tests/datarax/test_compile_step.py); above the "
         "public 95 GB taken for hbm_bytes",
@@ -379,7 +424,15 @@ _TPU_V6E = Hardware(
     torus_dims=2,
     vmem_bytes=128 * 2**20,
     update_layout_copies=True,
+    peak_fp32_flops=9.18e14 / 6,
+    host_memory_bytes=768 * GIB,
+    host_link_bytes_per_s=3.2e10,
     sources={
+        "peak_fp32_flops": "a sixth of the bf16 peak (HIGHEST = 6 bf16 passes, jax.lax.Precision)",
+        "host_memory_bytes": "Google Cloud, TPU v6e (https://cloud.google.com/tpu/docs/v6e): DRAM "
+        "per host 1536 GiB for 8 chips; the catalog's 4-chip VM (ct6e-standard-4t) gets half",
+        "host_link_bytes_per_s": "assumption: PCIe Gen4 x16 per chip, 32 GB/s one way (Google "
+        "publishes no per-chip host-link figure)",
         "usable_hbm_bytes": "measured here: libtpu 0.0.50.1's CompileTimeHbmOom error, "
         "'exceeds available HBM (31.24G)' (tests/datarax/test_compile_step.py)",
         "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V6E 128 MiB per core",
@@ -421,7 +474,14 @@ _H100 = Hardware(
     topologies=(),
     fast_link="nvlink",
     slow_link="infiniband",
+    peak_fp32_flops=6.7e13,
+    host_memory_bytes=2 * 10**12,
+    host_link_bytes_per_s=6.4e10,
     sources={
+        "peak_fp32_flops": "NVIDIA H100 datasheet: FP32 67 TFLOPS (SXM)",
+        "host_memory_bytes": "NVIDIA DGX H100 datasheet: 2 TB system memory",
+        "host_link_bytes_per_s": "NVIDIA datasheet: PCIe Gen5 x16, 128 GB/s bidirectional = "
+        "6.4e10 B/s one way",
         "peak_bf16_flops": "NVIDIA H100 Tensor Core GPU datasheet (https://www.nvidia.com/"
         "en-us/data-center/h100/): BF16 1,979 TFLOPS with sparsity, dense = half, "
         "989.5 TFLOPS (the scaling-book rounds to 9.9e14)",
@@ -452,7 +512,14 @@ _H200 = Hardware(
     topologies=(),
     fast_link="nvlink",
     slow_link="infiniband",
+    peak_fp32_flops=6.7e13,
+    host_memory_bytes=2 * 10**12,
+    host_link_bytes_per_s=6.4e10,
     sources={
+        "peak_fp32_flops": "NVIDIA H200 datasheet: FP32 67 TFLOPS (SXM)",
+        "host_memory_bytes": "NVIDIA DGX H200 datasheet: 2 TB system memory",
+        "host_link_bytes_per_s": "NVIDIA datasheet: PCIe Gen5 x16, 128 GB/s bidirectional = "
+        "6.4e10 B/s one way",
         "peak_bf16_flops": "NVIDIA H200 datasheet (https://www.nvidia.com/en-us/data-center/"
         "h200/): BF16 1,979 TFLOPS with sparsity, dense = 989.5 TFLOPS",
         "hbm_bytes": "NVIDIA H200 datasheet: 141 GB HBM3e",
@@ -482,7 +549,14 @@ _B200 = Hardware(
     topologies=(),
     fast_link="nvlink",
     slow_link="infiniband",
+    peak_fp32_flops=7.5e13,
+    host_memory_bytes=2 * 10**12,
+    host_link_bytes_per_s=6.4e10,
     sources={
+        "peak_fp32_flops": "NVIDIA HGX B200 datasheet: FP32 600 TFLOPS per 8 GPUs = 75",
+        "host_memory_bytes": "NVIDIA DGX B200 datasheet: 2 TB system memory (up to 4 TB)",
+        "host_link_bytes_per_s": "NVIDIA datasheet: PCIe Gen5 x16, 128 GB/s bidirectional = "
+        "6.4e10 B/s one way",
         "peak_bf16_flops": "NVIDIA HGX B200 datasheet (https://www.nvidia.com/en-us/data-"
         "center/hgx/): BF16 36 PFLOPS with sparsity per 8 GPUs -> 2.25e15 dense per GPU",
         "hbm_bytes": "NVIDIA DGX B200 datasheet: 1,440 GB for 8 GPUs = 180 GB per GPU "
@@ -512,7 +586,15 @@ _GB200 = Hardware(
     topologies=(),
     fast_link="nvlink",
     slow_link="infiniband",
+    peak_fp32_flops=8e13,
+    host_memory_bytes=960 * 10**9,
+    host_link_bytes_per_s=4.5e11,
     sources={
+        "peak_fp32_flops": "NVIDIA GB200 NVL72 datasheet: FP32 5,760 TFLOPS per 72 GPUs = 80",
+        "host_memory_bytes": "NVIDIA GB200 NVL72 datasheet: 17 TB LPDDR5X per 36 Grace CPUs, 480 "
+        "GB per Grace, 2 per 4-GPU tray",
+        "host_link_bytes_per_s": "NVIDIA GB200: NVLink-C2C 900 GB/s bidirectional per Grace = "
+        "4.5e11 B/s one way",
         "peak_bf16_flops": "NVIDIA GB200 NVL72 page (https://www.nvidia.com/en-us/data-"
         "center/gb200-nvl72/): FP16/BF16 360 PFLOPS with sparsity per 72 GPUs -> "
         "2.5e15 dense per GPU",

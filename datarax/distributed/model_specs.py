@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from datarax.distributed.named_models import named_model
 from datarax.distributed.planning import PlanError
 
 __all__ = [
@@ -42,13 +43,16 @@ __all__ = [
     "ModelSpec",
     "ParamGroup",
     "TransformerSpec",
+    "MAXTEXT_REMAT",
+    "REMAT_POLICIES",
+    "REMAT_TENSORS",
     "model_spec",
 ]
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes per element of the dtypes a model spec accepts."""
 
-REMAT_POLICIES: tuple[str, ...] = ("none", "full")
+MLP_REMAT: tuple[str, ...] = ("none", "full")
 
 
 @dataclass(frozen=True)
@@ -104,12 +108,11 @@ def _dtype(value: object, default: str) -> str:
     return str(value)
 
 
-def _remat(value: object) -> str:
-    value = "none" if value is None else value
-    if value not in REMAT_POLICIES:
-        raise PlanError(
-            "invalid_model", f"model.remat {value!r} is not one of {list(REMAT_POLICIES)}"
-        )
+def _choice(model: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = model.get(key)
+    value = default if value is None else value
+    if value not in allowed:
+        raise PlanError("invalid_model", f"model.{key} {value!r} is not one of {list(allowed)}")
     return str(value)
 
 
@@ -209,15 +212,90 @@ class MLPSpec(_SpecBase):
         }
 
 
+REMAT_TENSORS: tuple[str, ...] = (
+    "decoder_layer_input",
+    "context",
+    "mlpwi",
+    "mlpwi_0",
+    "mlpwi_1",
+    "mlpwo",
+    "query_proj",
+    "key_proj",
+    "value_proj",
+    "qkv_proj",
+    "out_proj",
+)
+"""MaxText's ``checkpoint_name``\\ s of one decoder layer (``layers/decoders.py``,
+``layers/attentions.py``, ``layers/linears.py``), the keys of ``remat_custom``."""
+
+REMAT_PLACES: tuple[str, ...] = ("device", "offload", "remat")
+"""Where a named tensor goes under ``remat: custom`` (MaxText's ``RematLocation``)."""
+
+_QKV = ("query_proj", "key_proj", "value_proj", "qkv_proj")
+_MLP_ALL = ("mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo")
+MAXTEXT_REMAT: dict[str, dict[str, str] | None] = {
+    "none": None,
+    "minimal": dict.fromkeys((*_QKV, "out_proj", *_MLP_ALL), "device"),
+    "minimal_with_context": dict.fromkeys((*_QKV, "context", "out_proj", *_MLP_ALL), "device"),
+    "save_dot_with_context_except_mlp": dict.fromkeys((*_QKV, "context", "out_proj"), "device"),
+    "save_dot_except_mlpwi": dict.fromkeys((*_QKV, "out_proj", "mlpwo"), "device"),
+    "save_dot_except_mlp": dict.fromkeys((*_QKV, "out_proj"), "device"),
+    "save_qkv_proj": dict.fromkeys(_QKV, "device"),
+    "qkv_proj_offloaded": dict.fromkeys(("query_proj", "key_proj", "value_proj"), "offload"),
+    "minimal_offloaded": dict.fromkeys((*_QKV, "out_proj", *_MLP_ALL), "offload"),
+    "save_out_proj": {"out_proj": "device"},
+    "full": {},
+    "custom": {},
+}
+"""MaxText's ``remat_policy`` names and the tensors each keeps (``device``) or moves to host
+memory (``offload``) for the backward pass; every other named tensor is recomputed
+(``Decoder.get_remat_policy`` in MaxText's ``layers/decoders.py`` at commit
+``8cbea6617945cdcb0e1dd54b1d842a1dedb9a19e``: ``minimal`` is
+``checkpoint_dots_with_no_batch_dims``, which saves every projection, the attention's
+batched einsums excluded; the ``save_*`` policies are ``save_only_these_names`` of the
+names listed; the ``*_offloaded`` ones ``save_and_offload_only_these_names`` to
+``pinned_host``). ``none`` is no ``jax.checkpoint`` at all (everything the autodiff wants
+is kept); ``full`` keeps only the layer's input (the scan's carry). ``custom`` takes its
+places from ``remat_custom``. The layer input (``decoder_layer_input``, the scan carry)
+stays on the device unless ``custom`` says otherwise."""
+
+REMAT_POLICIES: tuple[str, ...] = tuple(MAXTEXT_REMAT)
+ATTENTION_KINDS: tuple[str, ...] = ("flash", "dot")
+
+
 @dataclass(frozen=True)
 class TransformerSpec(_SpecBase):
     """A decoder-only transformer (see the module docstring for its parameters).
 
+    Field names and defaults follow MaxText's ``base.yml`` (commit
+    ``8cbea6617945cdcb0e1dd54b1d842a1dedb9a19e``), translated to this API's names:
+
     Attributes:
-      layers, d_model, d_ff, heads, kv_heads, vocab, seq_len: sizes.
-      mlp: ``gated`` (SwiGLU-style, three matrices) or ``plain`` (two).
-      dtype: parameter, optimizer-state and activation dtype.
-      remat: ``none`` or ``full`` (keep each layer's input only; recompute the rest).
+      layers, d_model, d_ff, heads, kv_heads, vocab, seq_len: sizes (MaxText's
+        ``base_num_decoder_layers``, ``base_emb_dim``, ``base_mlp_dim``,
+        ``base_num_query_heads``, ``base_num_kv_heads``, ``vocab_size``,
+        ``max_target_length``).
+      mlp: ``gated`` (SwiGLU, MaxText's ``mlp_activations: [silu, linear]``: three
+        matrices) or ``plain`` (one activation, ``[gelu]``: two matrices).
+      dtype: compute and activation dtype (MaxText's ``dtype``, default bfloat16).
+      remat: a MaxText ``remat_policy`` name (:data:`MAXTEXT_REMAT`); ``full`` keeps each
+        layer's input only and recomputes the rest.
+      param_dtype: parameters, gradients and optimizer moments (MaxText's
+        ``weight_dtype``; its default there is float32, here ``dtype`` as DESIGN v1.2
+        fixes it). Matmuls cast the weights to ``dtype``.
+      head_dim: per-head width (MaxText's ``head_dim``; default ``d_model // heads``).
+      tied_embeddings: the unembedding is the embedding's transpose (MaxText's
+        ``logits_via_embedding``, default false).
+      attention: ``flash`` (a fused kernel: Pallas splash attention on TPU, cuDNN on GPU,
+        no ``[S, S]`` scores in HBM, the causal half skipped; MaxText's ``attention:
+        flash``/``autoselected``) or ``dot`` (``softmax(QK^T)V`` materialized, MaxText's
+        ``dot_product``).
+      vocab_tiling: MaxText's ``num_vocab_tiling``: the loss is computed over this many
+        token chunks, so only one chunk's logits are live (default 1).
+      remat_custom: ``((tensor, place), ...)`` for ``remat: custom`` (MaxText's per-tensor
+        keys ``decoder_layer_input: offload`` ...); places ``device``, ``offload``,
+        ``remat``.
+      name: the catalog entry this spec came from (``llama3.1-8b``), if any.
     """
 
     layers: int
@@ -230,16 +308,41 @@ class TransformerSpec(_SpecBase):
     mlp: str = "gated"
     dtype: str = "bfloat16"
     remat: str = "none"
+    param_dtype: str = ""
+    head_dim: int = 0
+    tied_embeddings: bool = False
+    attention: str = "flash"
+    vocab_tiling: int = 1
+    remat_custom: tuple[tuple[str, str], ...] = ()
+    name: str | None = None
 
     kind = "transformer"
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.heads
+    def __post_init__(self) -> None:
+        if not self.param_dtype:
+            object.__setattr__(self, "param_dtype", self.dtype)
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.d_model // self.heads)
 
     @property
     def tokens_per_example(self) -> int:
         return self.seq_len
+
+    def remat_places(self) -> dict[str, str] | None:
+        """``{tensor: place}`` for every name of :data:`REMAT_TENSORS` under ``remat``
+        (``device``, ``offload`` or ``remat``); ``None`` for ``remat: none`` (no
+        checkpointing: the autodiff keeps what it needs, :mod:`cost` counts it)."""
+        table = MAXTEXT_REMAT[self.remat]
+        if table is None:
+            return None
+        if self.remat == "custom":
+            given = dict(self.remat_custom)
+            places = {name: given.get(name, "remat") for name in REMAT_TENSORS}
+            places["decoder_layer_input"] = given.get("decoder_layer_input", "device")
+            return places
+        places = {name: table.get(name, "remat") for name in REMAT_TENSORS}
+        places["decoder_layer_input"] = "device"
+        return places
 
     def params(self) -> list[ParamGroup]:
         d, f, hd, n = self.d_model, self.d_ff, self.head_dim, self.layers
@@ -258,22 +361,23 @@ class TransformerSpec(_SpecBase):
             ParamGroup("layers/*/mlp/up", (d, f), "col", n),
             ParamGroup("layers/*/mlp/down", (f, d), "row", n),
         ]
-        return [
-            *groups,
-            *per_layer,
-            ParamGroup("final_norm/scale", (d,), "replicated", matmul=False),
-            ParamGroup("unembed/kernel", (d, self.vocab), "vocab"),
-        ]
+        head = [ParamGroup("final_norm/scale", (d,), "replicated", matmul=False)]
+        if not self.tied_embeddings:
+            head.append(ParamGroup("unembed/kernel", (d, self.vocab), "vocab"))
+        return [*groups, *per_layer, *head]
 
     def matmul_params(self) -> int:
-        """Parameters every token multiplies through: all but the embedding and norms."""
-        return sum(g.size for g in self.params() if g.matmul)
+        """Parameters every token multiplies through: all but the embedding and norms
+        (a tied embedding counts once, as the unembedding)."""
+        n = sum(g.size for g in self.params() if g.matmul)
+        return n + (self.vocab * self.d_model if self.tied_embeddings else 0)
 
     def attention_flops_per_token(self) -> int:
         """Training FLOPs of the attention scores per token: ``12 * layers * seq_len *
         heads * head_dim`` (forward ``QK^T`` and ``AV`` are ``2 * S * heads * head_dim``
-        each; backward twice the forward). The causal mask is not exploited: a plain
-        ``softmax(QK^T)V`` computes the masked half too."""
+        each; backward twice the forward). This is the model-FLOPs count MaxText's
+        ``calculate_tflops_training_per_device`` uses (non-causal); a ``flash`` kernel
+        skips the masked half, which :mod:`cost` prices, not this count."""
         return 12 * self.layers * self.seq_len * self.heads * self.head_dim
 
     def batch_bytes_per_example(self) -> int:
@@ -283,39 +387,66 @@ class TransformerSpec(_SpecBase):
     def batch_shape(self, global_batch: int) -> list[int]:
         return [global_batch, self.seq_len]
 
+    def named_elements_per_token(self, tensor: int) -> dict[str, float]:
+        """Elements per token of each of MaxText's named tensors of one layer, on one
+        device, ``tensor``-way. The residual stream (``d``-wide: the layer input and the
+        out projection) is split over the tensor axes too, as MaxText's
+        ``activation_embed`` rule shards it (Megatron's sequence parallelism, Korthikanti
+        et al. 2022). (``mlpwo`` and ``qkv_proj`` are 0: this model does not fuse
+        q/k/v, and the down projection's output only enters the residual sum, so the
+        backward pass never reads it; ``mlpwi`` is the fused name, 0 here too)."""
+        d, f, hd, t = self.d_model, self.d_ff, self.head_dim, tensor
+        return {
+            "decoder_layer_input": d / t,
+            "query_proj": self.heads * hd / t,
+            "key_proj": self.kv_heads * hd / t,
+            "value_proj": self.kv_heads * hd / t,
+            "qkv_proj": 0.0,
+            "context": self.heads * hd / t,
+            "out_proj": d / t,
+            "mlpwi": 0.0,
+            "mlpwi_0": f / t,
+            "mlpwi_1": f / t if self.mlp == "gated" else 0.0,
+            "mlpwo": 0.0,
+        }
+
+    def layer_elements_per_token(self, tensor: int) -> float:
+        """One layer's textbook activations per token at ``remat: none``, one device,
+        ``tensor``-way (see :meth:`activation_elements_per_token`)."""
+        d, f, hd, s = self.d_model, self.d_ff, self.head_dim, self.seq_len
+        mlp_hidden = (3 if self.mlp == "gated" else 2) * f
+        scores = self.heads * s if self.attention == "dot" else 0
+        attention = (self.heads + 2 * self.kv_heads) * hd + self.heads * hd
+        return (4 * d + attention + scores + mlp_hidden) / tensor
+
     def activation_elements_per_token(self, tensor: int) -> float:
         """Elements saved for the backward pass per token, one device, ``tensor``-way.
 
-        ``none``, per layer (``t = tensor``; heads and ``d_ff`` split over it, the
-        residual stream whole): the two norm inputs ``2 d`` and outputs ``2 d``;
+        ``none``, per layer (``t = tensor``; everything split over it: heads and
+        ``d_ff`` as Megatron splits them, the ``d``-wide residual stream as MaxText's
+        ``activation_embed`` rule and Megatron's sequence parallelism do): the two norm
+        inputs ``2 d`` and outputs ``2 d``;
         ``q, k, v`` ``(heads + 2 kv_heads) hd / t``; softmax probabilities
-        ``heads * S / t``; attention output ``heads hd / t``; MLP hidden ``3 f / t``
-        (gated: gate, up, their product) or ``2 f / t`` (plain: pre- and post-activation);
-        plus, once, the logits ``vocab / t`` and the final norm ``d``. Without dropout and
-        with a plain ``f = 4d`` MLP this is Korthikanti et al. 2022
-        (https://arxiv.org/abs/2205.05198, eq. 2: ``sbh(34 + 5as/h)`` bytes at 16 bits)
-        minus its dropout masks and outputs. ``full``: each layer's input ``d`` plus one
-        layer's ``none`` activations while it is recomputed.
+        ``heads * S / t`` (``dot`` attention only); attention output ``heads hd / t``;
+        MLP hidden ``3 f / t`` (gated: gate, up, their product) or ``2 f / t`` (plain:
+        pre- and post-activation); plus, once, the logits ``vocab / t`` and the final norm
+        ``d``. Without dropout and with a plain ``f = 4d`` MLP this is Korthikanti et al.
+        2022 (https://arxiv.org/abs/2205.05198, eq. 2: ``sbh(34 + 5as/h)`` bytes at 16
+        bits) minus its dropout masks and outputs. Other policies: the named tensors kept
+        on the device (:meth:`remat_places`) per layer, plus one layer's ``none``
+        activations while it is recomputed.
         """
-        d, f, hd, s, t = self.d_model, self.d_ff, self.head_dim, self.seq_len, tensor
-        mlp_hidden = (3 if self.mlp == "gated" else 2) * f
-        layer = (
-            4 * d
-            + (
-                (self.heads + 2 * self.kv_heads) * hd
-                + self.heads * s
-                + self.heads * hd
-                + mlp_hidden
-            )
-            / t
-        )
-        head = self.vocab / t + d
-        if self.remat == "full":
-            return self.layers * d + layer + head
-        return self.layers * layer + head
+        layer = self.layer_elements_per_token(tensor)
+        head = (self.vocab + self.d_model) / tensor
+        places = self.remat_places()
+        if places is None:
+            return self.layers * layer + head
+        sizes = self.named_elements_per_token(tensor)
+        kept = sum(sizes[name] for name, where in places.items() if where == "device")
+        return self.layers * kept + layer + head
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": "transformer",
             "layers": self.layers,
             "d_model": self.d_model,
@@ -327,7 +458,17 @@ class TransformerSpec(_SpecBase):
             "mlp": self.mlp,
             "dtype": self.dtype,
             "remat": self.remat,
+            "param_dtype": self.param_dtype,
+            "head_dim": self.head_dim,
+            "tied_embeddings": self.tied_embeddings,
+            "attention": self.attention,
+            "vocab_tiling": self.vocab_tiling,
         }
+        if self.remat == "custom":
+            out["remat_custom"] = dict(self.remat_custom)
+        if self.name is not None:
+            out["name"] = self.name
+        return out
 
 
 ModelSpec = MLPSpec | TransformerSpec
@@ -339,22 +480,28 @@ def model_spec(
     """A checked spec from a plan request's ``model`` object (a spec passes through).
 
     Args:
-      model: ``{"kind": "mlp", "features": [...]}`` or ``{"kind": "transformer",
-        "layers", "d_model", "d_ff", "heads", "kv_heads", "vocab", "seq_len"}``, both
-        with optional ``dtype`` and ``remat`` (transformer: ``mlp``; MLP: ``loss``).
+      model: ``{"kind": "mlp", "features": [...]}``, ``{"kind": "transformer",
+        "layers", "d_model", "d_ff", "heads", "kv_heads", "vocab", "seq_len"}`` (with the
+        optional fields of :class:`TransformerSpec`) or ``{"name": "llama3.1-8b",
+        ...overrides}``, a named model of :data:`datarax.distributed.named_models.MODELS`
+        whose fields the other keys replace; all with optional ``dtype`` and ``remat``.
       default_dtype: dtype when the request gives none (``bfloat16`` for hardware plans).
 
     Raises:
-      PlanError: code ``invalid_model`` naming the field and what is accepted.
+      PlanError: code ``invalid_model`` naming the field and what is accepted;
+        ``unknown_model`` for a name the catalog does not have.
     """
     if isinstance(model, MLPSpec | TransformerSpec):
         return model
     if not isinstance(model, Mapping):
         raise PlanError("invalid_model", f"model must be an object with a kind, got {model!r}")
+    name = model.get("name")
+    if name is not None:
+        model = {**named_model(name), **{k: v for k, v in model.items() if k != "name"}}
     kind = model.get("kind")
     dtype = _dtype(model.get("dtype"), default_dtype)
-    remat = _remat(model.get("remat"))
     if kind == "mlp":
+        remat = _choice(model, "remat", MLP_REMAT, "none")
         features = model.get("features")
         if (
             not isinstance(features, list | tuple)
@@ -370,24 +517,77 @@ def model_spec(
             raise PlanError("invalid_model", f"model.loss {loss!r} is not 'mse' or 'cross_entropy'")
         return MLPSpec(tuple(int(f) for f in features), dtype, remat, loss)
     if kind == "transformer":
-        sizes = {
-            key: _positive_int(model, key)
-            for key in ("layers", "d_model", "d_ff", "heads", "kv_heads", "vocab", "seq_len")
-        }
+        return _transformer_spec(model, dtype, name)
+    raise PlanError("invalid_model", f"model.kind {kind!r} is not 'mlp' or 'transformer'")
+
+
+def _transformer_spec(model: Mapping[str, Any], dtype: str, name: str | None) -> TransformerSpec:
+    sizes = {
+        key: _positive_int(model, key)
+        for key in ("layers", "d_model", "d_ff", "heads", "kv_heads", "vocab", "seq_len")
+    }
+    head_dim = model.get("head_dim")
+    if head_dim is None:
         if sizes["d_model"] % sizes["heads"]:
             raise PlanError(
                 "invalid_model",
                 f"model.d_model {sizes['d_model']} is not a multiple of heads "
-                f"{sizes['heads']}; choose heads dividing d_model",
+                f"{sizes['heads']}; choose heads dividing d_model or give head_dim",
             )
-        if sizes["heads"] % sizes["kv_heads"]:
+        head_dim = sizes["d_model"] // sizes["heads"]
+    else:
+        head_dim = _positive_int(model, "head_dim")
+    if sizes["heads"] % sizes["kv_heads"]:
+        raise PlanError(
+            "invalid_model",
+            f"model.heads {sizes['heads']} is not a multiple of kv_heads "
+            f"{sizes['kv_heads']}; choose kv_heads dividing heads",
+        )
+    mlp = _choice(model, "mlp", ("gated", "plain"), "gated")
+    remat = _choice(model, "remat", REMAT_POLICIES, "none")
+    attention = _choice(model, "attention", ATTENTION_KINDS, "flash")
+    param_dtype = _dtype(model.get("param_dtype"), dtype)
+    tied = model.get("tied_embeddings", False)
+    if not isinstance(tied, bool):
+        raise PlanError("invalid_model", f"model.tied_embeddings must be a boolean, got {tied!r}")
+    tiling = model.get("vocab_tiling", 1)
+    tiling = 1 if tiling is None else tiling
+    if isinstance(tiling, bool) or not isinstance(tiling, int) or tiling < 1:
+        raise PlanError(
+            "invalid_model", f"model.vocab_tiling must be a positive integer, got {tiling!r}"
+        )
+    custom = model.get("remat_custom") or {}
+    if not isinstance(custom, Mapping):
+        raise PlanError(
+            "invalid_model", f"model.remat_custom must map tensor names to places, got {custom!r}"
+        )
+    if custom and remat != "custom":
+        raise PlanError(
+            "invalid_model",
+            f"model.remat_custom applies to remat 'custom' only (remat is {remat!r}); "
+            "set remat to 'custom' or drop remat_custom",
+        )
+    for tensor, place in custom.items():
+        if tensor not in REMAT_TENSORS:
             raise PlanError(
                 "invalid_model",
-                f"model.heads {sizes['heads']} is not a multiple of kv_heads "
-                f"{sizes['kv_heads']}; choose kv_heads dividing heads",
+                f"model.remat_custom names {tensor!r}, not one of MaxText's {list(REMAT_TENSORS)}",
             )
-        mlp = model.get("mlp", "gated")
-        if mlp not in ("gated", "plain"):
-            raise PlanError("invalid_model", f"model.mlp {mlp!r} is not 'gated' or 'plain'")
-        return TransformerSpec(**sizes, mlp=mlp, dtype=dtype, remat=remat)
-    raise PlanError("invalid_model", f"model.kind {kind!r} is not 'mlp' or 'transformer'")
+        if place not in REMAT_PLACES:
+            raise PlanError(
+                "invalid_model",
+                f"model.remat_custom.{tensor} is {place!r}; use one of {list(REMAT_PLACES)}",
+            )
+    return TransformerSpec(
+        **sizes,
+        mlp=mlp,
+        dtype=dtype,
+        remat=remat,
+        param_dtype=param_dtype,
+        head_dim=head_dim,
+        tied_embeddings=tied,
+        attention=attention,
+        vocab_tiling=tiling,
+        remat_custom=tuple(sorted(custom.items())),
+        name=name,
+    )

@@ -79,7 +79,12 @@ def test_rejections_are_counted_by_code():
 
 def test_nothing_fits_says_what_would():
     with pytest.raises(PlanError) as err:  # activations too big: remat or less batch
-        recommend_meshes("tpu-v5e", topology="2x4", model={**SMALL, "layers": 16}, global_batch=64)
+        recommend_meshes(
+            "tpu-v5e",
+            topology="2x4",
+            model={**SMALL, "layers": 16, "attention": "dot"},
+            global_batch=64,
+        )
     assert err.value.code == "no_plan_fits"
     message = err.value.message
     assert "does_not_fit: " in message and "x the devices would hold it" in message
@@ -88,7 +93,9 @@ def test_nothing_fits_says_what_would():
 
 def test_model_too_big_for_the_cluster_asks_for_devices():
     with pytest.raises(PlanError) as err:
-        recommend_meshes("tpu-v5e", topology="2x4", model=BIG, global_batch=64)
+        recommend_meshes(
+            "tpu-v5e", topology="2x4", model={**BIG, "attention": "dot"}, global_batch=64
+        )
     assert err.value.code == "no_plan_fits"
     # the step's autodiff residuals included (float32 norm inputs, softmax outputs and
     # exp(logits), six d_ff-wide arrays of the gated MLP): 1083.71 GiB against the

@@ -1,0 +1,222 @@
+"""Calibrates and validates ``step_s`` on published measured training runs.
+
+Each run of :mod:`benchmarks.calibration_runs` is planned as a request would plan it
+(``plan_hardware_devices`` with its hardware, topology or hosts, slices, ici and dcn) and
+estimated (``estimate_step``); its uncalibrated parts (``step_time.step_components``) are
+then combined with candidate constants. The constants of each accelerator kind (TPU, GPU)
+are fitted by a grid search that minimises the mean absolute relative error on the
+training rows; every third run of each source-and-hardware group is held out and never
+seen by the fit. A second check leaves out one whole source at a time (all its rows),
+fits on the rest and reports the error on the source left out.
+
+Run: ``python -m benchmarks.calibrate`` (prints the table and the fit as markdown;
+``--json PATH`` also writes the rows). ``make bench`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from benchmarks.calibration_runs import RUNS  # noqa: E402
+from datarax.distributed.cost import estimate_step  # noqa: E402
+from datarax.distributed.hardware import get_hardware  # noqa: E402
+from datarax.distributed.step_time import CALIBRATION, Calibration, combine  # noqa: E402
+from datarax.distributed.topology import plan_hardware_devices  # noqa: E402
+
+MATMUL = [x / 100 for x in range(30, 101, 1)]
+ATTENTION = [x / 100 for x in range(10, 101, 5)]
+OVERLAP = [x / 10 for x in range(0, 11)]
+HBM = [0.3, 0.5, 0.7, 0.9]
+
+
+def measured_step(run: Mapping[str, Any]) -> float:
+    """The run's measured step in seconds (logged, or from its tokens/s or TFLOP/s)."""
+    m = run["measured"]
+    return float(m.get("step_s") or m["derived_step_s"])
+
+
+def group_of(run: Mapping[str, Any]) -> str:
+    """The run's source family: ``maxtext``, ``tpu-recipes``, ``torchtitan``, ``megatron``."""
+    source = run["source"]
+    for name in ("tpu-recipes", "torchtitan", "Megatron-LM", "maxtext"):
+        if name in source:
+            return name.lower()
+    return source.split("/")[1]
+
+
+def held_out(runs: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Every third run (by id) of each (source, hardware) group."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for run in runs:
+        groups.setdefault((group_of(run), run["hardware"]), []).append(run["id"])
+    out = set()
+    for ids in groups.values():
+        out.update(sorted(ids)[2::3])
+    return out
+
+
+def components(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's uncalibrated step parts and the estimate's memory verdict."""
+    hw = get_hardware(run["hardware"])
+    layout = plan_hardware_devices(
+        hw,
+        ici=run["ici"],
+        dcn=run.get("dcn") or None,
+        topology=run.get("topology"),
+        slices=int(run.get("slices") or 1),
+        hosts=run.get("hosts"),
+        allow_split_physical_axes=True,
+    )
+    est = estimate_step(hw, layout.axes_detail, run["model"], int(run["global_batch"]))
+    mem = est["memory_per_device"]
+    return {
+        "kind": hw.kind,
+        "parts": est["predicted_components"],
+        "devices": int(layout.device_ids.size),
+        "fits": mem["fits"],
+        "total_gib": mem["total"] / 2**30,
+        "roofline_s": est["roofline_s"],
+    }
+
+
+def error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
+
+
+def fit(rows: Iterable[Mapping[str, Any]], base: Calibration) -> Calibration:
+    """The grid point with the least mean absolute relative error on ``rows``."""
+    rows = list(rows)
+    best, best_err = base, float("inf")
+    for mm, at, ov, hbm in itertools.product(MATMUL, ATTENTION, OVERLAP, HBM):
+        cal = replace(base, matmul=mm, attention=at, overlap=ov, hbm=hbm)
+        err = sum(abs(error(combine(r["parts"], cal)["step_s"], r["measured"])) for r in rows)
+        if err < best_err:
+            best, best_err = cal, err
+    return best
+
+
+def mae(rows: Sequence[Mapping[str, Any]], cal: Calibration) -> float:
+    if not rows:
+        return float("nan")
+    return sum(abs(error(combine(r["parts"], cal)["step_s"], r["measured"])) for r in rows) / len(
+        rows
+    )
+
+
+def study() -> dict[str, Any]:
+    """Rows, fitted constants and errors (training, held out, leave-one-source-out)."""
+    holdout = held_out(RUNS)
+    rows = []
+    for run in RUNS:
+        row = {"run": run, "measured": measured_step(run), **components(run)}
+        row["held_out"] = run["id"] in holdout
+        row["group"] = group_of(run)
+        rows.append(row)
+    fitted = {}
+    for kind in ("tpu", "gpu"):
+        train = [r for r in rows if r["kind"] == kind and not r["held_out"]]
+        fitted[kind] = replace(
+            fit(train, CALIBRATION[kind]),
+            source=f"fitted by benchmarks/calibrate.py on {len(train)} training rows",
+        )
+    for row in rows:
+        cal = fitted[row["kind"]]
+        row["predicted"] = combine(row["parts"], cal)["step_s"]
+        row["shipped"] = combine(row["parts"], CALIBRATION[row["kind"]])["step_s"]
+        row["error"] = error(row["predicted"], row["measured"])
+        row["shipped_error"] = error(row["shipped"], row["measured"])
+    lolo = {}
+    for group in sorted({r["group"] for r in rows}):
+        rest = [r for r in rows if r["group"] != group]
+        left = [r for r in rows if r["group"] == group]
+        errs = []
+        for kind in {r["kind"] for r in left}:
+            cal = fit([r for r in rest if r["kind"] == kind], CALIBRATION[kind])
+            errs += [abs(error(combine(r["parts"], cal)["step_s"], r["measured"])) for r in left
+                     if r["kind"] == kind]  # fmt: skip
+        lolo[group] = (sum(errs) / len(errs), len(errs))
+    return {"rows": rows, "fitted": fitted, "leave_one_source_out": lolo}
+
+
+def _summary(rows: Sequence[Mapping[str, Any]], key: str) -> str:
+    if not rows:
+        return "n/a"
+    errs = [abs(r[key]) for r in rows]
+    return f"{sum(errs) / len(errs):.1%} over {len(rows)} runs (worst {max(errs):.0%})"
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    rows = result["rows"]
+    lines = [
+        "| run | hardware | devices | mesh (ici / dcn) | model | batch | measured s | "
+        "predicted s | error | roofline s | fits | set | source |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["held_out"], r["run"]["id"])):
+        run = r["run"]
+        m = run["model"]
+        model = f"{m['layers']}L d{m['d_model']} f{m['d_ff']} s{m['seq_len']} {m.get('remat')}"
+        mesh = f"{json.dumps(run['ici'])} / {json.dumps(run.get('dcn') or {})}"
+        lines.append(
+            f"| {run['id']} | {run['hardware']} | {r['devices']} | {mesh} | {model} | "
+            f"{run['global_batch']} | {r['measured']:.3g} | {r['predicted']:.3g} | "
+            f"{r['error']:+.0%} | {r['roofline_s']:.3g} | {r['fits']} | "
+            f"{'held out' if r['held_out'] else 'fit'} | {run['source'].split(' ')[0]} |"
+        )
+    out = ["\n".join(lines), ""]
+    for kind, cal in result["fitted"].items():
+        out.append(
+            f"- fitted {kind}: matmul {cal.matmul:.2f}, flash attention {cal.attention:.2f}, "
+            f"HBM {cal.hbm:.2f}, overlap {cal.overlap:.1f} ({cal.source})"
+        )
+    for kind in ("tpu", "gpu"):
+        of = [r for r in rows if r["kind"] == kind]
+        out.append(
+            f"- {kind}: training rows {_summary([r for r in of if not r['held_out']], 'error')}; "
+            f"held-out rows {_summary([r for r in of if r['held_out']], 'error')}"
+        )
+    out.append(
+        f"- all held-out rows: {_summary([r for r in rows if r['held_out']], 'error')}; "
+        f"with the shipped constants: {_summary([r for r in rows if r['held_out']], 'shipped_error')}"
+    )
+    for group, (err, n) in result["leave_one_source_out"].items():
+        out.append(f"- leave {group} out ({n} runs), fit on the rest: {err:.1%} mean absolute error")
+    fits = [r for r in rows if r["fits"] is not True]
+    out.append(f"- runs the estimate calls out of memory: {len(fits)} of {len(rows)}"
+               + (": " + ", ".join(r["run"]["id"] for r in fits) if fits else ""))  # fmt: skip
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args(argv)
+    result = study()
+    print(markdown(result))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(
+                {
+                    "rows": [
+                        {k: v for k, v in r.items() if k not in ("parts",)} for r in result["rows"]
+                    ],
+                    "fitted": {k: vars(v) for k, v in result["fitted"].items()},
+                },
+                out,
+                indent=1,
+                default=str,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
