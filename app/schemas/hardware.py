@@ -290,14 +290,28 @@ class Collective(BaseModel):
     seconds: float
 
 
+class StepBreakdown(BaseModel):
+    matmul_s: float
+    attention_s: float
+    memory_bound_s: float
+    exposed_comm_s: float
+    offload_s: float
+    overhead_s: float
+
+
 class StepEstimate(BaseModel):
     flops: float
     compute_s: float
     comm_s: float
-    step_s: float
-    mfu: float
+    step_s: float = Field(description="predicted wall time of one step (calibrated)")
+    roofline_s: float | None = Field(
+        None, description="the ideal: model FLOPs at peak, collectives hidden behind compute"
+    )
+    mfu: float = Field(description="flops / (devices * peak of the compute dtype * step_s)")
     bottleneck: Literal["compute", "communication"]
     collectives: list[Collective]
+    breakdown: StepBreakdown | None = None
+    gap: str | None = Field(None, description="one line: what step_s - roofline_s is made of")
 
 
 class Candidate(BaseModel):
@@ -313,3 +327,5 @@ class Recommendations(BaseModel):
     candidates: list[Candidate] = Field(description="best (fastest estimated step) first")
     considered: int
     rejected: dict[str, int] = Field(description="rejected factorisations by code")
+    ranked_by: str | None = Field(None, description="the order of candidates, ties included")
+    note: str | None = Field(None, description="why fewer than top_k candidates came back")

@@ -36,7 +36,7 @@ from datarax.distributed.model_specs import ModelSpec, model_spec
 from datarax.distributed.planning import PlanError
 from datarax.distributed.topology import plan_hardware_devices
 
-__all__ = ["factorisations", "recommend_meshes"]
+__all__ = ["RANKING", "factorisations", "recommend_meshes"]
 
 
 def factorisations(n: int, parts: int) -> list[tuple[int, ...]]:
@@ -118,7 +118,9 @@ def recommend_meshes(
 
     Returns:
       ``{"candidates": [{"rank", "ici", "dcn", "step_estimate", "memory_per_device",
-      "plan_request"}], "considered": n, "rejected": {code: n}}``, best first.
+      "plan_request"}], "considered": n, "rejected": {code: n}, "ranked_by", "note"?}``,
+      best first by :data:`RANKING`; ``note`` (only when fewer than ``top_k``
+      candidates survive) says how many did and why the others were rejected.
 
     Raises:
       PlanError: bad inputs (``unknown_hardware``, ``invalid_topology``,
@@ -152,7 +154,31 @@ def recommend_meshes(
                 "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
             }
         )
-    return {"candidates": candidates, "considered": considered, "rejected": rejected}
+    out = {
+        "candidates": candidates,
+        "considered": considered,
+        "rejected": rejected,
+        "ranked_by": RANKING,
+    }
+    if len(candidates) < top_k:
+        out["note"] = (
+            f"{len(candidates)} of the top_k {top_k} asked for: only {len(survivors)} of the "
+            f"{considered} factorisations survive"
+            + (f" (rejected: {_counts(rejected)})" if rejected else "")
+        )
+    return out
+
+
+RANKING = (
+    "step_estimate.step_s (the predicted wall time of one step), fastest first; equal "
+    "times by the smaller memory_per_device.total, then by enumeration order (ici sizes "
+    "ascending over the axes in order, then dcn)"
+)
+"""How :func:`recommend_meshes` orders its candidates (its answer's ``ranked_by``)."""
+
+
+def _counts(rejected: Mapping[str, int]) -> str:
+    return ", ".join(f"{code}: {n}" for code, n in sorted(rejected.items()))
 
 
 @dataclass
@@ -249,9 +275,8 @@ class _Cluster:
                     rejected["does_not_fit"] = rejected.get("does_not_fit", 0) + 1
                     continue
                 survivors.append((est["step_s"], ici, dcn, est))
-        survivors.sort(
-            key=lambda item: (item[0], -item[3]["mfu"], item[3]["memory_per_device"]["total"])
-        )
+        # enumeration order (ici factorisations ascending, then dcn) breaks the last ties
+        survivors.sort(key=lambda item: (item[0], item[3]["memory_per_device"]["total"]))
         return considered, rejected, survivors, smallest
 
     def plan_request(self, spec, ici, dcn, global_batch, optimizer) -> dict[str, Any]:
@@ -273,7 +298,7 @@ class _Cluster:
 
     def explain(self, spec, global_batch, optimizer, rejected, smallest) -> str:
         """Why nothing fits, and what would: more devices, remat, a smaller batch."""
-        counts = ", ".join(f"{code}: {n}" for code, n in sorted(rejected.items()))
+        counts = _counts(rejected)
         devices = self.n_ici * self.n_dcn
         head = f"no mesh of {devices} {self.hw.name} devices works ({counts})"
         if not rejected.get("does_not_fit"):

@@ -312,9 +312,16 @@
   }
 
   function memoryCard(m) {
-    const parts = ["params", "optimizer", "grads", "activations", "batch"].filter((k) => m[k] !== undefined);
+    // Every term the total is the sum of (temporaries: gathered FSDP weights, the loss's
+    // logits or the recomputed layer, transposed-update copies).
+    const parts = ["params", "optimizer", "grads", "activations", "batch", "temporaries"].filter((k) => m[k] !== undefined);
     const rows = parts.map((k) => [k, bytes(m[k])]);
-    rows.push([el("b", { text: "total" }), el("b", { text: bytes(m.total) })]);
+    rows.push([el("b", { text: "total (HBM)" }), el("b", { text: bytes(m.total) })]);
+    if (m.vmem) rows.push(["in on-chip VMEM instead (not in the total)", bytes(m.vmem)]);
+    if (m.host_offload_bytes) {
+      const host = m.host_memory_bytes ? ` of ${bytes(m.host_memory_bytes)} host DRAM per device` : "";
+      rows.push(["host offload (activations in host memory, not in the total)", `${bytes(m.host_offload_bytes)}${host}`]);
+    }
     const card = el("section", { class: "card", id: "memory" }, el("h3", { text: "Memory per device" }), table(["part", "bytes"], rows));
     if (m.hbm_bytes) {
       const share = m.total / m.hbm_bytes;
@@ -327,9 +334,16 @@
 
   function estimateCard(e) {
     const card = el("section", { class: "card", id: "estimate" }, el("h3", { text: "Step estimate" }),
-      el("dl", { class: "facts" }, ...fact("step", seconds(e.step_s)), ...fact("compute", seconds(e.compute_s)),
+      el("dl", { class: "facts" }, ...fact("step (predicted)", seconds(e.step_s)), ...fact("roofline", seconds(e.roofline_s)),
+        ...fact("the gap", e.gap), ...fact("compute", seconds(e.compute_s)),
         ...fact("communication", seconds(e.comm_s)), ...fact("MFU", e.mfu !== undefined ? `${(e.mfu * 100).toFixed(1)}%` : undefined),
         ...fact("bottleneck", e.bottleneck), ...fact("FLOPs", e.flops !== undefined ? Number(e.flops).toExponential(3) : undefined)));
+    if (e.breakdown) {
+      const b = e.breakdown;
+      card.append(table(["part of the step", "time"], [["matmuls", b.matmul_s], ["flash attention", b.attention_s], ["memory-bound work", b.memory_bound_s],
+        ["exposed collectives", b.exposed_comm_s], ["exposed offload transfers", b.offload_s], ["fixed overhead", b.overhead_s]]
+        .filter(([, v]) => v !== undefined).map(([k, v]) => [k, seconds(v)]), { class: "breakdown" }));
+    }
     if (e.collectives && e.collectives.length) {
       card.append(table(["axis", "collective", "bytes per device", "link", "time"], e.collectives.map((c) => [c.axis, c.kind, bytes(c.bytes_per_device), c.link, seconds(c.seconds)])));
     }

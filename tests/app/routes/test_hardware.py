@@ -303,3 +303,87 @@ BAD_RECOMMENDATIONS = [
 )
 def test_bad_recommendation_is_422_with_code(api, code, change):
     assert_problem(api.post("/v1/recommendations", json={**RECOMMEND, **change}), 422, code)
+
+
+# ----------------------------------------------------------- DESIGN v1.2: named models
+
+LLAMA_8B_V6E8 = {
+    "hardware": "tpu-v6e",
+    "topology": "2x4",
+    "ici": {"fsdp": 8},
+    "batch_shape": [24, 8192],
+    "model": {
+        "name": "llama3.1-8b",
+        "param_dtype": "float32",
+        "remat": "custom",
+        "remat_custom": {
+            "decoder_layer_input": "offload",
+            "query_proj": "offload",
+            "key_proj": "offload",
+            "value_proj": "offload",
+            "out_proj": "offload",
+        },
+    },
+    "optimizer": {"name": "adamw", "learning_rate": 3e-4},
+}
+
+
+def test_models_are_listed_with_their_sources(api):
+    response = api.get("/v1/models")
+    assert response.status_code == 200
+    items = {item["name"]: item for item in response.json()["items"]}
+    for name in ("llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b",
+                 "llama3.1-405b", "mistral-7b", "gemma2-9b", "gemma2-27b", "gpt3-175b"):  # fmt: skip
+        assert items[name]["source"] and items[name]["kind"] == "transformer", name
+    one = api.get("/v1/models/llama3.1-70b")
+    assert one.status_code == 200 and one.json() == items["llama3.1-70b"]
+    assert_problem(api.get("/v1/models/llama9"), 404, "model_not_found")
+
+
+def test_a_plan_takes_a_named_model_and_stores_it(api):
+    response = api.post("/v1/meshes", json=LLAMA_8B_V6E8)
+    assert response.status_code == 201, response.text
+    plan = response.json()
+    model = plan["model"]
+    assert (model["name"], model["d_ff"], model["param_dtype"]) == ("llama3.1-8b", 14336, "float32")
+    assert model["remat_custom"]["decoder_layer_input"] == "offload"
+    memory = plan["memory_per_device"]
+    assert memory["host_offload_bytes"] > 0 and memory["host_memory_bytes"] == 192 * 2**30
+    parts = ("params", "optimizer", "grads", "activations", "batch", "temporaries")
+    assert sum(memory[p] for p in parts) == memory["total"]
+    step = plan["step_estimate"]
+    assert step["step_s"] > step["roofline_s"] > 0 and "roofline" in step["gap"]
+    assert set(step["breakdown"]) >= {"matmul_s", "attention_s", "offload_s"}
+    again = api.get(f"/v1/meshes/{plan['id']}").json()
+    assert again["model"] == model
+
+
+def test_an_unknown_model_name_is_a_problem(api):
+    body = {**LLAMA_8B_V6E8, "model": {"name": "llama9"}}
+    problem = assert_problem(api.post("/v1/meshes", json=body), 422, "unknown_model")
+    assert "llama3.1-8b" in problem["detail"]
+
+
+def test_a_model_without_kind_or_name_is_refused(api):
+    body = {**LLAMA_8B_V6E8, "model": {"layers": 2}}
+    assert api.post("/v1/meshes", json=body).status_code == 422
+
+
+def test_recommendations_take_a_named_model_and_say_how_they_rank(api):
+    body = {
+        "hardware": "tpu-v6e",
+        "topology": "16x16",
+        "model": {"name": "llama3.1-70b", "remat": "full"},
+        "global_batch": 256,
+        "top_k": 100,
+        "optimizer": {"name": "adamw"},
+    }
+    response = api.post("/v1/recommendations", json=body)
+    assert response.status_code == 200, response.text
+    out = response.json()
+    steps = [c["step_estimate"]["step_s"] for c in out["candidates"]]
+    assert steps == sorted(steps) and "step_s" in out["ranked_by"]
+    assert len(out["candidates"]) < 100 and "of the top_k 100" in out["note"]
+    best = out["candidates"][0]["plan_request"]
+    assert best["model"]["name"] == "llama3.1-70b"
+    assert api.post("/v1/meshes", json=best).status_code == 201

@@ -298,3 +298,14 @@ def test_devices_report_the_memory_budget(api):
     budget = api.get("/v1/devices").json()["memory_budget"]
     assert budget["device"] is None  # CPU only
     assert 0 < budget["host"] < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_a_session_takes_the_optimizer_as_a_bare_name(api):
+    mesh = api.post("/v1/meshes", json={"axes": {"data": -1}}).json()
+    response = api.post(
+        f"/v1/meshes/{mesh['id']}/sessions",
+        json={"model": {"kind": "mlp", "features": [4, 8, 2]}, "optimizer": "sgd"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["optimizer"]["name"] == "sgd"
+    api.delete(f"/v1/sessions/{response.json()['id']}")
