@@ -61,6 +61,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -723,15 +724,26 @@ def estimate_step(
 
     entries: dict[tuple[str, str, str, str], list[float]] = {}
 
+    # Parameter and gradient collectives are combined: XLA's all-gather, reduce-scatter
+    # and all-reduce combiners merge the ones of one scanned layer (and of the loose
+    # parameters) into one op, and PyTorch frameworks bucket gradients likewise, so the
+    # per-op latency is paid once per layer and phase, not once per parameter.
+    latency_ops: dict[tuple[str, str, str, str], int] = {}
+    free = dataclasses.replace(hw, fast_link_latency_s=0.0, slow_link_latency_s=0.0)
+
     def add(axis: str, kind: str, phase: str, what: str, volume: float, count: int = 1) -> None:
         link = links[axis]
         if link.size <= 1 or volume <= 0:
             return
-        seconds = collective_seconds(kind, volume, link, hw) * count
-        entry = entries.setdefault((axis, kind, phase, what), [0, 0.0, 0.0])
+        key = (axis, kind, phase, what)
+        combined = what in ("params", "grads")
+        seconds = collective_seconds(kind, volume, link, free if combined else hw) * count
+        entry = entries.setdefault(key, [0, 0.0, 0.0])
         entry[0] += count
         entry[1] += volume * count
         entry[2] += seconds
+        if combined:
+            latency_ops[key] = max(latency_ops.get(key, 0), count)
 
     fsdp_axes = _role_axes(axes, roles, "fsdp")
     data_axes = _role_axes(axes, roles, "data")
@@ -752,6 +764,12 @@ def estimate_step(
     for axis in tensor_axes:
         for phase, kind, elements in _tensor_activation_collectives(model, tokens):
             add(axis, kind, phase, "activations", elements * itemsize)
+    for (axis, kind, phase, what), ops in latency_ops.items():
+        # one combined op per layer, plus one for the unstacked parameters
+        extra = 1 if isinstance(model, TransformerSpec) else 0
+        entries[(axis, kind, phase, what)][2] += (ops + extra) * collective_seconds(
+            kind, 0.0, links[axis], hw
+        )
 
     collectives = [
         {

@@ -67,8 +67,8 @@ class Calibration:
 
 _FIT = "fitted by benchmarks/calibrate.py on the training rows of benchmarks/calibration_runs.py"
 CALIBRATION: dict[str, Calibration] = {
-    "tpu": Calibration(0.75, 0.45, 0.7, 0.85, 0.0, _FIT),
-    "gpu": Calibration(0.62, 0.45, 0.7, 0.7, 0.0, _FIT),
+    "tpu": Calibration(0.76, 0.70, 0.9, 0.4, 0.0, _FIT),
+    "gpu": Calibration(0.45, 0.30, 0.9, 0.6, 0.0, _FIT),
     "cpu": Calibration(1.0, 1.0, 1.0, 1.0, 0.0, "nominal: simulated devices"),
 }
 """Constants per ``Hardware.kind`` (see :class:`Calibration`)."""
