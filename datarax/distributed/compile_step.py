@@ -13,22 +13,24 @@ described by libtpu on a CPU-only host (:func:`tpu_topology_devices`, with
 ``JAX_PLATFORMS=cpu`` and ``TPU_SKIP_MDS_QUERY=1`` set before JAX starts), in the plan's
 own device order (:func:`mesh_from_ids`), or the host's own devices.
 
-The step, per model (``remat: full`` wraps the forward pass of the MLP, and each layer
-of the transformer, in ``jax.checkpoint``):
+The step, per model:
 
 - MLP: ``inputs [B, in]`` float32 cast to the model dtype, ``x @ W + b`` with ReLU
   between layers; ``mse`` against ``targets [B, out]`` float32 or ``cross_entropy``
-  against ``[B]`` int32 class ids, in float32.
-- Transformer: ``tokens [B, S]`` int32, embedding lookup, per layer (a ``lax.scan``
-  over the layers' stacked parameters) pre-RMS-norm causal attention with grouped
-  key/value heads and a gated (SiLU) or plain (GELU) MLP, residual adds; final norm,
-  unembedding and next-token cross-entropy against ``targets [B, S]`` int32 in float32.
-- Activations are pinned to the plan's layout (``jax.lax.with_sharding_constraint``):
-  batch dimension over the data and fsdp axes; ``col`` outputs, attention heads, the MLP
-  hidden and the logits' vocabulary over the tensor axes (Megatron-style). Without them
-  XLA's sharding propagation may compile another program (e.g. keep FSDP weights sharded
-  and all-reduce activations over the whole global batch) than the one the estimate
-  prices.
+  against ``[B]`` int32 class ids, in float32; ``remat: full`` wraps the forward pass in
+  ``jax.checkpoint``.
+- Transformer: the model of :mod:`datarax.models.transformer` itself
+  (:func:`datarax.models.transformer_loss_fn`), the one users train: ``tokens [B, S]``
+  int32, a ``lax.scan`` over the layers' stacked parameters (in ``param_dtype``, cast to
+  ``dtype`` for the matmuls), MaxText's remat policies over its named tensors (offloaded
+  ones to ``pinned_host``), ``flash`` attention as Pallas splash attention under
+  ``shard_map`` on TPU, and a vocabulary-tiled float32 cross-entropy.
+- Activations are pinned to the plan's layout (``jax.lax.with_sharding_constraint``,
+  :class:`datarax.models.ActivationLayout`): batch dimension over the data and fsdp axes;
+  ``col`` outputs, attention heads, the MLP hidden and the logits' vocabulary over the
+  tensor axes (Megatron-style). Without them XLA's sharding propagation may compile
+  another program (e.g. keep FSDP weights sharded and all-reduce activations over the
+  whole global batch) than the one the estimate prices.
 - Update: ``optax`` (``adam``, ``adamw`` or ``sgd`` as the service's sessions use them),
   parameters and optimizer state donated, outputs sharded as inputs.
 
@@ -61,7 +63,7 @@ from jax.sharding import PartitionSpec as P
 from datarax.distributed.cost import _role_axes, axis_roles, param_specs
 from datarax.distributed.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 from datarax.distributed.planning import PlanError
-from datarax.models import make_optimizer
+from datarax.models import ActivationLayout, make_optimizer, transformer_loss_fn
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -70,6 +72,7 @@ __all__ = [
     "compile_train_step",
     "count_collectives",
     "mesh_from_ids",
+    "step_loss",
     "tpu_topology_devices",
 ]
 
@@ -174,7 +177,8 @@ def mesh_from_ids(devices: Sequence[jax.Device], grid_ids: Any, axis_names: Sequ
 def _param_tree(spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str]) -> dict[str, Any]:
     """``{group path: ShapeDtypeStruct}``; a repeated group is stacked ``[repeat, ...]``."""
     axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-    dtype = _JNP_DTYPES[spec.dtype]
+    # weights (and so gradients and optimizer moments) in the transformer's param_dtype
+    dtype = _JNP_DTYPES[getattr(spec, "param_dtype", spec.dtype)]
     tree = {}
     for group, entries, _, _ in param_specs(spec, axes, roles):
         shape, pspec = group.shape, entries
@@ -235,37 +239,15 @@ def _batch_tree(
     return {"inputs": inputs, "targets": targets}
 
 
-class _Constrain:
-    """Pins activations to the plan's layout: the batch (first) dimension split over the
-    data and fsdp axes, and a tensor-split dimension (a ``col`` layer's output features,
-    attention heads, the MLP hidden, the vocabulary) split over the tensor axes.
-
-    Without these, XLA's sharding propagation is free to pick another program than the
-    plan's: on an fsdp mesh it may keep the weights sharded and instead gather (or
-    all-reduce) activations over the whole global batch, or leave attention replicated
-    over the tensor axis. ``with_sharding_constraint`` makes the compiled step the
-    data/FSDP/Megatron step that :mod:`datarax.distributed.cost` prices."""
-
-    def __init__(self, mesh: Mesh, roles: Mapping[str, str]) -> None:
-        axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-        batch = _role_axes(axes, roles, "data") + _role_axes(axes, roles, "fsdp")
-        tensor = _role_axes(axes, roles, "tensor")
-        self.mesh = mesh
-        self.batch = None if not batch else batch[0] if len(batch) == 1 else batch
-        self.tensor = None if not tensor else tensor[0] if len(tensor) == 1 else tensor
-        self.t = math.prod(axes[a] for a in tensor)
-
-    def __call__(self, x: jax.Array, tensor_dim: int | None = None) -> jax.Array:
-        """``x`` with its dimension 0 on the batch axes and ``tensor_dim`` (where the
-        tensor axes divide it) on the tensor axes; the other dimensions whole."""
-        spec: list = [None] * x.ndim
-        spec[0] = self.batch
-        if tensor_dim is not None and self.t > 1 and x.shape[tensor_dim] % self.t == 0:
-            spec[tensor_dim] = self.tensor
-        return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
+def _activation_layout(mesh: Mesh, roles: Mapping[str, str]) -> ActivationLayout:
+    """The plan's activation layout: batch over the data then fsdp axes, tensor-split
+    dimensions over the tensor axes (:class:`datarax.models.ActivationLayout`)."""
+    axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
+    batch = _role_axes(axes, roles, "data") + _role_axes(axes, roles, "fsdp")
+    return ActivationLayout(mesh, batch, _role_axes(axes, roles, "tensor"))
 
 
-def _mlp_loss(spec: MLPSpec, constrain: _Constrain) -> Callable[[dict, dict], jax.Array]:
+def _mlp_loss(spec: MLPSpec, constrain: ActivationLayout) -> Callable[[dict, dict], jax.Array]:
     dtype = _JNP_DTYPES[spec.dtype]
     n = len(spec.features) - 1
 
@@ -291,50 +273,16 @@ def _mlp_loss(spec: MLPSpec, constrain: _Constrain) -> Callable[[dict, dict], ja
     return loss
 
 
-def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
-    var = jnp.mean(jnp.square(x.astype(jnp.float32)), axis=-1, keepdims=True)
-    return (x * jax.lax.rsqrt(var + 1e-6).astype(x.dtype)) * scale
-
-
-def _transformer_loss(
-    spec: TransformerSpec, constrain: _Constrain
+def step_loss(
+    spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str] | None = None
 ) -> Callable[[dict, dict], jax.Array]:
-    h, kv, hd = spec.heads, spec.kv_heads, spec.head_dim
-    gated = spec.mlp == "gated"
-    c = constrain
-
-    def layer(x: jax.Array, p: dict) -> tuple[jax.Array, None]:
-        b, s, _ = x.shape
-        y = _rms_norm(x, p["layers/*/attn_norm/scale"])
-        q = c((y @ p["layers/*/attn/q"]).reshape(b, s, h, hd), 2)
-        k = (y @ p["layers/*/attn/k"]).reshape(b, s, kv, hd)
-        v = (y @ p["layers/*/attn/v"]).reshape(b, s, kv, hd)
-        k, v = c(jnp.repeat(k, h // kv, axis=2), 2), c(jnp.repeat(v, h // kv, axis=2), 2)
-        scores = jnp.einsum("bshd,bthd->bhst", q, k).astype(jnp.float32) / math.sqrt(hd)
-        causal = jnp.tril(jnp.ones((s, s), dtype=bool))
-        probs = jax.nn.softmax(jnp.where(causal, c(scores, 1), -1e30), axis=-1).astype(x.dtype)
-        attn = c(jnp.einsum("bhst,bthd->bshd", c(probs, 1), v), 2).reshape(b, s, h * hd)
-        x = c(x + attn @ p["layers/*/attn/o"])
-        y = _rms_norm(x, p["layers/*/mlp_norm/scale"])
-        if gated:
-            gate = c(y @ p["layers/*/mlp/gate"], 2)
-            hidden = jax.nn.silu(gate) * c(y @ p["layers/*/mlp/up"], 2)
-        else:
-            hidden = jax.nn.gelu(c(y @ p["layers/*/mlp/up"], 2))
-        return c(x + c(hidden, 2) @ p["layers/*/mlp/down"]), None
-
-    if spec.remat == "full":
-        layer = jax.checkpoint(layer)
-
-    def loss(params: dict, batch: dict) -> jax.Array:
-        x = c(params["embed/embedding"][batch["inputs"]])
-        stacked = {k: v for k, v in params.items() if k.startswith("layers/")}
-        x, _ = jax.lax.scan(layer, x, stacked)
-        x = _rms_norm(x, params["final_norm/scale"])
-        logits = c(x @ params["unembed/kernel"], 2).astype(jnp.float32)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
-
-    return loss
+    """``loss(params, batch)`` of the step: the MLP, or :mod:`datarax.models`'
+    transformer (:func:`datarax.models.transformer_loss_fn`), with activations pinned to
+    the plan's layout."""
+    layout = _activation_layout(mesh, axis_roles(list(mesh.axis_names), roles))
+    if isinstance(spec, MLPSpec):
+        return _mlp_loss(spec, layout)
+    return transformer_loss_fn(spec, layout)
 
 
 def abstract_train_step(
@@ -374,11 +322,7 @@ def abstract_train_step(
     params = _param_tree(spec, mesh, roles)
     opt_state = _opt_state_tree(params, opt, mesh)
     batch = _batch_tree(spec, mesh, roles, global_batch)
-    constrain = _Constrain(mesh, roles)
-    if isinstance(spec, MLPSpec):
-        loss_fn = _mlp_loss(spec, constrain)
-    else:
-        loss_fn = _transformer_loss(spec, constrain)
+    loss_fn = step_loss(spec, mesh, roles)
 
     def step(params: dict, opt_state: Any, batch: dict) -> tuple[dict, Any, jax.Array]:
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)
@@ -432,8 +376,8 @@ def compile_train_step(
     Returns:
       ``{"fits", "memory": {"argument_bytes", "output_bytes", "temp_bytes",
       "alias_bytes", "peak_bytes", "hbm_peak_bytes", "generated_code_bytes",
-      "hbm_bytes"}, "flops", "bytes_accessed", "collectives", "lower_s", "compile_s",
-      "xla_error"}``: per-device figures from ``memory_analysis()`` and
+      "hbm_bytes", "host_temp_bytes", ...}, "flops", "bytes_accessed", "collectives",
+      "lower_s", "compile_s", "xla_error"}``: per-device figures from ``memory_analysis()`` and
       ``cost_analysis()``. ``peak_bytes`` is XLA's ``peak_memory_in_bytes`` where the
       backend reports it, else ``argument + output - alias + temp``; on TPU it also
       counts buffers that memory-space assignment puts in on-chip VMEM.
@@ -443,6 +387,10 @@ def compile_train_step(
       available HBM (its ``CompileTimeHbmOom`` text quotes it); ``fits`` is
       ``hbm_peak_bytes <= hbm_bytes``. When XLA refuses the program for memory,
       ``fits`` is false, ``xla_error`` its text and the figures ``None``.
+      ``host_temp_bytes`` is ``host_temp_size_in_bytes``: host memory (``pinned_host``)
+      the program's temporaries take, e.g. activations a remat policy offloads;
+      ``host_argument_bytes``, ``host_output_bytes`` and ``host_alias_bytes`` are added
+      where the backend reports them (0 when none).
 
     Raises:
       PlanError: the codes of :func:`abstract_train_step`; ``model_too_large`` when the
@@ -516,12 +464,27 @@ def compiled_figures(compiled: Any, hbm_bytes: int | None = None) -> dict[str, A
             "hbm_peak_bytes": hbm_peak,
             "generated_code_bytes": int(stats.generated_code_size_in_bytes),
             "hbm_bytes": hbm_bytes,
+            **_host_figures(stats),
         },
         "flops": float(cost.get("flops", 0.0)),
         "bytes_accessed": float(cost.get("bytes accessed", 0.0)),
         "collectives": count_collectives(compiled.as_text()),
         "xla_error": None,
     }
+
+
+def _host_figures(stats: Any) -> dict[str, int]:
+    """Host-memory figures of ``memory_analysis()``: ``host_temp_bytes`` always (0 where
+    the backend has no such field), the host argument/output/alias sizes where present."""
+    out = {"host_temp_bytes": int(getattr(stats, "host_temp_size_in_bytes", 0) or 0)}
+    for field, key in (
+        ("host_argument_size_in_bytes", "host_argument_bytes"),
+        ("host_output_size_in_bytes", "host_output_bytes"),
+        ("host_alias_size_in_bytes", "host_alias_bytes"),
+    ):
+        if hasattr(stats, field):
+            out[key] = int(getattr(stats, field) or 0)
+    return out
 
 
 def _first_lines(error: BaseException, limit: int = 600) -> str:

@@ -241,24 +241,27 @@ def _mlp_residuals(model: MLPSpec, t: int, itemsize: int) -> float:
 
 def _transformer_head(model: TransformerSpec, t: int, itemsize: int) -> float:
     """Bytes per token the step keeps for the backward pass of its head (see
-    :func:`_transformer_residuals`): the final norm, like each layer's (``4d + 3bd``),
-    and, with one vocabulary tile, the cross-entropy's float32 ``exp(logits)``
-    (``4 vocab / t``); with ``vocab_tiling > 1`` each tile's logits are recomputed in the
-    backward pass from the kept norm output, so none are kept."""
+    :func:`_transformer_residuals`): the final norm, like each layer's
+    (``(2 * 4 d + 2 b d) / t``), the loss's float32 log-sum-exp and the int32 target
+    index it gathers with (``datarax.models``' cross-entropy is a custom VJP that
+    recomputes the logits in its backward pass, as MaxText's does, so no logits are
+    kept, tiled or not)."""
     d = model.d_model
-    logits = _F32 * model.vocab / t if model.vocab_tiling == 1 else 0.0
-    return (_F32 * d + 3 * itemsize * d) / t + logits
+    return (2 * _F32 * d + 2 * itemsize * d) / t + _F32 + 4
 
 
 def _layer_none_bytes(model: TransformerSpec, t: int, b: int) -> float:
     """Bytes per token one layer keeps under ``remat: none`` (see
     :func:`_transformer_residuals`)."""
     d, f, h, hd, s = model.d_model, model.d_ff, model.heads, model.head_dim, model.seq_len
+    kv = model.kv_heads
     mlp = 6 if model.mlp == "gated" else 5
-    # dot attention keeps softmax's float32 output and the probabilities ([S] per head);
-    # a flash kernel keeps its float32 log-sum-exp (one per head)
-    scores = (_F32 + b) * h * s if model.attention == "dot" else _F32 * h
-    return (2 * (_F32 * d + 3 * b * d) + 4 * b * h * hd + scores + mlp * b * f) / t
+    norms = 2 * (2 * _F32 * d + 2 * b * d)
+    if model.attention == "dot":  # softmax's float32 output, its two statistics, probs
+        attention = b * (2 * h * hd + 2 * kv * hd) + (_F32 + b) * h * s + 2 * _F32 * h
+    else:  # the kernel's output (and its [S, heads * hd] view) and float32 log-sum-exp
+        attention = b * (3 * h * hd + 2 * kv * hd) + _F32 * h
+    return (norms + attention + mlp * b * f) / t
 
 
 def _named_bytes(model: TransformerSpec, t: int, b: int, place: str) -> float:
@@ -274,19 +277,20 @@ def _transformer_residuals(model: TransformerSpec, t: int, itemsize: int) -> flo
     backward pass (``jax.ad_checkpoint.print_saved_residuals`` of the step's loss lists
     these, and XLA's forward ``while`` loop stacks them ``[layers, ...]``).
 
-    ``none``, per layer (``b`` the compute dtype's bytes, ``t`` the tensor size): each
-    RMS norm keeps its input cast to float32 (``4d``) and three ``d``-wide model-dtype
-    arrays (the normalized input, the scaled output, the input, ``3bd``); attention keeps
-    ``q``, ``k``, ``v`` and its output (``4 b heads hd / t``) and, with ``dot``
-    attention, softmax's float32 output (``4 heads S / t``) and the probabilities in the
-    model dtype (``b heads S / t``), with ``flash`` only the kernel's float32 log-sum-exp
-    (``4 heads / t``); the MLP keeps six (gated) or five (plain) ``d_ff``-wide arrays
-    (``b f / t`` each). Once, the head (:func:`_transformer_head`). Any other policy keeps
-    the named tensors it places on the device (:meth:`TransformerSpec.remat_places`:
-    ``full`` only the layer input, ``b d``); offloaded ones are in
-    :func:`_offloaded_bytes`, not here. The ``none`` count was checked against XLA's
-    forward ``while`` loop's stacked outputs for ``benchmarks/compile_checks.py``'s v5p
-    fsdp64 transformer (XLA 86.19 GiB per device, this count 86.0 GiB plus the head).
+    ``none``, per layer (``b`` the compute dtype's bytes, ``t`` the tensor size, which
+    splits every activation, the residual stream included): each RMS norm keeps its input
+    cast to float32 and the normalized float32 input (``2 * 4d``) and two ``d``-wide
+    compute-dtype arrays (the normalized input cast back, the scaled output: ``2bd``);
+    attention keeps ``q``, ``k``, ``v`` (``k``/``v`` at ``kv_heads``) and, with a
+    ``flash`` kernel, its output twice (the kernel's and its ``[S, heads * hd]`` view) and
+    its float32 log-sum-exp per head, with ``dot`` attention the output once, softmax's
+    float32 output (``4 heads S``), its two float32 statistics and the probabilities
+    (``b heads S``); the MLP keeps six (gated) or five (plain) ``d_ff``-wide arrays. Once,
+    the head (:func:`_transformer_head`). Any other policy keeps only the named tensors it
+    places on the device (:meth:`TransformerSpec.remat_places`: ``full`` only the layer
+    input, ``b d``); offloaded ones are in :func:`_offloaded_bytes`. Checked against
+    ``print_saved_residuals`` of ``datarax.models``' step for every policy
+    (``tests/datarax/test_compile_step.py``).
     """
     head = _transformer_head(model, t, itemsize)
     if model.remat_places() is None:

@@ -394,7 +394,9 @@ class TransformerSpec(_SpecBase):
         ``activation_embed`` rule shards it (Megatron's sequence parallelism, Korthikanti
         et al. 2022). (``mlpwo`` and ``qkv_proj`` are 0: this model does not fuse
         q/k/v, and the down projection's output only enters the residual sum, so the
-        backward pass never reads it; ``mlpwi`` is the fused name, 0 here too)."""
+        backward pass never reads it. The MLP's input projections are ``mlpwi_0`` and
+        ``mlpwi_1`` when gated, ``mlpwi`` when plain, as MaxText names one activation's
+        ``wi``.)"""
         d, f, hd, t = self.d_model, self.d_ff, self.head_dim, tensor
         return {
             "decoder_layer_input": d / t,
@@ -404,8 +406,8 @@ class TransformerSpec(_SpecBase):
             "qkv_proj": 0.0,
             "context": self.heads * hd / t,
             "out_proj": d / t,
-            "mlpwi": 0.0,
-            "mlpwi_0": f / t,
+            "mlpwi": 0.0 if self.mlp == "gated" else f / t,
+            "mlpwi_0": f / t if self.mlp == "gated" else 0.0,
             "mlpwi_1": f / t if self.mlp == "gated" else 0.0,
             "mlpwo": 0.0,
         }

@@ -88,7 +88,8 @@ def _layer_matmul_flops(model: TransformerSpec) -> dict[str, float]:
         "key_proj": 2.0 * d * model.kv_heads * hd,
         "value_proj": 2.0 * d * model.kv_heads * hd,
         "out_proj": 2.0 * model.heads * hd * d,
-        "mlpwi_0": 2.0 * d * f,
+        "mlpwi": 0.0 if model.mlp == "gated" else 2.0 * d * f,
+        "mlpwi_0": 2.0 * d * f if model.mlp == "gated" else 0.0,
         "mlpwi_1": 2.0 * d * f if model.mlp == "gated" else 0.0,
         "mlpwo": 2.0 * f * d,
     }
@@ -133,7 +134,7 @@ def recompute_flops_per_token(model: ModelSpec) -> tuple[float, float]:
     matmul += sum(mm[n] for n in need_qkv)
     if not kept("out_proj"):
         matmul += mm["out_proj"]
-    matmul += sum(mm[n] for n in ("mlpwi_0", "mlpwi_1") if not kept(n) and not kept("mlpwi"))
+    matmul += sum(mm[n] for n in ("mlpwi", "mlpwi_0", "mlpwi_1") if not kept(n))
     return model.layers * matmul, model.layers * attention
 
 

@@ -1,4 +1,4 @@
-"""Built-in models and losses: the MLP the service trains and the tests use.
+"""The built-in MLP the service trains and the tests use, its losses and optimizers.
 
 Parameters are named ``layers/{i}/kernel`` ``[f_i, f_{i+1}]`` and ``layers/{i}/bias``
 ``[f_{i+1}]``, float32; ReLU between layers, none after the last. Their shapes without

@@ -1,0 +1,531 @@
+"""The decoder-only transformer of :class:`~datarax.distributed.model_specs.TransformerSpec`.
+
+One model, two faces: :func:`transformer_loss_fn` is the pure function over a flat
+``{spec path: array}`` dict that compile checks lower from shapes
+(:mod:`datarax.distributed.compile_step`), and :class:`Transformer` is the NNX module a
+user trains with ``nnx.Optimizer`` and :func:`transformer_loss`, over the same arrays.
+
+What the spec's fields do here:
+
+- Mixed precision (MaxText's ``weight_dtype`` / ``dtype``): parameters (and so gradients
+  and the optimizer's moments, which ``optax`` creates in the parameters' dtype) are in
+  ``param_dtype``; each matmul casts its weight to ``dtype``; activations and the residual
+  stream are in ``dtype``; RMS-norm statistics and the cross-entropy are float32. With
+  ``dtype: float32`` every matmul runs at ``Precision.HIGHEST`` (true float32, not the
+  bfloat16 passes TPUs use by default), which is what the cost model prices at the
+  hardware's float32 peak.
+- ``remat``: ``jax.checkpoint`` of each layer with a policy over MaxText's
+  ``checkpoint_name``\\ s (:func:`remat_policy`).
+- ``attention``: ``flash`` or ``dot`` (:mod:`datarax.models.attention`).
+- ``vocab_tiling``: the loss over that many token chunks, one chunk's logits live
+  (:func:`tiled_cross_entropy`).
+- Layers: one ``lax.scan`` over parameters stacked ``[layers, ...]``, so an 80-layer model
+  traces and compiles one layer.
+
+The layer follows MaxText's ``LlamaDecoderLayer`` (``MaxText/layers/llama2.py``): named
+input, pre-norm attention, residual add, pre-norm MLP, residual add; no positional
+encoding (rotary embeddings change neither shapes nor memory) and no dropout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from datarax.distributed.model_specs import TransformerSpec, model_spec
+from datarax.models.attention import attention
+
+__all__ = [
+    "ActivationLayout",
+    "Constrain",
+    "Transformer",
+    "remat_policy",
+    "synthetic_tokens",
+    "tiled_cross_entropy",
+    "transformer_forward",
+    "transformer_loss",
+    "transformer_loss_fn",
+]
+
+JNP_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+Constrain = Callable[..., jax.Array]
+"""``constrain(x, tensor_dim=None) -> x`` pinning an activation's layout (or not)."""
+
+_NORM_EPS = 1e-6
+
+
+def _no_constraint(x: jax.Array, tensor_dim: int | None = None) -> jax.Array:  # noqa: ARG001
+    return x
+
+
+class ActivationLayout:
+    """Pins activations to a plan's layout: dimension 0 (the batch) over the batch axes,
+    and a tensor-split dimension (a ``col`` layer's output features, attention heads, the
+    MLP hidden, the vocabulary) over the tensor axes, Megatron-style.
+
+    Without these, XLA's sharding propagation is free to compile another program than the
+    plan's: on an fsdp mesh it may keep the weights sharded and instead gather (or
+    all-reduce) activations over the whole global batch, or leave attention replicated
+    over the tensor axis. The flash kernel on TPU also reads ``mesh``, ``batch`` and
+    ``tensor`` to run per device under ``shard_map``.
+
+    Args:
+      mesh: the mesh.
+      batch_axes: mesh axes the batch is split over (data, then fsdp).
+      tensor_axes: mesh axes the tensor-parallel dimensions are split over.
+
+    Example:
+      >>> layout = ActivationLayout(mesh, ("fsdp",), ("tensor",))  # doctest: +SKIP
+      >>> x = layout(x, 2)  # [B, S, H, hd]: B over fsdp, H over tensor  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, mesh: Mesh, batch_axes: Sequence[str] = (), tensor_axes: Sequence[str] = ()
+    ) -> None:
+        sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
+        unknown = [a for a in (*batch_axes, *tensor_axes) if a not in sizes]
+        if unknown:
+            raise ValueError(f"axes {unknown} are not axes of the mesh {list(mesh.axis_names)}")
+        batch, tensor = tuple(batch_axes), tuple(tensor_axes)
+        self.mesh = mesh
+        self.batch = None if not batch else batch[0] if len(batch) == 1 else batch
+        self.tensor = None if not tensor else tensor[0] if len(tensor) == 1 else tensor
+        self.t = math.prod(sizes[a] for a in tensor)
+
+    def __call__(self, x: jax.Array, tensor_dim: int | None = None) -> jax.Array:
+        """``x`` with dimension 0 on the batch axes and ``tensor_dim`` (where the tensor
+        axes divide it) on the tensor axes; the other dimensions whole."""
+        spec: list = [None] * x.ndim
+        spec[0] = self.batch
+        if tensor_dim is not None and self.t > 1 and x.shape[tensor_dim] % self.t == 0:
+            spec[tensor_dim] = self.tensor
+        return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
+
+
+# --------------------------------------------------------------------------------- remat
+
+
+def remat_policy(spec: TransformerSpec) -> tuple[bool, Any]:
+    """Whether to ``jax.checkpoint`` each layer, and with which policy.
+
+    Mirrors MaxText's ``Decoder.get_remat_policy`` (``MaxText/layers/decoders.py``) over
+    :meth:`TransformerSpec.remat_places`: ``none`` -> no checkpoint (the autodiff keeps
+    every residual); ``full`` -> ``nothing_saveable`` (only the layer input, the scan
+    carry, survives); any other policy -> ``save_and_offload_only_these_names`` with the
+    ``device`` names saved and the ``offload`` names moved to ``pinned_host`` (the
+    ``*_offloaded`` policies and ``custom``), or ``save_only_these_names`` when nothing is
+    offloaded. MaxText's ``minimal`` is ``checkpoint_dots_with_no_batch_dims``; in this
+    layer those dots are exactly the projections its names mark, so the named policy
+    saves the same tensors.
+
+    Returns:
+      ``(checkpoint, policy)``; ``policy`` is ``None`` when ``checkpoint`` is false.
+    """
+    places = spec.remat_places()
+    if places is None:
+        return False, None
+    policies = jax.checkpoint_policies
+    if spec.remat == "full":
+        return True, policies.nothing_saveable
+    device = sorted(name for name, where in places.items() if where == "device")
+    offload = sorted(name for name, where in places.items() if where == "offload")
+    if not offload:
+        return True, policies.save_only_these_names(*device)
+    return True, policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=device,
+        names_which_can_be_offloaded=offload,
+        offload_src="device",
+        offload_dst="pinned_host",
+    )
+
+
+# ------------------------------------------------------------------------------- forward
+
+
+class _Compute:
+    """The dtype, matmul precision and layout every op of one model shares."""
+
+    def __init__(self, spec: TransformerSpec, constrain: Constrain | None) -> None:
+        self.spec = spec
+        self.dtype = JNP_DTYPES[spec.dtype]
+        self.precision = (
+            jax.lax.Precision.HIGHEST if spec.dtype == "float32" else jax.lax.Precision.DEFAULT
+        )
+        self.layout = constrain
+        self.c = constrain or _no_constraint
+        self.t = getattr(constrain, "t", 1)
+
+    def dense(self, x: jax.Array, w: jax.Array) -> jax.Array:
+        """``x @ w`` in the compute dtype (the weight cast from ``param_dtype``)."""
+        return jnp.matmul(x, w.astype(self.dtype), precision=self.precision)
+
+    def rms_norm(self, x: jax.Array, scale: jax.Array) -> jax.Array:
+        """RMS norm with float32 statistics; output in the compute dtype."""
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + _NORM_EPS)
+        return y.astype(self.dtype) * scale.astype(self.dtype)
+
+    def layer(self, x: jax.Array, p: Mapping[str, jax.Array]) -> tuple[jax.Array, None]:
+        """One decoder layer: ``x [B, S, d]`` -> ``[B, S, d]`` (compute dtype).
+
+        Names (MaxText's, ``checkpoint_name``): ``decoder_layer_input`` on the input
+        (``llama2.py``); ``query_proj``, ``key_proj``, ``value_proj`` on the projections
+        ``[B, S, heads, hd]`` and ``context`` on the attention output, ``out_proj`` on the
+        output projection ``[B, S, d]`` (``attentions.py``); ``mlpwi_0`` (gate) and
+        ``mlpwi_1`` (up) on the gated MLP's input projections before the activation, or
+        ``mlpwi`` on a plain MLP's single one, and ``mlpwo`` on its output projection
+        (``linears.py``'s ``MlpBlock``: ``"mlp" + dense_name``).
+        """
+        spec, c = self.spec, self.c
+        h, kv, hd = spec.heads, spec.kv_heads, spec.head_dim
+        b, s, _ = x.shape
+        x = checkpoint_name(x, "decoder_layer_input")
+        y = self.rms_norm(x, p["layers/*/attn_norm/scale"])
+        q = checkpoint_name(c(self.dense(y, p["layers/*/attn/q"]).reshape(b, s, h, hd), 2),
+                            "query_proj")  # fmt: skip
+        k = checkpoint_name(c(self.dense(y, p["layers/*/attn/k"]).reshape(b, s, kv, hd), 2),
+                            "key_proj")  # fmt: skip
+        v = checkpoint_name(c(self.dense(y, p["layers/*/attn/v"]).reshape(b, s, kv, hd), 2),
+                            "value_proj")  # fmt: skip
+        if self.t > 1 and kv % self.t and h % self.t == 0:
+            # KV heads the tensor axes cannot split: give each query head its own copy so
+            # the heads split evenly (grouping needs whole KV heads per shard)
+            k, v = c(jnp.repeat(k, h // kv, axis=2), 2), c(jnp.repeat(v, h // kv, axis=2), 2)
+        ctx = attention(spec.attention, q, k, v, precision=self.precision, layout=self.layout)
+        ctx = checkpoint_name(c(ctx, 2), "context")
+        out = checkpoint_name(c(self.dense(ctx.reshape(b, s, h * hd), p["layers/*/attn/o"])),
+                              "out_proj")  # fmt: skip
+        x = c(x + out)
+        y = self.rms_norm(x, p["layers/*/mlp_norm/scale"])
+        if spec.mlp == "gated":
+            gate = checkpoint_name(c(self.dense(y, p["layers/*/mlp/gate"]), 2), "mlpwi_0")
+            up = checkpoint_name(c(self.dense(y, p["layers/*/mlp/up"]), 2), "mlpwi_1")
+            hidden = jax.nn.silu(gate) * up
+        else:
+            up = checkpoint_name(c(self.dense(y, p["layers/*/mlp/up"]), 2), "mlpwi")
+            hidden = jax.nn.gelu(up)
+        down = checkpoint_name(c(self.dense(c(hidden, 2), p["layers/*/mlp/down"])), "mlpwo")
+        return c(x + down), None
+
+    def unembedding(self, params: Mapping[str, jax.Array]) -> jax.Array:
+        """``[d, vocab]`` in the compute dtype (the embedding's transpose when tied)."""
+        if self.spec.tied_embeddings:
+            return params["embed/embedding"].astype(self.dtype).T
+        return params["unembed/kernel"].astype(self.dtype)
+
+    def logits(self, x: jax.Array, w: jax.Array) -> jax.Array:
+        """``[B, s, d]`` normed hidden states -> ``[B, s, vocab]`` logits, compute dtype
+        (vocab over the tensor axes); the loss converts them to float32 as it reads them."""
+        return self.c(jnp.matmul(x, w, precision=self.precision), 2)
+
+    def hidden(self, params: Mapping[str, jax.Array], tokens: jax.Array) -> jax.Array:
+        """Tokens ``[B, S]`` -> final-norm output ``[B, S, d]`` in the compute dtype."""
+        c = self.c
+        # cast, then look up (MaxText's Embed): the gathered table and the lookup's
+        # gradient are in the compute dtype, not param_dtype
+        x = c(jnp.take(params["embed/embedding"].astype(self.dtype), tokens, axis=0))
+        layer = self.layer
+        checkpoint, policy = remat_policy(self.spec)
+        if checkpoint:
+            # prevent_cse=False: inside a scan CSE cannot undo the recompute (jax docs)
+            layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
+        stacked = {k: v for k, v in params.items() if k.startswith("layers/")}
+        x, _ = jax.lax.scan(layer, x, stacked)
+        return self.rms_norm(x, params["final_norm/scale"])
+
+
+def _check_params(spec: TransformerSpec, params: Mapping[str, Any]) -> None:
+    want = {g.path: ((g.repeat, *g.shape) if "*" in g.path else g.shape) for g in spec.params()}
+    got = {k: tuple(v.shape) for k, v in params.items()}
+    if got != want:
+        missing = sorted(set(want) - set(got))
+        extra = sorted(set(got) - set(want))
+        wrong = sorted(k for k in set(want) & set(got) if want[k] != got[k])
+        raise ValueError(
+            f"params do not match the spec: missing {missing}, unexpected {extra}, "
+            f"wrong shapes {[(k, got[k], want[k]) for k in wrong]}; build them with "
+            "Transformer(spec).param_arrays() or the spec's params() (layers stacked first)"
+        )
+
+
+def transformer_forward(
+    spec: TransformerSpec | Mapping[str, Any],
+    params: Mapping[str, jax.Array],
+    tokens: jax.typing.ArrayLike,
+    *,
+    constrain: Constrain | None = None,
+) -> jax.Array:
+    """Logits of every position.
+
+    Args:
+      spec: the model.
+      params: ``{spec path: array}`` in ``param_dtype``; ``layers/*`` groups stacked
+        ``[layers, ...]`` (e.g. ``layers/*/attn/q: [layers, d_model, heads * head_dim]``).
+      tokens: ``[B, S]`` int32 token ids, batch over the layout's batch axes.
+      constrain: an :class:`ActivationLayout` (or any ``constrain(x, tensor_dim)``).
+
+    Returns:
+      ``[B, S, vocab]`` float32 logits (vocab over the tensor axes).
+    """
+    spec = model_spec(spec)
+    _check_params(spec, params)
+    compute = _Compute(spec, constrain)
+    x = compute.hidden(params, jnp.asarray(tokens))
+    return compute.logits(x, compute.unembedding(params)).astype(jnp.float32)
+
+
+def _cross_entropy_head(
+    logits_fn: Callable[[jax.Array, jax.Array], jax.Array], constrain: Constrain
+) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    """``head(x [B, s, d], w [d, vocab], targets [B, s]) -> float32 sum of losses``.
+
+    A ``jax.custom_vjp`` (as MaxText's ``cross_entropy_with_logits`` and its vocab
+    tiling): the forward pass keeps only the per-token float32 log-sum-exp; the backward
+    pass recomputes the logits and writes ``softmax - one_hot`` straight in the compute
+    dtype. The softmax statistics are float32 (the logits converted as they are read).
+    Autodiff of the plain expression instead keeps float32 logits and several
+    ``[tokens, vocab]`` copies alive at once (XLA's memory report for Llama 3.1 8B at
+    3 x 8192 tokens per chip: ~20 GiB of logit buffers instead of ~12).
+    """
+
+    def forward(x: jax.Array, w: jax.Array, targets: jax.Array):
+        # every [tokens, vocab] op reads the compute-dtype logits and converts inside the
+        # fusion; a float32 copy of the logits (or a gather from one) would be 2x their size
+        logits = logits_fn(x, w)
+        top = jnp.max(logits, axis=-1, keepdims=True).astype(jnp.float32)
+        sum_exp = jnp.sum(jnp.exp(logits.astype(jnp.float32) - top), axis=-1)
+        lse = top[..., 0] + jnp.log(sum_exp)
+        label = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+        return jnp.sum(lse - label.astype(jnp.float32)), (x, w, targets, lse)
+
+    def backward(residuals, g: jax.Array):
+        x, w, targets, lse = residuals
+        logits = logits_fn(x, w)
+        vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+        probs = jnp.exp(logits.astype(jnp.float32) - lse[..., None])
+        d_logits = (probs - (vocab == targets[..., None])) * g
+        d_logits = constrain(d_logits.astype(x.dtype), 2)
+        precision = jax.lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
+        dx = jnp.einsum("bsv,dv->bsd", d_logits, w, precision=precision)
+        dw = jnp.einsum("bsd,bsv->dv", x, d_logits, precision=precision)
+        return dx, dw, None
+
+    @jax.custom_vjp
+    def head(x: jax.Array, w: jax.Array, targets: jax.Array) -> jax.Array:
+        return forward(x, w, targets)[0]
+
+    head.defvjp(forward, backward)
+    return head
+
+
+def tiled_cross_entropy(
+    x: jax.Array,
+    w: jax.Array,
+    targets: jax.Array,
+    tiles: int,
+    logits_fn: Callable[[jax.Array, jax.Array], jax.Array],
+    constrain: Constrain | None = None,
+) -> jax.Array:
+    """Summed next-token cross-entropy over ``tiles`` token chunks, one chunk's logits live.
+
+    MaxText's ``num_vocab_tiling`` (``MaxText/vocabulary_tiling.py``) reshapes the final
+    hidden states to ``[tiles, tokens / tiles, d]`` and scans over the chunks with a
+    custom VJP that recomputes each chunk's logits in the backward pass. Here the chunks
+    split the sequence (``[B, S, d]`` -> ``[tiles, B, S / tiles, d]``), so every chunk
+    keeps the batch's sharding with no re-layout; each chunk's loss is the custom-VJP
+    head (:func:`_cross_entropy_head`), so the scan saves only the chunk's per-token
+    log-sum-exp, and the unembedding's gradient accumulates across chunks in the scan's
+    transpose. ``tiles == 1`` is the head over the whole batch, no scan.
+
+    Args:
+      x: ``[B, S, d]`` final-norm output, compute dtype, batch over the batch axes.
+      w: ``[d, vocab]`` unembedding, compute dtype.
+      targets: ``[B, S]`` int32.
+      tiles: chunks; must divide ``S``.
+      logits_fn: ``logits_fn(x_chunk, w) -> [B, S / tiles, vocab]`` in the compute dtype.
+      constrain: pins the logits' gradient like the logits (vocab over tensor).
+
+    Returns:
+      The float32 sum of the per-token losses.
+
+    Raises:
+      ValueError: ``tiles`` does not divide ``S``.
+    """
+    b, s, d = x.shape
+    if s % tiles:
+        raise ValueError(
+            f"vocab_tiling {tiles} does not divide seq_len {s}; choose a divisor of {s}"
+        )
+    head = _cross_entropy_head(logits_fn, constrain or _no_constraint)
+    if tiles == 1:
+        return head(x, w, targets)
+
+    def chunk_loss(total: jax.Array, chunk: tuple[jax.Array, jax.Array]):
+        xc, tc = chunk
+        return total + head(xc, w, tc), None
+
+    xs = x.reshape(b, tiles, s // tiles, d).swapaxes(0, 1)
+    ts = targets.reshape(b, tiles, s // tiles).swapaxes(0, 1)
+    total, _ = jax.lax.scan(chunk_loss, jnp.zeros((), jnp.float32), (xs, ts))
+    return total
+
+
+def transformer_loss_fn(
+    spec: TransformerSpec | Mapping[str, Any], constrain: Constrain | None = None
+) -> Callable[[Mapping[str, jax.Array], Mapping[str, jax.Array]], jax.Array]:
+    """``loss(params, batch)``: mean next-token cross-entropy, float32.
+
+    Args:
+      spec: the model.
+      constrain: an :class:`ActivationLayout` (or any ``constrain(x, tensor_dim)``).
+
+    Returns:
+      ``loss(params, batch)`` with ``params`` as :func:`transformer_forward` takes them
+      and ``batch = {"inputs": [B, S] int32, "targets": [B, S] int32}``.
+    """
+    spec = model_spec(spec)
+    compute = _Compute(spec, constrain)
+
+    def loss(params: Mapping[str, jax.Array], batch: Mapping[str, jax.Array]) -> jax.Array:
+        _check_params(spec, params)
+        x = compute.hidden(params, batch["inputs"])
+        w = compute.unembedding(params)
+        targets = batch["targets"]
+        total = tiled_cross_entropy(x, w, targets, spec.vocab_tiling, compute.logits, compute.c)
+        return total / targets.size
+
+    return loss
+
+
+# ----------------------------------------------------------------------------- NNX model
+
+
+def _init(key: jax.Array, path: str, shape: tuple[int, ...], dtype: Any) -> jax.Array:
+    """Ones for norm scales; normal ``1 / sqrt(fan_in)`` for kernels (LeCun), and for the
+    embedding ``1 / sqrt(d_model)`` (flax's ``nnx.Embed`` default)."""
+    if path.endswith("/scale"):
+        return jnp.ones(shape, dtype)
+    fan_in = shape[-1] if path.startswith("embed/") else shape[-2]
+    return (jax.random.normal(key, shape, jnp.float32) / math.sqrt(fan_in)).astype(dtype)
+
+
+class Transformer(nnx.Module):
+    """The spec's transformer as an NNX module, for training with ``nnx.Optimizer``.
+
+    Parameters are ``nnx.Param``\\ s in ``param_dtype`` nested like the spec's paths:
+    ``embed["embedding"]`` ``[vocab, d]``, ``layers["attn"]["q"]`` ``[layers, d, heads *
+    head_dim]`` (every ``layers/*`` group stacked over the layers), ``final_norm["scale"]``,
+    ``unembed["kernel"]`` ``[d, vocab]`` (absent with tied embeddings).
+
+    Args:
+      model: a :class:`TransformerSpec` or a plan request's model object
+        (``{"kind": "transformer", ...}`` or ``{"name": "llama3.1-8b", ...}``).
+      rngs: initialization keys (``params`` stream).
+      constrain: an optional :class:`ActivationLayout` for sharded training.
+
+    Raises:
+      ValueError: ``model`` is not a transformer (or not a valid model object).
+
+    Example:
+      >>> model = Transformer({"kind": "transformer", "layers": 2, "d_model": 64,
+      ...     "d_ff": 128, "heads": 4, "kv_heads": 2, "vocab": 100, "seq_len": 16},
+      ...     rngs=nnx.Rngs(0))  # doctest: +SKIP
+      >>> opt = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: TransformerSpec | Mapping[str, Any],
+        *,
+        rngs: nnx.Rngs,
+        constrain: Constrain | None = None,
+    ) -> None:
+        try:
+            spec = model_spec(model)
+        except Exception as error:  # PlanError: an invalid model object
+            raise ValueError(str(error)) from None
+        if not isinstance(spec, TransformerSpec):
+            raise ValueError(f"Transformer needs a transformer model, got kind {spec.kind!r}")
+        self.spec = spec
+        self.constrain = constrain
+        dtype = JNP_DTYPES[spec.param_dtype]
+        nested: dict[str, Any] = {}
+        for group in spec.params():
+            shape = (group.repeat, *group.shape) if "*" in group.path else group.shape
+            value = nnx.Param(_init(rngs.params(), group.path, shape, dtype))
+            *parents, leaf = [part for part in group.path.split("/") if part != "*"]
+            node = nested
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        for name, tree in nested.items():
+            setattr(self, name, _to_nnx(tree))
+
+    def param_arrays(self) -> dict[str, jax.Array]:
+        """``{spec path: array}`` (``layers/*/attn/q`` stacked), as :func:`transformer_forward`
+        and compile checks take them."""
+        out = {}
+        for group in self.spec.params():
+            node: Any = self
+            for part in (p for p in group.path.split("/") if p != "*"):
+                node = getattr(node, part) if node is self else node[part]
+            out[group.path] = node[...]
+        return out
+
+    def __call__(self, tokens: jax.typing.ArrayLike) -> jax.Array:
+        """``tokens: [B, S]`` int32 -> logits ``[B, S, vocab]`` float32."""
+        return transformer_forward(self.spec, self.param_arrays(), tokens, constrain=self.constrain)
+
+
+def _to_nnx(tree: dict[str, Any]) -> nnx.Dict:
+    return nnx.Dict({k: _to_nnx(v) if isinstance(v, dict) else v for k, v in tree.items()})
+
+
+def transformer_loss(model: Transformer, batch: Mapping[str, jax.typing.ArrayLike]) -> jax.Array:
+    """Mean next-token cross-entropy of ``model`` on ``batch``, float32.
+
+    The ``loss_fn(model, batch)`` of :func:`datarax.distributed.train_step.spmd_train_step`.
+
+    Args:
+      model: a :class:`Transformer`.
+      batch: ``{"inputs": [B, S] int32, "targets": [B, S] int32}`` (:func:`synthetic_tokens`).
+    """
+    loss = transformer_loss_fn(model.spec, model.constrain)
+    return loss(model.param_arrays(), {k: jnp.asarray(v) for k, v in batch.items()})
+
+
+def synthetic_tokens(
+    model: TransformerSpec | Mapping[str, Any], batch_size: int, seed: int, step: int
+) -> dict[str, np.ndarray]:
+    """A deterministic token batch that depends only on its arguments, never on devices.
+
+    Each row follows a fixed random successor table of the vocabulary from a random start,
+    so the next token is a function of the current one and the loss can go down.
+
+    Returns:
+      ``inputs: [batch_size, seq_len] int32`` and ``targets: [batch_size, seq_len] int32``,
+      ``targets[:, i] == inputs[:, i + 1]`` (the last one the successor of the last input).
+    """
+    spec = model_spec(model)
+    if not isinstance(spec, TransformerSpec):
+        raise ValueError(f"synthetic_tokens needs a transformer model, got kind {spec.kind!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    successor = np.random.default_rng([int(seed), 104729]).permutation(spec.vocab)
+    rng = np.random.default_rng([int(seed), int(step), int(batch_size)])
+    tokens = np.empty((batch_size, spec.seq_len + 1), np.int64)
+    tokens[:, 0] = rng.integers(0, spec.vocab, batch_size)
+    for i in range(spec.seq_len):
+        tokens[:, i + 1] = successor[tokens[:, i]]
+    tokens = tokens.astype(np.int32)
+    return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}
