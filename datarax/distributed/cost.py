@@ -321,12 +321,15 @@ def _temporaries(
     fsdp = sizes["fsdp"]
     # The scanned transformer gathers one layer's slice of a stacked parameter inside the
     # loop (the layer's weights, cast to the compute dtype), and XLA's scheduler
-    # prefetches the next layer's: two in flight. The MLP gathers whole parameters.
+    # prefetches the next layer's: two in flight. The embedding and unembedding are
+    # gathered at the loop's edges (the lookup, the loss) and are not live at the peak
+    # (XLA's HBM allocation of benchmarks/production_memory.py's runs: counting them put
+    # the 128k-vocabulary runs 7-30% high). The MLP gathers whole parameters.
     scanned = isinstance(model, TransformerSpec)
     gathered = sorted(
         (math.prod(shard) * fsdp * (itemsize if scanned else group.repeat * param_itemsize)
          for group, _, shard, split in specs
-         if split and fsdp > 1),
+         if split and fsdp > 1 and (not scanned or "*" in group.path)),
         reverse=True,
     )  # fmt: skip
     in_flight = _SCAN_IN_FLIGHT_GATHERS if scanned else _IN_FLIGHT_GATHERS
@@ -341,26 +344,23 @@ def _temporaries(
         out["phase"] = int(tokens * itemsize * max(hidden, default=0))
     if isinstance(model, TransformerSpec):
         # The step's peak is the larger of two moments whose transients never coexist.
-        # At the loss, every saved activation is live (the layers' and the head's, which
-        # ``activations`` counts) and the logits exist in the model dtype beside the
-        # saved float32 exp(logits) (their gradient then takes their place); with
-        # vocab_tiling, one tile's logits, float32 exp and gradient. In the last layer's
-        # backward pass the head's residuals are gone (the loss's backward pass consumed
-        # them) and, with dot attention, one float32 array of the attention scores' size
-        # is made (their gradient); under any remat policy that layer's forward pass is
-        # first recomputed: its textbook activations (the layer part of
-        # ``activation_elements_per_token`` at remat none: XLA fuses the recomputation
-        # into the backward pass, so the float32 norm copies and elementwise
-        # intermediates are not materialized).
+        # At the loss, every saved activation is live (``activations`` counts them) and
+        # the loss's backward pass (a custom VJP) recomputes one vocabulary tile's logits
+        # and writes their gradient, both in the compute dtype. In a layer's backward
+        # pass the head's residuals are gone; under a remat policy the layer's forward
+        # pass is first recomputed and keeps what autodiff keeps at remat none
+        # (:func:`_layer_none_bytes`), beside its offloaded tensors copied back from host
+        # memory; under remat none with dot attention, one float32 array of the scores'
+        # size is made (their gradient). Evidence: XLA's HBM allocation of the runs of
+        # benchmarks/production_memory.py (BENCHMARKS.md).
         h, s = model.heads // t, model.seq_len
         head = _transformer_head(model, t, itemsize)
-        if model.vocab_tiling == 1:
-            loss = itemsize * model.vocab / t
+        loss = 2 * itemsize * model.vocab / t / model.vocab_tiling
+        if model.remat_places() is None:
+            layer = _F32 * h * s if model.attention == "dot" else 0.0
         else:
-            loss = (itemsize + 2 * _F32) * model.vocab / t / model.vocab_tiling
-        layer = _F32 * h * s if model.attention == "dot" else 0.0
-        if model.remat_places() is not None:
-            layer += model.layer_elements_per_token(t) * itemsize
+            layer = _layer_none_bytes(model, t, itemsize)
+            layer += _named_bytes(model, t, itemsize, "offload")
         out["phase"] = int(tokens * max(loss, layer - head))
     return out
 

@@ -558,6 +558,12 @@ def _transformer_spec(model: Mapping[str, Any], dtype: str, name: str | None) ->
         raise PlanError(
             "invalid_model", f"model.vocab_tiling must be a positive integer, got {tiling!r}"
         )
+    if sizes["seq_len"] % tiling:
+        raise PlanError(
+            "invalid_model",
+            f"model.vocab_tiling {tiling} does not divide seq_len {sizes['seq_len']}: each "
+            "tile is a slice of every sequence; choose a divisor of seq_len",
+        )
     custom = model.get("remat_custom") or {}
     if not isinstance(custom, Mapping):
         raise PlanError(

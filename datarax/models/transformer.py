@@ -71,7 +71,9 @@ def _no_constraint(x: jax.Array, tensor_dim: int | None = None) -> jax.Array:  #
 class ActivationLayout:
     """Pins activations to a plan's layout: dimension 0 (the batch) over the batch axes,
     and a tensor-split dimension (a ``col`` layer's output features, attention heads, the
-    MLP hidden, the vocabulary) over the tensor axes, Megatron-style.
+    MLP hidden, the vocabulary, and the ``d``-wide residual stream, as MaxText's
+    ``activation_embed`` rule and Megatron's sequence parallelism split it) over the
+    tensor axes.
 
     Without these, XLA's sharding propagation is free to compile another program than the
     plan's: on an fsdp mesh it may keep the weights sharded and instead gather (or
@@ -203,9 +205,13 @@ class _Compute:
             k, v = c(jnp.repeat(k, h // kv, axis=2), 2), c(jnp.repeat(v, h // kv, axis=2), 2)
         ctx = attention(spec.attention, q, k, v, precision=self.precision, layout=self.layout)
         ctx = checkpoint_name(c(ctx, 2), "context")
-        out = checkpoint_name(c(self.dense(ctx.reshape(b, s, h * hd), p["layers/*/attn/o"])),
-                              "out_proj")  # fmt: skip
-        x = c(x + out)
+        # the d-wide residual stream is split over the tensor axes too (MaxText's
+        # activation_embed rule; Megatron's sequence parallelism): the row-parallel
+        # projections end in a reduce-scatter, the next norm's input is gathered
+        out = checkpoint_name(
+            c(self.dense(ctx.reshape(b, s, h * hd), p["layers/*/attn/o"]), 2), "out_proj"
+        )
+        x = c(x + out, 2)
         y = self.rms_norm(x, p["layers/*/mlp_norm/scale"])
         if spec.mlp == "gated":
             gate = checkpoint_name(c(self.dense(y, p["layers/*/mlp/gate"]), 2), "mlpwi_0")
@@ -214,8 +220,8 @@ class _Compute:
         else:
             up = checkpoint_name(c(self.dense(y, p["layers/*/mlp/up"]), 2), "mlpwi")
             hidden = jax.nn.gelu(up)
-        down = checkpoint_name(c(self.dense(c(hidden, 2), p["layers/*/mlp/down"])), "mlpwo")
-        return c(x + down), None
+        down = checkpoint_name(c(self.dense(c(hidden, 2), p["layers/*/mlp/down"]), 2), "mlpwo")
+        return c(x + down, 2), None
 
     def unembedding(self, params: Mapping[str, jax.Array]) -> jax.Array:
         """``[d, vocab]`` in the compute dtype (the embedding's transpose when tied)."""
@@ -233,7 +239,7 @@ class _Compute:
         c = self.c
         # cast, then look up (MaxText's Embed): the gathered table and the lookup's
         # gradient are in the compute dtype, not param_dtype
-        x = c(jnp.take(params["embed/embedding"].astype(self.dtype), tokens, axis=0))
+        x = c(jnp.take(params["embed/embedding"].astype(self.dtype), tokens, axis=0), 2)
         layer = self.layer
         checkpoint, policy = remat_policy(self.spec)
         if checkpoint:
