@@ -626,6 +626,7 @@ def write_markdown(results: dict, path: Path) -> None:
         "",
         *_real_runs_lines(r.get("real_runs")),
         *_calibration_lines(r.get("calibration")),
+        *_production_memory_lines(r.get("production_memory")),
         "GPU: `python -m benchmarks.gpu_mlp` measures a bf16 MLP step against the",
         "device's measured `jnp.dot` peak. It has not been run on a GPU yet: the sessions",
         "that wrote these numbers had no accelerator. Its CPU smoke run:",
@@ -698,6 +699,25 @@ def _calibration_lines(cal: dict | None) -> list[str]:
     ]
 
 
+def _production_memory_lines(rows: list | None) -> list[str]:
+    if not rows:
+        return []
+    from benchmarks import production_memory  # noqa: PLC0415
+
+    return [
+        "## The memory estimate against XLA on production-shaped runs",
+        "",
+        "`benchmarks/production_memory.py` (run by `make bench`; the same compiles run in",
+        "`tests/datarax/test_production_memory.py`): each run compiled through libtpu on",
+        "this CPU-only host (the compile checks' own step, `datarax.models`' transformer),",
+        "XLA's HBM allocation (`hbm_peak_bytes`) or its out-of-memory verdict beside",
+        "`memory_estimate`. Target: within 10% on at least 80% of them.",
+        "",
+        production_memory.markdown(rows),
+        "",
+    ]
+
+
 def _one_line(row: dict) -> bool:
     return row.get("bench") == "transposed_update"
 
@@ -728,8 +748,22 @@ def _run_only(names: list[str], args: argparse.Namespace) -> None:
     if "calibration" in names:
         results["calibration"] = bench_calibration()
         print("calibration done", flush=True)
+    if "production_memory" in names:
+        results["production_memory"] = bench_production_memory()
+        print("production_memory done", flush=True)
     write_markdown(results, args.out)
     print(f"wrote {args.out}")
+
+
+def bench_production_memory() -> list[dict]:
+    """``benchmarks.production_memory``: the estimate beside XLA for production runs."""
+    from benchmarks import production_memory  # noqa: PLC0415
+
+    rows = []
+    for run in production_memory.RUNS:
+        rows.append(production_memory.compare(run, production_memory.compile_run(run)))
+        print("production_memory", rows[-1]["id"], rows[-1]["error"], flush=True)
+    return rows
 
 
 def bench_calibration() -> dict:
@@ -779,6 +813,8 @@ def main() -> None:
         print("real_runs", results["real_runs"], flush=True)
     results["calibration"] = bench_calibration()
     print("calibration done", flush=True)
+    results["production_memory"] = bench_production_memory()
+    print("production_memory done", flush=True)
     results["estimate_validation"] = bench_estimate_validation()
     print("estimate_validation done", flush=True)
     from benchmarks import compile_checks, jobs

@@ -257,14 +257,24 @@ def test_transformer_peak_takes_the_larger_of_loss_and_layer_transients():
     short = {**TRANSFORMER, "vocab": 32000, "seq_len": 256}
     tokens = 256  # 2 sequences over 2 devices
     mem = memory_estimate(short, axes, 2)
-    assert mem["temporaries"] == tokens * 2 * 32000  # bf16 logits beside the float32 exp
+    # the loss's backward pass: one tile's bf16 logits and their bf16 gradient
+    assert mem["temporaries"] == tokens * 2 * 2 * 32000
+    tiled = memory_estimate({**short, "vocab_tiling": 4}, axes, 2)
+    assert tiled["temporaries"] == tokens * 2 * 2 * 32000 // 4
     long = {**TRANSFORMER, "vocab": 64, "seq_len": 8192, "attention": "dot"}
     spec = model_spec(long)
     tokens = 8192
-    head = 4 * spec.d_model + 3 * 2 * spec.d_model + 4 * 64
+    d = spec.d_model
+    head = 2 * 4 * d + 2 * 2 * d + 4 + 4  # the final norm, log-sum-exp, target index
     mem = memory_estimate(long, axes, 2)
     # the scores' float32 gradient of one layer; the head's residuals are gone by then
     assert mem["temporaries"] == tokens * (4 * spec.heads * 8192 - head)
+    # under a remat policy the layer is recomputed first, with its whole residual set
+    full = memory_estimate({**long, "attention": "flash", "remat": "full"}, axes, 2)
+    hd, f = spec.head_dim, spec.d_ff
+    layer = 2 * (2 * 4 * d + 2 * 2 * d) + 2 * (3 * spec.heads * hd + 2 * spec.kv_heads * hd)
+    layer += 4 * spec.heads + 6 * 2 * f
+    assert full["temporaries"] == tokens * (layer - head)
 
 
 SMALL_MLP = {"kind": "mlp", "features": [1024, 4096, 1024], "dtype": "bfloat16"}
