@@ -87,6 +87,8 @@ CODES: dict[str, Code] = _codes(
     ("invalid_model", 422, "Invalid model", "a model spec with bad sizes"),
     ("unknown_model", 422, "Invalid model", "a model name that GET /v1/models does not list"),
     ("model_not_found", 404, "Model not found", "no named model with that name"),
+    ("launch_target_unavailable", 422, "Cannot launch", "a target that does not apply here"),
+    ("invalid_maxtext_config", 422, "Invalid MaxText config", "MaxText keys we cannot plan"),
     ("unknown_axis_role", 422, "Invalid hardware plan", "an axis whose role is not known"),
     ("tensor_not_divisible", 422, "Invalid hardware plan", "tensor axis does not divide heads"),
     ("unknown_optimizer", 422, "Invalid model", "an optimizer other than adam/adamw/sgd"),

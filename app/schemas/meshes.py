@@ -153,10 +153,32 @@ class MeshPlanRequest(Strict):
     allow_split_physical_axes: StrictBool = HardwarePlanRequest.model_fields[
         "allow_split_physical_axes"
     ]
+    maxtext: dict[str, Any] | None = Field(
+        None,
+        max_length=512,
+        description="MaxText's own keys (ici_*_parallelism, dcn_*_parallelism, num_slices, "
+        "allow_split_physical_axes, per_device_batch_size, max_target_length, model_name or "
+        "the model keys, remat_policy, weight_dtype, dtype, ...) beside hardware and "
+        "topology/hosts, in place of ici, dcn, model and batch_shape; the axes are then "
+        "MaxText's names",
+        examples=[{"ici_fsdp_parallelism": -1, "per_device_batch_size": 3,
+                   "model_name": "llama3.1-8b", "max_target_length": 8192}],
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _plain_or_hardware(self) -> MeshPlanRequest:
         given = self.model_fields_set
+        if self.maxtext is not None:
+            if self.hardware is None:
+                raise ValueError("maxtext needs hardware (and topology or hosts)")
+            extra = [n for n in ("ici", "dcn", "model", "batch_shape", "batch_axes", "axes",
+                                 "num_devices") if getattr(self, n) is not None]  # fmt: skip
+            if extra:
+                raise ValueError(
+                    f"{', '.join(extra)} do not go beside maxtext: its keys say them "
+                    "(ici_*/dcn_*_parallelism, the model keys, per_device_batch_size)"
+                )
+            return self
         if self.hardware is None:
             extra = _given(self, _HARDWARE_ONLY)
             if extra:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import anyio.to_thread
 import orjson
+from pydantic import ValidationError
 
-from app.errors import AnswerTooLarge, MeshNotFound, ServiceError, WorkerLost
+from app.errors import AnswerTooLarge, MeshNotFound, ServiceError, WorkerLost, from_library
 from app.ids import new_plan_id, utc_now
 from app.runtime_client import RuntimeClient
 from app.schemas.base import optimizer_name
@@ -27,7 +28,7 @@ from app.services.plans import (
     render_plan,
 )
 from app.store import Store
-from datarax.distributed.planning import resolve_axes
+from datarax.distributed.planning import PlanError, resolve_axes
 
 MAX_MESH_AXES = 64
 """numpy's (and so JAX's) limit on array rank: a mesh's device grid has one dimension per axis."""
@@ -62,6 +63,38 @@ def plan_request(body: MeshPlanRequest) -> PlanRequest:
     )
 
 
+def _from_maxtext(body: MeshPlanRequest) -> MeshPlanRequest:
+    """The hardware plan request that MaxText's keys describe (the library's
+    :func:`datarax.distributed.launch_maxtext.plan_request_from_maxtext`).
+
+    Raises:
+      ServiceError: ``invalid_maxtext_config`` and the planner's codes.
+    """
+    from datarax.distributed.launch_maxtext import plan_request_from_maxtext  # noqa: PLC0415
+
+    try:
+        request = plan_request_from_maxtext(
+            body.maxtext or {},
+            hardware=body.hardware or "",
+            topology=body.topology,
+            slices=body.slices if "slices" in body.model_fields_set else None,
+            hosts=body.hosts,
+        )
+    except PlanError as error:
+        raise from_library(error) from None
+    if body.name is not None:
+        request["name"] = body.name
+    if "optimizer" in body.model_fields_set:
+        request["optimizer"] = optimizer_name(body.optimizer)
+    try:
+        return MeshPlanRequest.model_validate(request)
+    except ValidationError as error:
+        raise ServiceError(
+            f"the MaxText keys make a plan request that is not valid: {error.errors()[0]['msg']}",
+            code="invalid_maxtext_config",
+        ) from None
+
+
 async def create_plan(body: MeshPlanRequest, store: Store, runtime: RuntimeClient) -> CreatedPlan:
     """Plans a mesh and stores it durably.
 
@@ -75,6 +108,8 @@ async def create_plan(body: MeshPlanRequest, store: Store, runtime: RuntimeClien
       PlanError: the library's plan codes.
       WorkerLost: a live plan while the runtime is not ready.
     """
+    if body.maxtext is not None:
+        body = _from_maxtext(body)
     axes_given = body.ici if body.hardware is not None else body.axes
     if axes_given is not None and len(axes_given) > MAX_MESH_AXES:
         raise ServiceError(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -182,6 +182,28 @@ class _Api:
 
     def recommend_meshes(self, request: Mapping[str, Any]) -> Any:
         return self._send(Call("POST", "/v1/recommendations", json=request))
+
+    def list_models(self) -> Any:
+        return self._send(Call("GET", "/v1/models"))
+
+    def launch(
+        self,
+        plan_id: str,
+        target: str,
+        *,
+        image: str | None = None,
+        command: Sequence[str] | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+    ) -> Any:
+        """The plan's launch config: ``target`` is ``maxtext`` (``args``, ``env``),
+        ``jobset`` (``manifest``), ``slurm`` (``script``) or ``env`` (per process)."""
+        body: dict[str, Any] = {"target": target}
+        for key, value in (("image", image), ("command", command), ("name", name),
+                           ("queue", queue)):  # fmt: skip
+            if value is not None:
+                body[key] = list(value) if key == "command" else value
+        return self._send(Call("POST", f"/v1/meshes/{plan_id}/launch", json=body))
 
 
 class Client(_Api):

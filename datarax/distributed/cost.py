@@ -96,6 +96,19 @@ _ROLE_BY_NAME = {
     "fsdp": "fsdp",
     "tensor": "tensor",
     "model": "tensor",
+    # MaxText's mesh_axes (datarax.distributed.launch_maxtext), by how its base.yml
+    # logical_axis_rules shard a dense decoder: the batch and replicas (data), the
+    # weights' embed dimension with the batch (fsdp), heads/mlp/vocab (tensor). Plans from
+    # MaxText keys hold the axes other than data, fsdp, fsdp_transpose, tensor at size 1.
+    "diloco": "data",
+    "stage": "data",
+    "fsdp_transpose": "fsdp",
+    "context": "fsdp",
+    "context_usp_ulysses": "fsdp",
+    "context_autoregressive": "data",
+    "tensor_sequence": "tensor",
+    "expert": "fsdp",
+    "autoregressive": "tensor",
 }
 
 

@@ -28,8 +28,8 @@ from datarax.distributed.cost import (
 from datarax.distributed.hardware import AxisLink, get_hardware
 from datarax.distributed.model_specs import model_spec
 from datarax.distributed.planning import PlanError
-from datarax.distributed.topology import plan_hardware_devices
 from datarax.distributed.step_time import recompute_flops_per_token
+from datarax.distributed.topology import plan_hardware_devices
 
 D_MODEL, D_FF = 4096, 16384
 MLP_BLOCK = {"kind": "mlp", "features": [D_MODEL, D_FF, D_MODEL], "dtype": "bfloat16"}

@@ -294,6 +294,7 @@
     }
     const checks = compileCard(p);
     sections.push(checks.card);
+    if (p.hardware && p.hardware !== "cpu") sections.push(launchCard(p));
     sections.push(shardsCard(p));
     view.replaceChildren(...sections);
     try {
@@ -348,6 +349,56 @@
       card.append(table(["axis", "collective", "bytes per device", "link", "time"], e.collectives.map((c) => [c.axis, c.kind, bytes(c.bytes_per_device), c.link, seconds(c.seconds)])));
     }
     return card;
+  }
+
+  // The plan as a job: MaxText's command line, a GKE JobSet, an sbatch script or the
+  // per-process environment (POST /v1/meshes/{id}/launch), to copy or download.
+  function launchCard(p) {
+    const gpu = /^(h1|h2|b2|gb2)/.test(p.hardware);
+    const targets = ["maxtext", "jobset", ...(gpu ? ["slurm"] : []), "env"];
+    const target = el("select", { "aria-label": "launch target", id: "launch-target" }, targets.map((t) => el("option", { value: t, text: t })));
+    const image = el("input", { type: "text", placeholder: "image (e.g. us-docker.pkg.dev/…/maxtext)", "aria-label": "image" });
+    const queue = el("input", { type: "text", placeholder: "Kueue queue (jobset)", "aria-label": "queue" });
+    const out = el("pre", { class: "launch", id: "launch-output" });
+    let text = "";
+    let filename = "launch.txt";
+    const copy = el("button", { type: "button", text: "Copy", disabled: true, onclick: () => navigator.clipboard.writeText(text).catch(showProblem) });
+    const download = el("button", { type: "button", text: "Download", disabled: true, onclick: () => {
+      const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "text/plain" })), download: filename });
+      link.click();
+    } });
+    const render = (config) => {
+      if (config.target === "maxtext") {
+        text = `${Object.entries(config.env || {}).map(([k, v]) => `export ${k}=${JSON.stringify(v)}`).join("\n")}\n${config.command.join(" ")}\n`;
+        filename = `${p.id}-maxtext.sh`;
+      } else if (config.target === "jobset") {
+        text = JSON.stringify(config.manifest, null, 2);
+        filename = `${p.id}-jobset.json`;
+      } else if (config.target === "slurm") {
+        text = config.script;
+        filename = `${p.id}.sbatch`;
+      } else {
+        text = JSON.stringify(config, null, 2);
+        filename = `${p.id}-env.json`;
+      }
+      out.textContent = text + (config.notes && config.notes.length ? `\n# ${config.notes.join("\n# ")}` : "");
+      copy.disabled = download.disabled = false;
+    };
+    const start = async (e) => {
+      e.preventDefault();
+      const body = { target: target.value };
+      if (image.value.trim()) body.image = image.value.trim();
+      if (queue.value.trim()) body.queue = queue.value.trim();
+      try {
+        render((await api(`/v1/meshes/${encodeURIComponent(p.id)}/launch`, { method: "POST", body })).data);
+        showProblem(null);
+      } catch (err) {
+        showProblem(err);
+      }
+    };
+    return el("section", { class: "card", id: "launch" }, el("h3", { text: "Launch" }),
+      el("form", { class: "launch", onsubmit: start }, target, image, queue, el("button", { type: "submit", text: "Make the launch config" })),
+      out, el("div", { class: "actions" }, copy, download));
   }
 
   function compileCard(p) {

@@ -1,0 +1,43 @@
+"""Launching a plan (DESIGN v1.2 "Launching a plan"): the request and the answer."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.schemas.base import Strict
+
+LAUNCH_EXAMPLE = {"target": "jobset", "image": "us-docker.pkg.dev/my-project/maxtext:latest",
+                  "queue": "tpu-queue"}  # fmt: skip
+
+
+class LaunchRequest(Strict):
+    """What to launch the plan with."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [LAUNCH_EXAMPLE]})
+
+    target: Literal["maxtext", "jobset", "slurm", "env"] = Field(
+        description="maxtext: command line and flags; jobset: a GKE JobSet; slurm: an sbatch "
+        "script (GPU plans); env: what jax.distributed.initialize needs per process"
+    )
+    image: str | None = Field(None, max_length=512, description="container image")
+    command: list[str] | None = Field(
+        None, max_length=256, description="the container's command (default: MaxText's trainer)"
+    )
+    name: str | None = Field(None, max_length=63, description="job name (default: the plan's)")
+    queue: str | None = Field(None, max_length=253, description="Kueue queue name (jobset)")
+
+
+class LaunchConfig(BaseModel):
+    """The answer: ``target`` and the target's members."""
+
+    model_config = ConfigDict(extra="allow")
+    target: str
+    args: list[str] | None = None
+    env: dict[str, str] | None = None
+    env_sources: dict[str, str] | None = None
+    command: list[str] | None = None
+    manifest: dict[str, Any] | None = None
+    script: str | None = None
+    notes: list[str] = []

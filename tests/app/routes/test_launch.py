@@ -1,0 +1,111 @@
+"""Launching a plan over HTTP (DESIGN v1.2): MaxText args, JobSet (JSON and YAML),
+SLURM, per-process env, MaxText configs as plan requests, and the refusals."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.helpers import assert_problem
+
+TPU_PLAN = {
+    "hardware": "tpu-v5e",
+    "topology": "4x4",
+    "slices": 2,
+    "ici": {"data": 1, "fsdp": 16, "tensor": 1},
+    "dcn": {"data": 2},
+    "batch_shape": [64, 2048],
+    "model": {"name": "llama2-7b", "seq_len": 2048, "remat": "full"},
+}
+GPU_PLAN = {"hardware": "h100-sxm", "hosts": 2, "ici": {"data": 1, "fsdp": 8}, "dcn": {"data": 2}}
+
+
+def _plan(api, body):
+    response = api.post("/v1/meshes", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_maxtext_args_and_libtpu_flags(api):
+    plan = _plan(api, TPU_PLAN)
+    response = api.post(f"/v1/meshes/{plan['id']}/launch", json={"target": "maxtext"})
+    assert response.status_code == 200, response.text
+    config = response.json()
+    args = dict(a.split("=", 1) for a in config["args"])
+    assert args["ici_fsdp_parallelism"] == "16" and args["dcn_data_parallelism"] == "2"
+    assert args["ici_tensor_parallelism"] == "1" and args["num_slices"] == "2"
+    assert args["per_device_batch_size"] == "2" and args["max_target_length"] == "2048"
+    assert config["env"]["LIBTPU_INIT_ARGS"] and config["env_sources"]["LIBTPU_INIT_ARGS"]
+    assert config["command"][:3] == ["python3", "-m", "MaxText.train"]
+
+
+def test_a_jobset_manifest_in_json_and_yaml(api):
+    plan = _plan(api, TPU_PLAN)
+    body = {"target": "jobset", "image": "example.com/maxtext:1", "queue": "tpu-queue"}
+    config = api.post(f"/v1/meshes/{plan['id']}/launch", json=body).json()
+    manifest = config["manifest"]
+    assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and manifest["kind"] == "JobSet"
+    assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "tpu-queue"
+    (job,) = manifest["spec"]["replicatedJobs"]
+    assert job["replicas"] == 2  # one per slice
+    as_yaml = api.post(
+        f"/v1/meshes/{plan['id']}/launch", json=body, headers={"Accept": "application/yaml"}
+    )
+    assert as_yaml.status_code == 200
+    assert as_yaml.headers["content-type"].startswith("application/yaml")
+    assert yaml.safe_load(as_yaml.text) == manifest
+
+
+def test_slurm_is_for_gpu_plans(api):
+    tpu = _plan(api, TPU_PLAN)
+    problem = assert_problem(
+        api.post(f"/v1/meshes/{tpu['id']}/launch", json={"target": "slurm"}),
+        422,
+        "launch_target_unavailable",
+    )
+    assert "jobset" in problem["detail"]
+    gpu = _plan(api, GPU_PLAN)
+    config = api.post(f"/v1/meshes/{gpu['id']}/launch", json={"target": "slurm"}).json()
+    assert config["script"].startswith("#!/") and "--nodes=2" in config["script"]
+    env = api.post(f"/v1/meshes/{gpu['id']}/launch", json={"target": "env"})
+    assert env.status_code == 200 and env.json()["target"] == "env"
+
+
+def test_a_plan_without_hardware_has_nothing_to_launch(api):
+    plain = _plan(api, {"axes": {"data": -1}, "num_devices": 64})
+    assert_problem(
+        api.post(f"/v1/meshes/{plain['id']}/launch", json={"target": "maxtext"}),
+        422,
+        "launch_target_unavailable",
+    )
+    assert_problem(
+        api.post("/v1/meshes/m_nope/launch", json={"target": "maxtext"}), 404, "mesh_not_found"
+    )
+    assert api.post(f"/v1/meshes/{plain['id']}/launch", json={"target": "helm"}).status_code == 422
+
+
+def test_a_maxtext_config_is_a_plan_request(api):
+    body = {
+        "hardware": "tpu-v6e",
+        "topology": "2x4",
+        "maxtext": {
+            "ici_fsdp_parallelism": -1,
+            "per_device_batch_size": 3,
+            "max_target_length": 8192,
+            "model_name": "llama3.1-8b",
+            "weight_dtype": "float32",
+            "remat_policy": "custom",
+            "decoder_layer_input": "offload",
+            "query_proj": "offload",
+            "key_proj": "offload",
+            "value_proj": "offload",
+            "out_proj": "offload",
+        },
+    }
+    plan = _plan(api, body)
+    assert plan["axes"]["fsdp"] == 8 and set(plan["axes"]) >= {"data", "fsdp", "tensor"}
+    assert plan["memory_per_device"]["fits"] is True
+    assert plan["model"]["name"] == "llama3.1-8b" and plan["batch"]["shape"][0] == 24
+    config = api.post(f"/v1/meshes/{plan['id']}/launch", json={"target": "maxtext"}).json()
+    assert "ici_fsdp_parallelism=8" in config["args"]
+    both = {**body, "ici": {"fsdp": 8}}
+    assert api.post("/v1/meshes", json=both).status_code == 422
