@@ -28,7 +28,7 @@ from typing import Any
 from datarax.distributed.hardware import get_hardware
 from datarax.distributed.planning import PlanError
 
-__all__ = ["DEFAULT_IMAGE", "LAUNCH_TARGETS", "launch_config", "plan_summary", "train_command"]
+__all__ = ["DEFAULT_IMAGE", "LAUNCH_TARGETS", "launch_config", "plan_summary"]
 
 LAUNCH_TARGETS: tuple[str, ...] = ("maxtext", "jobset", "slurm", "env")
 
@@ -58,12 +58,6 @@ _SUMMARY_KEYS = (
 def plan_summary(plan: Mapping[str, Any]) -> dict[str, Any]:
     """The members of a stored plan that launch configs read (no shards, no grids)."""
     return {key: plan[key] for key in _SUMMARY_KEYS if key in plan}
-
-
-def train_command(args: Sequence[str]) -> list[str]:
-    """MaxText's trainer with ``args`` (its README's invocation: ``python3 -m
-    MaxText.train MaxText/configs/base.yml key=value ...``)."""
-    return ["python3", "-m", "MaxText.train", "MaxText/configs/base.yml", *args]
 
 
 def _unavailable(reason: str) -> PlanError:
@@ -119,7 +113,7 @@ def launch_config(
     image = image or DEFAULT_IMAGE
     if target in ("jobset", "slurm") and not image_given:
         notes.append(f"image defaults to {DEFAULT_IMAGE!r}: set image to your MaxText image")
-    command = list(command) if command else train_command(args)
+    command = list(command) if command else launch_slurm.default_command(args)
     out: dict[str, Any] = {"target": target}
     if target == "maxtext":
         out.update(
@@ -142,6 +136,6 @@ def launch_config(
             plan, args=args, env=env, image=image, command=command, name=name
         )
     else:
-        out.update(launch_slurm.process_env(plan))
+        out.update(launch_slurm.process_env(plan, name=name))
     out["notes"] = notes + list(out.pop("notes", []))
     return out

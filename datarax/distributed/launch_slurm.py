@@ -212,9 +212,17 @@ def job_name(plan: Mapping[str, Any], name: str | None = None) -> str:
 
 
 def default_command(args: Sequence[str]) -> list[str]:
-    """MaxText's trainer with ``args``: ``python3 -m MaxText.train MaxText/configs/base.yml
-    key=value ...`` (MaxText's README)."""
-    return ["python3", "-m", "MaxText.train", "MaxText/configs/base.yml", *args]
+    """MaxText's trainer with ``args``, run from a MaxText checkout's root as its README
+    does since the ``src/maxtext`` layout (the commit ``launch_maxtext.MAXTEXT_COMMIT``
+    takes its keys from): ``python3 -m maxtext.trainers.pre_train.train
+    src/maxtext/configs/base.yml key=value ...``."""
+    return [
+        "python3",
+        "-m",
+        "maxtext.trainers.pre_train.train",
+        "src/maxtext/configs/base.yml",
+        *args,
+    ]
 
 
 def check_env(env: Mapping[str, str]) -> dict[str, str]:

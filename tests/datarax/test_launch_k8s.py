@@ -283,8 +283,8 @@ def test_tpu_jobset_shape(plans, case) -> None:
     assert container["command"] == [
         "python3",
         "-m",
-        "MaxText.train",
-        "MaxText/configs/base.yml",
+        "maxtext.trainers.pre_train.train",
+        "src/maxtext/configs/base.yml",
         *ARGS,
     ]
     env = _env(manifest)

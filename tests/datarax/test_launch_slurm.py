@@ -77,7 +77,10 @@ def test_sbatch_directives(gpu_plans, case) -> None:
     assert all(lines.index(d) < first_command for d in directives)
     assert f"export JAX_LOCAL_DEVICE_IDS={','.join(map(str, range(gpus)))}" in lines
     assert f"export XLA_FLAGS={shlex.quote(XLA)}" in lines
-    assert "srun " in script and "MaxText.train MaxText/configs/base.yml" in script
+    assert (
+        "srun " in script
+        and "maxtext.trainers.pre_train.train src/maxtext/configs/base.yml" in script
+    )
 
 
 def test_bash_parses_the_script(gpu_plans) -> None:

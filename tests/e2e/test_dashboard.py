@@ -359,3 +359,49 @@ def test_redoc_renders_offline(page, service, tmp_path):
     # before any request is made, and the browser logs that refusal, nothing else.
     others = [e for e in page.watch.errors if "cdn.redoc.ly" not in e]
     assert not others, others
+
+
+def test_a_real_run_plan_page_shows_every_memory_term_and_launches(page, service, tmp_path):
+    # Runs last: the home page test counts the fixture's plans.
+    body = {
+        "name": "llama-8b-v6e8",
+        "hardware": "tpu-v6e",
+        "topology": "2x4",
+        "ici": {"fsdp": 8},
+        "batch_shape": [24, 8192],
+        "model": {
+            "name": "llama3.1-8b",
+            "param_dtype": "float32",
+            "remat": "custom",
+            "remat_custom": dict.fromkeys(
+                ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj"),
+                "offload",
+            ),
+        },
+    }
+    with _api(service) as client:
+        plan = client.post("/v1/meshes", json=body).json()
+    _open(page, f"{service.base_url}/plans/{plan['id']}")
+    memory = page.inner_text("#memory")
+    for term in ("params", "optimizer", "grads", "activations", "batch", "temporaries",
+                 "host offload"):  # fmt: skip
+        assert term in memory, (term, memory)
+    estimate = page.inner_text("#estimate")
+    assert "step (predicted)" in estimate and "roofline" in estimate
+    assert "x the roofline" in estimate and "flash attention" in estimate
+    # the compile-check form starts from the plan's own model
+    draft = page.input_value("form.compile textarea")
+    assert '"name":"llama3.1-8b"' in draft and '"remat":"custom"' in draft
+    page.fill("#token", TOKEN)
+    page.click("#sign-in")
+    page.select_option("#launch-target", "jobset")
+    page.fill("#launch input[aria-label=queue]", "tpu-queue")
+    page.click("#launch form button")
+    page.wait_for_function(
+        "() => document.querySelector('#launch-output').textContent.includes('JobSet')"
+    )
+    output = page.inner_text("#launch-output")
+    assert "gke-tpu-topology" in output and "tpu-queue" in output
+    assert page.locator("#launch button:text('Copy')").is_enabled()
+    page.screenshot(path=tmp_path / "plan-real-run.png", full_page=True)
+    page.watch.assert_clean()

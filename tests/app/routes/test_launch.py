@@ -35,7 +35,7 @@ def test_maxtext_args_and_libtpu_flags(api):
     assert args["ici_tensor_parallelism"] == "1" and args["num_slices"] == "2"
     assert args["per_device_batch_size"] == "2" and args["max_target_length"] == "2048"
     assert config["env"]["LIBTPU_INIT_ARGS"] and config["env_sources"]["LIBTPU_INIT_ARGS"]
-    assert config["command"][:3] == ["python3", "-m", "MaxText.train"]
+    assert config["command"][:3] == ["python3", "-m", "maxtext.trainers.pre_train.train"]
 
 
 def test_a_jobset_manifest_in_json_and_yaml(api):
