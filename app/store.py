@@ -372,6 +372,16 @@ class Store:
 
         return await self._in_thread(lambda: self._run(read))
 
+    async def get_plan_summary(self, plan_id: str) -> str | None:
+        """The stored plan's summary JSON text (every member but the per-device ones), or
+        None."""
+
+        def read(c: sqlite3.Connection) -> str | None:
+            row = c.execute("SELECT summary FROM plans WHERE id = ?", (plan_id,)).fetchone()
+            return None if row is None else row[0]
+
+        return await self._in_thread(lambda: self._run(read))
+
     async def list_plans(
         self, limit: int, offset: int, *, summary: bool = False, max_bytes: int | None = None
     ) -> tuple[list[str] | None, int]:

@@ -13,7 +13,6 @@ from app.deps import BearerDoc, JsonBody, RuntimeDep, StoreDep, TelemetryDep
 from app.openapi import MeshId, problem_responses
 from app.routing import json_response
 from app.schemas.meshes import PLAN_REQUEST_EXAMPLE, MeshPlan, MeshPlanList, MeshPlanRequest
-from app.services import launch as launching
 from app.services import meshes
 
 router = APIRouter(tags=["meshes"])
@@ -138,7 +137,6 @@ async def get_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
 async def delete_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
     """Deletes a stored plan. 404 ``mesh_not_found`` when there is none."""
     await meshes.delete_plan(store, mesh_id)
-    launching.forget(mesh_id)
     return Response(status_code=204)
 
 

@@ -1,42 +1,26 @@
 """Launch configs of stored plans: the library's :func:`datarax.distributed.launch.launch_config`
-over the plan's JSON, parsed off the event loop."""
+over the plan's stored summary."""
 
 from __future__ import annotations
 
-import asyncio
-from collections import OrderedDict
 from typing import Any
 
 import orjson
 
-from app.errors import from_library
+from app.errors import MeshNotFound, from_library
 from app.schemas.launch import LaunchRequest
-from app.services.meshes import get_plan
 from app.store import Store
 from datarax.distributed.launch import launch_config, plan_summary
 from datarax.distributed.planning import PlanError
 
-_SUMMARIES: OrderedDict[str, dict[str, Any]] = OrderedDict()
-_SUMMARY_ENTRIES = 256
-"""Plan summaries kept per process (a few KB each): a stored plan never changes, and a
-65,536-device plan's JSON takes longer to parse than the launch config takes to build."""
-
 
 async def _summary(store: Store, mesh_id: str) -> dict[str, Any]:
-    if mesh_id in _SUMMARIES:
-        _SUMMARIES.move_to_end(mesh_id)
-        return _SUMMARIES[mesh_id]
-    text = await get_plan(store, mesh_id)
-    summary = await asyncio.to_thread(lambda: plan_summary(orjson.loads(text)))
-    _SUMMARIES[mesh_id] = summary
-    while len(_SUMMARIES) > _SUMMARY_ENTRIES:
-        _SUMMARIES.popitem(last=False)
-    return summary
-
-
-def forget(mesh_id: str) -> None:
-    """Drops a deleted plan's summary."""
-    _SUMMARIES.pop(mesh_id, None)
+    # The stored summary (no device grid, no shards): a few KB even for 65,536 devices,
+    # whose whole plan is ~12 MB of JSON.
+    text = await store.get_plan_summary(mesh_id)
+    if text is None:
+        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
+    return plan_summary(orjson.loads(text))
 
 
 async def launch(store: Store, mesh_id: str, request: LaunchRequest) -> dict[str, Any]:
