@@ -673,7 +673,7 @@ def _real_runs_lines(rr: dict | None) -> list[str]:
         f"{_met(rr['recommendation_70b_v6e256_s'] < 1)} |",
         *(
             [
-                f"| launch answer for that 65,536-chip plan, beside the plan itself | "
+                "| launch answer for that 65,536-chip plan, beside the plan itself | "
                 + ", ".join(f"{t} {v * 1e3:.0f} ms" for t, v in rr["launch_65536_s"].items())
                 + f" vs {rr['named_405b_plan_s'] * 1e3:.0f} ms | < 200 ms | "
                 f"{_met(max(rr['launch_65536_s'].values()) < 0.2)} |"
