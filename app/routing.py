@@ -26,6 +26,7 @@ from __future__ import annotations
 import email.message
 import functools
 import inspect
+import json
 import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -180,6 +181,11 @@ def json_response(
 ) -> Response:
     """An ``application/json`` answer of already-encoded JSON."""
     return Response(content, status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)
+
+
+def json_text(value: object) -> str:
+    """Compact, strict JSON text of ``value`` (no NaN or Infinity)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 INLINE_BODY_BYTES = 64 * 1024

@@ -4,14 +4,13 @@ HTTP only; :mod:`app.services.hardware` does the work."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Path
 from starlette.responses import Response
 
 from app.openapi import problem_responses
-from app.routing import json_response
+from app.routing import json_response, json_text
 from app.schemas.hardware import HardwareEntry, HardwareList
 from app.services import hardware
 
@@ -20,10 +19,6 @@ router = APIRouter(tags=["hardware"])
 HardwareName = Annotated[
     str, Path(description="catalog name, e.g. tpu-v5e", max_length=64, examples=["tpu-v5e"])
 ]
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 @router.get(
@@ -45,7 +40,7 @@ async def list_hardware() -> Response:
     """``{"items": [...]}``: each entry's HBM, peak bf16 FLOP/s, devices per host, fast
     (ICI / NVLink) and slow (DCN / InfiniBand) link bandwidths, TPU topologies, and the
     public source of every figure in ``sources``."""
-    return json_response(_json(hardware.list_hardware()))
+    return json_response(json_text(hardware.list_hardware()))
 
 
 @router.get(
@@ -59,4 +54,4 @@ async def list_hardware() -> Response:
 )
 async def get_hardware(name: HardwareName) -> Response:
     """One catalog entry. 404 when the catalog has no such name."""
-    return json_response(_json(hardware.hardware_entry(name)))
+    return json_response(json_text(hardware.hardware_entry(name)))

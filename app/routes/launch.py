@@ -4,7 +4,6 @@ HTTP only; :mod:`app.services.launch` does the work."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
@@ -12,7 +11,7 @@ from starlette.responses import Response
 
 from app.deps import BearerDoc, JsonBody, StoreDep
 from app.openapi import MeshId, problem_responses
-from app.routing import json_response
+from app.routing import json_response, json_text
 from app.schemas.launch import LAUNCH_EXAMPLE, LaunchConfig, LaunchRequest
 from app.services import launch as launching
 
@@ -56,4 +55,4 @@ async def launch_plan(
         from datarax.distributed.launch_k8s import to_yaml  # noqa: PLC0415
 
         return Response(to_yaml(config["manifest"]), media_type=YAML)
-    return json_response(json.dumps(config, separators=(",", ":"), allow_nan=False))
+    return json_response(json_text(config))

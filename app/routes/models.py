@@ -5,14 +5,13 @@ HTTP only; the catalog is :mod:`datarax.distributed.named_models`, read through
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Path
 from starlette.responses import Response
 
 from app.openapi import problem_responses
-from app.routing import json_response
+from app.routing import json_response, json_text
 from app.schemas.hardware import NamedModelEntry, NamedModelList
 from app.services import hardware
 
@@ -22,10 +21,6 @@ ModelName = Annotated[
     str,
     Path(description="a named model, e.g. llama3.1-8b", max_length=64, examples=["llama3.1-8b"]),
 ]
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 @router.get(
@@ -47,7 +42,7 @@ async def list_models() -> Response:
     """``{"items": [...]}``: each named model's fields (a ``model`` object as plans,
     recommendations and compile checks take it) and its ``source``. A request names one
     as ``{"name": "llama3.1-8b", ...}``; the other fields override the entry's."""
-    return json_response(_json(hardware.list_models()))
+    return json_response(json_text(hardware.list_models()))
 
 
 @router.get(
@@ -61,4 +56,4 @@ async def list_models() -> Response:
 )
 async def get_model(name: ModelName) -> Response:
     """One named model. 404 ``model_not_found`` when there is no such name."""
-    return json_response(_json(hardware.model_entry(name)))
+    return json_response(json_text(hardware.model_entry(name)))

@@ -804,16 +804,12 @@ def estimate_step(
     comm = {"forward": 0.0, "backward": 0.0}
     for entry in collectives:
         comm[entry["phase"]] += entry["seconds"]
-    param_bytes = sum(
-        math.prod(shard) * group.repeat * param_itemsize
-        for group, _, shard, _ in param_specs(model, axes, roles)
-    )
     predicted = predict_step(
         model,
         hw,
         sizes,
         tokens=tokens,
-        param_bytes=param_bytes,
+        param_bytes=memory["params"],
         collectives=collectives,
         host_offload_bytes=memory["host_offload_bytes"],
         optimizer=optimizer,
