@@ -21,12 +21,19 @@ class LaunchRequest(Strict):
         description="maxtext: command line and flags; jobset: a GKE JobSet; slurm: an sbatch "
         "script (GPU plans); env: what jax.distributed.initialize needs per process"
     )
-    image: str | None = Field(None, max_length=512, description="container image")
+    image: str | None = Field(
+        None, max_length=512, pattern=r"^[^\s]+$", description="container image (no spaces)"
+    )
     command: list[str] | None = Field(
         None, max_length=256, description="the container's command (default: MaxText's trainer)"
     )
     name: str | None = Field(None, max_length=63, description="job name (default: the plan's)")
-    queue: str | None = Field(None, max_length=253, description="Kueue queue name (jobset)")
+    queue: str | None = Field(
+        None,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="Kueue queue name (jobset): a Kubernetes label value",
+    )
 
 
 class LaunchConfig(BaseModel):

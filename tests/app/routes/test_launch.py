@@ -109,3 +109,11 @@ def test_a_maxtext_config_is_a_plan_request(api):
     assert "ici_fsdp_parallelism=8" in config["args"]
     both = {**body, "ici": {"fsdp": 8}}
     assert api.post("/v1/meshes", json=both).status_code == 422
+
+
+def test_a_queue_or_image_kubernetes_would_refuse_is_refused(api):
+    plan = _plan(api, TPU_PLAN)
+    for body in ({"target": "jobset", "queue": "q q"}, {"target": "jobset", "image": "a b"}):
+        response = api.post(f"/v1/meshes/{plan['id']}/launch", json=body)
+        assert response.status_code == 422, body
+        assert response.headers["content-type"].startswith("application/problem+json")
