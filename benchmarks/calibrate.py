@@ -28,7 +28,7 @@ import numpy as np
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from benchmarks.calibration_runs import RUNS  # noqa: E402
+from benchmarks.calibration_runs import OOM_BOUNDARIES, RUNS  # noqa: E402
 from datarax.distributed.cost import estimate_step  # noqa: E402
 from datarax.distributed.hardware import get_hardware  # noqa: E402
 from datarax.distributed.planning import PlanError  # noqa: E402
@@ -182,7 +182,20 @@ def study() -> dict[str, Any]:
             errs += [abs(error(combine(r["parts"], cal)["step_s"], r["measured"])) for r in left
                      if r["kind"] == kind]  # fmt: skip
         lolo[group] = (sum(errs) / len(errs), len(errs))
-    return {"rows": rows, "fitted": fitted, "leave_one_source_out": lolo, "skipped": skipped}
+    boundaries = []
+    for run in OOM_BOUNDARIES:
+        verdict = components(run)
+        boundaries.append(
+            {"id": run["id"], "published_fits": run["fits"], "estimate_fits": verdict["fits"],
+             "total_gib": verdict["total_gib"], "notes": run.get("notes", "")}
+        )  # fmt: skip
+    return {
+        "rows": rows,
+        "fitted": fitted,
+        "leave_one_source_out": lolo,
+        "skipped": skipped,
+        "boundaries": boundaries,
+    }
 
 
 def summary(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -252,6 +265,17 @@ def markdown(result: Mapping[str, Any]) -> str:
         out.append(
             f"- leave {group} out ({n} runs), fit on the rest: {err:.1%} mean absolute error"
         )
+    agree = [b for b in result["boundaries"] if b["published_fits"] == b["estimate_fits"]]
+    out.append(
+        f"- published fit/out-of-memory boundaries (`OOM_BOUNDARIES`): the estimate agrees "
+        f"in {len(agree)} of {len(result['boundaries'])}"
+        + "".join(
+            f"; {b['id']}: published {'fits' if b['published_fits'] else 'OOM'}, estimate "
+            f"{b['total_gib']:.1f} GiB"
+            for b in result["boundaries"]
+            if b not in agree
+        )
+    )
     for run_id, why in result["skipped"]:
         out.append(f"- not planned: {run_id}: {why}")
     fits = [r for r in rows if r["fits"] is not True]
