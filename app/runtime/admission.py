@@ -83,6 +83,35 @@ def session_need(
     return need
 
 
+def replicated_session_need(mesh: Mesh, param_bytes: int, optimizer: str, donate: bool) -> Need:
+    """:func:`session_need` of a model whose ``param_bytes`` are replicated on every device
+    (a transformer session: data parallel)."""
+    state = 1 + OPTIMIZER_STATE_FACTOR.get(optimizer, 2)
+    copies = state + 1 + (0 if donate else state)
+    need: Need = {}
+    first_of_process: dict[int, Pool] = {}
+    for device in mesh.devices.flat:
+        pool = pool_of(device)
+        need[pool] = need.get(pool, 0) + param_bytes * copies
+        first_of_process.setdefault(device.process_index, pool)
+    for pool in first_of_process.values():
+        need[pool] += param_bytes
+    return need
+
+
+def per_device_step_need(mesh: Mesh, per_device: int, host: int) -> Need:
+    """A step's ``per_device`` bytes on every device, plus ``host`` bytes (the batch) on
+    every host pool."""
+    need: Need = {}
+    for device in mesh.devices.flat:
+        pool = pool_of(device)
+        need[pool] = need.get(pool, 0) + per_device
+    for pool in need:
+        if pool[0] == "host":
+            need[pool] += host
+    return need
+
+
 def step_need(mesh: Mesh, row_shards: int, features: Sequence[int], rows: int) -> Need:
     """What one step's batch and activations take (forward kept for backward), plus the
     host copy of the batch every process holds.
@@ -100,14 +129,7 @@ def step_need(mesh: Mesh, row_shards: int, features: Sequence[int], rows: int) -
     width = sum(features)
     per_device = shard_rows * (2 * width + features[0] + features[-1]) * BYTES_PER_ELEMENT
     host = rows * (features[0] + features[-1]) * BYTES_PER_ELEMENT
-    need: Need = {}
-    for device in mesh.devices.flat:
-        pool = pool_of(device)
-        need[pool] = need.get(pool, 0) + per_device
-    for pool in need:
-        if pool[0] == "host":
-            need[pool] += host
-    return need
+    return per_device_step_need(mesh, per_device, host)
 
 
 def compiled_step_need(

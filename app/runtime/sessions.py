@@ -41,7 +41,15 @@ from app.errors import (
     InvalidStrategy,
     SessionLost,
 )
-from app.runtime.admission import Pool, admit, compiled_step_need, session_need, step_need
+from app.runtime.admission import (
+    Pool,
+    admit,
+    compiled_step_need,
+    per_device_step_need,
+    replicated_session_need,
+    session_need,
+    step_need,
+)
 from app.runtime.compile_cache import CompiledSteps, compiled_peak
 from app.runtime.devices import memory_budgets
 from app.runtime.environment import settings
@@ -51,12 +59,23 @@ from datarax.distributed import (
     reduce_gradients_across_devices,
     spmd_train_step,
 )
+from datarax.distributed.cost import memory_estimate
 from datarax.distributed.global_arrays import global_array_from_host
+from datarax.distributed.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
 from datarax.distributed.multihost import fetch_global, owns_devices_of, place_global_batch
-from datarax.distributed.planning import nearest_valid_sizes, spec_shard_counts
+from datarax.distributed.planning import PlanError, nearest_valid_sizes, spec_shard_counts
 from datarax.distributed.sharding import path_to_str
 from datarax.distributed.train_step import compiled_collective_step
-from datarax.models import LOSS_FNS, MLP, make_optimizer, synthetic_batch
+from datarax.models import (
+    LOSS_FNS,
+    MLP,
+    ActivationLayout,
+    Transformer,
+    make_optimizer,
+    synthetic_batch,
+    synthetic_tokens,
+    transformer_loss,
+)
 
 COLLECTIVE_AXIS = "batch"
 
@@ -90,7 +109,11 @@ class Session:
     key_prefix: tuple = field(default_factory=tuple)
     participates: bool = True
     reserved: dict[Pool, int] = field(default_factory=dict)
+    spec: TransformerSpec | None = None
 
+
+NEXT_TOKEN = "next_token"
+"""A transformer session's loss: mean next-token cross-entropy (``transformer_loss``)."""
 
 SESSIONS: dict[str, Session] = {}
 
@@ -220,6 +243,8 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
       InsufficientMemory: the session does not fit beside the others.
     """
     sid = payload["id"]
+    if payload["model"].get("kind") != "mlp":
+        return _create_transformer(payload)
     features = tuple(int(f) for f in payload["model"]["features"])
     strategy = payload.get("strategy", "spmd")
     rule = payload.get("param_sharding", "replicate")
@@ -285,6 +310,89 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
         list(features),
         strategy,
         rule,
+        opt_name,
+        mesh.devices.size,
+        extra={"session": sid},
+    )
+    return {"id": sid, "step": 0, "params": params, "reserved": reserved_by_pool(reserved)}, {}
+
+
+def _create_transformer(payload: dict[str, Any]) -> tuple[dict, dict]:
+    """:func:`session_create` for a transformer (``datarax.models.Transformer``): data
+    parallel, parameters replicated, the batch split over the plan's batch axes, the
+    activations pinned there (``ActivationLayout``).
+
+    Raises:
+      InvalidStrategy: a strategy or parameter rule other than spmd / replicate, or a model
+        the spec refuses. DevicesChanged, InsufficientMemory: as for the MLP.
+    """
+    sid = payload["id"]
+    try:
+        spec = model_spec(payload["model"])
+    except PlanError as error:
+        raise InvalidStrategy(str(error)) from None
+    strategy = payload.get("strategy", "spmd")
+    rule = payload.get("param_sharding", "replicate")
+    if strategy != "spmd" or rule != "replicate":
+        raise InvalidStrategy(
+            f"transformer sessions are data parallel (strategy 'spmd', param_sharding "
+            f"'replicate'); got strategy {strategy!r}, param_sharding {rule!r}. Plan the "
+            "sharded run with a hardware plan and a compile check instead"
+        )
+    mesh = mesh_from_plan(payload["mesh"])
+    opt = payload.get("optimizer") or {}
+    opt_name, lr = opt.get("name", "adam"), float(opt.get("learning_rate", 1e-3))
+    param_bytes = spec.param_count() * DTYPE_BYTES[spec.param_dtype]
+    reserved = replicated_session_need(mesh, param_bytes, opt_name, donates(mesh))
+    what = f"a session of transformer {spec.param_count():,} parameters ({opt_name})"
+    admit(what, reserved, _budgets(payload), _reservations())
+    sharding = batch_sharding(mesh, "spmd", payload["mesh"].get("batch_axes"))
+    batch_axes = [a for a in (sharding.spec[0:1] or [None]) if a is not None]
+    flat = [a for entry in batch_axes for a in (entry if isinstance(entry, tuple) else (entry,))]
+    session = Session(
+        id=sid,
+        features=(),
+        loss=NEXT_TOKEN,
+        strategy=strategy,
+        param_sharding=rule,
+        optimizer=(opt_name, lr),
+        mesh=mesh,
+        batch_sharding=sharding,
+        graphdef=None,
+        state=None,
+        state_shardings=None,
+        participates=owns_devices_of(mesh),
+        reserved=reserved,
+        spec=spec,
+    )
+    if not session.participates:
+        SESSIONS[sid] = session
+        return {"id": sid, "step": 0, "params": []}, {}
+    model = Transformer(
+        spec, rngs=nnx.Rngs(int(payload.get("seed", 0))), constrain=ActivationLayout(mesh, flat)
+    )
+    with jax.set_mesh(mesh):
+        nnx.update(model, place_model_state_on_shards(nnx.state(model), mesh, "replicate"))
+        optimizer = nnx.Optimizer(model, make_optimizer(opt_name, lr), wrt=nnx.Param)
+        graphdef, state = nnx.split((model, optimizer))
+        state = jax.tree.map(_ensure_on_mesh(mesh), state)
+    session.graphdef, session.state = graphdef, state
+    session.state_shardings = jax.tree.map(lambda a: a.sharding, state)
+    session.key_prefix = (
+        tuple(d.id for d in mesh.devices.flat),
+        tuple(mesh.shape.items()),
+        repr(sorted(spec.to_json().items())),
+        opt_name,
+        lr,
+        NEXT_TOKEN,
+    )
+    SESSIONS[sid] = session
+    params = placed_param_layouts(nnx.state(model, nnx.Param))
+    log.info(
+        "session %s created: transformer %d layers d_model %d, %s on %d devices",
+        sid,
+        spec.layers,
+        spec.d_model,
         opt_name,
         mesh.devices.size,
         extra={"session": sid},
@@ -370,6 +478,9 @@ def check_batch(s: Session, batch: Mapping[str, np.ndarray]) -> None:
             "the batch has no 'targets'; send 'targets' with the inputs", code="missing_targets"
         )
     x, y = batch["inputs"], batch["targets"]
+    if s.spec is not None:
+        _check_tokens(s, x, y)
+        return
     f_in, f_out = s.features[0], s.features[-1]
     if x.ndim != 2 or x.shape[1] != f_in:
         raise InvalidBatch(
@@ -397,6 +508,29 @@ def check_batch(s: Session, batch: Mapping[str, np.ndarray]) -> None:
     check_divisible(s, x.shape[0])
 
 
+def _check_tokens(s: Session, x: np.ndarray, y: np.ndarray) -> None:
+    """A transformer session's batch: int token ids ``[B, seq_len]`` in ``[0, vocab)``."""
+    assert s.spec is not None
+    seq, vocab = s.spec.seq_len, s.spec.vocab
+    for name, a in (("inputs", x), ("targets", y)):
+        if a.ndim != 2 or a.shape[1] != seq or a.shape[0] != x.shape[0]:
+            raise InvalidBatch(
+                f"{name} have shape {list(a.shape)}; the transformer takes [B, {seq}] token ids",
+                code="batch_shape_mismatch",
+            )
+        if not np.issubdtype(a.dtype, np.integer):
+            raise InvalidBatch(
+                f"{name} must be integer token ids, got dtype {a.dtype}",
+                code="invalid_inputs" if name == "inputs" else "invalid_targets",
+            )
+        if a.size and (a.min() < 0 or a.max() >= vocab):
+            raise InvalidBatch(
+                f"{name} token ids must be in [0, {vocab}), got [{a.min()}, {a.max()}]",
+                code="invalid_inputs" if name == "inputs" else "invalid_targets",
+            )
+    check_divisible(s, x.shape[0])
+
+
 def check_divisible(s: Session, rows: int) -> None:
     """Raises InvalidBatch ``batch_not_divisible`` unless ``rows`` splits evenly over the
     session's data shards (naming the nearest valid sizes)."""
@@ -411,6 +545,8 @@ def check_divisible(s: Session, rows: int) -> None:
 
 
 def _host_batch(s: Session, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if s.spec is not None:
+        return {k: np.ascontiguousarray(batch[k], dtype=np.int32) for k in ("inputs", "targets")}
     x = np.ascontiguousarray(batch["inputs"], dtype=np.float32)
     y = batch["targets"]
     y = y.astype(np.int32) if s.loss == "cross_entropy" else y.astype(np.float32)
@@ -431,7 +567,7 @@ _COLLECTIVE_FNS = {name: _make_collective(fn) for name, fn in LOSS_FNS.items()}
 
 
 def _spmd_program(graphdef: Any, loss_name: str):
-    loss_fn = LOSS_FNS[loss_name]
+    loss_fn = transformer_loss if loss_name == NEXT_TOKEN else LOSS_FNS[loss_name]
 
     def program(state: Any, batch: Any) -> tuple[Any, jax.Array]:
         model, optimizer = nnx.merge(graphdef, state)
@@ -442,13 +578,34 @@ def _spmd_program(graphdef: Any, loss_name: str):
     return program
 
 
+def _host_batch_bytes(s: Session, size: int) -> int:
+    if s.spec is not None:
+        return size * s.spec.seq_len * 8  # int32 inputs and targets
+    return size * (s.features[0] + _target_width(s)) * 4
+
+
+def _step_need(s: Session, size: int) -> dict[Pool, int]:
+    """A step's estimated need (before XLA's figure is known): the MLP's arithmetic, or the
+    transformer's activations and temporaries by ``cost.memory_estimate``."""
+    if s.spec is None:
+        return step_need(s.mesh, row_shards(s.batch_sharding), s.features, size)
+    shards = row_shards(s.batch_sharding)
+    estimate = memory_estimate(s.spec, {"data": shards}, size)
+    per_device = estimate["activations"] + estimate["temporaries"] + estimate["batch"]
+    return per_device_step_need(s.mesh, per_device, _host_batch_bytes(s, size))
+
+
 def _target_width(s: Session) -> int:
     return 1 if s.loss == "cross_entropy" else s.features[-1]
 
 
 def _abstract_batch(s: Session, size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """The step's batch as shapes, dtypes and sharding, as ``_host_batch`` and
-    ``synthetic_batch`` make it (float32 inputs; int32 class ids or float32 targets)."""
+    ``synthetic_batch`` make it (float32 inputs; int32 class ids or float32 targets; a
+    transformer's int32 token ids)."""
+    if s.spec is not None:
+        tokens = jax.ShapeDtypeStruct((size, s.spec.seq_len), np.int32, sharding=s.batch_sharding)
+        return {"inputs": tokens, "targets": tokens}
     targets = (
         jax.ShapeDtypeStruct((size,), np.int32, sharding=s.batch_sharding)
         if s.loss == "cross_entropy"
@@ -558,13 +715,13 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     # process can have it (the step is compiled from shapes, before any batch is placed),
     # else with the estimate.
     executable, hit, compile_s = None, True, 0.0
-    need = step_need(s.mesh, row_shards(s.batch_sharding), s.features, size)
+    need = _step_need(s, size)
     what = f"a step of batch size {size}"
     if s.participates and _whole_group(s.mesh):
         executable, hit, compile_s = _compiled(s, _abstract_batch(s, size))
         figures = compiled_peak(executable)
         if figures is not None:
-            host_bytes = size * (s.features[0] + _target_width(s)) * 4
+            host_bytes = _host_batch_bytes(s, size)
             need = compiled_step_need(s.mesh, figures["peak"], s.reserved, host_bytes)
             what += f" ({_quote_xla(figures)})"
     admit(what, need, _budgets(payload), _reservations())
@@ -583,6 +740,8 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
         # seed and the step number), so K steps never hold K batches.
         if synthetic is None:
             return _host_batch(s, arrays)
+        if s.spec is not None:
+            return synthetic_tokens(s.spec, size, seed, s.step + i)
         return synthetic_batch(s.features, s.loss, size, seed, s.step + i)
 
     # Multi-host: every process holds the whole batch (generated alike, or sent by the

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag
 
 from app.schemas.base import JsonInt, OptimizerName, Strict
+from app.schemas.hardware import NamedModel, TransformerModel, model_tag
 from app.schemas.meshes import ParamLayout
 from app.schemas.metrics import NumberList, Tensor
 
@@ -25,10 +26,24 @@ STEP_REQUEST_EXAMPLE: dict[str, Any] = {"steps": 10, "synthetic": {"seed": 0, "b
 class SessionModel(Strict):
     """The built-in MLP a session trains."""
 
-    kind: Literal["mlp"] = Field(description="model family; only 'mlp' is built in")
+    kind: Literal["mlp"] = Field(description="model family: 'mlp' (or a transformer)")
     features: list[Annotated[JsonInt, Field(ge=1, le=65_536)]] = Field(
         min_length=2, max_length=32, description="layer widths [in, hidden..., out]"
     )
+
+
+SessionModelField = Annotated[
+    Annotated[SessionModel, Tag("mlp")]
+    | Annotated[TransformerModel, Tag("transformer")]
+    | Annotated[NamedModel, Tag("named")],
+    Discriminator(
+        model_tag,
+        custom_error_type="invalid_model",
+        custom_error_message="model needs a kind ('mlp' or 'transformer') or a name",
+    ),
+]
+"""The built-in MLP, or a transformer (explicit or named): data parallel, next-token loss,
+synthetic batches of token ids or ``inputs``/``targets`` ``[B, seq_len]`` ids."""
 
 
 class SessionOptimizer(Strict):
@@ -42,7 +57,7 @@ def _optimizer_object(value: Any) -> Any:
 
 
 class SessionCreateRequest(Strict):
-    model: SessionModel
+    model: SessionModelField
     optimizer: Annotated[SessionOptimizer, BeforeValidator(_optimizer_object)] = Field(
         default_factory=SessionOptimizer,
         description="a name ('adam', 'adamw', 'sgd') or {'name', 'learning_rate'}",
@@ -104,7 +119,7 @@ class SessionFields(BaseModel):
     created_at: str
     step: int
     last_loss: float | None = None
-    model: SessionModel
+    model: SessionModelField
     optimizer: SessionOptimizer
     loss: str
     seed: int

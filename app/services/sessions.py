@@ -39,6 +39,7 @@ from app.errors import (
     TooManySessions,
     UnsupportedMediaType,
     WorkerLost,
+    from_library,
 )
 from app.ids import new_session_id, utc_now
 from app.routing import NPZ_MEDIA_TYPE, is_json_media
@@ -47,6 +48,8 @@ from app.schemas.sessions import SessionCreateRequest, StepRequest
 from app.settings import Settings
 from app.store import Store
 from app.telemetry import Telemetry
+from datarax.distributed.model_specs import model_spec
+from datarax.distributed.planning import PlanError
 
 log = logging.getLogger("datarax.app")
 
@@ -329,6 +332,15 @@ class SessionService:
     ) -> dict[str, Any]:
         session_id = new_session_id()
         spec = body.model_dump()
+        if spec["model"].get("kind") != "mlp":
+            # a transformer's unset fields take the spec's defaults (model_spec); a named
+            # model is resolved once, so the record says what was trained
+            try:
+                resolved = model_spec(body.model.model_dump(exclude_none=True))
+            except PlanError as error:
+                raise from_library(error) from None
+            spec["model"] = resolved.to_json()
+            spec["loss"] = "next_token"
         payload = {
             "id": session_id,
             "mesh": {

@@ -309,3 +309,40 @@ def test_a_session_takes_the_optimizer_as_a_bare_name(api):
     assert response.status_code == 201, response.text
     assert response.json()["optimizer"]["name"] == "sgd"
     api.delete(f"/v1/sessions/{response.json()['id']}")
+
+
+TINY_TRANSFORMER = {"kind": "transformer", "layers": 2, "d_model": 32, "d_ff": 64,
+                    "heads": 4, "kv_heads": 2, "vocab": 50, "seq_len": 16,
+                    "param_dtype": "float32", "dtype": "float32"}  # fmt: skip
+
+
+def test_a_session_trains_the_transformer(api):
+    mesh = api.post("/v1/meshes", json={"axes": {"data": -1}}).json()
+    path = f"/v1/meshes/{mesh['id']}/sessions"
+    body = {"model": TINY_TRANSFORMER, "optimizer": {"name": "adam", "learning_rate": 0.01}}
+    response = api.post(path, json=body)
+    assert response.status_code == 201, response.text
+    session = response.json()
+    assert session["model"]["attention"] == "flash" and session["loss"] == "next_token"
+    params = {p["path"] for p in session["params"]}
+    assert any("attn" in p for p in params), params
+    steps = api.post(
+        f"/v1/sessions/{session['id']}/steps", json={"steps": 20, "synthetic": {"batch_size": 16}}
+    )
+    assert steps.status_code == 200, steps.text
+    losses = steps.json()["losses"]
+    assert len(losses) == 20 and losses[-1] < losses[0]  # the successor table is learnable
+    tokens = [[i % 50 for i in range(16)]] * 8
+    explicit = api.post(
+        f"/v1/sessions/{session['id']}/steps",
+        json={"steps": 1, "batch": {"inputs": tokens, "targets": tokens}},
+    )
+    assert explicit.status_code == 200, explicit.text
+    bad = api.post(
+        f"/v1/sessions/{session['id']}/steps",
+        json={"steps": 1, "batch": {"inputs": [[99] * 16] * 8, "targets": tokens}},
+    )
+    assert_problem(bad, 422, "invalid_inputs")
+    refused = api.post(path, json={**body, "param_sharding": "fsdp"})
+    assert_problem(refused, 422, "invalid_strategy")
+    api.delete(f"/v1/sessions/{session['id']}")
