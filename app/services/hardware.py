@@ -24,6 +24,7 @@ from datarax.distributed.cost import axis_roles, estimate_step, param_specs
 from datarax.distributed.hardware import HARDWARE, get_hardware
 from datarax.distributed.model_specs import DTYPE_BYTES, model_spec
 from datarax.distributed.named_models import MODELS, models_json
+from datarax.distributed.planning import PlanError
 from datarax.distributed.recommend import recommend_meshes
 from datarax.distributed.topology import HardwareLayout, plan_hardware_devices
 
@@ -85,6 +86,19 @@ def model_entry(name: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- plans
 
 
+def _role_batch_axes(body: MeshPlanRequest) -> list[str] | None:
+    """The axes a hardware plan's batch splits over when the request names none: those
+    whose role is ``data`` or ``fsdp`` (what the step estimate assumes), in mesh order;
+    ``None`` (the plain default) when an axis has no role."""
+    if body.model is None or body.batch_shape is None or not body.ici:
+        return None
+    try:
+        roles = axis_roles(list(body.ici))
+    except PlanError:
+        return None
+    return [axis for axis in body.ici if roles[axis] in ("data", "fsdp")]
+
+
 def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
     """A ``POST /v1/meshes`` body with ``hardware`` as a :class:`HardwarePlanRequest`.
 
@@ -111,7 +125,7 @@ def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
         dcn=body.dcn,
         allow_split_physical_axes=body.allow_split_physical_axes,
         batch_shape=body.batch_shape,
-        batch_axes=body.batch_axes,
+        batch_axes=body.batch_axes if body.batch_axes is not None else _role_batch_axes(body),
         model=model,
         optimizer=optimizer,
         name=body.name,
