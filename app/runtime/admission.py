@@ -69,9 +69,22 @@ def session_need(
     """
     layouts, _ = param_layouts(features, dict(mesh.shape), param_sharding)
     per_device = sum(int(e["bytes_per_device"]) for e in layouts)
+    whole = sum(math.prod(e["shape"]) for e in layouts) * BYTES_PER_ELEMENT
+    return state_need(mesh, per_device, whole, optimizer, donate)
+
+
+def replicated_session_need(mesh: Mesh, param_bytes: int, optimizer: str, donate: bool) -> Need:
+    """:func:`session_need` of a model whose ``param_bytes`` are replicated on every device
+    (a transformer session: data parallel)."""
+    return state_need(mesh, param_bytes, param_bytes, optimizer, donate)
+
+
+def state_need(mesh: Mesh, per_device: int, whole: int, optimizer: str, donate: bool) -> Need:
+    """A session's state on every device (``per_device`` parameter bytes times parameters,
+    optimizer slots, gradients and, without donation, the next state), plus the whole
+    model (``whole`` bytes) once per process, which initialises it before placing it."""
     state = 1 + OPTIMIZER_STATE_FACTOR.get(optimizer, 2)  # params + optimizer slots
     copies = state + 1 + (0 if donate else state)  # + gradients, + the next state
-    whole = sum(math.prod(e["shape"]) for e in layouts) * BYTES_PER_ELEMENT
     need: Need = {}
     first_of_process: dict[int, Pool] = {}
     for device in mesh.devices.flat:
@@ -80,22 +93,6 @@ def session_need(
         first_of_process.setdefault(device.process_index, pool)
     for pool in first_of_process.values():
         need[pool] += whole
-    return need
-
-
-def replicated_session_need(mesh: Mesh, param_bytes: int, optimizer: str, donate: bool) -> Need:
-    """:func:`session_need` of a model whose ``param_bytes`` are replicated on every device
-    (a transformer session: data parallel)."""
-    state = 1 + OPTIMIZER_STATE_FACTOR.get(optimizer, 2)
-    copies = state + 1 + (0 if donate else state)
-    need: Need = {}
-    first_of_process: dict[int, Pool] = {}
-    for device in mesh.devices.flat:
-        pool = pool_of(device)
-        need[pool] = need.get(pool, 0) + param_bytes * copies
-        first_of_process.setdefault(device.process_index, pool)
-    for pool in first_of_process.values():
-        need[pool] += param_bytes
     return need
 
 

@@ -282,16 +282,7 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
         # validates steps alike) so every process answers every command the same way.
         SESSIONS[sid] = session
         return {"id": sid, "step": 0, "params": []}, {}
-    with jax.set_mesh(mesh):
-        # Every process built the same model from the same seed: each fills its own
-        # shards from its copy (no cross-process equality check).
-        nnx.update(model, place_model_state_on_shards(nnx.state(model), mesh, rule))
-        optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
-        graphdef, state = nnx.split((model, optimizer))
-        # Optimizer slots follow their parameter; counters and scalars are replicated.
-        state = jax.tree.map(_ensure_on_mesh(mesh), state)
-    session.graphdef, session.state = graphdef, state
-    session.state_shardings = jax.tree.map(lambda a: a.sharding, state)
+    _place(session, model, tx, rule)
     session.key_prefix = (
         tuple(d.id for d in mesh.devices.flat),
         tuple(mesh.shape.items()),
@@ -315,6 +306,22 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
         extra={"session": sid},
     )
     return {"id": sid, "step": 0, "params": params, "reserved": reserved_by_pool(reserved)}, {}
+
+
+def _place(session: Session, model: nnx.Module, tx: Any, rule: str) -> None:
+    """Places ``model`` on the session's mesh by ``rule``, builds its optimizer and keeps
+    the split state and its shardings in ``session``."""
+    mesh = session.mesh
+    with jax.set_mesh(mesh):
+        # Every process built the same model from the same seed: each fills its own
+        # shards from its copy (no cross-process equality check).
+        nnx.update(model, place_model_state_on_shards(nnx.state(model), mesh, rule))
+        optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+        graphdef, state = nnx.split((model, optimizer))
+        # Optimizer slots follow their parameter; counters and scalars are replicated.
+        state = jax.tree.map(_ensure_on_mesh(mesh), state)
+    session.graphdef, session.state = graphdef, state
+    session.state_shardings = jax.tree.map(lambda a: a.sharding, state)
 
 
 def _create_transformer(payload: dict[str, Any]) -> tuple[dict, dict]:
@@ -371,13 +378,7 @@ def _create_transformer(payload: dict[str, Any]) -> tuple[dict, dict]:
     model = Transformer(
         spec, rngs=nnx.Rngs(int(payload.get("seed", 0))), constrain=ActivationLayout(mesh, flat)
     )
-    with jax.set_mesh(mesh):
-        nnx.update(model, place_model_state_on_shards(nnx.state(model), mesh, "replicate"))
-        optimizer = nnx.Optimizer(model, make_optimizer(opt_name, lr), wrt=nnx.Param)
-        graphdef, state = nnx.split((model, optimizer))
-        state = jax.tree.map(_ensure_on_mesh(mesh), state)
-    session.graphdef, session.state = graphdef, state
-    session.state_shardings = jax.tree.map(lambda a: a.sharding, state)
+    _place(session, model, make_optimizer(opt_name, lr), "replicate")
     session.key_prefix = (
         tuple(d.id for d in mesh.devices.flat),
         tuple(mesh.shape.items()),

@@ -150,16 +150,22 @@ def model_tag(value: Any) -> str | None:
     return getattr(value, "kind", None)
 
 
-HardwareModel = Annotated[
-    Annotated[HardwareMlpModel, Tag("mlp")]
-    | Annotated[TransformerModel, Tag("transformer")]
-    | Annotated[NamedModel, Tag("named")],
-    Discriminator(
-        model_tag,
-        custom_error_type="invalid_model",
-        custom_error_message="model needs a kind ('mlp' or 'transformer') or a name",
-    ),
-]
+def model_union(mlp: type[BaseModel]) -> Any:
+    """The ``model`` field's type: ``mlp`` (this request's MLP), a transformer, or a named
+    model, told apart by ``kind`` or ``name`` (:func:`model_tag`)."""
+    return Annotated[
+        Annotated[mlp, Tag("mlp")]
+        | Annotated[TransformerModel, Tag("transformer")]
+        | Annotated[NamedModel, Tag("named")],
+        Discriminator(
+            model_tag,
+            custom_error_type="invalid_model",
+            custom_error_message="model needs a kind ('mlp' or 'transformer') or a name",
+        ),
+    ]
+
+
+HardwareModel = model_union(HardwareMlpModel)
 
 _HARDWARE = Field(max_length=64, description="a catalog name of GET /v1/hardware")
 _TOPOLOGY = Field(

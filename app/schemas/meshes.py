@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from app.schemas.base import JsonInt, OptimizerName, OptimizerSpec, Strict
 from app.schemas.hardware import (
@@ -12,7 +12,7 @@ from app.schemas.hardware import (
     NamedModel,
     Remat,
     TransformerModel,
-    model_tag,
+    model_union,
 )
 
 MAX_PLAN_DEVICES = 262_144
@@ -54,16 +54,7 @@ class MlpModel(Strict):
     )
 
 
-PlanModel = Annotated[
-    Annotated[MlpModel, Tag("mlp")]
-    | Annotated[TransformerModel, Tag("transformer")]
-    | Annotated[NamedModel, Tag("named")],
-    Discriminator(
-        model_tag,
-        custom_error_type="invalid_model",
-        custom_error_message="model needs a kind ('mlp' or 'transformer') or a name",
-    ),
-]
+PlanModel = model_union(MlpModel)
 
 _PLAIN_ONLY = ("axes", "num_devices", "platform", "param_sharding")
 _HARDWARE_ONLY = ("topology", "slices", "hosts", "ici", "dcn", "allow_split_physical_axes")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Discriminator, Field, Tag
+from pydantic import BaseModel, BeforeValidator, Field
 
 from app.schemas.base import JsonInt, OptimizerName, Strict
-from app.schemas.hardware import NamedModel, TransformerModel, model_tag
+from app.schemas.hardware import model_union
 from app.schemas.meshes import ParamLayout
 from app.schemas.metrics import NumberList, Tensor
 
@@ -32,16 +32,7 @@ class SessionModel(Strict):
     )
 
 
-SessionModelField = Annotated[
-    Annotated[SessionModel, Tag("mlp")]
-    | Annotated[TransformerModel, Tag("transformer")]
-    | Annotated[NamedModel, Tag("named")],
-    Discriminator(
-        model_tag,
-        custom_error_type="invalid_model",
-        custom_error_message="model needs a kind ('mlp' or 'transformer') or a name",
-    ),
-]
+SessionModelField = model_union(SessionModel)
 """The built-in MLP, or a transformer (explicit or named): data parallel, next-token loss,
 synthetic batches of token ids or ``inputs``/``targets`` ``[B, seq_len]`` ids."""
 

@@ -160,12 +160,8 @@ def predict_step(
     hw: Hardware,
     sizes: Mapping[str, int],
     *,
-    tokens: int,
-    param_bytes: int,
-    collectives: Sequence[Mapping[str, Any]],
-    host_offload_bytes: int,
-    optimizer: str = "adam",
     calibration: Calibration | None = None,
+    **inputs: Any,
 ) -> dict[str, Any]:
     """Predicted wall time of one training step on one device, and what makes it up.
 
@@ -192,12 +188,13 @@ def predict_step(
       model: the spec.
       hw: the hardware.
       sizes: ``{"data", "fsdp", "tensor"}`` role sizes.
+      calibration: constants; default :data:`CALIBRATION` for ``hw.kind``.
+      inputs: :func:`step_components`' keywords:
       tokens: tokens per device (its data x fsdp shard of the global batch).
       param_bytes: bytes of this device's parameter shards.
       collectives: :func:`cost.estimate_step`'s entries (``phase``, ``seconds``).
       host_offload_bytes: bytes this device offloads per step.
       optimizer: its name (the update's passes over the state).
-      calibration: constants; default :data:`CALIBRATION` for ``hw.kind``.
 
     Returns:
       ``{"step_s", "roofline_s", "breakdown": {"matmul_s", "attention_s",
@@ -209,16 +206,7 @@ def predict_step(
       ``gap`` says in one line what the difference is made of.
     """
     cal = calibration or CALIBRATION.get(hw.kind, CALIBRATION["gpu"])
-    parts = step_components(
-        model,
-        hw,
-        sizes,
-        tokens=tokens,
-        param_bytes=param_bytes,
-        collectives=collectives,
-        host_offload_bytes=host_offload_bytes,
-        optimizer=optimizer,
-    )
+    parts = step_components(model, hw, sizes, **inputs)
     return {**combine(parts, cal), "components": parts}
 
 
