@@ -59,7 +59,7 @@ for p in $${PYTHON:-} python3.12 python3.13 /usr/local/bin/python3.12 /usr/bin/p
 done; echo "no Python >= 3.12 found; set PYTHON=/path/to/python3.12" >&2; exit 1
 endef
 
-.PHONY: venv run test lint bench clean accel
+.PHONY: venv run test test-tools lint bench clean accel
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || { py=$$($(find_python)) && echo "creating $(VENV) with $$py" && "$$py" -m venv $(VENV); }
@@ -92,7 +92,28 @@ run: venv
 	DATARAX_PLATFORMS=$${DATARAX_PLATFORMS:-$(ACCEL)} \
 	  $(VENV)/bin/datarax-serve --host $(HOST) --port $(PORT)
 
-test: $(TEST_STAMP)
+# Two tests need Debian packages: the dashboard's browser tests Chromium, the sbatch test
+# shellcheck. Where one is missing and this user can install it (root and apt-get), `make test`
+# installs it, saying so in one line (apt's output goes to $(VENV)/apt-install.log); otherwise
+# those tests skip, each with one line that says how to get them (with CI=true they fail).
+# DATARAX_NO_APT=1 never installs.
+CHROMIUM ?= $${DATARAX_CHROMIUM:-/usr/bin/chromium}
+test-tools: $(TEST_STAMP)
+	@missing=""; \
+	[ -x "$(CHROMIUM)" ] || missing="chromium"; \
+	command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
+	missing=$$(echo $$missing); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$${DATARAX_NO_APT:-}" != 1 ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing $$missing for the browser and sbatch tests (apt-get install -y $$missing; log: $(VENV)/apt-install.log)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \
+	    >$(VENV)/apt-install.log 2>&1 \
+	    || echo "could not install $$missing (see $(VENV)/apt-install.log): the tests that need it skip"; \
+	else \
+	  echo "$$missing not installed: the tests that need it skip (to run them: sudo apt-get install -y $$missing)"; \
+	fi
+
+test: $(TEST_STAMP) test-tools
 	$(PY) -m pytest -q
 
 lint: venv

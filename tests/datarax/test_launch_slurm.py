@@ -96,7 +96,10 @@ def test_bash_parses_the_script(gpu_plans) -> None:
 def test_shellcheck_passes(gpu_plans, tmp_path) -> None:
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
-        message = "shellcheck is not installed (Debian: apt-get install -y shellcheck)"
+        message = (
+            "shellcheck is not installed "
+            "(`make test` installs it as root; or: sudo apt-get install -y shellcheck)"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(f"{message}; .ci/run installs it")
         pytest.skip(message)
