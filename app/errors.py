@@ -48,6 +48,7 @@ CODES: dict[str, Code] = _codes(
     ("not_found", 404, "Not Found", "no such path"),
     ("method_not_allowed", 405, "Method Not Allowed", "the path exists; the method does not"),
     ("payload_too_large", 413, "Payload too large", "body or decompressed npz above the limit"),
+    ("headers_too_large", 431, "Request header fields too large", "see DATARAX_MAX_HEADER_KB"),
     ("unsupported_media_type", 415, "Unsupported media type", "body neither JSON nor npz"),
     ("validation_error", 422, "Request validation failed", "schema violation; see errors"),
     ("invalid_json", 422, "Malformed JSON body", "the body is not parseable JSON"),
@@ -94,6 +95,8 @@ CODES: dict[str, Code] = _codes(
     ("unknown_optimizer", 422, "Invalid model", "an optimizer other than adam/adamw/sgd"),
     ("invalid_top_k", 422, "Invalid recommendation request", "top_k below 1"),
     ("no_plan_fits", 422, "No plan fits", "no factorisation fits; the detail says what would"),
+    ("search_space_too_large", 422, "Search space too large", "past DATARAX_MAX_SEARCH_SPACE"),
+    ("too_many_devices", 422, "Too many devices", "a hardware cluster above 262,144 devices"),
     # --- metrics (the library's MetricsError, and the service's own)
     ("unknown_reduce_op", 422, "Invalid metrics", "an op other than mean, sum, max, min"),
     ("unknown_nan_policy", 422, "Invalid metrics", "a policy other than propagate/omit/raise"),
@@ -104,8 +107,11 @@ CODES: dict[str, Code] = _codes(
     ("invalid_weights", 422, "Invalid metrics", "negative, non-finite or all-zero weights"),
     ("non_finite_values", 422, "Invalid metrics", "NaN/Inf with nan_policy raise"),
     ("nan_policy_traced", 422, "Invalid metrics", "nan_policy raise on traced values"),
+    ("integer_overflow", 422, "Invalid metrics", "an integer result beyond its dtype's range"),
     ("unbound_axis_name", 422, "Invalid metrics", "a collective outside pmap/shard_map"),
     ("too_many_metrics", 422, "Too many metrics", "a job point with more than 1,000 metrics"),
+    ("value_too_large", 422, "Value too large", "a job point past DATARAX_MAX_POINT_VALUES"),
+    ("metric_name_too_long", 422, "Metric name too long", "a metric name over 250 chars"),
     ("reserved_metric_name", 422, "Reserved metric name", "a metric named _num_devices (npz)"),
     # --- job metric history
     ("job_not_found", 404, "Job not found", "no stored job with that name"),
@@ -142,7 +148,10 @@ CODES: dict[str, Code] = _codes(
     ("not_ready", 503, "Service not ready", "the service is still starting"),
     ("step_timeout", 504, "Device command timed out", "a device command ran too long"),
     ("shutting_down", 503, "Service shutting down", "the request met the shutdown grace period"),
+    ("busy", 503, "Busy", "every heavy-work slot and queue place taken; see Retry-After"),
+    ("request_abandoned", 499, "Client closed request", "the client left; its work was stopped"),
     ("storage_full", 507, "Storage full", "the database disk is full; nothing was written"),
+    ("storage_unavailable", 503, "Storage unavailable", "the database cannot be written now"),
 )
 """Every problem ``code`` the service can answer. README's error table lists the same."""
 
@@ -373,6 +382,12 @@ class ShuttingDown(ServiceError):
 
 class StorageFull(ServiceError):
     code = "storage_full"
+
+
+class StorageUnavailable(ServiceError):
+    """The database cannot be written (read-only file or directory, I/O error); retry."""
+
+    code = "storage_unavailable"
 
 
 class CompileCheckNotFound(ServiceError):

@@ -7,10 +7,34 @@ loss or OS crash. (``NORMAL`` with WAL would survive a process kill too, but may
 last transactions on power loss, which contradicts "2xx means durable"; one fsync per
 write is cheap at this service's write rate.)
 
-Concurrency: one connection, guarded by a lock, used from worker threads. Every public
-coroutine runs its blocking sqlite call through ``anyio.to_thread.run_sync`` so the event
-loop never blocks on disk; the lock serialises statements (SQLite serialises writers
-anyway), and ``busy_timeout`` covers a second process opening the same file.
+Concurrency: one connection per database file and process, guarded by a lock, used from
+worker threads. Every :class:`Store` opened on the same file in this process (the service's
+own and :mod:`app.services.compile_store`'s) shares that connection and its lock
+(:class:`_Database`). Every public coroutine runs its blocking sqlite call through
+``anyio.to_thread.run_sync`` so the event loop never blocks on disk.
+
+No shared memory, hence no SIGBUS: in WAL mode SQLite normally ``mmap``s the wal-index
+(the ``-shm`` file) ``MAP_SHARED``; when a page of that mapping cannot be backed (the file
+made immutable with ``chattr +i``, a full tmpfs), the first store to it kills the process
+with SIGBUS, which no Python code can catch (reproduced: ``chattr +i db.sqlite-shm`` during
+pushes, exit by signal 7). The connection therefore sets ``PRAGMA locking_mode = EXCLUSIVE``
+before its first access: SQLite then keeps the wal-index in heap memory and never creates
+or maps a ``-shm`` file (SQLite docs, "WAL without shared memory",
+https://www.sqlite.org/wal.html#noshm), and ``mmap_size = 0`` keeps the database file
+itself unmapped. The price: this process holds the file's lock from the first read until
+``close()``, so no other process can read or write the file while the service runs (a
+second service on the same file fails at start: "in use by another process").
+
+Storage faults never crash and never lie (:func:`storage_error`): a write that fails for
+lack of space is 507 ``storage_full``; one that fails because the file, its directory or
+its WAL cannot be written (read-only, immutable, I/O error) is 503 ``storage_unavailable``;
+either way nothing of it was committed, and acknowledged writes stay (the WAL's committed
+frames are never rolled back). The failure is remembered as :attr:`Store.fault` and
+readiness reports it until a later write succeeds: a client's, or the probe that
+:meth:`Store.health` writes at most every :data:`PROBE_INTERVAL_S` when nothing else
+wrote. A write to the database file that fails only at checkpoint time (the file made
+read-only, the WAL still writable) is not a fault: commits stay durable in the WAL, which
+SQLite checkpoints once it can.
 
 Bodies (plan JSON, reduced metrics) are stored as the exact JSON text the API answered,
 so a read returns byte-identical JSON without re-serialising.
@@ -18,17 +42,23 @@ so a read returns byte-identical JSON without re-serialising.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
 import anyio.to_thread
 
 from app import store_jobs, store_parts
-from app.errors import ServiceError, StorageFull
+from app.errors import ServiceError, StorageFull, StorageUnavailable
+
+log = logging.getLogger("datarax.store")
 
 T = TypeVar("T")
 
@@ -70,13 +100,112 @@ CREATE TABLE IF NOT EXISTS sessions (
     body        TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_by_mesh ON sessions (mesh_id);
+CREATE TABLE IF NOT EXISTS store_probe (
+    id          INTEGER PRIMARY KEY,
+    at          TEXT NOT NULL
+);
 """
 
 
 def _is_disk_full(err: sqlite3.Error) -> bool:
     """SQLITE_FULL (13), or the I/O error some file systems give for ENOSPC instead."""
     code = getattr(err, "sqlite_errorcode", None)
-    return code == sqlite3.SQLITE_FULL or "disk is full" in str(err)
+    primary = None if code is None else code & 0xFF
+    return primary == sqlite3.SQLITE_FULL or "disk is full" in str(err)
+
+
+_UNAVAILABLE = frozenset(
+    {
+        sqlite3.SQLITE_IOERR,  # a read, write, fsync or truncate failed (EPERM, EIO, ...)
+        sqlite3.SQLITE_READONLY,  # the file or its directory cannot be written
+        sqlite3.SQLITE_CANTOPEN,  # the WAL or a journal cannot be created or opened
+        sqlite3.SQLITE_PERM,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_NOTADB,
+        sqlite3.SQLITE_BUSY,  # another process holds the file (busy_timeout passed)
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_NOLFS,
+    }
+)
+"""Primary SQLite result codes that mean "the storage cannot take writes now", not "this
+statement is wrong": answered 503 ``storage_unavailable``. Constraint violations and
+programming errors stay what they are (a caller maps them, or they are bugs)."""
+
+
+def storage_error(err: BaseException, path: Path | str) -> ServiceError | None:
+    """The problem a storage failure answers with, or None for other errors.
+
+    Args:
+      err: what a statement raised.
+      path: the database file (named in the detail).
+
+    Returns:
+      ``StorageFull`` (507) for a full disk, ``StorageUnavailable`` (503, with
+      ``Retry-After``) for a file, directory or WAL that cannot be written or read, None
+      for anything else (constraint violations, bugs).
+    """
+    if not isinstance(err, sqlite3.Error):
+        return None
+    name = getattr(err, "sqlite_errorname", None) or type(err).__name__
+    if _is_disk_full(err):
+        return StorageFull(
+            f"the database disk is full ({path}); nothing was written. "
+            "Free space on that disk and retry"
+        )
+    code = getattr(err, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in _UNAVAILABLE:
+        return StorageUnavailable(
+            f"the database cannot be written ({path}: {name}: {err}); nothing was written. "
+            "Check that the file, its directory and its -wal file are writable and the disk "
+            "is healthy; the service recovers by itself once a write succeeds",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    return None
+
+
+RETRY_AFTER_S = 5
+"""``Retry-After`` of a 503 ``storage_unavailable``."""
+
+PROBE_INTERVAL_S = 2.0
+""":meth:`Store.health` writes a probe row when no write succeeded or failed for this long:
+readiness notices a fault (and its end) without client writes, at one tiny write per
+interval at most."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageFault:
+    """Why the store cannot take writes: ``kind`` is ``full`` or ``unavailable`` (the
+    problem code's tail), ``reason`` SQLite's error, ``since`` when it began and
+    ``checked_at`` when a write (a client's or the probe) last found it (UTC, ISO 8601
+    with microseconds: later times sort later)."""
+
+    kind: str
+    reason: str
+    since: str
+    checked_at: str = ""
+
+    @property
+    def code(self) -> str:
+        return f"storage_{self.kind}"
+
+
+class _Database:
+    """One connection of this process on one database file, and what every
+    :class:`Store` on that file shares: its lock and its fault state."""
+
+    def __init__(self, key: str, conn: sqlite3.Connection) -> None:
+        self.key = key
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.users = 1
+        self.fault: StorageFault | None = None
+        self.outcome_at = time.monotonic()  # when a write last succeeded or failed
+
+
+_DATABASES: dict[str, _Database] = {}
+"""Open connections by the database file's real path (``:memory:`` ones are not shared)."""
+_DATABASES_LOCK = threading.Lock()
 
 
 class StoreClosed(RuntimeError):
@@ -117,9 +246,9 @@ class Store:
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5000):
         self.path = Path(path)
         self.busy_timeout_ms = busy_timeout_ms
+        self._db: _Database | None = None
         self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-        self.full = False  # the last write failed with SQLITE_FULL (see _write)
+        self._lock = threading.Lock()  # the shared connection's lock once open
         self._group: list[_GroupedWrite] = []  # job writes waiting for a group commit
         self._group_mutex = threading.Lock()
 
@@ -130,11 +259,34 @@ class Store:
         return self._conn is not None
 
     def open(self) -> None:
-        """Opens (creating if needed) the database and its schema. Idempotent."""
-        if self._conn is not None:
+        """Opens (creating if needed) the database and its schema. Idempotent.
+
+        A second ``Store`` on the same file in this process shares the first one's
+        connection (see the module docstring); the file is closed with the last of them.
+
+        Raises:
+          StoreUnusable: the file is not a usable database, or another process holds it.
+        """
+        if self._db is not None:
             return
-        if str(self.path) != ":memory:":
+        memory = str(self.path) == ":memory:"
+        if not memory:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        key = ":memory:" if memory else os.path.realpath(self.path)
+        with _DATABASES_LOCK:
+            db = None if memory else _DATABASES.get(key)
+            if db is not None:
+                db.users += 1
+            else:
+                db = _Database(key, self._connect())
+                if not memory:
+                    _DATABASES[key] = db
+        self._lock = db.lock
+        with db.lock:
+            self._db, self._conn = db, db.conn
+
+    def _connect(self) -> sqlite3.Connection:
+        """A new connection with the service's pragmas, schema and migrations."""
         try:
             conn = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=30
@@ -143,6 +295,9 @@ class Store:
             raise StoreUnusable(f"cannot open {self.path}: {err}") from err
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            # Before the first access: the wal-index in heap memory, no -shm file to map.
+            conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+            conn.execute("PRAGMA mmap_size = 0")
             # Reading the schema first: a corrupt or foreign file fails here, before any
             # statement below could write to it.
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -158,13 +313,36 @@ class Store:
             conn.execute("PRAGMA foreign_keys = ON")
             conn.executescript(SCHEMA)
             self._migrate(conn)
+            # Take the write lock now (a no-op transaction), so a second process fails
+            # here rather than on its first write.
+            conn.execute("BEGIN EXCLUSIVE")
+            conn.execute("COMMIT")
+            locking = conn.execute("PRAGMA locking_mode").fetchone()[0]
+            if locking.lower() != "exclusive":
+                raise RuntimeError(f"SQLite refused exclusive locking for {self.path}")
         except sqlite3.DatabaseError as err:
             conn.close()
+            code = getattr(err, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise StoreUnusable(
+                    f"{self.path} is in use by another process ({err}); one service per "
+                    "database file: stop the other one or point DATARAX_DB elsewhere"
+                ) from err
+            if code is not None and code & 0xFF in (
+                sqlite3.SQLITE_READONLY,
+                sqlite3.SQLITE_CANTOPEN,
+                sqlite3.SQLITE_IOERR,
+                sqlite3.SQLITE_FULL,
+            ):
+                raise StoreUnusable(
+                    f"{self.path} cannot be opened for writing ({err}): check that the file, "
+                    "its directory and its -wal file are writable and the disk has space"
+                ) from err
             raise StoreUnusable(f"{self.path} is not a usable SQLite database: {err}") from err
         except Exception:
             conn.close()
             raise
-        self._conn = conn
+        return conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Brings the file to :data:`SCHEMA_VERSION`, one version per transaction."""
@@ -190,37 +368,116 @@ class Store:
         return self._run(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        """Closes this store; the connection closes with the last store on its file."""
+        db = self._db
+        if db is None:
+            return
+        with db.lock:
+            self._db = self._conn = None
+        with _DATABASES_LOCK:
+            db.users -= 1
+            if db.users > 0:
+                return
+            if _DATABASES.get(db.key) is db:
+                del _DATABASES[db.key]
+        with db.lock:
+            db.conn.close()
 
-    def disk_full(self) -> bool:
-        """True after a write failed for lack of disk space, until the disk has
-        ``FREE_BYTES_TO_RECOVER`` free again (readiness says so meanwhile)."""
-        if self.full:
+    # ------------------------------------------------------------------ faults, health
+
+    @property
+    def fault(self) -> StorageFault | None:
+        """Why writes fail now (set by a failed write, cleared by a successful one), or
+        None."""
+        return None if self._db is None else self._db.fault
+
+    @property
+    def full(self) -> bool:
+        """True while the last storage fault is a full disk."""
+        fault = self.fault
+        return fault is not None and fault.kind == "full"
+
+    def health(self) -> StorageFault | None:
+        """The storage fault readiness reports, or None when writes work.
+
+        Blocking (call it from a worker thread): when no write succeeded or failed within
+        :data:`PROBE_INTERVAL_S`, it first commits a one-row probe write, so a fault
+        that began (or ended) while nobody wrote is seen. A full disk stays a fault
+        until a write succeeds *and* the disk has ``FREE_BYTES_TO_RECOVER`` free.
+        """
+        db = self._db
+        if db is None:
+            now = _now()
+            return StorageFault("unavailable", "the database is not open", now, now)
+        if time.monotonic() - db.outcome_at >= PROBE_INTERVAL_S:
             try:
-                stats = os.statvfs(self.path.parent)
-                self.full = stats.f_bavail * stats.f_frsize < FREE_BYTES_TO_RECOVER
-            except OSError:
-                pass
-        return self.full
+                self._write(
+                    lambda c: c.execute(
+                        "INSERT OR REPLACE INTO store_probe (id, at) VALUES (1, ?)", (_now(),)
+                    )
+                )
+            except (ServiceError, StoreClosed):
+                pass  # recorded as the fault (or the store closed meanwhile)
+        return db.fault
 
     def ping(self) -> bool:
-        """True when a trivial query succeeds (readiness)."""
-        try:
-            self._run(lambda c: c.execute("SELECT 1").fetchone())
-        except Exception:
-            return False
-        return True
+        """True when the store is open and :meth:`health` finds no fault."""
+        return self._db is not None and self.health() is None
+
+    def _failed(self, err: BaseException) -> ServiceError | None:
+        """Records a storage failure as the fault; returns its problem (None: not one)."""
+        problem = storage_error(err, self.path)
+        db = self._db
+        if problem is None or db is None:
+            return problem
+        kind = "full" if problem.code == "storage_full" else "unavailable"
+        name = getattr(err, "sqlite_errorname", None) or type(err).__name__
+        reason = f"{name}: {err}"
+        now = _now()
+        if db.fault is None or db.fault.kind != kind:
+            log.warning("database %s cannot take writes: %s", self.path, reason)
+            db.fault = StorageFault(kind, reason, now, now)
+        else:
+            db.fault = dataclasses.replace(db.fault, reason=reason, checked_at=now)
+        db.outcome_at = time.monotonic()
+        return problem
+
+    def _succeeded(self) -> None:
+        """A write committed: clears the fault (a full disk needs free space too)."""
+        db = self._db
+        if db is None:
+            return
+        db.outcome_at = time.monotonic()
+        fault = db.fault
+        if fault is None:
+            return
+        if fault.kind == "full" and _free_bytes(self.path) < FREE_BYTES_TO_RECOVER:
+            db.fault = dataclasses.replace(fault, checked_at=_now())
+            return
+        log.warning("database %s takes writes again (fault since %s)", self.path, fault.since)
+        db.fault = None
 
     # ------------------------------------------------------------------------ plumbing
 
     def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Runs ``fn`` under the lock in autocommit mode (each statement its own
+        transaction); a storage failure becomes its problem (and the fault)."""
         with self._lock:
-            if self._conn is None:
+            conn = self._conn
+            if conn is None:
                 raise StoreClosed("the store is not open")
-            return fn(self._conn)
+            before = conn.total_changes
+            try:
+                result = fn(conn)
+            except sqlite3.Error as err:
+                _rollback(conn)
+                problem = self._failed(err)
+                if problem is not None:
+                    raise problem from err
+                raise
+            if conn.total_changes != before:
+                self._succeeded()
+            return result
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Runs ``fn`` in one transaction; returns after the durable commit."""
@@ -232,23 +489,21 @@ class Store:
         conn = self._conn
         if conn is None:
             raise StoreClosed("the store is not open")
-        conn.execute("BEGIN IMMEDIATE")
+        before = conn.total_changes
         try:
+            conn.execute("BEGIN IMMEDIATE")
             result = fn(conn)
             conn.execute("COMMIT")
         except BaseException as err:
             # Also after a failed COMMIT (disk full, I/O error): never leave the shared
             # connection inside a transaction.
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if isinstance(err, sqlite3.Error) and _is_disk_full(err):
-                self.full = True
-                raise StorageFull(
-                    f"the database disk is full ({self.path}); nothing was written. "
-                    "Free space on that disk and retry"
-                ) from None
+            _rollback(conn)
+            problem = self._failed(err)
+            if problem is not None:
+                raise problem from err
             raise
-        self.full = False
+        if conn.total_changes != before:  # a transaction that wrote nothing proves nothing
+            self._succeeded()
         return result
 
     async def _in_thread(self, fn: Callable[[], T]) -> T:
@@ -310,13 +565,12 @@ class Store:
                 conn.execute("RELEASE grouped_write")
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            _rollback(conn)
             for write in group:
                 write.result = write.error = None
                 self._alone(write)
             return
-        self.full = False
+        self._succeeded()
         for write in group:
             write.finished = True
 
@@ -329,6 +583,16 @@ class Store:
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Runs ``fn(conn)`` in a worker thread (reads only)."""
         return await self._in_thread(lambda: self._run(fn))
+
+    async def execute(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Runs ``fn(conn)`` in a worker thread in autocommit mode: each statement is its
+        own transaction (for callers whose statements stand alone, such as the compile
+        store's). Storage failures answer as for :meth:`write`."""
+        return await self._in_thread(lambda: self._run(fn))
+
+    def execute_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """:meth:`execute` for a caller already in a worker thread (or at startup)."""
+        return self._run(fn)
 
     # ---------------------------------------------------------------------------- plans
 
@@ -464,3 +728,26 @@ class Store:
             return [row[0] for row in rows], int(total)
 
         return await self._in_thread(lambda: self._run(read))
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _free_bytes(path: Path) -> int:
+    """Bytes free to unprivileged users on the file system of ``path``'s directory."""
+    try:
+        stats = os.statvfs(path.parent)
+    except OSError:
+        return 0
+    return stats.f_bavail * stats.f_frsize
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Leaves ``conn`` outside any transaction; a failing ROLLBACK (the disk gone) is
+    ignored: SQLite then rolled the transaction back itself or will on the next one."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            log.warning("ROLLBACK failed on the database", exc_info=True)

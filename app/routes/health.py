@@ -9,9 +9,10 @@ from prometheus_client.exposition import choose_encoder
 from starlette.responses import Response
 
 from app.deps import RuntimeDep, StoreDep, TelemetryDep
-from app.errors import NotReady, StorageFull, WorkerLost
+from app.errors import NotReady, StorageFull, StorageUnavailable, WorkerLost
 from app.openapi import problem_responses
 from app.schemas.devices import Liveness, Readiness
+from app.store import RETRY_AFTER_S
 
 router = APIRouter(tags=["health"])
 
@@ -29,18 +30,40 @@ async def check_liveness() -> dict:
     responses=problem_responses(503, 507),
 )
 async def check_readiness(store: StoreDep, runtime: RuntimeDep) -> dict:
-    """200 when the store is open and the device runtime (every process) is up.
+    """200 when the store takes writes and the device runtime (every process) is up.
 
     503 ``not_ready`` while the service is still starting, ``worker_lost`` after the
-    runtime died (it is being restarted). ``runtime_pid`` is the runtime process's pid.
+    runtime died (it is being restarted). While the database cannot take writes it is
+    507 ``storage_full`` (a full disk) or 503 ``storage_unavailable`` (a read-only or
+    failing file, directory or WAL), with ``store`` saying which, ``store_reason``
+    SQLite's error, ``store_fault_since`` when it began and ``store_checked_at``
+    when a write last found it; it turns 200 again by itself
+    once a write succeeds (the store probes with a tiny write at most every
+    ``app.store.PROBE_INTERVAL_S`` when nothing else wrote). ``runtime_pid`` is the
+    runtime process's pid.
     """
     extra = {"runtime_pid": runtime.pid, "runtime_restarts": runtime.restarts}
-    if not store.is_open or not await anyio.to_thread.run_sync(store.ping):
-        raise NotReady("the database is not open", extra=extra)
-    if await anyio.to_thread.run_sync(store.disk_full):
-        raise StorageFull(
-            f"the database disk is full ({store.path}); writes answer 507 until space is freed",
-            extra=extra,
+    if not store.is_open:
+        raise NotReady("the database is not open", extra={"store": "closed", **extra})
+    fault = await anyio.to_thread.run_sync(store.health)
+    if fault is not None:
+        store_extra = {
+            "store": fault.kind,
+            "store_reason": fault.reason,
+            "store_fault_since": fault.since,
+            "store_checked_at": fault.checked_at,
+            **extra,
+        }
+        if fault.kind == "full":
+            raise StorageFull(
+                f"the database disk is full ({store.path}); writes answer 507 until space is freed",
+                extra=store_extra,
+            )
+        raise StorageUnavailable(
+            f"the database cannot take writes ({store.path}: {fault.reason}); writes answer "
+            "503 until it can",
+            extra=store_extra,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
         )
     if not runtime.ready:
         if runtime.pid is None or runtime.restarts > 0:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import anyio
 import pytest
 
 from app import store_jobs
-from app.errors import StepConflict
+from app.errors import StepConflict, StorageUnavailable
 from app.store import SCHEMA_VERSION, Store, StoreClosed
 
 
@@ -189,7 +193,9 @@ def test_a_version_1_file_is_migrated_in_place_and_keeps_its_data(tmp_path):
     old.executemany("INSERT INTO job_points VALUES (?, ?, ?, ?)", rows)
     old.commit()
     old.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 0
+    check = sqlite3.connect(path)  # closed: the store locks the file exclusively
+    assert check.execute("PRAGMA user_version").fetchone()[0] == 0
+    check.close()
 
     store = Store(path)
     store.open()
@@ -231,3 +237,135 @@ def test_a_file_from_a_newer_schema_is_refused(tmp_path):
     conn.close()
     with pytest.raises(RuntimeError, match="newer"):
         Store(path).open()
+
+
+# ------------------------------------------------------- one connection, no -shm, faults
+
+
+def _mapped_shm() -> list[str]:
+    return [line for line in open("/proc/self/maps").read().splitlines() if "-shm" in line]
+
+
+def test_no_shared_memory_wal_index_is_created_or_mapped(store):
+    """WAL in exclusive locking mode keeps the wal-index in heap memory: no ``-shm`` file
+    exists or is mapped, so nothing can SIGBUS the process when storage fails."""
+    for i in range(50):
+        store.insert_plan_sync(f"m_{i}", "t", None, False, "{}" + " " * 4000)
+    assert store._run(lambda c: c.execute("PRAGMA locking_mode").fetchone()[0]) == "exclusive"
+    assert store._run(lambda c: c.execute("PRAGMA mmap_size").fetchone()[0]) == 0
+    assert store._run(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0]) == "wal"
+    assert Path(f"{store.path}-wal").exists()
+    assert not Path(f"{store.path}-shm").exists()
+    assert _mapped_shm() == []
+
+
+def test_stores_on_one_file_share_its_one_connection(tmp_path):
+    path = tmp_path / "db.sqlite"
+    first = Store(path)
+    first.open()
+    (tmp_path / "sub").mkdir()
+    second = Store(tmp_path / "sub" / ".." / "db.sqlite")  # another spelling, same file
+    second.open()
+    assert first._conn is second._conn and first._lock is second._lock
+    second.insert_plan_sync("m_1", "t", None, False, "{}")
+    second.close()
+    assert anyio.run(first.get_plan, "m_1") == "{}"  # still open for the other store
+    first.close()
+    reader = sqlite3.connect(path, timeout=0.1)  # closed with the last store: unlocked
+    assert reader.execute("SELECT count(*) FROM plans").fetchone()[0] == 1
+    reader.close()
+
+
+def test_another_process_cannot_use_the_file_while_the_store_holds_it(store):
+    store.insert_plan_sync("m_1", "t", None, False, "{}")
+    reader = sqlite3.connect(store.path, timeout=0.1)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        reader.execute("SELECT count(*) FROM plans").fetchone()
+    reader.close()
+    code = (
+        "import sys; from app.store import Store, StoreUnusable\n"
+        "try:\n    Store(sys.argv[1], busy_timeout_ms=100).open()\n"
+        "except StoreUnusable as err:\n    print(err); sys.exit(3)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(store.path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "in use by another process" in done.stdout
+
+
+@pytest.fixture
+def chattr(tmp_path):
+    """``chattr`` that works here (root on ext4/xfs/btrfs); flags lifted at teardown."""
+    probe = tmp_path / "probe"
+    probe.write_text("x")
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed: the immutable-WAL fault needs it")
+    done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i does not work here: {done.stderr}")
+    subprocess.run(["chattr", "-i", str(probe)], check=True)
+    held: list[str] = []
+
+    def flag(sign: str, path: Path) -> None:
+        subprocess.run(["chattr", f"{sign}i", str(path)], check=True)
+        held.append(str(path))
+
+    yield flag
+    for path in held:
+        subprocess.run(["chattr", "-i", path], check=False)
+
+
+def test_an_unwritable_wal_is_storage_unavailable_until_a_write_succeeds(
+    store, chattr, monkeypatch
+):
+    from app import store as store_module
+
+    monkeypatch.setattr(store_module, "PROBE_INTERVAL_S", 0.0)
+    store.insert_plan_sync("m_1", "t", None, False, '{"id":"m_1"}')
+    assert store.health() is None
+    wal = Path(f"{store.path}-wal")
+    chattr("+", wal)
+    with pytest.raises(StorageUnavailable) as refused:
+        store.insert_plan_sync("m_2", "t", None, False, "{}")
+    assert refused.value.status == 503 and "Retry-After" in refused.value.headers
+    fault = store.fault
+    assert fault is not None and fault.kind == "unavailable" and "IOERR" in fault.reason
+
+    # Every write path answers alike: a group commit of several writes, a session.
+    async def grouped():
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(_push_refused, store, i)
+
+    anyio.run(grouped)
+    with pytest.raises(StorageUnavailable):
+        anyio.run(store.insert_session, "s_1", "m_1", "t", "{}")
+    # A transaction that writes nothing proves nothing: the fault stays.
+    assert anyio.run(store.delete_plan, "m_missing") is False
+    assert store.fault is not None
+    assert store.health() is not None  # the probe fails too
+    checked = store.fault.checked_at
+    assert store.health().checked_at > checked
+    assert anyio.run(store.get_plan, "m_1") == '{"id":"m_1"}'  # reads still work
+    chattr("-", wal)
+    assert store.health() is None  # the probe write succeeds: the fault is over
+    store.insert_plan_sync("m_3", "t", None, False, "{}")
+    # A constraint violation is the caller's error, not a storage fault.
+    with pytest.raises(sqlite3.IntegrityError):
+        store.insert_plan_sync("m_3", "t", None, False, "{}")
+    assert store.fault is None
+    bodies, total = anyio.run(store.list_plans, 10, 0)
+    assert total == 2 and anyio.run(store.get_plan, "m_2") is None
+
+
+async def _push_refused(store, step):
+    with pytest.raises(StorageUnavailable):
+        await store.write_grouped(
+            lambda c: store_jobs.push(c, "j", [_point(step, "{}")], "t", _no_merge)
+        )

@@ -1,16 +1,33 @@
-"""Storage faults: an unusable database at start, and a full disk while serving.
+"""Storage faults against the real ``datarax-serve`` and real SQLite files.
 
-The first runs the real ``datarax-serve``; the second fills a real SQLite file (SQLite's
-``max_page_count`` makes it answer SQLITE_FULL exactly as a full disk does) under the
-in-process app.
+- An unusable database at start: one line, its own exit status, the file untouched.
+- Faults while serving, made for real: ``chattr +i`` (which even root cannot write past)
+  on the WAL, on the database file, on its directory, on a stale ``-shm`` file; a real
+  full disk (a small tmpfs, filled). Each answers writes with the right status and code
+  (503 ``storage_unavailable``, 507 ``storage_full``) or keeps taking them where the data
+  stays durable, readiness says so and recovers once the fault is lifted, the process
+  never dies (no SIGBUS: nothing maps a ``-shm`` file), and every acknowledged write is
+  still there, also after a ``kill -9`` and a restart.
+- A full disk under the in-process app, with SQLite's ``max_page_count`` (SQLITE_FULL
+  exactly as a full disk gives it): runs wherever tmpfs cannot be mounted.
+
+Faults that need root tricks skip loudly, naming what is missing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import shutil
+import signal
 import sqlite3
 import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 
 import app.store as store_module
@@ -22,9 +39,14 @@ from tests.helpers import (
     TestClient,
     assert_problem,
     make_settings,
+    pid_alive,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
+
+JOB = "faults"
+RECOVERY_TIMEOUT_S = 30.0
+CHECKPOINT_WAL_BYTES = 1000 * 4096  # SQLite's wal_autocheckpoint, in 4 KiB pages
 
 
 def _garbage(path):
@@ -61,25 +83,394 @@ def test_unusable_database_is_one_line_and_its_own_exit_code(tmp_path, damage):
     assert db.read_bytes() == before  # never overwritten
 
 
-def test_full_disk_is_507_storage_full_and_readiness_says_so(tmp_path):
+# ------------------------------------------------------------------------ helpers
+
+
+class Writes:
+    """Plans and job points written through the API; remembers every acknowledged one."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+        self.plans: dict[str, dict] = {}
+        self.steps: list[int] = []
+        self._next_step = 0
+
+    def plan(self, devices: int = 64) -> httpx.Response:
+        answer = self.client.post("/v1/meshes", json={"axes": {"data": -1}, "num_devices": devices})
+        if answer.status_code == 201:
+            self.plans[answer.json()["id"]] = answer.json()
+        return answer
+
+    def push(self) -> httpx.Response:
+        step, self._next_step = self._next_step, self._next_step + 1
+        body = {"step": step, "metrics": {"loss": [float(step), step + 1.0]}}
+        answer = self.client.post(f"/v1/jobs/{JOB}/metrics", json=body)
+        if answer.status_code in (200, 201):
+            self.steps.append(step)
+        return answer
+
+    def some(self, count: int = 3) -> None:
+        for _ in range(count):
+            assert self.plan().status_code == 201
+            assert self.push().status_code == 201
+
+    def check_all_stored(self, client: httpx.Client | None = None) -> None:
+        """Every acknowledged write reads back as answered, and nothing else was stored."""
+        client = client or self.client
+        for plan_id, body in self.plans.items():
+            answer = client.get(f"/v1/meshes/{plan_id}")
+            assert answer.status_code == 200, (plan_id, answer.text)
+            assert answer.json() == body
+        listed = client.get("/v1/meshes", params={"limit": 100}).json()
+        assert listed["total"] == len(self.plans)  # a refused write left no plan behind
+        points = client.get(f"/v1/jobs/{JOB}/metrics", params={"limit": 1000}).json()
+        assert [p["step"] for p in points["points"]] == self.steps
+        for point in points["points"]:
+            assert point["reduced"]["loss"] == point["step"] + 0.5
+
+
+def _poll(check: Callable[[], bool], what: str, timeout: float = RECOVERY_TIMEOUT_S) -> float:
+    """Waits until ``check()`` is true; returns the seconds it took."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if check():
+            return time.monotonic() - start
+        time.sleep(0.1)
+    pytest.fail(f"{what} within {timeout} s")
+
+
+def _ready(client: httpx.Client) -> bool:
+    return client.get("/health/ready").status_code == 200
+
+
+def _maps_shm(pid: int) -> list[str]:
+    """The lines of ``/proc/<pid>/maps`` that map a ``-shm`` file (SQLite's wal-index)."""
+    return [line for line in Path(f"/proc/{pid}/maps").read_text().splitlines() if "-shm" in line]
+
+
+def _assert_alive_and_unmapped(
+    service: ServiceProcess, pid: int, runtime_pid: int, *, stale_shm: bool = False
+) -> None:
+    """The same server and runtime processes still run; no ``-shm`` is mapped or made."""
+    assert service.proc is not None and service.proc.poll() is None, service.log_tail()
+    assert service.proc.pid == pid
+    assert pid_alive(runtime_pid)  # the runtime did not go down with a storage fault
+    assert _maps_shm(pid) == []
+    assert Path(f"{service.db}-shm").exists() == stale_shm
+
+
+def _probed_after(client: httpx.Client, checked_at: str, status: int, code: str) -> dict:
+    """Polls readiness until its store check is newer than ``checked_at`` (the probe ran
+    again); that answer must still be the fault's."""
+    answers: list[dict] = []
+
+    def probed() -> bool:
+        body = assert_problem(client.get("/health/ready"), status, code)
+        answers.append(body)
+        return body["store_checked_at"] > checked_at
+
+    _poll(probed, "a new readiness probe")
+    return answers[-1]
+
+
+class Immutable:
+    """``chattr +i`` / ``-i`` on paths; every flag still set is lifted at teardown."""
+
+    def __init__(self) -> None:
+        self.held: set[Path] = set()
+
+    def set(self, *paths: Path) -> None:
+        subprocess.run(["chattr", "+i", *map(str, paths)], check=True, capture_output=True)
+        self.held.update(paths)
+
+    def lift(self, *paths: Path) -> None:
+        subprocess.run(["chattr", "-i", *map(str, paths)], check=True, capture_output=True)
+        self.held.difference_update(paths)
+
+
+@pytest.fixture
+def immutable(tmp_path) -> Iterator[Immutable]:
+    probe = tmp_path / "chattr-probe"
+    probe.write_text("x")
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed: the immutable-file faults need it")
+    done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i does not work here (root on ext4/xfs/btrfs): {done.stderr}")
+    try:
+        with pytest.raises(PermissionError):
+            probe.write_text("y")  # immutable binds root too, unlike chmod
+    finally:
+        subprocess.run(["chattr", "-i", str(probe)], check=True)
+    flags = Immutable()
+    yield flags
+    for path in list(flags.held):
+        subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+def _restart_and_check(service: ServiceProcess, writes: Writes, tmp_path: Path) -> None:
+    """kill -9 the server, start a new one on the same file, read everything back."""
+    service.stop()
+    with ServiceProcess(service.db, tmp_path / "server-2.log") as again:
+        again.wait_ready()
+        with again.client() as client:
+            writes.check_all_stored(client)
+
+
+# ------------------------------------------------------- faults that stop writes
+
+
+def _wal(db: Path) -> list[Path]:
+    return [Path(f"{db}-wal")]
+
+
+def _database_and_wal(db: Path) -> list[Path]:
+    return [db, Path(f"{db}-wal")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "targets", [_wal, _database_and_wal], ids=["immutable-wal", "immutable-database-and-wal"]
+)
+def test_unwritable_storage_is_503_until_lifted_and_loses_nothing(tmp_path, immutable, targets):
+    db = tmp_path / "data" / "datarax.sqlite"
+    with ServiceProcess(db, tmp_path / "server.log") as service:
+        runtime_pid = service.wait_ready()["runtime_pid"]
+        pid = service.proc.pid
+        with service.client() as client:
+            writes = Writes(client)
+            writes.some()
+            _assert_alive_and_unmapped(service, pid, runtime_pid)
+
+            paths = targets(db)
+            immutable.set(*paths)
+            for attempt in (writes.plan, writes.push, writes.plan, writes.push):
+                body = assert_problem(attempt(), 503, "storage_unavailable")
+                assert str(db) in body["detail"]
+            assert client.post("/v1/meshes", json={"axes": {"data": 8}}).headers["retry-after"]
+            ready = assert_problem(client.get("/health/ready"), 503, "storage_unavailable")
+            assert ready["store"] == "unavailable" and "IOERR" in ready["store_reason"]
+            # Reads and everything that needs no write keep working meanwhile.
+            assert client.get("/health/live").status_code == 200
+            writes.check_all_stored()
+            _assert_alive_and_unmapped(service, pid, runtime_pid)
+            # Readiness stays false with nobody writing: its own probe fails too.
+            _probed_after(client, ready["store_checked_at"], 503, "storage_unavailable")
+
+            immutable.lift(*paths)
+            took = _poll(lambda: _ready(client), "readiness back after the fault was lifted")
+            print(f"readiness recovered {took:.2f} s after the fault was lifted (no writes)")
+            writes.some()
+            writes.check_all_stored()
+            _assert_alive_and_unmapped(service, pid, runtime_pid)
+        _restart_and_check(service, writes, tmp_path)
+
+
+# ----------------------------------------- faults that leave writes durable (no fault)
+
+
+def _database_file(db: Path) -> list[Path]:
+    return [db]
+
+
+def _directory(db: Path) -> list[Path]:
+    return [db.parent]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "targets",
+    [_database_file, _directory],
+    ids=["immutable-database-file", "immutable-directory"],
+)
+def test_faults_the_wal_absorbs_keep_writes_durable_and_ready(tmp_path, immutable, targets):
+    """With only the main file (or the directory) unwritable, commits still go to the WAL,
+    fsynced: answering 201 is the truth, and readiness stays 200. A checkpoint that
+    cannot write the file is retried later; nothing is lost."""
+    db = tmp_path / "data" / "datarax.sqlite"
+    with ServiceProcess(db, tmp_path / "server.log") as service:
+        runtime_pid = service.wait_ready()["runtime_pid"]
+        pid = service.proc.pid
+        with service.client() as client:
+            writes = Writes(client)
+            writes.some()
+            paths = targets(db)
+            immutable.set(*paths)
+            # Large plans (~0.4 MB each) until the WAL passes SQLite's automatic
+            # checkpoint (1,000 pages), which then tries to write the database file.
+            wal = Path(f"{db}-wal")
+            for _ in range(40):
+                assert writes.plan(devices=4096).status_code == 201
+                assert writes.push().status_code == 201
+                if wal.stat().st_size > CHECKPOINT_WAL_BYTES:
+                    break
+            print(f"WAL extent {wal.stat().st_size} bytes with the fault in place")
+            assert wal.stat().st_size > CHECKPOINT_WAL_BYTES
+            assert client.get("/health/ready").status_code == 200
+            writes.check_all_stored()
+            _assert_alive_and_unmapped(service, pid, runtime_pid)
+            immutable.lift(*paths)
+            writes.some()
+            writes.check_all_stored()
+        _restart_and_check(service, writes, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_stale_unwritable_shm_file_is_never_mapped(tmp_path, immutable):
+    """The attack that killed the old service with SIGBUS: an immutable ``-shm``. A
+    ``-shm`` left by an older version is ignored: nothing maps it, writes work."""
+    db = tmp_path / "stale" / "datarax.sqlite"
+    db.parent.mkdir()
+    old = sqlite3.connect(db)
+    old.execute("PRAGMA journal_mode = WAL")
+    old.execute("CREATE TABLE leftover (x)")
+    old.commit()
+    old.close()
+    shm = Path(f"{db}-shm")
+    shm.write_bytes(b"\0" * 32768)
+    immutable.set(shm)
+    with ServiceProcess(db, tmp_path / "server.log") as service:
+        runtime_pid = service.wait_ready()["runtime_pid"]
+        pid = service.proc.pid
+        with service.client() as client:
+            writes = Writes(client)
+            writes.some(10)
+            _assert_alive_and_unmapped(service, pid, runtime_pid, stale_shm=True)
+            assert client.get("/health/ready").status_code == 200
+            writes.check_all_stored()
+        _restart_and_check(service, writes, tmp_path)
+
+
+# ------------------------------------------------------------------- a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A 32 MiB tmpfs of its own: a real disk that fills up."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs CAP_SYS_ADMIN): {done.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    """Fills ``disk`` to the last byte with one file; returns it."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as out:  # unbuffered: close has nothing left
+        for chunk in (1 << 20, 4096, 1):
+            with contextlib.suppress(OSError):
+                while out.write(b"\0" * chunk):
+                    pass
+    stats = os.statvfs(disk)
+    assert stats.f_bavail * stats.f_frsize < 64 * 1024, "the disk did not fill"
+    return filler
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_507_until_space_is_freed_and_loses_nothing(tmp_path, small_disk):
+    db = small_disk / "datarax.sqlite"
+    with ServiceProcess(db, tmp_path / "server.log") as service:
+        runtime_pid = service.wait_ready()["runtime_pid"]
+        pid = service.proc.pid
+        with service.client() as client:
+            writes = Writes(client)
+            writes.some()
+            filler = _fill(small_disk)
+            full = None
+            for _ in range(500):  # the WAL's room runs out after a few writes
+                answer = writes.plan(devices=1024)
+                if answer.status_code != 201:
+                    full = answer
+                    break
+            assert full is not None, "the writes never hit the full disk"
+            assert_problem(full, 507, "storage_full")
+            assert_problem(writes.push(), 507, "storage_full")
+            ready = assert_problem(client.get("/health/ready"), 507, "storage_full")
+            assert ready["store"] == "full" and ready["store_fault_since"]
+            _probed_after(client, ready["store_checked_at"], 507, "storage_full")
+            writes.check_all_stored()
+            _assert_alive_and_unmapped(service, pid, runtime_pid)
+
+            filler.unlink()
+            took = _poll(lambda: _ready(client), "readiness back after space was freed")
+            print(f"readiness recovered {took:.2f} s after space was freed (no writes)")
+            writes.some()
+            writes.check_all_stored()
+            _assert_alive_and_unmapped(service, pid, runtime_pid)
+        _restart_and_check(service, writes, tmp_path)
+
+
+def test_full_disk_is_507_storage_full_and_readiness_says_so(tmp_path, monkeypatch):
+    """In-process, anywhere: SQLite's page limit gives SQLITE_FULL as a full disk does."""
     settings = make_settings(tmp_path)
     with TestClient(create_app(settings, runtime=StubRuntime(ready=True))) as client:
         plan = {"axes": {"data": 8}, "num_devices": 8}
         assert client.post("/v1/meshes", json=plan).status_code == 201
-        assert client.get("/health/ready").status_code == 200
+        assert client.get("/health/ready").json()["store"] == "ok"
         store = client.app.state.store
         pages = store._run(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
         store._run(lambda c: c.execute(f"PRAGMA max_page_count = {pages}"))
         big = {"axes": {"data": -1}, "num_devices": 4096}
         assert_problem(client.post("/v1/meshes", json=big), 507, "storage_full")
-        # The real disk has room, so readiness clears once it looks; make it look full.
-        store.full = True
-        free_needed = store_module.FREE_BYTES_TO_RECOVER
-        store_module.FREE_BYTES_TO_RECOVER = 2**62  # no disk has this much free
-        try:
-            assert_problem(client.get("/health/ready"), 507, "storage_full")
-        finally:
-            store_module.FREE_BYTES_TO_RECOVER = free_needed
+        assert store.full and store.fault.code == "storage_full"
+        # The real disk has room; make it look full: the fault then outlasts the probe.
+        monkeypatch.setattr(store_module, "FREE_BYTES_TO_RECOVER", 2**62)
+        monkeypatch.setattr(store_module, "PROBE_INTERVAL_S", 0.0)
+        body = assert_problem(client.get("/health/ready"), 507, "storage_full")
+        assert body["store"] == "full" and "SQLITE_FULL" in body["store_reason"]
+        monkeypatch.setattr(store_module, "FREE_BYTES_TO_RECOVER", 8 * 1024 * 1024)
         store._run(lambda c: c.execute("PRAGMA max_page_count = 1073741823"))
-        assert client.get("/health/ready").status_code == 200
+        assert client.get("/health/ready").json()["store"] == "ok"  # the probe succeeded
         assert client.post("/v1/meshes", json=big).status_code == 201
+        assert store.fault is None
+
+
+def test_storage_errors_are_classified_by_sqlite_code(tmp_path):
+    """Real SQLite errors: storage faults become their problems, others stay."""
+    from app.errors import StorageFull, StorageUnavailable
+
+    conn = sqlite3.connect(tmp_path / "x.sqlite")
+    conn.execute("CREATE TABLE t (x PRIMARY KEY)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(sqlite3.IntegrityError) as constraint:
+        conn.execute("INSERT INTO t VALUES (1)")
+    assert store_module.storage_error(constraint.value, "x") is None
+    conn.execute("PRAGMA max_page_count = 2")
+    with pytest.raises(sqlite3.OperationalError) as full:
+        conn.executemany(
+            "INSERT INTO t VALUES (?)", [(b"y" * 4000 + bytes([i]),) for i in range(9)]
+        )
+    assert isinstance(store_module.storage_error(full.value, "x"), StorageFull)
+    conn.close()
+    reader = sqlite3.connect(f"file:{tmp_path / 'x.sqlite'}?mode=ro", uri=True)
+    with pytest.raises(sqlite3.OperationalError) as readonly:
+        reader.execute("INSERT INTO t VALUES (2)")
+    problem = store_module.storage_error(readonly.value, "x")
+    assert isinstance(problem, StorageUnavailable) and problem.headers["Retry-After"]
+    reader.close()
+    assert store_module.storage_error(OSError(errno.EIO, "x"), "x") is None
+
+
+@pytest.mark.slow
+def test_a_fatal_signal_leaves_its_traceback_in_the_log(tmp_path):
+    """Should anything still kill the HTTP process (SIGBUS, SIGSEGV), the log says so
+    (faulthandler), and the runtime does not outlive it; restarting is the supervisor's
+    job (exit by signal, not status 65)."""
+    with ServiceProcess(tmp_path / "datarax.sqlite", tmp_path / "server.log") as service:
+        runtime_pid = service.wait_ready()["runtime_pid"]
+        os.kill(service.proc.pid, signal.SIGBUS)
+        assert service.proc.wait(timeout=30) == -signal.SIGBUS
+        _poll(
+            lambda: "Fatal Python error: Bus error" in service.log_tail(100_000),
+            "the fatal signal in the log",
+        )
+        _poll(lambda: not pid_alive(runtime_pid), "the runtime to exit with the HTTP process")
