@@ -112,7 +112,7 @@ CODES: dict[str, Code] = _codes(
     ("too_many_metrics", 422, "Too many metrics", "a job point with more than 1,000 metrics"),
     ("value_too_large", 422, "Value too large", "a job point past DATARAX_MAX_POINT_VALUES"),
     ("metric_name_too_long", 422, "Metric name too long", "a metric name over 250 chars"),
-    ("reserved_metric_name", 422, "Reserved metric name", "a metric named _num_devices (npz)"),
+    ("reserved_metric_name", 422, "Reserved metric name", "_num_devices or a NUL in an npz answer"),
     # --- job metric history
     ("job_not_found", 404, "Job not found", "no stored job with that name"),
     ("step_conflict", 409, "Step conflict", "the step (or the source's part) has other content"),

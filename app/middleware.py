@@ -7,9 +7,15 @@ Request path, outermost first::
     ShutdownMiddleware     (503 shutting_down for requests the grace period cut short)
     RequestMetricsMiddleware  (Prometheus: counts every answer, 401/413 included)
     HeadAsGetMiddleware    (HEAD runs the GET route and drops the body)
+    HeaderLimitMiddleware  (431 headers_too_large; app.http_limits)
     BearerAuthMiddleware   (401 before anything reads the body)
     BodyLimitMiddleware    (413 before the body is read)
+    HttpCacheMiddleware    (ETags, 304s, gzip; app.http_cache)
+    AnswerLimitMiddleware  (422 answer_too_large for any answer past the limit)
     ExceptionMiddleware -> router -> routes
+
+Before all of them, the HTTP protocol (:class:`ProblemHttpToolsProtocol`) refuses a
+request head past the header limits with 431 while it arrives.
 
 Every 4xx/5xx answer is ``application/problem+json`` built from :mod:`app.errors`: a
 :class:`~app.errors.ServiceError` as it says, the library's ``PlanError``/``MetricsError``
@@ -45,30 +51,20 @@ from app.errors import (
     problem_bytes,
     validation_error,
 )
+from app.http_limits import (
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADERS,
+    head_too_large_detail,
+    send_problem,
+    too_many_headers_detail,
+)
 from datarax.distributed.metrics import MetricsError
 from datarax.distributed.planning import PlanError
 
 log = logging.getLogger("datarax.app")
 
 
-async def _send_problem(send: Send, error: ServiceError) -> None:
-    """Answers ``error`` from a pure ASGI middleware (closing the connection: the body
-    was not read)."""
-    body = problem_bytes(error.status, error.code, error.detail, title=error.title)
-    headers = [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-    await send(
-        {
-            "type": "http.response.start",
-            "status": error.status,
-            "headers": [
-                (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+_send_problem = send_problem  # answers from a pure ASGI middleware, Connection: close
 
 
 class BodyLimitMiddleware:
@@ -258,16 +254,122 @@ class ShutdownMiddleware:
             )
 
 
+class _HeadRefused(Exception):
+    """Raised in a parser callback to stop parsing a head past the limits."""
+
+
+STATUS_LINE_431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+
+DRAIN_BYTES = 64 * 1024 * 1024
+DRAIN_S = 10.0
+"""After a 431 the rest of the client's head is read and dropped, up to this much or this
+long, then the connection closes: closing at once, with the client still sending, makes
+the kernel reset the connection, and most clients then never read the 431."""
+
+
 class ProblemHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, whose own 400 (a request line or header it cannot
-    parse, e.g. ``Content-Length: abc``) is problem JSON like every other error."""
+    """uvicorn's httptools protocol, with two changes.
+
+    - Its own 400 (a request line or header it cannot parse, e.g. ``Content-Length: abc``)
+      is problem JSON like every other error.
+    - A request head (request line and header fields) above :attr:`max_head_bytes`, or with
+      more than :attr:`max_headers` fields, is answered 431 ``headers_too_large`` (problem
+      JSON, ``Connection: close``) and never handed to the app. Bytes are counted in
+      ``data_received`` *before* the parser sees them (httptools joins the pieces of a
+      header value itself and calls back only with the whole value), so the process holds
+      at most the limit plus one read of a head, whatever the client sends. The count ends
+      at the head's blank line (``CRLF CRLF``, or ``LF LF``, which llhttp also accepts); a
+      read that carries the end of one pipelined request and the start of the next is
+      counted for the first, so the next head may pass the limit by one read (at most
+      256 KiB with uvloop).
+
+    :meth:`with_limits` makes the class ``app.cli`` hands to uvicorn, with the settings'
+    limits.
+    """
+
+    max_head_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_headers: int = DEFAULT_MAX_HEADERS
+
+    @classmethod
+    def with_limits(cls, max_head_bytes: int, max_headers: int) -> type[ProblemHttpToolsProtocol]:
+        """This protocol with the given head limits (``DATARAX_MAX_HEADER_KB``,
+        ``DATARAX_MAX_HEADERS``)."""
+        return type(
+            cls.__name__, (cls,), {"max_head_bytes": max_head_bytes, "max_headers": max_headers}
+        )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # the next bytes belong to a request head
+        self._head_seen = 0  # bytes of the current head so far
+        self._head_tail = b""  # its last 3 bytes: a blank line may straddle two reads
+        self._header_count = 0
+        self._refusal: str | None = None
+        self._draining = 0  # bytes still to drop after a 431; 0: not draining
+
+    def data_received(self, data: bytes) -> None:
+        if self._draining:
+            self._draining = max(0, self._draining - len(data))
+            if not self._draining:
+                self.transport.close()
+            return
+        if self._in_head and self._head_overflows(data):
+            self._refuse_head(head_too_large_detail(self.max_head_bytes))
+            return
+        super().data_received(data)
+
+    def _head_overflows(self, data: bytes) -> bool:
+        """True when the current head passes ``max_head_bytes`` with ``data``."""
+        room = self.max_head_bytes - self._head_seen
+        window = self._head_tail + data[: room + 4]
+        if b"\r\n\r\n" in window or b"\n\n" in window:
+            return False  # the head ends within the limit, in this read
+        if len(data) > room:
+            return True
+        self._head_seen += len(data)
+        self._head_tail = window[-3:]
+        return False
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_count = 0
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self.max_headers:
+            self._refusal = too_many_headers_detail(self.max_headers)
+            raise _HeadRefused  # parsing stops; send_400_response answers 431
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head, self._head_seen, self._head_tail = True, 0, b""
+
+    def _refuse_head(self, detail: str) -> None:
+        body = problem_bytes(431, "headers_too_large", detail)
+        self._write_problem(STATUS_LINE_431, body)
+        # Read and drop what the client is still sending, then close (see DRAIN_BYTES).
+        self._draining = DRAIN_BYTES
+        transport = self.transport
+        asyncio.get_running_loop().call_later(DRAIN_S, transport.close)
 
     def send_400_response(self, msg: str) -> None:
+        if self._refusal is not None:
+            self._refuse_head(self._refusal)
+            return
         body = problem_bytes(400, "bad_request", f"{msg} (malformed request line or headers)")
+        self._write_problem(b"HTTP/1.1 400 Bad Request\r\n", body)
+        self.transport.close()
+
+    def _write_problem(self, status_line: bytes, body: bytes) -> None:
         self.transport.write(
             b"".join(
                 [
-                    b"HTTP/1.1 400 Bad Request\r\n",
+                    status_line,
                     *(name + b": " + value + b"\r\n" for name, value in self._default_headers()),
                     b"content-type: " + PROBLEM_MEDIA_TYPE.encode() + b"\r\n",
                     b"content-length: " + str(len(body)).encode() + b"\r\n",
@@ -276,7 +378,6 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
                 ]
             )
         )
-        self.transport.close()
 
     def _default_headers(self) -> list[tuple[bytes, bytes]]:
         return list(self.server_state.default_headers)

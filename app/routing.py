@@ -40,6 +40,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.errors import UnsupportedMediaType
+from app.http_cache import negotiated_part
 
 JSON_MEDIA_TYPE = "application/json"
 NPZ_MEDIA_TYPE = "application/x-npz"
@@ -203,21 +204,35 @@ async def run_for_body[T](fn: Callable[[], T], body_size: int) -> T:
 # ------------------------------------------------------------------- media types
 
 
+MAX_CACHED_HEADER = 256
+"""``Content-Type`` and ``Accept`` values up to this length have their parse cached (256
+of each at most: 64 KiB of keys); longer ones are parsed each time and never kept, so no
+cache grows with what a client sends (the parse of an ``Accept`` reads its first KiB, of a
+``Content-Type`` its media type; both linear)."""
+
+
 def media_type(request: Request) -> str | None:
     """The request's media type, lower-case, without parameters; None when absent."""
     # Read from the raw ASGI headers: building request.headers costs more than this.
     for name, value in request.scope["headers"]:
         if name == b"content-type":
-            return _parse_media_type(value.decode("latin-1")) if value else None
+            if not value:
+                return None
+            text = value.decode("latin-1")
+            if len(text) <= MAX_CACHED_HEADER:
+                return _parse_media_type_cached(text)
+            return _parse_media_type(text)
     return None
 
 
-@functools.lru_cache(maxsize=256)
 def _parse_media_type(value: str) -> str:
-    # Clients send a handful of distinct Content-Type values; parsing one costs ~10 us.
     message = email.message.Message()
     message["content-type"] = value
     return message.get_content_type().lower()
+
+
+# Clients send a handful of distinct short Content-Type values; parsing one costs ~10 us.
+_parse_media_type_cached = functools.lru_cache(maxsize=256)(_parse_media_type)
 
 
 def accepts_npz(request: Request) -> bool:
@@ -231,13 +246,18 @@ def accepts_npz(request: Request) -> bool:
     if not values:
         return False
     # Repeated Accept headers are one comma-separated list (RFC 9110 section 5.3).
-    return _prefers_npz(b",".join(values).decode("latin-1"))
+    joined = b",".join(values)
+    if len(joined) <= MAX_CACHED_HEADER:
+        return _prefers_npz_cached(joined.decode("latin-1"))
+    # Past a KiB only the leading whole items count (see app.http_cache.MAX_NEGOTIATED).
+    return _prefers_npz(negotiated_part(joined).decode("latin-1"))
 
 
-@functools.lru_cache(maxsize=256)
 def _prefers_npz(accept: str) -> bool:
     npz_q = json_q = 0.0
     for item in accept.split(","):
+        if not item or item.isspace():
+            continue  # an empty list item
         media, *params = (part.strip() for part in item.split(";"))
         q = 1.0
         for param in params:
@@ -255,6 +275,9 @@ def _prefers_npz(accept: str) -> bool:
     return npz_q > 0 and npz_q > json_q
 
 
+_prefers_npz_cached = functools.lru_cache(maxsize=256)(_prefers_npz)
+
+
 def is_json_media(media: str | None) -> bool:
     return media is not None and (media == JSON_MEDIA_TYPE or media.endswith("+json"))
 
@@ -267,6 +290,11 @@ def require_json(request: Request) -> None:
     media = media_type(request)
     if not is_json_media(media):
         raise UnsupportedMediaType(
-            f"Content-Type {request.headers.get('content-type')!r} is not accepted here; "
-            f"send {JSON_MEDIA_TYPE}"
+            f"Content-Type {_shown(request.headers.get('content-type'))} is not accepted "
+            f"here; send {JSON_MEDIA_TYPE}"
         )
+
+
+def _shown(value: str | None, limit: int = 100) -> str:
+    """``value`` as a detail shows it: its repr, cut to ``limit`` characters."""
+    return repr(value) if value is None or len(value) <= limit else repr(value[:limit]) + "..."

@@ -19,16 +19,33 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="DATARAX_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, description="HTTP port")
     db: Path = Field(Path("./var/datarax.sqlite"), description="SQLite file (WAL mode)")
     cpu_devices: int = Field(8, ge=1, le=4096, description="simulated devices on CPU-only hosts")
     max_body_mb: float = Field(64.0, gt=0, description="request bodies above this are 413")
+    max_header_kb: float = Field(
+        64.0,
+        gt=0,
+        le=1024,
+        description="request line and headers above this (KiB, all together) are 431 "
+        "headers_too_large, refused before they are held",
+    )
+    max_headers: int = Field(
+        100, ge=8, le=10_000, description="requests with more header fields are 431"
+    )
     api_token: SecretStr | None = Field(None, description="Bearer token for POST and DELETE")
     auth_reads: bool = Field(
         False,
         description="with a token set, /v1 reads (GET, HEAD) need it too; health, "
         "/metrics and the docs stay open",
+    )
+    max_point_values: int = Field(
+        4096,
+        ge=1,
+        le=1_000_000,
+        description="numbers one stored job point's reduced values may hold, all metrics "
+        "together; a push beyond it is 422 value_too_large",
     )
     max_answer_mb: float = Field(
         64.0, gt=0, description="answers that would pass this are refused (422 answer_too_large)"
@@ -45,7 +62,9 @@ class Settings(BaseSettings):
         "'https://grafana.example:3000'; '*' for any; empty: none (same origin only)",
     )
     step_timeout_s: float = Field(120.0, gt=0, description="runtime calls longer than this: 504")
-    runtime_start_timeout_s: float = Field(180.0, gt=0)
+    runtime_start_timeout_s: float = Field(
+        180.0, gt=0, description="seconds the runtime or a compile worker may take to start"
+    )
     compile_timeout_s: float = Field(
         600.0, gt=0, description="a compile check running longer is failed (worker killed)"
     )
@@ -61,6 +80,26 @@ class Settings(BaseSettings):
         ),
     )
     max_steps_per_call: int = Field(1000, ge=1)
+    heavy_workers: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="CPU-heavy requests (recommendations, plans over 4,096 devices) run at "
+        "most this many at once, on threads apart from the store's and health's",
+    )
+    heavy_queue: int = Field(
+        8,
+        ge=0,
+        le=1024,
+        description="heavy requests waiting for a slot at most; more are 503 busy",
+    )
+    max_search_space: int = Field(
+        20_000,
+        ge=1,
+        le=10_000_000,
+        description="(ici, dcn) candidates one recommendation may price; more are 422 "
+        "search_space_too_large, before any work",
+    )
     max_sessions: int = Field(
         32, ge=1, le=100_000, description="live training sessions at most; more are 429"
     )
@@ -90,7 +129,11 @@ class Settings(BaseSettings):
         "hourly); 0 keeps every job",
     )
     heartbeat_s: float = Field(10.0, gt=0, le=30, description="lost-peer detection bound")
-    platforms: str | None = Field(None, description="JAX_PLATFORMS for the runtime, e.g. 'cpu'")
+    platforms: str | None = Field(
+        None,
+        description="JAX_PLATFORMS for the runtime, e.g. 'cpu', 'cuda', 'tpu'; default: "
+        "JAX_PLATFORMS if set, else detected (an accelerator with its JAX plugin, else cpu)",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "info", description="log level of the service and uvicorn"
     )
@@ -154,6 +197,10 @@ class Settings(BaseSettings):
     @property
     def max_body_bytes(self) -> int:
         return int(self.max_body_mb * 1024 * 1024)
+
+    @property
+    def max_header_bytes(self) -> int:
+        return int(self.max_header_kb * 1024)
 
     @property
     def max_answer_bytes(self) -> int:

@@ -36,8 +36,18 @@ def encode_part(arrays: Mapping[str, np.ndarray]) -> bytes:
     return b"".join([_part_header(list(arrays), values), *(v.tobytes() for v in values)])
 
 
-@functools.lru_cache(maxsize=1024)
+_CACHED_HEADER_BYTES = 4096
+"""Part headers up to this size have their layout cached (1,024 of them: 4 MiB at most);
+larger ones (up to 1,000 metrics with 250-character names) are parsed at each read."""
+
+
 def _layout(header: bytes) -> tuple[tuple[str, np.dtype, tuple[int, ...], int, int], ...]:
+    if len(header) <= _CACHED_HEADER_BYTES:
+        return _layout_cached(header)
+    return _parse_layout(header)
+
+
+def _parse_layout(header: bytes) -> tuple[tuple[str, np.dtype, tuple[int, ...], int, int], ...]:
     out = []
     offset = len(_PART_MAGIC) + 4 + len(header)
     for name, dtype, shape in orjson.loads(header):
@@ -46,6 +56,9 @@ def _layout(header: bytes) -> tuple[tuple[str, np.dtype, tuple[int, ...], int, i
         out.append((name, kind, tuple(shape), offset, count))
         offset += count * kind.itemsize
     return tuple(out)
+
+
+_layout_cached = functools.lru_cache(maxsize=1024)(_parse_layout)
 
 
 def decode_part(blob: bytes) -> dict[str, np.ndarray]:
@@ -68,13 +81,34 @@ _MIX_2 = np.uint64(0x94D049BB133111EB)
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment
 
 
-@functools.lru_cache(maxsize=64)
+_CACHED_KEY_WORDS = 1 << 17
+"""Word keys kept for reuse: the first 131,072 positions (1 MiB), one array for every row
+length (the keys of ``n`` words are the first ``n`` of any longer run). Rows longer than
+that get the rest computed for the call and dropped after it, so memory never grows with
+the lengths clients send (an lru_cache per length held 30-60 MB per new length)."""
+
+_KEY_PREFIX: np.ndarray = np.zeros(0, dtype=np.uint64)
+
+
+def _keys_of(start: int, stop: int) -> np.ndarray:
+    counter = np.arange(start + 1, stop + 1, dtype=np.uint64) * _GAMMA + np.uint64(_HASH_SEED)
+    return _mix_in_place(counter)
+
+
 def _word_keys(words: int) -> np.ndarray:
     """One fixed 64-bit key per word position (so equal words at other positions differ):
     splitmix64's sequence from a fixed seed, plain arithmetic (the hashes are stored, so
-    they must not depend on a random generator's version)."""
-    counter = np.arange(1, words + 1, dtype=np.uint64) * _GAMMA + np.uint64(_HASH_SEED)
-    keys = _mix(counter)
+    they must not depend on a random generator's version). Read-only."""
+    global _KEY_PREFIX
+    prefix = _KEY_PREFIX
+    if words > len(prefix) and len(prefix) < _CACHED_KEY_WORDS:
+        grown = min(_CACHED_KEY_WORDS, max(words, 2 * len(prefix), 1024))
+        prefix = _keys_of(0, grown)
+        prefix.flags.writeable = False
+        _KEY_PREFIX = prefix  # one assignment: threads see the old prefix or the new one
+    if words <= len(prefix):
+        return prefix[:words]
+    keys = np.concatenate([prefix, _keys_of(len(prefix), words)])
     keys.flags.writeable = False
     return keys
 

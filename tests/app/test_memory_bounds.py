@@ -8,10 +8,12 @@ before. The README's limits give the measured multiples (about 12-29x; see there
 from __future__ import annotations
 
 import contextlib
+import io
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
@@ -71,10 +73,22 @@ def server(tmp_path_factory):
             yield service.proc.pid, client
 
 
+def _settled_rss(pid: int) -> int:
+    """The server's RSS once two reads 0.1 s apart agree within 1 MiB (at most 5 s)."""
+    deadline = time.monotonic() + 5
+    last = psutil.Process(pid).memory_info().rss
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = psutil.Process(pid).memory_info().rss
+        if abs(now - last) < 2**20:
+            break
+        last = now
+    return last
+
+
 def _growth(pid: int, send) -> tuple[int, object]:
     """(peak RSS growth while ``send()`` runs, its answer)."""
-    time.sleep(0.2)  # let the allocator settle after the previous request
-    before = psutil.Process(pid).memory_info().rss
+    before = _settled_rss(pid)  # the allocator settled after the previous request
     _reset_peak(pid)
     answer = send()
     return _peak_rss(pid) - before, answer
@@ -127,3 +141,31 @@ def test_step_batches_cost_a_bounded_multiple(server):
         client.delete(f"/v1/sessions/{created.json()['id']}")
     multiple = growth / len(body)
     assert multiple <= MAX_MULTIPLE, f"steps: peak +{growth >> 20} MiB = {multiple:.1f}x"
+
+
+@pytest.mark.timeout(300)
+def test_new_array_lengths_do_not_grow_the_server(server):
+    """Job pushes of ``[d, 4096]`` float32 metrics for many distinct device counts ``d``:
+    each new length used to leave its content-hash keys cached (``d * 2048`` words, 4 MiB
+    at d=256; 64 lengths kept). Now memory comes back: the growth after 12 more lengths
+    is bounded well below what keeping them costs (+35 MiB measured with the old cache)."""
+    pid, client = server
+
+    def push(devices: int, step: int) -> None:
+        buffer = io.BytesIO()
+        np.savez(buffer, m=np.full((devices, 4096), 0.5, dtype=np.float32))
+        answer = client.post(
+            f"/v1/jobs/lengths/metrics?step={step}",
+            content=buffer.getvalue(),
+            headers={"content-type": "application/x-npz"},
+        )
+        assert answer.status_code in (200, 201), answer.text[:300]
+
+    for step, devices in enumerate((250, 251, 252)):  # the allocator's working set
+        push(devices, step)
+    before = _settled_rss(pid)
+    for step, devices in enumerate(range(200, 248, 4), start=10):
+        push(devices, step)
+    growth = _settled_rss(pid) - before
+    print(f"\n12 new lengths: server RSS {growth / 2**20:+.1f} MiB")
+    assert growth < 16 * 2**20, f"the server grew {growth >> 20} MiB for 12 new lengths"
