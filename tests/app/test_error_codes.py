@@ -1,8 +1,8 @@
 """One error model: every problem ``code`` the service can answer is in ``app.errors.CODES``
-and in the README's error table, with one status per code.
+and in the error table of ``docs/ERRORS.md``, with one status per code.
 
 Codes are collected from the source itself (``ast``), so a new ``raise`` with a new code
-fails here until the table and the README name it:
+fails here until the registry and the table name it:
 
 - ``code`` class attributes of ``ServiceError`` subclasses, and ``code="..."`` keywords in
   ``app/`` (``ServiceError(detail, code=...)``, ``InvalidBatch(..., code=...)``);
@@ -22,7 +22,14 @@ from app import errors
 from app.errors import CODES, ServiceError
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+ERRORS_DOC = (ROOT / "docs" / "ERRORS.md").read_text()
+
+
+def _errors_table() -> str:
+    """The table's rows: every line of docs/ERRORS.md that starts with ``| `code` |``."""
+    return "\n".join(
+        line for line in ERRORS_DOC.splitlines() if re.match(r"^\| `[a-z_]+` \|", line)
+    )
 
 
 def _modules(package: str) -> list[Path]:
@@ -66,9 +73,8 @@ def _library_codes() -> dict[str, list[str]]:
     return found
 
 
-def _readme_table_codes() -> set[str]:
-    section = README.split("### Errors", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.MULTILINE))
+def _table_codes() -> set[str]:
+    return set(re.findall(r"^\| `([a-z_]+)` \|", _errors_table(), flags=re.MULTILINE))
 
 
 def test_the_collectors_find_codes():
@@ -84,14 +90,15 @@ def test_every_emitted_code_is_in_the_table(source):
     assert not missing, f"codes raised but not in app.errors.CODES: {missing}"
 
 
-def test_every_code_is_in_the_readme_error_table():
-    table = _readme_table_codes()
-    assert not set(CODES) - table, f"README's error table lacks {sorted(set(CODES) - table)}"
-    assert not table - set(CODES), f"README lists unknown codes {sorted(table - set(CODES))}"
+def test_every_code_is_in_the_docs_error_table():
+    table = _table_codes()
+    assert len(table) > 50, "docs/ERRORS.md's table was not found"
+    assert not set(CODES) - table, f"docs/ERRORS.md's table lacks {sorted(set(CODES) - table)}"
+    assert not table - set(CODES), f"docs/ERRORS.md lists unknown {sorted(table - set(CODES))}"
 
 
-def test_readme_statuses_match_the_table():
-    section = README.split("### Errors", 1)[1]
+def test_docs_statuses_match_the_table():
+    section = _errors_table()
     for code, entry in CODES.items():
         row = re.search(rf"^\| `{code}` \| (\d+) \|", section, flags=re.MULTILINE)
         assert row and int(row.group(1)) == entry.status, (code, entry.status)

@@ -5,7 +5,8 @@ with upstream's signatures.
 The table below is upstream's, read from ``src/datarax/distributed/*.py``: parameter
 names, kinds and defaults in order. Our functions may add parameters only after
 upstream's and only with defaults (a call written for upstream stays valid); each such
-addition is listed in ``EXTRA`` and in the README's "Differences from upstream datarax".
+addition is listed in ``EXTRA`` and in the table of ``docs/UPSTREAM.md`` ("Differences
+from upstream datarax"), which a test below reads.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import enum
 import importlib
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -135,6 +137,8 @@ EXTRA = {
     "create_device_mesh": ["axis_types"],
 }
 
+DIFFERENCES = Path(__file__).resolve().parents[2] / "docs" / "UPSTREAM.md"
+
 UPSTREAM_HARDWARE = ["TPU_V5E", "TPU_V5P", "TPU_V4", "H100", "A100", "V100", "CPU", "UNKNOWN"]
 
 
@@ -187,3 +191,29 @@ def test_hardware_type_has_upstreams_members_and_values():
 def test_apply_sharding_rules_is_upstreams_other_name():
     assert dd.apply_sharding_rules.__name__ == "apply_sharding_rules"
     _check("apply_sharding_rules", dd.apply_sharding_rules, UPSTREAM["partition_spec_for_names"][1])
+
+
+def _difference_rows(name: str) -> list[str]:
+    """The rows of docs/UPSTREAM.md's table about ``name`` (``reduce_*`` covers the four
+    reductions and ``reduce_custom``)."""
+    rows = [line for line in DIFFERENCES.read_text().splitlines() if line.startswith("| ")]
+    return [
+        row
+        for row in rows
+        if f"`{name}`" in row
+        or f"{name}`" in row.split("|")[1]
+        or (name.startswith("reduce_") and "`reduce_*`" in row)
+    ]
+
+
+def test_the_differences_table_is_found():
+    assert len(_difference_rows("reduce_custom")) >= 2
+    assert not _difference_rows("no_such_function")
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA))
+def test_every_added_parameter_is_a_documented_difference(name):
+    rows = _difference_rows(name)
+    assert rows, f"docs/UPSTREAM.md has no row about {name}"
+    for param in EXTRA[name]:
+        assert any(f"`{param}=" in row for row in rows), (name, param, rows)
