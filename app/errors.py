@@ -153,7 +153,7 @@ CODES: dict[str, Code] = _codes(
     ("storage_full", 507, "Storage full", "the database disk is full; nothing was written"),
     ("storage_unavailable", 503, "Storage unavailable", "the database cannot be written now"),
 )
-"""Every problem ``code`` the service can answer. README's error table lists the same."""
+"""Every problem ``code`` the service can answer. docs/ERRORS.md's table lists the same."""
 
 
 _STATUS_FALLBACK = {

@@ -14,7 +14,7 @@ Every answer whose type is JSON, SVG, HTML, CSS or JavaScript and whose body is 
 :data:`MIN_GZIP_BYTES` is gzip-compressed when ``Accept-Encoding`` allows it, with
 ``Vary: Accept-Encoding``. Small answers pass through untouched, and a request that accepts
 no gzip and is not a GET/HEAD passes through without the middleware looking at its answer,
-so the hot metric routes pay for one scan of the request headers (see README "Dashboard"
+so the hot metric routes pay for one scan of the request headers (see docs/CACHING.md
 for the measured rates).
 
 Memory and time: an answer to compress or tag is held once (the route built it whole

@@ -132,8 +132,8 @@ def release_freed_memory() -> None:
     session and for the rest of the host.
 
     Without it, glibc keeps freed CPU buffers in its arenas: three rounds of 10 sessions
-    created and deleted left the runtime at 7.7-8.1 GiB RSS with no session (see README,
-    "Memory"); admission, which counts reservations, would admit new sessions into memory
+    created and deleted left the runtime at 7.7-8.1 GiB RSS with no session (see
+    docs/LIMITS.md); admission, which counts reservations, would admit new sessions into memory
     the process still held.
     """
     gc.collect()  # arrays held only by reference cycles (NNX graphs) go first

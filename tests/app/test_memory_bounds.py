@@ -2,7 +2,7 @@
 body shapes (flat number lists, ``[[x], ...]``, many metrics, many devices) on reduce,
 collect, job push and training steps. Measured on the real server process: its peak RSS
 (``VmHWM``, reset through ``/proc/<pid>/clear_refs`` before each request) minus its RSS
-before. The README's limits give the measured multiples (about 12-29x; see there).
+before. docs/LIMITS.md gives the measured multiples (about 12-29x; see there).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.helpers import ServiceProcess
 
 BODY_BYTES = 4 * 2**20
 MAX_MULTIPLE = 32
-"""Peak growth of the server / body size, at most (README, Limits: measured 12-29x)."""
+"""Peak growth of the server / body size, at most (docs/LIMITS.md: measured 12-29x)."""
 
 
 def _numbers(item: str, width: int, size: int) -> str:

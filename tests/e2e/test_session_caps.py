@@ -104,7 +104,7 @@ def test_session_lists_are_paginated_from_the_store(server):
 
 @pytest.mark.timeout(300)
 def test_deleted_sessions_give_their_memory_back(server):
-    """Without ``malloc_trim`` after a delete, glibc kept nearly all of it (README, Memory)."""
+    """Without ``malloc_trim`` after a delete, glibc kept nearly all of it (docs/LIMITS.md)."""
     client, plan_id, runtime_pid = server
     _delete_all(client)
     runtime = psutil.Process(runtime_pid)
