@@ -750,6 +750,11 @@ class StoredPoint:
     sources: int
 
 
+POINT_OVERHEAD = 100
+"""Bytes a history row adds to its reduced text (step, received_at, member names), at
+most: what :func:`history_page` counts against its byte budget."""
+
+
 def history_page(
     conn: sqlite3.Connection,
     job: str,
@@ -757,22 +762,58 @@ def history_page(
     high: int,
     limit: int,
     include_partial: bool,
+    max_bytes: int | None = None,
 ) -> tuple[list[StoredPoint | PendingStep], bool]:
-    """Steps in ``[low, high]`` in step order, at most ``limit``; True when more follow."""
-    points = [
-        StoredPoint(int(s), r, t, int(n))
-        for s, r, t, n in conn.execute(
-            "SELECT step, reduced, received_at, sources FROM job_points "
-            "WHERE job = ? AND step BETWEEN ? AND ? ORDER BY step LIMIT ?",
-            (job, low, high, limit + 1),
-        )
-    ]
+    """Steps in ``[low, high]`` in step order, at most ``limit``; True when more follow.
+
+    ``max_bytes``: the stored points read stop once their text (plus
+    :data:`POINT_OVERHEAD` each) would pass it, so a page never holds more than the
+    answer limit in memory; at least one point is read (the caller refuses it if it alone
+    is too large). A page cut short says more follow, and holds no step beyond the first
+    point or partial step it left out (the next page starts there); partial steps are
+    bounded alike by the bytes of stored parts they read
+    (:func:`app.store_parts.pending_steps`).
+    """
+    points: list[StoredPoint] = []
+    boundary: int | None = None  # first complete step left out for the byte budget
+    used = 0
+    for s, r, t, n in conn.execute(
+        "SELECT step, reduced, received_at, sources FROM job_points "
+        "WHERE job = ? AND step BETWEEN ? AND ? ORDER BY step LIMIT ?",
+        (job, low, high, limit + 1),
+    ):
+        used += len(r) + POINT_OVERHEAD
+        if max_bytes is not None and points and used > max_bytes:
+            boundary = int(s)
+            break
+        points.append(StoredPoint(int(s), r, t, int(n)))
     entries: list[StoredPoint | PendingStep] = list(points)
     if include_partial:
-        entries += pending_steps(conn, job, low, high, limit + 1)
+        top = high if boundary is None else boundary
+        pending, dropped = pending_steps(conn, job, low, top, limit + 1, max_bytes)
+        if dropped is not None:  # the page ends before the first partial step left out
+            boundary = dropped if boundary is None else min(boundary, dropped)
+        entries += pending
+        if boundary is not None:
+            entries = [e for e in entries if e.step < boundary]
         entries.sort(key=lambda e: e.step)
-    more = len(entries) > limit
+    more = len(entries) > limit or boundary is not None
     return entries[:limit], more
+
+
+def metric_names(conn: sqlite3.Connection, job: str, low: int, high: int) -> list[str]:
+    """The scalar metrics with a value in ``[low, high]`` (or in the 65,536-step blocks
+    around it): what a downsampled read of the range answers, for sizing it first. Reads
+    the top rollup level: a row per metric and 65,536 steps."""
+    shift = FANOUT_BITS * LEVELS[-1]
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT DISTINCT metric FROM job_rollups WHERE job = ? AND level = ? "
+            "AND block BETWEEN ? AND ?",
+            (job, LEVELS[-1], low >> shift, high >> shift),
+        )
+    ]
 
 
 def count_points(conn: sqlite3.Connection, job: str, low: int, high: int, cap: int) -> int:

@@ -26,7 +26,11 @@ Table (schema version 4; :func:`migrate_to_v4` turns version 3's ``job_parts`` a
 - ``job_coverage (job, chunk)``: per block of 4,096 steps, how many sources hold each
   step (uint16). A push adds itself to the blocks of its own steps and learns which of
   them are now complete: its cost grows with its own steps, not with the number of hosts
-  (no host reads every other host's steps to count).
+  (no host reads every other host's steps to count). A block is stored dense (4,096
+  counts, 8 KiB) only when that is smaller than sparse ``(offset, count)`` pairs (4 bytes
+  per step held): steps pushed 4,096 apart cost 4 bytes each, not 8 KiB each, so coverage
+  grows with the steps pushed, never with the span between them
+  (:func:`encode_coverage`). Dense blocks written before this encoding read unchanged.
 
 Bounds: a push reads the metadata of the open segments overlapping its steps, the
 coverage blocks of its steps (8 KiB each) and, when it completes steps, the steps and
@@ -84,6 +88,34 @@ COVERAGE_BITS = 12
 """``job_coverage`` counts, per block of 4,096 steps, how many sources hold each step
 (uint16 each, 8 KiB a block): a push reads and adds to the blocks of its own steps, never
 the other sources' segments."""
+
+
+_DENSE_BYTES = 2 << COVERAGE_BITS
+"""Bytes of a dense coverage block: one uint16 count per step of the block."""
+
+
+def encode_coverage(counts: np.ndarray) -> bytes:
+    """One coverage block (``[4096]`` uint16 counts) as stored: sparse ``(offset, count)``
+    uint16 pairs, ascending, when fewer than 2,048 steps of the block are held (the blob
+    is then shorter than 8 KiB), else the dense counts (exactly 8 KiB). The length tells
+    the two apart."""
+    held = np.flatnonzero(counts)
+    if held.size * 4 < _DENSE_BYTES:
+        pairs = np.empty((held.size, 2), dtype="<u2")
+        pairs[:, 0] = held
+        pairs[:, 1] = counts[held]
+        return pairs.tobytes()
+    return np.asarray(counts, dtype="<u2").tobytes()
+
+
+def decode_coverage(blob: bytes) -> np.ndarray:
+    """A stored coverage block -> ``[4096]`` uint16 counts (writable)."""
+    if len(blob) == _DENSE_BYTES:
+        return np.frombuffer(blob, dtype="<u2").copy()
+    pairs = np.frombuffer(blob, dtype="<u2").reshape(-1, 2)
+    counts = np.zeros(1 << COVERAGE_BITS, dtype="<u2")
+    counts[pairs[:, 0]] = pairs[:, 1]
+    return counts
 
 
 _IN_CHUNK = 500
@@ -164,22 +196,30 @@ def source_order(source: str) -> tuple[Any, ...]:
 
 def missing_sources(received: Iterable[str], sources: int) -> list[str] | None:
     """The names of the sources not yet received, when the names tell them: every
-    received name is a common prefix plus an index below ``sources`` (``"0"``..,
-    ``"host-0"``..). Otherwise None (only the count is known)."""
+    received name is one common prefix plus a canonical decimal index below ``sources``
+    (``"0"``.., ``"host-0"``..; no leading zeros, so ``h0`` and ``h00`` are not both
+    index 0), each index once. Otherwise None (only the count is known). Whenever a list
+    is returned, its length is ``sources`` minus the number of names received."""
     prefix = None
     seen: set[int] = set()
+    count = 0
     for name in received:
+        count += 1
         digits = len(name) - len(name.rstrip("0123456789"))
         if digits == 0:
             return None
-        head, index = name[: len(name) - digits], int(name[len(name) - digits :])
+        head, text = name[: len(name) - digits], name[len(name) - digits :]
+        index = int(text)
+        if text != str(index) or index in seen:  # "007", "00": not the index's own name
+            return None
         if (prefix is not None and head != prefix) or index >= sources:
             return None
         prefix = head
         seen.add(index)
     if prefix is None:
         return None
-    return [f"{prefix}{i}" for i in range(sources) if i not in seen]
+    missing = [f"{prefix}{i}" for i in range(sources) if i not in seen]
+    return missing if len(missing) == sources - count else None
 
 
 def _steps_of(blob: bytes) -> np.ndarray:
@@ -228,7 +268,7 @@ def _coverage_block(conn: sqlite3.Connection, job: str, chunk: int) -> np.ndarra
     ).fetchone()
     if found is None:
         return np.zeros(1 << COVERAGE_BITS, dtype="<u2")
-    return np.frombuffer(found[0], dtype="<u2")
+    return decode_coverage(bytes(found[0]))
 
 
 def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.ndarray:
@@ -241,11 +281,11 @@ def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.n
     rows = []
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         chunk = int(chunks[start])
-        counts = _coverage_block(conn, job, chunk).copy()
+        counts = _coverage_block(conn, job, chunk)
         at = steps[start:end] - (chunk << COVERAGE_BITS)
         counts[at] += 1  # the steps are unique
         out[start:end] = counts[at]
-        rows.append((job, chunk, counts.tobytes()))
+        rows.append((job, chunk, encode_coverage(counts)))
     conn.executemany("INSERT OR REPLACE INTO job_coverage VALUES (?, ?, ?)", rows)
     return out
 
@@ -548,14 +588,41 @@ def _incomplete(
 
 
 def pending_steps(
-    conn: sqlite3.Connection, job: str, low: int, high: int, limit: int
-) -> list[PendingStep]:
+    conn: sqlite3.Connection,
+    job: str,
+    low: int,
+    high: int,
+    limit: int,
+    max_bytes: int | None = None,
+) -> tuple[list[PendingStep], int | None]:
     """The first ``limit`` incomplete steps in ``[low, high]``, with their parts (the
-    arrays of only the segments that hold those steps are read)."""
+    arrays of only the segments that hold those steps are read), and the first
+    incomplete step left out for ``max_bytes`` (None: none was).
+
+    ``max_bytes`` bounds the stored arrays read: the steps kept are the longest run whose
+    segments (every open segment starting at or before the run's last step) hold at most
+    that many bytes of arrays, and at least the first step. Incomplete steps keep every
+    source's stacked arrays, so without it one read could load every straggler's parts."""
     segments = _open_segments(conn, job, low, high, with_arrays=False)
     steps = _incomplete(conn, job, segments, low, high)[:limit]
     if not steps.size:
-        return []
+        return [], None
+    dropped: int | None = None
+    if max_bytes is not None:
+        sizes = conn.execute(
+            "SELECT first_step, coalesce(length(arrays), 0) FROM job_segments "
+            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
+            "ORDER BY first_step",
+            (job, int(steps[-1]), int(steps[0])),
+        ).fetchall()
+        starts = np.asarray([row[0] for row in sizes], dtype=np.int64)
+        held = np.cumsum(np.asarray([row[1] for row in sizes], dtype=np.int64))
+        # Bytes to read to show the steps up to each step: segments starting at or before it.
+        need = held[np.searchsorted(starts, steps, side="right") - 1]
+        keep = max(1, int(np.searchsorted(need, max_bytes, side="right")))
+        if keep < steps.size:
+            dropped = int(steps[keep])
+            steps = steps[:keep]
     low, high = int(steps[0]), int(steps[-1])
     segments = _open_segments(conn, job, low, high, with_arrays=True)
     by_step: dict[int, list[tuple[str, dict[str, np.ndarray]]]] = {s: [] for s in steps.tolist()}
@@ -572,7 +639,7 @@ def pending_steps(
             seen = info.get(step)
             if seen is None or received_at > seen[2]:
                 info[step] = (int(sources), signature, received_at)
-    return [
+    found = [
         PendingStep(
             step,
             info[step][0],
@@ -582,6 +649,7 @@ def pending_steps(
         )
         for step, parts in by_step.items()
     ]
+    return found, dropped
 
 
 def newest_incomplete(conn: sqlite3.Connection, job: str) -> tuple[int, int, list[str]] | None:
@@ -670,7 +738,7 @@ def migrate_to_v4(conn: sqlite3.Connection) -> None:
                 block[steps[mask] - (chunk << COVERAGE_BITS)] = counts[mask]
                 conn.execute(
                     "INSERT OR REPLACE INTO job_coverage VALUES (?, ?, ?)",
-                    (job, chunk, block.tobytes()),
+                    (job, chunk, encode_coverage(block)),
                 )
     if "job_pending" in have:
         conn.execute("DROP TABLE job_pending")

@@ -18,7 +18,9 @@ collide in the global registry). Series:
 - ``datarax_job_stragglers{job}``: sources still missing at each job's newest incomplete
   multi-source step, for the ``JOB_GAUGE_TOP`` jobs with most, plus ``"<other>"`` (the
   sum of the rest). Both are read from the store when ``/metrics`` is scraped
-  (:meth:`Telemetry.refresh`, in a worker thread).
+  (:meth:`Telemetry.refresh`, in a worker thread). When reads need the token
+  (``--auth-reads``), both are one series ``job="<all>"`` (the stalest job; the sum of
+  stragglers): the open ``/metrics`` names no job.
 - ``datarax_build_info{version, jax, jaxlib, python}``: always 1 (:mod:`app.version`).
 - ``datarax_sessions_active``: live training sessions.
 - ``datarax_session_steps_total``: training steps run.
@@ -65,20 +67,41 @@ JOB_GAUGE_TOP = 20
 type JobGauges = tuple[dict[str, float], dict[str, float]]
 
 
-class _JobCollector(Collector):
-    """The per-job gauges, from the snapshot the last :meth:`Telemetry.refresh` took."""
+ALL_JOBS = "<all>"
+"""The one ``job`` label of the per-job gauges when reads need the token."""
 
-    def __init__(self) -> None:
+
+def aggregate_job_gauges(snapshot: JobGauges) -> JobGauges:
+    """The per-job gauges without job names: the stalest job's seconds since its last push
+    (the snapshot's ``"<other>"`` is the stalest of the unlisted jobs, so the maximum is
+    the stalest of all), and the stragglers of every job summed."""
+    stale, stragglers = snapshot
+    return (
+        {ALL_JOBS: max(stale.values())} if stale else {},
+        {ALL_JOBS: float(sum(stragglers.values()))} if stragglers else {},
+    )
+
+
+class _JobCollector(Collector):
+    """The per-job gauges, from the snapshot the last :meth:`Telemetry.refresh` took.
+
+    ``name_jobs`` False (``--auth-reads``: the job list needs the token, while ``/metrics``
+    stays open for scrapers): one series ``job="<all>"`` per gauge, so the open endpoint
+    names no job. The label stays, so ``max by (job)`` queries keep working."""
+
+    def __init__(self, name_jobs: bool = True) -> None:
         self.snapshot: JobGauges = ({}, {})
+        self.name_jobs = name_jobs
 
     def collect(self) -> Iterable[Metric]:
+        shown = self.snapshot if self.name_jobs else aggregate_job_gauges(self.snapshot)
         stale = GaugeMetricFamily(
             "datarax_job_seconds_since_last_push",
             "Seconds since each unfinished job's last metric push (most recent jobs, "
             "'<other>' = the stalest of the rest)",
             labels=["job"],
         )
-        for job, seconds in self.snapshot[0].items():
+        for job, seconds in shown[0].items():
             stale.add_metric([job], seconds)
         yield stale
         stragglers = GaugeMetricFamily(
@@ -86,7 +109,7 @@ class _JobCollector(Collector):
             "Sources missing at each job's newest incomplete multi-source step",
             labels=["job"],
         )
-        for job, count in self.snapshot[1].items():
+        for job, count in shown[1].items():
             stragglers.add_metric([job], count)
         yield stragglers
 
@@ -236,9 +259,12 @@ class Telemetry:
         children[0].inc()
         children[1].observe(seconds)
 
-    def watch_jobs(self, read: Callable[[int], Awaitable[JobGauges]]) -> None:
-        """Exports the per-job gauges; ``read(top)`` is awaited by :meth:`refresh`."""
-        self._jobs = _JobCollector()
+    def watch_jobs(
+        self, read: Callable[[int], Awaitable[JobGauges]], *, name_jobs: bool = True
+    ) -> None:
+        """Exports the per-job gauges; ``read(top)`` is awaited by :meth:`refresh`.
+        ``name_jobs=False`` (reads need the token): aggregated under ``job="<all>"``."""
+        self._jobs = _JobCollector(name_jobs)
         self._read_jobs = read
         self.registry.register(self._jobs)
 

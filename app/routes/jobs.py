@@ -23,6 +23,7 @@ from app.routing import (
 )
 from app.schemas.jobs import (
     JOB_NAME_PATTERN,
+    JOB_NAME_RULE,
     JOB_POINT_EXAMPLE,
     MAX_SOURCES,
     MAX_STEP,
@@ -59,7 +60,7 @@ JobName = Annotated[
     str,
     Path(
         pattern=JOB_NAME_PATTERN,
-        description="job name: 1-128 of letters, digits, '.', '_' and '-'",
+        description=f"job name: {JOB_NAME_RULE}",
         examples=["llm-sweep-7"],
     ),
 ]
@@ -76,6 +77,14 @@ def _only_query(request: Request, *allowed: str) -> None:
                 f"unknown query parameter; this operation takes {', '.join(allowed) or 'none'}",
                 error_type="extra_forbidden",
             )
+
+
+def _limits(settings: Any) -> jobs.PointLimits:
+    """The caps every push path checks: ``DATARAX_MAX_POINT_VALUES``, and
+    ``DATARAX_MAX_ANSWER_MB`` (a stored point must fit in an answer)."""
+    return jobs.PointLimits(
+        max_values=settings.max_point_values, max_answer_bytes=settings.max_answer_bytes
+    )
 
 
 SourceQuery = Annotated[
@@ -178,7 +187,12 @@ async def push_job_metrics(
     (``"lr": 0.001``) are stored as given. With ``"sources": n > 1`` each source
     (``"source"``) pushes its own devices; the step is complete, and reduced over every
     device, when all n parts arrived (422 ``part_mismatch`` / ``sources_mismatch`` when a
-    part disagrees with the step's others)."""
+    part disagrees with the step's others). Caps, alike on every push path (JSON or npz,
+    single or batch): at most 1,000 metrics a point (``too_many_metrics``), metric names
+    of at most 250 characters (``metric_name_too_long``), and at most
+    ``DATARAX_MAX_POINT_VALUES`` numbers (default 4,096) a point after reduction, with its
+    JSON within ``DATARAX_MAX_ANSWER_MB`` (``value_too_large``). ``step`` and ``sources``
+    take integral numbers (``1000`` or ``1000.0``)."""
     _only_query(request, "step", "reduce", "nan_policy", "source", "sources")
     state = request.app.state
     settings, store, telemetry = state.settings, state.store, state.telemetry
@@ -194,6 +208,7 @@ async def push_job_metrics(
             nan_policy=nan_policy,
             source=source,
             sources=sources,
+            limits=_limits(settings),
         ),
         len(body),
     )
@@ -244,7 +259,9 @@ async def push_job_metrics_batch(
     ``sources`` at the top are every point's defaults. The same batch as an npz archive
     (``application/x-npz``, columnar: ``_step``, one ``[n_points, n_devices, ...]`` array
     per metric, ``_weights``; options in the query) is stored exactly as the JSON one,
-    without parsing 64 numbers of text per point."""
+    without parsing 64 numbers of text per point. The caps of a single push hold for
+    every point; an npz batch whose points' JSON could pass ``DATARAX_MAX_BODY_MB`` is
+    422 ``value_too_large`` (it names its metrics once for all its points)."""
     state = request.app.state
     settings, store, telemetry = state.settings, state.store, state.telemetry
     media = media_type(request)
@@ -260,11 +277,12 @@ async def push_job_metrics_batch(
             nan_policy=nan_policy,
             source=source,
             sources=sources,
+            limits=_limits(settings),
         )
     else:
         require_json(request)
         _only_query(request)
-        answer = await jobs.push_batch(store, job, await read_body(request))
+        answer = await jobs.push_batch(store, job, await read_body(request), _limits(settings))
     telemetry.count_reduction("job")
     telemetry.job_points.inc(answer.stored)
     return json_response(answer.body, 201 if answer.created else 200)
@@ -299,8 +317,13 @@ async def get_job_metrics(
     page's ``after_step``), from ``since_step`` to ``until_step``. Complete steps only
     unless ``include_partial=true``. With ``max_points`` and more points than that in the
     range, the answer is ``"downsampled": true`` with at most ``max_points`` buckets that
-    keep ``min``, ``max``, ``mean`` and ``last`` of each scalar metric. An unknown job has
-    no points."""
+    keep ``min``, ``max``, ``mean`` and ``last`` of each scalar metric. Both answers carry
+    ``kind`` (``points`` or ``buckets``) and ``points``: downsampled, one row per bucket
+    (``step``, ``reduced`` = each metric's bucket mean, ``start_step``, ``end_step``,
+    ``count``), so a reader of ``points`` needs not know which it got. A page stops before
+    its answer would pass ``DATARAX_MAX_ANSWER_MB`` (``next_after_step`` continues it); a
+    downsampled answer then has fewer buckets (422 ``answer_too_large`` when one point,
+    or two buckets, alone pass it). An unknown job has no points."""
     _only_query(
         request,
         "since_step",
@@ -320,5 +343,6 @@ async def get_job_metrics(
             limit=limit,
             max_points=max_points,
             include_partial=include_partial,
+            max_bytes=request.app.state.settings.max_answer_bytes,
         )
     )

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
-from app.schemas.base import Strict
+from app.schemas.base import JsonInt, Strict
 from app.schemas.metrics import (
     METRICS_REQUEST_EXAMPLE,
     MetricsReduceRequest,
@@ -15,15 +15,29 @@ from app.schemas.metrics import (
     Tensor,
 )
 
-JOB_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+JOB_NAME_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9_-])?$"
+"""1-128 of letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit and
+not ending with ``.``: ``.``, ``..`` and ``...`` are path segments that clients and proxies
+rewrite or drop (RFC 3986 dot-segments; trailing dots are stripped by some), so a job so
+named could be pushed to but never read back."""
+JOB_NAME_RULE = (
+    "1-128 of letters, digits, '.', '_' and '-', starting with a letter or digit, "
+    "not ending with '.'"
+)
 SOURCE_PATTERN = r"^[A-Za-z0-9._:-]{0,128}$"
 MAX_STEP = 2**63 - 1
 """Steps are SQLite integers: 0 .. 2**63 - 1."""
 MAX_SOURCES = 4096
 MAX_BATCH_POINTS = 1000
 """Points per batch push (MLflow's ``log_batch`` takes up to 1,000 metrics)."""
+MAX_METRIC_NAME = 250
+"""Characters of a metric name (MLflow's limit for a metric key, ``MAX_ENTITY_KEY_LENGTH``
+= 250 in ``mlflow/utils/validation.py``)."""
 
-Step = Annotated[StrictInt, Field(ge=0, le=MAX_STEP, description="training step, 0 .. 2**63-1")]
+Step = Annotated[
+    JsonInt,
+    Field(ge=0, le=MAX_STEP, description="training step, 0 .. 2**63-1 (1000 or 1000.0)"),
+]
 Source = Annotated[
     str,
     Field(
@@ -33,7 +47,7 @@ Source = Annotated[
     ),
 ]
 Sources = Annotated[
-    StrictInt,
+    JsonInt,
     Field(ge=1, le=MAX_SOURCES, description="how many sources push parts of each step"),
 ]
 
@@ -94,18 +108,31 @@ class JobPatchRequest(Strict):
 
 
 class JobPointOut(BaseModel):
-    step: int
-    reduced: dict[str, Any] | None = Field(
-        description="the step's reduced values (for a partial step: over the parts so far)"
+    """One row of ``points``: a stored step, or (downsampled answers) one bucket."""
+
+    step: int = Field(
+        description="the step; for a bucket row, the newest step in the bucket with a value"
     )
-    received_at: str = Field(description="RFC 3339 UTC")
+    reduced: dict[str, Any] | None = Field(
+        description="the step's reduced values (for a partial step: over the parts so far; "
+        "for a bucket row: each scalar metric's mean over the bucket, null where the "
+        "bucket holds no finite value)"
+    )
+    received_at: str | None = Field(
+        description="RFC 3339 UTC; null for a bucket row (a bucket spans many pushes)"
+    )
     complete: bool = Field(description="every source of the step has arrived")
-    sources: int = 1
+    sources: int | None = Field(1, description="sources of the step; null for a bucket row")
     received_sources: list[str] | None = Field(None, description="partial steps only")
     missing_sources: list[str] | None = Field(
         None,
         description="partial steps only: the sources not yet received, when their names "
         "follow one pattern (a prefix and 0..sources-1), else null",
+    )
+    start_step: int | None = Field(None, description="bucket rows only: first step covered")
+    end_step: int | None = Field(None, description="bucket rows only: last step covered")
+    count: int | None = Field(
+        None, description="bucket rows only: most values any metric has in the bucket"
     )
 
 
@@ -131,11 +158,20 @@ class JobBatchResult(BaseModel):
 
 
 class JobHistory(BaseModel):
+    """One history answer shape for both reads (issue 27): ``points`` is always there,
+    ``kind`` says what its rows are. A plain read (``kind: "points"``) has one row per
+    stored step. A downsampled read (``kind: "buckets"``, ``downsampled: true``) has one
+    row per bucket in ``points`` (``step``: the bucket's newest step with a value,
+    ``reduced``: each metric's bucket mean, plus ``start_step``, ``end_step``, ``count``)
+    and keeps ``buckets`` with ``min``, ``max``, ``mean`` and ``last`` per metric. A script
+    that reads ``points[i]["step"]`` and ``points[i]["reduced"]`` works on both."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
                 {
                     "job": "llm-sweep-7",
+                    "kind": "points",
                     "downsampled": False,
                     "points": [
                         {
@@ -147,16 +183,56 @@ class JobHistory(BaseModel):
                         }
                     ],
                     "next_after_step": None,
-                }
+                },
+                {
+                    "job": "llm-sweep-7",
+                    "kind": "buckets",
+                    "downsampled": True,
+                    "bucket_steps": 256,
+                    "points": [
+                        {
+                            "step": 255,
+                            "reduced": {"loss": 1.2},
+                            "received_at": None,
+                            "complete": True,
+                            "sources": None,
+                            "start_step": 0,
+                            "end_step": 255,
+                            "count": 256,
+                        }
+                    ],
+                    "buckets": [
+                        {
+                            "start_step": 0,
+                            "end_step": 255,
+                            "metrics": {
+                                "loss": {
+                                    "count": 256,
+                                    "min": 0.9,
+                                    "max": 2.0,
+                                    "mean": 1.2,
+                                    "last": 0.95,
+                                    "last_step": 255,
+                                }
+                            },
+                        }
+                    ],
+                    "next_after_step": None,
+                },
             ]
         }
     )
 
     job: str
-    downsampled: bool = Field(description="true: 'buckets' instead of 'points'")
-    points: list[JobPointOut] | None = Field(None, description="in step order")
+    kind: Literal["points", "buckets"] = Field(
+        description="'points': a row per stored step; 'buckets': a row per bucket"
+    )
+    downsampled: bool = Field(description="true exactly when kind is 'buckets'")
+    points: list[JobPointOut] = Field(description="in step order (both kinds)")
     next_after_step: int | None = Field(
-        None, description="pass as after_step for the next page; null on the last page"
+        None,
+        description="pass as after_step for the next page; null on the last page. A page "
+        "is also cut short to stay within DATARAX_MAX_ANSWER_MB",
     )
     bucket_steps: int | None = Field(None, description="downsampled: steps per bucket")
     buckets: list[dict[str, Any]] | None = Field(

@@ -40,6 +40,7 @@ from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, 
 from app.codecs.npz import load_npz
 from app.codecs.parts import encode_part, row_hashes
 from app.errors import (
+    AnswerTooLarge,
     InvalidNpz,
     InvalidParameter,
     InvalidTensor,
@@ -48,9 +49,10 @@ from app.errors import (
     from_library,
 )
 from app.ids import utc_now
-from app.routing import is_json_media, run_for_body
+from app.routing import NPZ_MEDIA_TYPE, is_json_media, run_for_body
 from app.schemas.jobs import (
     MAX_BATCH_POINTS,
+    MAX_METRIC_NAME,
     MAX_SOURCES,
     MAX_STEP,
     JobBatchRequest,
@@ -58,6 +60,7 @@ from app.schemas.jobs import (
 )
 from app.services.metrics import (
     WEIGHTS_ARRAY,
+    check_stackable,
     decode_metrics_body,
     decode_weights,
     num_devices_of,
@@ -147,25 +150,148 @@ def _plain_point(data: Any) -> bool:
 
 
 MAX_METRICS_PER_POINT = 1000
-"""Metrics one job point may carry. Each metric of a stored point is a history row and a
-rollup row per block size, so a point's cost grows with its metric count, not its body
-size: 218k tiny metrics in a 5 MiB body took 68 s and 93x the body in memory before this
-cap. 1,000 is MLflow's per-call metric limit too (``log_batch``)."""
+"""Metrics one job point may carry (:class:`PointLimits`). Each metric of a stored point
+is a history row and a rollup row per block size, so a point's cost grows with its metric
+count, not its body size: 218k tiny metrics in a 5 MiB body took 68 s and 93x the body in
+memory before this cap. 1,000 is MLflow's per-call metric limit too (``log_batch``)."""
 
 
-def _check_metric_count(count: int, index: int | None) -> None:
-    if count > MAX_METRICS_PER_POINT:
-        where = "the point" if index is None else f"point {index}"
+MAX_POINT_VALUES = 4096
+"""Default of ``DATARAX_MAX_POINT_VALUES``: numbers one job point's reduced values may
+hold, all its metrics together (a ``[n_devices, k]`` metric reduces to ``k`` numbers, a
+scalar to one). A stored point is JSON text of its reduced values, so without a cap an
+8 KB compressed npz of ``[1, 1000000]`` zeros stored 4 MB a point. 4,096 takes per-class
+metrics of ImageNet-1k (1,000 classes) four times over."""
+
+
+@dataclass(frozen=True)
+class PointLimits:
+    """The caps every push path checks (JSON single, JSON batch, npz single, npz batch),
+    before any reduction runs: metrics per point, metric name length, and numbers per
+    point after reduction (``value_too_large``)."""
+
+    max_values: int = MAX_POINT_VALUES
+    max_metrics: int = MAX_METRICS_PER_POINT
+    max_name: int = MAX_METRIC_NAME
+    max_answer_bytes: int | None = None
+    """``DATARAX_MAX_ANSWER_MB``: a point whose JSON could pass it is refused when pushed
+    (``value_too_large``), so every stored point can be read back (and its push
+    answered, which echoes its values)."""
+
+
+POINT_TEXT_OVERHEAD = 1024
+"""Bytes of a push answer or history row besides the point's values, at most."""
+NUMBER_TEXT = 25
+"""Characters of one number as JSON, at most (``-1.7976931348623157e+308`` and a comma)."""
+
+
+def point_text_bound(names: Sequence[str], values: int) -> int:
+    """Bytes the JSON of a point of these metrics and ``values`` numbers takes, at most."""
+    # The names exactly as JSON writes them (quoted, escaped, comma-separated): one call.
+    text = len(orjson.dumps(list(names))) + 2 * len(names)  # and a ':' and a ',' each
+    return POINT_TEXT_OVERHEAD + text + NUMBER_TEXT * values
+
+
+DEFAULT_LIMITS = PointLimits()
+
+
+def _where_point(index: int | None) -> str:
+    return "the point" if index is None else f"point {index}"
+
+
+def _check_metric_count(
+    count: int, index: int | None, limits: PointLimits = DEFAULT_LIMITS
+) -> None:
+    if count > limits.max_metrics:
         raise ServiceError(
-            f"{where} carries {count} metrics; a job point takes at most "
-            f"{MAX_METRICS_PER_POINT} (stack related values into one array metric instead)",
+            f"{_where_point(index)} carries {count} metrics; a job point takes at most "
+            f"{limits.max_metrics} (stack related values into one array metric instead)",
             code="too_many_metrics",
         )
 
 
-def _point_from_fields(fields: Mapping[str, Any], index: int | None) -> PointInput:
+def check_point_shape(
+    names: Sequence[str],
+    values_per_point: int,
+    index: int | None,
+    limits: PointLimits = DEFAULT_LIMITS,
+) -> None:
+    """The caps of one point (or every point of a columnar batch: they share names and
+    shapes), from its metric names and how many numbers its reduced values hold.
+
+    Raises:
+      ServiceError: ``too_many_metrics``, ``metric_name_too_long``, ``value_too_large``.
+    """
+    _check_metric_count(len(names), index, limits)
+    longest = max(names, key=len, default="")
+    if len(longest) > limits.max_name:
+        raise ServiceError(
+            f"{_where_point(index)}: metric name {longest[:40]!r}... has {len(longest)} "
+            f"characters; a metric name takes at most {limits.max_name}",
+            code="metric_name_too_long",
+        )
+    if values_per_point > limits.max_values:
+        raise ServiceError(
+            f"{_where_point(index)} reduces to {values_per_point} numbers; a job point "
+            f"stores at most {limits.max_values} (DATARAX_MAX_POINT_VALUES): reduce or "
+            "summarise large arrays before pushing them as metrics",
+            code="value_too_large",
+        )
+    if limits.max_answer_bytes is not None:
+        bound = point_text_bound(names, values_per_point)
+        if bound > limits.max_answer_bytes:
+            raise ServiceError(
+                f"{_where_point(index)}'s values as JSON may take {bound} bytes, above the "
+                f"answer limit of {limits.max_answer_bytes} bytes (DATARAX_MAX_ANSWER_MB), "
+                "so it could not be read back; send fewer or shorter-named metrics",
+                code="value_too_large",
+            )
+
+
+def _reduced_numbers(shape: Sequence[int], lead: int) -> int:
+    """Numbers a metric of ``shape`` reduces to when its first ``lead`` axes go (the
+    device axis; for batch columns, the point axis too): 1 for a value per point."""
+    return math.prod(shape[lead:]) if len(shape) > lead else 1
+
+
+def _check_arrays(
+    metrics: Mapping[str, np.ndarray], index: int | None, limits: PointLimits, lead: int = 1
+) -> None:
+    check_stackable(metrics, lead)  # stored stacked [P, ...]: one dimension to spare
+    check_point_shape(
+        list(metrics),
+        sum(_reduced_numbers(np.shape(a), lead) for a in metrics.values()),
+        index,
+        limits,
+    )
+
+
+def npz_member_count(body: bytes) -> int | None:
+    """Members an npz (zip) body declares, read from its end-of-central-directory record
+    (O(1): no member is read or inflated), or None when the record is not found (the
+    loader then gives its own error). Lets a push with 50,000 members be refused before
+    the archive is opened (it took 36 s to load)."""
+    tail = body[-(65535 + 22) :]
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or at + 22 > len(tail):
+        return None
+    count = int.from_bytes(tail[at + 10 : at + 12], "little")
+    if count == 0xFFFF:  # zip64: the count is in the zip64 record; load and count
+        return None
+    return count
+
+
+def _check_npz_members(body: bytes, limits: PointLimits, reserved: int) -> None:
+    count = npz_member_count(body)
+    if count is not None and count - reserved > limits.max_metrics:
+        _check_metric_count(count - reserved, None, limits)
+
+
+def _point_from_fields(
+    fields: Mapping[str, Any], index: int | None, limits: PointLimits = DEFAULT_LIMITS
+) -> PointInput:
     metrics = fields["metrics"]
-    _check_metric_count(len(metrics), index)
+    _check_metric_count(len(metrics), index, limits)  # before decoding; the rest after
     arrays: dict[str, np.ndarray] = {}
     lists: dict[str, Any] = {}
     for name, value in metrics.items():
@@ -174,6 +300,7 @@ def _point_from_fields(fields: Mapping[str, Any], index: int | None) -> PointInp
         else:
             lists[name] = value if not hasattr(value, "model_dump") else value.model_dump()
     arrays.update(decode_json_arrays(lists, what="metric") if lists else {})
+    _check_arrays(arrays, index, limits)
     return PointInput(
         step=fields["step"],
         metrics={name: arrays[name] for name in metrics},
@@ -198,17 +325,18 @@ def _model_fields(point: JobMetricsRequest) -> dict[str, Any]:
     }
 
 
-def decode_batch(body: bytes) -> list[PointInput]:
+def decode_batch(body: bytes, limits: PointLimits = DEFAULT_LIMITS) -> list[PointInput]:
     """A batch body -> points, with the batch's ``source``/``sources`` as defaults.
 
     Raises:
       ServiceError: ``invalid_json``, ``validation_error`` (naming ``points.<i>.<field>``),
-        ``invalid_tensor``, ``ragged_array``, ``unsupported_datatype``.
+        ``invalid_tensor``, ``ragged_array``, ``unsupported_datatype``, and the caps of
+        :class:`PointLimits`.
     """
-    return _decode_batch_data(loads_body(body))
+    return _decode_batch_data(loads_body(body), limits)
 
 
-def _decode_batch_data(data: Any) -> list[PointInput]:
+def _decode_batch_data(data: Any, limits: PointLimits = DEFAULT_LIMITS) -> list[PointInput]:
     plain = (
         type(data) is dict
         and data.keys() <= {"points", "source", "sources"}
@@ -236,7 +364,7 @@ def _decode_batch_data(data: Any) -> list[PointInput]:
     out = []
     for index, fields in enumerate(points):
         try:
-            out.append(_point_from_fields(fields, index))
+            out.append(_point_from_fields(fields, index, limits))
         except ServiceError as err:
             err.detail = f"points[{index}]: {err.detail}"
             raise
@@ -254,13 +382,19 @@ def decode_single(
     nan_policy: str | None,
     source: str | None,
     sources: int | None,
+    limits: PointLimits = DEFAULT_LIMITS,
 ) -> PointInput:
-    """A single push (JSON, or npz with the options in the query)."""
+    """A single push (JSON, or npz with the options in the query), checked against
+    ``limits`` on either path (:func:`check_point_shape`)."""
     if is_json_media(media):
         data = loads_body(body)
         if _plain_point(data):
-            return _point_from_fields(data, None)
-        return _point_from_fields(_model_fields(validate_model(data, JobMetricsRequest)), None)
+            return _point_from_fields(data, None, limits)
+        fields = _model_fields(validate_model(data, JobMetricsRequest))
+        return _point_from_fields(fields, None, limits)
+    if media == NPZ_MEDIA_TYPE:
+        # Before the archive is read; one member may be _weights (counted exactly below).
+        _check_npz_members(body, limits, reserved=1)
     decoded = decode_metrics_body(
         body,
         media,
@@ -273,6 +407,7 @@ def decode_single(
     )
     if decoded.step is None:
         raise InvalidParameter(["query", "step"], "npz bodies need ?step=N (an integer >= 0)")
+    _check_arrays(decoded.metrics, None, limits)
     return PointInput(
         step=decoded.step,
         metrics=decoded.metrics,
@@ -523,7 +658,9 @@ def _fast_columns(metrics: list[Any], names: tuple[str, ...]) -> dict[str, np.nd
     return columns
 
 
-def _fast_items(data: Any) -> list[store_jobs.PushItem] | None:
+def _fast_items(
+    data: Any, limits: PointLimits = DEFAULT_LIMITS
+) -> list[store_jobs.PushItem] | None:
     """The common JSON batch, vectorised: every point ``{"step", "metrics"}`` with the same
     metric names in the same order, each metric a list of floats of one length (or a
     number), default options. None for any other batch, which takes the per-point path
@@ -548,8 +685,14 @@ def _fast_items(data: Any) -> list[store_jobs.PushItem] | None:
     if type(first) is not dict or not first:
         return None
     names = tuple(first)
-    if len(names) > MAX_METRICS_PER_POINT:
+    if len(names) > limits.max_metrics or len(names) > limits.max_values:
         return None  # the per-point path refuses it, naming the point
+    if any(len(name) > limits.max_name for name in names):
+        return None
+    if limits.max_answer_bytes is not None and (
+        point_text_bound(names, len(names)) > limits.max_answer_bytes
+    ):
+        return None
     if set(map(type, metrics)) != {dict} or set(map(tuple, metrics)) != {names}:
         return None
     if set(map(type, steps)) != {int} or min(steps) < 0 or max(steps) > MAX_STEP:
@@ -658,6 +801,7 @@ def npz_batch_items(
     nan_policy: str | None,
     source: str | None,
     sources: int | None,
+    limits: PointLimits = DEFAULT_LIMITS,
 ) -> list[store_jobs.PushItem] | store_jobs.PointColumns:
     """An npz batch body -> the rows to store. The archive holds ``_step`` ``[P]``
     integers, each metric as ``[P, n_devices, ...]`` (or ``[P]``: one number per point,
@@ -669,15 +813,17 @@ def npz_batch_items(
       ServiceError: ``invalid_npz``, ``payload_too_large``, ``unsupported_datatype``,
         ``invalid_tensor``, ``validation_error`` (``_step``), the library's metric codes.
     """
+    _check_npz_members(body, limits, reserved=2)  # _step and _weights
     arrays = load_npz(body, max_bytes=max_bytes)
     steps_array = arrays.pop(STEPS_ARRAY, None)
-    _check_metric_count(len(arrays) - (WEIGHTS_ARRAY in arrays), None)
+    _check_metric_count(len(arrays) - (WEIGHTS_ARRAY in arrays), None, limits)
     if steps_array is None:
         raise InvalidParameter(
             ["body", STEPS_ARRAY],
             "an npz batch needs a _step array: the step of each point, [n_points] integers",
         )
     count = steps_array.shape[0] if steps_array.ndim == 1 else 0
+    steps_array = _integral_steps(steps_array)
     if steps_array.dtype.kind not in "iu" or not 1 <= count <= MAX_BATCH_POINTS:
         raise InvalidParameter(
             ["body", STEPS_ARRAY],
@@ -697,6 +843,8 @@ def npz_batch_items(
                 f"the point axis: [{count}, n_devices, ...], or [{count}] for one number "
                 "per point"
             )
+    _check_arrays(arrays, None, limits, lead=2)  # [P, n_devices, ...]: per point, shape[2:]
+    _check_batch_text(arrays, count, max_bytes)
     ops = parse_reduce_query(reduce)
     policy = nan_policy or "propagate"
     names = tuple(arrays)
@@ -727,6 +875,39 @@ def npz_batch_items(
             )
         )
     return build_items(points)
+
+
+def _check_batch_text(arrays: Mapping[str, np.ndarray], count: int, max_bytes: int) -> None:
+    """An npz batch names its metrics once for every point, so its stored text (names
+    repeated in each point's JSON) could be ~35x its body: 1,000 points of 1,000 metrics
+    with 250-character names are ~8 MB of npz and ~270 MB of history. Such a batch is
+    refused (``value_too_large``) when its points' text may pass the body limit: what a
+    batch stores stays within what a body may carry.
+
+    Raises:
+      ServiceError: ``value_too_large``.
+    """
+    values = sum(_reduced_numbers(np.shape(a), 2) for a in arrays.values())
+    bound = count * point_text_bound(list(arrays), values)
+    if bound > max_bytes:
+        raise ServiceError(
+            f"the batch's {count} points may store {bound} bytes of values as JSON, more "
+            f"than a request body may carry ({max_bytes} bytes, DATARAX_MAX_BODY_MB); send "
+            "fewer points per batch, or fewer or shorter-named metrics",
+            code="value_too_large",
+        )
+
+
+def _integral_steps(steps: np.ndarray) -> np.ndarray:
+    """Float steps that are whole numbers, as int64 (as JSON takes ``"step": 1000.0``);
+    any other float array stays float and is refused by the caller."""
+    if steps.dtype.kind != "f" or steps.ndim != 1 or not steps.size:
+        return steps
+    with np.errstate(invalid="ignore"):
+        whole = np.isfinite(steps).all() and (steps == np.floor(steps)).all()
+    if not whole or steps.min() < 0 or steps.max() >= 2.0**63:
+        return steps
+    return steps.astype(np.int64)
 
 
 def _scalar_of(name: str, value: Any) -> np.float64:
@@ -840,7 +1021,9 @@ async def push_single(store: Store, job: str, point: PointInput) -> PushAnswer:
     return PushAnswer(created=item.created, body=body, stored=int(item.created))
 
 
-def batch_items(body: bytes) -> list[store_jobs.PushItem] | store_jobs.PointColumns:
+def batch_items(
+    body: bytes, limits: PointLimits = DEFAULT_LIMITS
+) -> list[store_jobs.PushItem] | store_jobs.PointColumns:
     """A batch body -> the rows to store: the columnar path when the batch allows it
     (:func:`_fast_items`), else point by point (:func:`decode_batch`, :func:`build_items`).
 
@@ -848,16 +1031,20 @@ def batch_items(body: bytes) -> list[store_jobs.PushItem] | store_jobs.PointColu
       ServiceError: as :func:`decode_batch` and :func:`build_items`.
     """
     data = loads_body(body)
-    items = _fast_items(data)
+    items = _fast_items(data, limits)
     if items is None:
-        items = build_items(_decode_batch_data(data))
+        items = build_items(_decode_batch_data(data, limits))
     return items
 
 
-async def push_batch(store: Store, job: str, body: bytes) -> PushAnswer:
+async def push_batch(
+    store: Store, job: str, body: bytes, limits: PointLimits = DEFAULT_LIMITS
+) -> PushAnswer:
     """A batch body, all or nothing; the answer counts what was new. Decoded and stored
     in one worker thread (one hop off the event loop, not two)."""
-    return await anyio.to_thread.run_sync(lambda: _store_batch(store, job, batch_items(body)))
+    return await anyio.to_thread.run_sync(
+        lambda: _store_batch(store, job, batch_items(body, limits))
+    )
 
 
 async def push_npz_batch(store: Store, job: str, body: bytes, **options: Any) -> PushAnswer:
@@ -937,6 +1124,37 @@ def _partial_point(entry: store_parts.PendingStep) -> dict[str, Any]:
     }
 
 
+BUCKET_ENTRY_BYTES = 224
+"""Bytes one metric adds to one bucket of a downsampled answer, besides twice its name
+(the ``buckets`` entry with count/min/max/mean/last/last_step, and the ``points`` row's
+mean), at most: how a downsampled read is sized before it runs."""
+BUCKET_BYTES = 320
+"""Bytes of one bucket besides its metrics (steps, the ``points`` row's members)."""
+
+
+def _too_large(what: str, max_bytes: int, fix: str) -> AnswerTooLarge:
+    return AnswerTooLarge(
+        f"{what} passes the answer limit of {max_bytes} bytes (DATARAX_MAX_ANSWER_MB); {fix}"
+    )
+
+
+def _fitting_buckets(names: Sequence[str], max_points: int, max_bytes: int) -> int:
+    """The most buckets (up to ``max_points``) whose answer stays within ``max_bytes``.
+
+    Raises:
+      AnswerTooLarge: not even 2 buckets fit.
+    """
+    per_bucket = BUCKET_BYTES + sum(2 * len(n.encode()) + BUCKET_ENTRY_BYTES for n in names)
+    fit = min(max_points, (max_bytes - 1024) // per_bucket)
+    if fit < 2:
+        raise _too_large(
+            f"a downsampled history of {len(names)} metrics ({per_bucket} bytes a bucket)",
+            max_bytes,
+            "read a shorter step range or a plain page",
+        )
+    return fit
+
+
 async def history(
     store: Store,
     job: str,
@@ -947,11 +1165,27 @@ async def history(
     limit: int = DEFAULT_PAGE,
     max_points: int | None = None,
     include_partial: bool = False,
+    max_bytes: int | None = None,
 ) -> bytes:
     """A page of the job's steps, or its downsampled buckets, as JSON bytes.
 
+    One answer shape for both (issue 27): ``kind`` is ``"points"`` or ``"buckets"`` and
+    ``points`` is always there; downsampled, each of its rows is one bucket: ``step``
+    the newest step in the bucket with a value, ``reduced`` each metric's mean over the
+    bucket (null: no finite value), ``received_at`` and ``sources`` null, and
+    ``start_step``, ``end_step``, ``count``. The mean, not the last value, so a plotted
+    line of a downsampled read follows the data rather than aliasing it; ``buckets`` keeps
+    ``min``, ``max``, ``mean`` and ``last`` per metric (extended, not renamed).
+
+    ``max_bytes`` (``DATARAX_MAX_ANSWER_MB``): a page is cut short before its JSON would
+    pass it (``next_after_step`` then gives the rest); a downsampled read answers fewer
+    buckets than ``max_points`` where that many would not fit. Memory stays within it
+    too: points are read until the budget is spent, and buckets are sized before any is
+    read.
+
     Raises:
       InvalidParameter: ``since_step`` above ``until_step``.
+      AnswerTooLarge: one stored point alone, or two buckets, pass ``max_bytes``.
     """
     low = 0 if since_step is None else since_step
     high = MAX_STEP if until_step is None else until_step
@@ -961,6 +1195,7 @@ async def history(
         )
     if after_step is not None:
         low = max(low, after_step + 1)
+    budget = None if max_bytes is None else max(1, max_bytes - 256 - len(job))
 
     def read(conn):  # noqa: ANN001, ANN202
         info = store_jobs.get_job(conn, job)
@@ -973,38 +1208,58 @@ async def history(
             and hi - lo + 1 > max_points
             and store_jobs.count_points(conn, job, lo, hi, max_points + 1) > max_points
         ):
-            return ("buckets", *store_jobs.downsample(conn, job, lo, hi, max_points))
-        return ("page", *store_jobs.history_page(conn, job, low, high, limit, include_partial))
+            buckets = max_points
+            if max_bytes is not None:
+                names = store_jobs.metric_names(conn, job, lo, hi)
+                buckets = _fitting_buckets(names, max_points, max_bytes)
+            return ("buckets", *store_jobs.downsample(conn, job, lo, hi, buckets))
+        return (
+            "page",
+            *store_jobs.history_page(conn, job, low, high, limit, include_partial, budget),
+        )
 
     kind, first, second = await store.read(read)
     head = b'{"job":' + encode_json(job)
     if kind == "buckets":
         width, buckets = first, second
+        rendered = [_bucket_json(b) for b in buckets]
         return (
             head
-            + b',"downsampled":true,"bucket_steps":%d,"buckets":' % width
-            + orjson.dumps([_bucket_json(b) for b in buckets])
+            + b',"kind":"buckets","downsampled":true,"bucket_steps":%d,"points":' % width
+            + orjson.dumps([_bucket_point(b) for b in rendered])
+            + b',"buckets":'
+            + orjson.dumps(rendered)
             + b',"next_after_step":null}'
         )
     entries, more = first, second
     parts = []
+    used = 0
     for entry in entries:
         if isinstance(entry, store_jobs.StoredPoint):
-            parts.append(
-                b'{"step":%d,"reduced":%s,"received_at":%s,"complete":true,"sources":%d}'
-                % (
-                    entry.step,
-                    entry.reduced.encode(),
-                    encode_json(entry.received_at),
-                    entry.sources,
-                )
+            text = b'{"step":%d,"reduced":%s,"received_at":%s,"complete":true,"sources":%d}' % (
+                entry.step,
+                entry.reduced.encode(),
+                encode_json(entry.received_at),
+                entry.sources,
             )
         else:
-            parts.append(orjson.dumps(await run_for_body(lambda e=entry: _partial_point(e), 0)))
-    next_after = b"%d" % entries[-1].step if more and entries else b"null"
+            text = orjson.dumps(await run_for_body(lambda e=entry: _partial_point(e), 0))
+        used += len(text) + 1
+        if budget is not None and used > budget:
+            if not parts:
+                raise _too_large(
+                    f"step {entry.step} of job {job!r} alone ({len(text)} bytes)",
+                    budget,
+                    "raise DATARAX_MAX_ANSWER_MB to read it",
+                )
+            more = True  # cut here: the next page starts at this entry
+            break
+        parts.append(text)
+    shown = entries[: len(parts)]
+    next_after = b"%d" % shown[-1].step if more and shown else b"null"
     return (
         head
-        + b',"downsampled":false,"points":['
+        + b',"kind":"points","downsampled":false,"points":['
         + b",".join(parts)
         + b'],"next_after_step":'
         + next_after
@@ -1024,6 +1279,23 @@ def _bucket_json(bucket: store_jobs.Bucket) -> dict[str, Any]:
             "last_step": int(last_step),
         }
     return {"start_step": bucket.start, "end_step": bucket.end, "metrics": metrics}
+
+
+def _bucket_point(bucket: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``points`` row of a downsampled answer, from its bucket (see :func:`history`)."""
+    metrics = bucket["metrics"]
+    mean = {name: entry["mean"] for name, entry in metrics.items()}
+    step = max((entry["last_step"] for entry in metrics.values()), default=bucket["end_step"])
+    return {
+        "step": step,
+        "reduced": {k: (v if v is None or math.isfinite(v) else None) for k, v in mean.items()},
+        "received_at": None,
+        "complete": True,
+        "sources": None,
+        "start_step": bucket["start_step"],
+        "end_step": bucket["end_step"],
+        "count": max((entry["count"] for entry in metrics.values()), default=0),
+    }
 
 
 def _summary(row: store_jobs.JobRow) -> dict[str, Any]:

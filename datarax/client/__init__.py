@@ -35,6 +35,7 @@ from datarax.client._core import (
     JobSummary,
     PushResult,
     from_npz,
+    history_points,
     jax_sources,
     to_npz,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "PushResult",
     "Pusher",
     "from_npz",
+    "history_points",
     "jax_sources",
     "to_npz",
 ]

@@ -19,6 +19,7 @@ from datarax.client._core import (
     batch_call,
     decode,
     history_params,
+    history_points,
     push_call,
     raise_for_problem,
     reduce_call,
@@ -140,7 +141,9 @@ class _Api:
         max_points: int | None = None,
         include_partial: bool | None = None,
     ) -> Any:
-        """``GET /v1/jobs/{job}/metrics``: one page, or downsampled buckets."""
+        """``GET /v1/jobs/{job}/metrics``: one page, or downsampled buckets; either way
+        ``answer["points"]`` holds the rows and ``answer["kind"]`` says which
+        (:class:`~datarax.client.History`)."""
         params = history_params(
             since_step=since_step,
             until_step=until_step,
@@ -271,11 +274,13 @@ class Client(_Api):
         return Pusher(self, job, in_flight=in_flight, source=source, sources=sources)
 
     def iter_job_metrics(self, job: str, **query: Any) -> Iterator[dict[str, Any]]:
-        """Every point of the job's history in step order, page by page."""
+        """Every point of the job's history in step order, page by page (pages cut at
+        ``DATARAX_MAX_ANSWER_MB`` included). With ``max_points``, the rows are buckets
+        when the service downsampled (:func:`~datarax.client.history_points`)."""
         after = query.pop("after_step", None)
         while True:
             page = self.get_job_metrics(job, after_step=after, **query)
-            yield from page["points"]
+            yield from history_points(page)
             after = page.get("next_after_step")
             if after is None:
                 return
@@ -349,7 +354,7 @@ class AsyncClient(_Api):
         after = query.pop("after_step", None)
         while True:
             page = await self.get_job_metrics(job, after_step=after, **query)
-            for point in page["points"]:
+            for point in history_points(page):
                 yield point
             after = page.get("next_after_step")
             if after is None:

@@ -76,12 +76,45 @@ class JobSummary(TypedDict):
 
 
 class History(TypedDict, total=False):
+    """A ``GET /v1/jobs/{job}/metrics`` answer. ``kind`` is ``"points"`` (a row per
+    stored step) or ``"buckets"`` (downsampled: a row per bucket, ``reduced`` holding each
+    metric's bucket mean, plus ``start_step``, ``end_step``, ``count``); ``points`` is
+    there in both, so ``for p in page["points"]: p["step"], p["reduced"]`` reads either.
+    :func:`history_points` gives those rows from older services' answers too."""
+
     job: str
+    kind: str
     downsampled: bool
     points: list[dict[str, Any]]
     next_after_step: int | None
     bucket_steps: int
     buckets: list[dict[str, Any]]
+
+
+def history_points(page: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a history answer, whichever kind it is: ``page["points"]``, or, from
+    a service older than ``kind`` whose downsampled answer had ``buckets`` only, one row
+    per bucket built the way the service builds them (``step``: the newest step with a
+    value, ``reduced``: each metric's mean)."""
+    points = page.get("points")
+    if points is not None:
+        return list(points)
+    rows = []
+    for bucket in page.get("buckets") or []:
+        metrics = bucket.get("metrics", {})
+        rows.append(
+            {
+                "step": max((m["last_step"] for m in metrics.values()), default=bucket["end_step"]),
+                "reduced": {name: m.get("mean") for name, m in metrics.items()},
+                "received_at": None,
+                "complete": True,
+                "sources": None,
+                "start_step": bucket["start_step"],
+                "end_step": bucket["end_step"],
+                "count": max((m.get("count", 0) for m in metrics.values()), default=0),
+            }
+        )
+    return rows
 
 
 def to_npz(arrays: Mapping[str, Any]) -> bytes:

@@ -6,6 +6,7 @@ import platform
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.telemetry import ALL_JOBS, aggregate_job_gauges
 from app.version import versions
 
 
@@ -76,3 +77,9 @@ def test_session_figures_move_after_a_step(api):
     assert _value(gone, "datarax_session_steps_total") == _value(
         after, "datarax_session_steps_total"
     )
+
+
+def test_job_gauges_aggregate_without_job_names():
+    snapshot = ({"a": 5.0, "b": 50.0, "<other>": 20.0}, {"a": 2.0, "<other>": 3.0})
+    assert aggregate_job_gauges(snapshot) == ({ALL_JOBS: 50.0}, {ALL_JOBS: 5.0})
+    assert aggregate_job_gauges(({}, {})) == ({}, {})

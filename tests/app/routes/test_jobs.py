@@ -46,6 +46,7 @@ def test_history_in_step_order_and_unknown_jobs_are_empty(client):
     empty = client.get("/v1/jobs/never-posted/metrics").json()
     assert empty == {
         "job": "never-posted",
+        "kind": "points",
         "downsampled": False,
         "points": [],
         "next_after_step": None,
@@ -455,3 +456,33 @@ def test_points_without_metrics_are_refused_alone_and_in_batches(client):
     for points in ([{"metrics": {}, "step": 1}], [{"metrics": {}, "step": s} for s in (1, 2)]):
         answer = client.post("/v1/jobs/empty/metrics/batch", json={"points": points})
         assert_problem(answer, 422, "empty_metrics")
+
+
+@pytest.mark.parametrize("path", ["json", "json-batch", "npz", "npz-batch"])
+def test_max_point_values_is_a_setting_on_every_path(tmp_path, path):
+    settings = make_settings(tmp_path, max_point_values=8)
+    with TestClient(create_app(settings, runtime=StubRuntime(ready=True))) as c:
+        for width, status in ((9, 422), (8, 201)):
+            job = f"values-{width}"
+            value = np.ones((2, width))
+            if path == "json":
+                body = {"metrics": {"v": value.tolist()}, "step": 1}
+                answer = c.post(f"/v1/jobs/{job}/metrics", json=body)
+            elif path == "json-batch":
+                points = [{"metrics": {"v": value.tolist()}, "step": s} for s in (1, 2)]
+                answer = c.post(f"/v1/jobs/{job}/metrics/batch", json={"points": points})
+            elif path == "npz":
+                answer = c.post(
+                    f"/v1/jobs/{job}/metrics?step=1",
+                    content=npz_bytes(v=value),
+                    headers=NPZ_HEADERS,
+                )
+            else:
+                body = npz_bytes(_step=np.array([1, 2]), v=np.stack([value, value]))
+                answer = c.post(f"/v1/jobs/{job}/metrics/batch", content=body, headers=NPZ_HEADERS)
+            if status == 422:
+                detail = assert_problem(answer, 422, "value_too_large")["detail"]
+                assert "DATARAX_MAX_POINT_VALUES" in detail and "9" in detail
+                assert c.get(f"/v1/jobs/{job}").status_code == 404
+            else:
+                assert answer.status_code == 201, answer.text
