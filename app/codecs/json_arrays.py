@@ -9,7 +9,10 @@ Inputs:
     literals read as non-finite floats; strings, objects and ragged nesting are refused;
   - OIP tensors ``{"shape", "datatype", "data"}`` with datatypes BOOL, UINT8..UINT64,
     INT8..INT64, FP16, FP32, FP64 (BF16 and BYTES are ``unsupported_datatype``); integer
-    and boolean tensors must hold exactly representable values.
+    and boolean tensors must hold exactly representable values (UINT64 up to 2**64 - 1);
+    shapes are checked by :func:`check_array_shape` (at most 64 dimensions, a size numpy
+    can hold, an empty array's other sizes at most :data:`MAX_EMPTY_EXTENT`) before any
+    array is built, so no claimed shape reaches numpy unchecked (``invalid_tensor``).
 
 Outputs: ``encode_json`` writes values (numpy arrays and scalars included) as JSON bytes
 with orjson, in C: non-finite floats become ``null`` (JSON has no NaN), float16/float32
@@ -91,6 +94,68 @@ def loads_json(body: bytes) -> Any:
 
 MAX_ARRAY_DIMS = 64
 """numpy's limit on dimensions (``np.ndarray.ndim``): nested lists deeper are refused."""
+
+
+MAX_EMPTY_EXTENT = 2**20
+"""Largest product of the non-zero dimensions of an array that holds no values (a zero
+dimension somewhere). Such an array costs nothing to send (``{"shape": [1, 2**40, 0],
+"data": []}``) but its answers do: reducing ``[1, 2**40, 0]`` answers ``2**40`` empty
+lists. 2**20 empty lists is a 3 MB answer; an array that holds values is bounded by the
+body it came in instead."""
+
+_MAX_BYTES = 2**63 - 1  # numpy refuses arrays whose size in bytes passes intp
+
+
+def check_array_shape(what: str, name: str, shape: Any, itemsize: int) -> None:
+    """Refuses a shape numpy cannot hold or whose answer is out of proportion to its data.
+
+    Shared by JSON tensors and npz members: at most :data:`MAX_ARRAY_DIMS` dimensions
+    (numpy's limit), sizes of 0 or more whose product (zeros counted as 1, times the item
+    size) stays within numpy's ``intp``, and for an array with no values (a zero size) a
+    product of the other sizes of at most :data:`MAX_EMPTY_EXTENT`.
+
+    Args:
+      what: what the array is, for the message (``metric``, ``npz array``).
+      name: its name.
+      shape: the claimed shape (a sequence of ints).
+      itemsize: bytes per element of its dtype.
+
+    Raises:
+      InvalidTensor: with the rule it breaks and the shape received (abridged).
+    """
+    dims = len(shape)
+    if dims > MAX_ARRAY_DIMS:
+        raise InvalidTensor(
+            f"{what} {name!r} has {dims} dimensions; arrays have at most {MAX_ARRAY_DIMS}"
+        )
+    extent = 1
+    empty = False
+    for size in shape:
+        if size < 0:
+            raise InvalidTensor(f"{what} {name!r} has a negative size in shape {_brief(shape)}")
+        if size == 0:
+            empty = True
+            continue
+        extent *= size
+        if extent * max(itemsize, 1) > _MAX_BYTES:
+            raise InvalidTensor(
+                f"{what} {name!r} has shape {_brief(shape)}, larger than any array can be "
+                f"(its sizes multiply past 2**63 bytes)"
+            )
+    if empty and extent > MAX_EMPTY_EXTENT:
+        raise InvalidTensor(
+            f"{what} {name!r} has shape {_brief(shape)}: it holds no values, but its other "
+            f"sizes multiply to {extent}, above {MAX_EMPTY_EXTENT}; send the values, or a "
+            "smaller empty shape"
+        )
+
+
+def _brief(shape: Any) -> str:
+    """A shape for a message: in full up to 8 sizes, else its start, end and length."""
+    shape = list(shape)
+    if len(shape) <= 8:
+        return str(shape)
+    return f"[{', '.join(map(str, shape[:3]))}, ..., {shape[-1]}] ({len(shape)} sizes)"
 
 
 def _too_deep() -> json.JSONDecodeError:
@@ -193,7 +258,10 @@ def _from_tensor(
             f"{what} {name!r} has shape []; metrics need a leading device axis, "
             "e.g. shape [n_devices]"
         )
+    check_array_shape(what, name, shape, dtype.itemsize)
     raw = _numeric_from_json(name, data, what).reshape(-1)
+    if dtype.kind in "iu" and raw.dtype.kind == "f":
+        raw = _exact_integers(data, raw)
     expected = math.prod(shape)
     if raw.size != expected:
         raise InvalidTensor(
@@ -205,12 +273,12 @@ def _from_tensor(
         if raw.dtype.kind != "b" and raw.size:
             raise InvalidTensor(f"{what} {name!r} is BOOL but data holds non-boolean values")
     elif kind in "iu":
-        if raw.dtype.kind not in "biu" and raw.size:
+        if raw.dtype.kind not in "biuO" and raw.size:
             raise InvalidTensor(
                 f"{what} {name!r} is {datatype_upper} but data holds non-integer values "
                 f"(numpy dtype {raw.dtype}); send integers or use FP32/FP64"
             )
-        if raw.size and raw.dtype.kind in "iu":
+        if raw.size and raw.dtype.kind in "iuO":
             info = np.iinfo(dtype)
             low, high = int(raw.min()), int(raw.max())
             if low < info.min or high > info.max:
@@ -220,6 +288,17 @@ def _from_tensor(
                 )
     with np.errstate(over="ignore"):
         return raw.astype(dtype).reshape(shape)
+
+
+def _exact_integers(data: Any, raw: np.ndarray) -> np.ndarray:
+    """The values of an integer tensor that numpy read as float64 because some of them
+    pass int64 (``[2**64 - 1, 1]`` for UINT64): as exact Python ints, when every value is
+    one, so UINT64 tensors keep their full range. Otherwise ``raw`` unchanged (the caller
+    refuses its non-integer values)."""
+    flat = np.array(data, dtype=object).reshape(-1)
+    if not all(type(v) is int for v in flat):
+        return raw
+    return flat  # object array of ints: the caller range-checks, then converts exactly
 
 
 def decode_json_arrays(arrays: Mapping[str, Any], *, what: str = "metric") -> dict[str, np.ndarray]:

@@ -2,10 +2,14 @@
 
 Used by the HTTP process for metrics and training batches alike.
 
-In: the archive's decompressed size is checked against the body limit first (a small zip
-may inflate enormously); an uncompressed archive (``np.savez``) is read in place, its
-arrays read-only views into the body; anything else goes through ``np.load`` with
-``allow_pickle=False``, which owns the error messages.
+In: member names must be printable and unique (``invalid_npz``); the archive's
+decompressed size is checked against the body limit first (a small zip may inflate
+enormously); shapes numpy cannot hold are refused (``check_array_shape``:
+``invalid_tensor``; claims past the body stay 413 or ``invalid_npz``); dtypes are bool,
+integers up to 64 bits and float16/32/64 (``unsupported_datatype``: no float128, whose
+values JSON answers cannot hold). An uncompressed archive (``np.savez``) is read in
+place, its arrays read-only views into the body; anything else goes through ``np.load``
+with ``allow_pickle=False``, which owns the error messages.
 
 Out: ``encode_npz`` (:mod:`datarax.client._npz`, shared with the client) writes the stored
 archive ``np.savez`` writes, assembled directly (see its docstring and
@@ -24,6 +28,7 @@ from typing import Any
 import numpy as np
 from isal.isal_zlib import crc32  # zlib's CRC-32, about 6x faster (8 ms -> 1.3 ms for 32 MB)
 
+from app.codecs.json_arrays import MAX_ARRAY_DIMS, check_array_shape
 from app.errors import InvalidNpz, PayloadTooLarge, UnsupportedDatatype
 from datarax.client._npz import encode_npz
 
@@ -56,6 +61,7 @@ def load_npz(body: bytes, *, max_bytes: int) -> dict[str, np.ndarray]:
             f"the body is not an npz archive ({err}); write it with numpy.savez(buffer, "
             "loss=..., step=...)"
         ) from None
+    _check_member_names(members)
     inflated = sum(member.file_size for member in members)
     if inflated > max_bytes:
         raise PayloadTooLarge(
@@ -71,12 +77,36 @@ def load_npz(body: bytes, *, max_bytes: int) -> dict[str, np.ndarray]:
         if not isinstance(array, np.ndarray):
             # NpzFile hands back the raw bytes of a member that is not a .npy file.
             raise InvalidNpz(f"npz member {name!r} is not a .npy array; write it with np.savez")
-        if array.dtype.kind not in "biuf":
+        if array.dtype.kind not in "biuf" or array.dtype.itemsize > 8:
             raise UnsupportedDatatype(
-                f"npz array {name!r} has dtype {array.dtype}; send bool, integer or float "
-                "arrays (convert bfloat16 to float32)"
+                f"npz array {name!r} has dtype {array.dtype}; send bool, integer (up to 64 "
+                "bits) or float16/32/64 arrays (convert bfloat16 to float32, float128 to "
+                "float64)"
             )
     return arrays
+
+
+def _check_member_names(members: list[zipfile.ZipInfo]) -> None:
+    """Refuses member names that would not name the array they hold.
+
+    ``zipfile`` cuts a name at its first NUL (``a\x00b.npy`` would be read as ``a``),
+    and two members may carry the same name (the second would silently replace the
+    first); names with other control characters cannot be shown in an answer or a log
+    line as sent. All are ``invalid_npz``.
+    """
+    seen: set[str] = set()
+    for member in members:
+        raw = member.orig_filename
+        if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in raw):
+            raise InvalidNpz(
+                f"npz member name {raw!r} holds a NUL or control character; name each "
+                "array with printable characters (np.savez(buffer, loss=...))"
+            )
+        if member.filename in seen:
+            raise InvalidNpz(
+                f"npz member {member.filename!r} appears twice; each array needs its own name"
+            )
+        seen.add(member.filename)
 
 
 _ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... name length, extra length
@@ -151,6 +181,7 @@ def _stored_arrays(body: bytes, members: list[zipfile.ZipInfo]) -> dict[str, Any
         if parsed is None:
             return None
         shape, fortran_order, dtype, offset = parsed
+        _check_npz_shape(name, shape, dtype)
         count = math.prod(shape)
         if dtype.hasobject or offset + count * dtype.itemsize != member.file_size:
             return None
@@ -160,6 +191,15 @@ def _stored_arrays(body: bytes, members: list[zipfile.ZipInfo]) -> dict[str, Any
             flat.reshape(shape[::-1]).transpose() if fortran_order else flat.reshape(shape)
         )
     return arrays
+
+
+def _check_npz_shape(filename: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """:func:`check_array_shape` for the claims the size checks cannot refuse: more than
+    64 dimensions, and empty arrays (zero bytes claimed, whatever the other sizes). A
+    non-empty claim beyond the body stays 413 ``payload_too_large`` or ``invalid_npz``
+    (:func:`_check_claimed_sizes`)."""
+    if len(shape) > MAX_ARRAY_DIMS or 0 in shape:
+        check_array_shape("npz array", filename.removesuffix(".npy"), shape, dtype.itemsize)
 
 
 def _check_claimed_sizes(body: bytes, members: list[zipfile.ZipInfo], max_bytes: int) -> None:
@@ -189,6 +229,7 @@ def _check_claimed_sizes(body: bytes, members: list[zipfile.ZipInfo], max_bytes:
                 continue  # np.load explains what is wrong with this member
             if dtype.hasobject:
                 continue  # refused by np.load (allow_pickle=False) with its own message
+            _check_npz_shape(member.filename, shape, dtype)
             claimed = math.prod(shape) * dtype.itemsize
             claimed_total += claimed
             if claimed_total > max_bytes:

@@ -113,7 +113,12 @@ async def reduce_endpoint(request: Request) -> Response:
     ``ragged_array``, ``unsupported_datatype``, ``invalid_npz``, ``unknown_reduce_op``,
     ``unknown_nan_policy``, ``unknown_metric``, ``device_count_mismatch``,
     ``empty_metrics``, ``weights_mismatch``, ``invalid_weights``, ``non_finite_values``,
-    ``reserved_metric_name`` (a metric named ``_num_devices`` with an npz answer).
+    ``integer_overflow`` (an integer sum whose exact value does not fit int64/uint64:
+    integer sums are exact or refused, never wrapped), ``reserved_metric_name`` (with an npz
+    answer: a metric named ``_num_devices``, or a name with a NUL or control character).
+
+    Float sums and means are finite wherever the true value is (the mean of ``[1e308,
+    1e308]`` is ``1e308``), and weighted means do not depend on the weights' scale.
     """
     state = request.app.state
     body = await read_body(request)

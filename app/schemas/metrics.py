@@ -60,7 +60,11 @@ class Tensor(Strict):
         },
     )
 
-    shape: list[Annotated[JsonInt, Field(ge=0)]] = Field(examples=[[4]])
+    shape: list[Annotated[JsonInt, Field(ge=0)]] = Field(
+        examples=[[4]],
+        description="at most 64 sizes that numpy can hold; an empty shape (a 0 size) with "
+        "other sizes multiplying past 2**20 is 422 invalid_tensor",
+    )
     datatype: str = Field(
         examples=["FP32"],
         description=f"one of {', '.join(OIP_DATATYPES)} (BF16 and BYTES are not supported)",
@@ -95,7 +99,8 @@ class MetricsReduceRequest(Strict):
     )
     reduce: dict[str, str] = Field(
         default_factory=dict,
-        description=f"name -> operation ({', '.join(REDUCE_OPS)}); unlisted metrics use mean",
+        description=f"name -> operation ({', '.join(REDUCE_OPS)}); unlisted metrics use mean. "
+        "Integer sums are exact or 422 integer_overflow, never wrapped",
     )
     weights: list[float] | None = Field(
         None,

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, validate_model
+from app.codecs.json_arrays import (
+    MAX_ARRAY_DIMS,
+    decode_json_arrays,
+    encode_json,
+    loads_body,
+    validate_model,
+)
 from app.codecs.npz import load_npz
 from app.errors import (
     AnswerTooLarge,
@@ -154,6 +160,29 @@ def split_npz_metrics(
     return metrics, arrays.get(WEIGHTS_ARRAY)
 
 
+def check_stackable(metrics: Mapping[str, np.ndarray], lead: int = 1) -> None:
+    """Refuses metrics that cannot gain one more leading axis: a job stores its points
+    stacked ``[P, n_devices, ...]``, so a point's metric has at most ``MAX_ARRAY_DIMS -
+    1`` dimensions (63; numpy's limit is 64).
+
+    Args:
+      metrics: name -> array, each with ``lead`` leading axes already (1: one point's
+        ``[n_devices, ...]``; 2: a batch's ``[P, n_devices, ...]``).
+      lead: how many leading axes the arrays carry.
+
+    Raises:
+      InvalidTensor: a metric with more dimensions than a stored point can hold.
+    """
+    limit = MAX_ARRAY_DIMS - 1 + (lead - 1)
+    for name, array in metrics.items():
+        if np.ndim(array) > limit:
+            raise InvalidTensor(
+                f"metric {name!r} has {np.ndim(array) - lead + 1} dimensions; a job point's "
+                f"metrics have at most {MAX_ARRAY_DIMS - 1} (the history stacks points on "
+                "one more axis)"
+            )
+
+
 # --------------------------------------------------------------------------- query in
 
 
@@ -270,13 +299,21 @@ def reduced_npz_arrays(reduced: dict[str, Any], num_devices: int) -> dict[str, A
     """The arrays of an npz answer: the reduced values plus ``_num_devices``.
 
     Raises:
-      ReservedMetricName: a metric is named ``_num_devices``.
+      ReservedMetricName: a metric is named ``_num_devices``, or its name holds a NUL or
+        control character (zip member names end at a NUL: ``a\x00b`` would be read back
+        as ``a``, beside or over a metric really named ``a``).
     """
     if NUM_DEVICES_ARRAY in reduced:
         raise ReservedMetricName(
             f"{NUM_DEVICES_ARRAY!r} names the device count in npz answers; rename that "
             "metric, or ask for JSON"
         )
+    for name in reduced:
+        if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
+            raise ReservedMetricName(
+                f"metric name {name!r} holds a NUL or control character, which an npz "
+                "member name cannot carry; rename that metric, or ask for JSON"
+            )
     return {**reduced, NUM_DEVICES_ARRAY: np.int64(num_devices)}
 
 

@@ -14,6 +14,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from datarax.distributed._exact_reductions import (
+    FLOAT_EXACT,
+    all_finite,
+    int_mean_exact,
+    int_sum_exact,
+    int_sum_may_overflow,
+    scaled_mean,
+    scaled_sum,
+)
+
 REDUCE_OPS: tuple[str, ...] = ("mean", "sum", "max", "min")
 NAN_POLICIES: tuple[str, ...] = ("propagate", "omit", "raise")
 
@@ -26,7 +36,8 @@ class MetricsError(ValueError):
     Codes: ``unknown_reduce_op``, ``unknown_nan_policy``, ``non_finite_values``,
     ``weights_mismatch``, ``invalid_weights``, ``device_count_mismatch``,
     ``empty_metrics``, ``unknown_metric``, ``ragged_array`` (a list metric that is not
-    rectangular), ``nan_policy_traced`` (``nan_policy="raise"`` on a traced floating
+    rectangular), ``integer_overflow`` (an integer sum whose exact value does not fit the
+    result's dtype), ``nan_policy_traced`` (``nan_policy="raise"`` on a traced floating
     value) and ``unbound_axis_name`` (a collective outside ``pmap``/``shard_map``).
 
     Attributes:
@@ -203,7 +214,8 @@ def _check_weights(weights: Any, n: int | None) -> Any:
     if _is_traced(w):
         return w
     w = w.astype(np.float64)
-    if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+    # max, not sum: a sum of huge finite weights overflows (they are scaled by their max).
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.max() > 0:
         raise MetricsError(
             "invalid_weights",
             f"weights must be finite, >= 0 and not all zero, got {w.tolist()}.",
@@ -298,13 +310,134 @@ def _numpy_mean(x: np.ndarray, axis: int = 0) -> Any:
     return total.dtype.type(total / count)
 
 
-# np.sum/max/min on an ndarray are these ufunc reductions behind a Python wrapper.
+_SMALL = 64
+"""Up to this many devices, a 1-D integer metric is summed as Python integers."""
+_SUM_DTYPES = {"i": np.dtype(np.int64), "u": np.dtype(np.uint64)}
+_ACC_RANGE = {"i": (-(2**63), 2**63 - 1), "u": (0, 2**64 - 1)}
+
+
+def _integer_overflow(x: Any, outside: int, result: Any) -> MetricsError:
+    positions = max(1, int(np.prod(x.shape[1:])))
+    return MetricsError(
+        "integer_overflow",
+        f"the exact sum over {x.shape[0]} devices of {x.dtype} values does not fit "
+        f"{np.dtype(result)} ({np.iinfo(result).min}..{np.iinfo(result).max}) at {outside} "
+        f"of {positions} position(s); integer sums are exact or refused: send the values "
+        "as floats (a rounded sum), or sum fewer devices at a time.",
+    )
+
+
+def _numpy_sum(x: np.ndarray) -> Any:
+    """``np.add.reduce(x, axis=0)``, but exact or refused for integers and finite for
+    floats wherever the true sum is (see :mod:`datarax.distributed._exact_reductions`).
+    The common case costs one check: the dtype's range for small integers, the result's
+    finiteness for floats, one max and one min pass for 64-bit integers.
+
+    Raises:
+      MetricsError: ``integer_overflow``.
+    """
+    kind = x.dtype.kind
+    if kind in "iu":
+        if x.ndim == 1 and x.shape[0] <= _SMALL:
+            total = sum(x.tolist())  # exact Python integers: cheaper than any bound
+            acc = _SUM_DTYPES[kind]
+            if not _ACC_RANGE[kind][0] <= total <= _ACC_RANGE[kind][1]:
+                raise _integer_overflow(x, 1, acc)
+            return acc.type(total)
+        if not int_sum_may_overflow(x):
+            return np.add.reduce(x, axis=0)
+        out, outside = int_sum_exact(x)
+        if outside:
+            raise _integer_overflow(x, outside, out.dtype)
+        return out
+    out = np.add.reduce(x, axis=0)
+    if kind == "f" and not all_finite(out):
+        out = _finite_where_possible(out, scaled_sum(x))
+    return out
+
+
+def _safe_mean(x: np.ndarray) -> Any:
+    """:func:`_numpy_mean`, but from the exact sum for integers whose float64 sum could
+    lose bits, and finite for floats wherever the true mean is."""
+    kind = x.dtype.kind
+    if kind in "iu":
+        if x.ndim == 1 and x.shape[0] <= _SMALL:
+            # int / int is correctly rounded; equal to the float64 sum / n wherever that
+            # one is exact (every sum below 2**53).
+            return np.float64(sum(x.tolist()) / x.shape[0])
+        if not int_sum_may_overflow(x, -FLOAT_EXACT, FLOAT_EXACT):
+            return _numpy_mean(x)  # every partial sum is an exact float64 integer
+        out = int_mean_exact(x)
+        return out[()] if out.ndim == 0 else out
+    out = _numpy_mean(x)
+    if kind == "f" and not all_finite(out):
+        acc = np.float32 if x.dtype == np.float16 else None
+        out = _finite_where_possible(out, scaled_mean(x, x.shape[0], dtype=acc))
+    return out
+
+
+def _finite_where_possible(out: Any, fixed: Any) -> Any:
+    """``out`` where finite, else the overflow-free ``fixed`` (non-finite again where an
+    input was NaN or inf), in ``out``'s dtype."""
+    dtype = np.result_type(out)
+    merged = np.where(np.isfinite(out), out, fixed).astype(dtype)
+    return merged[()] if merged.ndim == 0 else merged
+
+
+def _jax_finite_where_possible(x: Any, out: Any, op: str) -> Any:
+    """A concrete JAX float sum or mean that overflowed where the true value is finite,
+    recomputed on ``x * 2**-k`` (as :func:`scaled_sum`/:func:`scaled_mean`). Costs one
+    check of the small result (a host read). Traced values keep XLA's plain reduction: a
+    second, always-computed reduction would change every compiled step that reduces
+    metrics (and its collectives); so do values this process cannot read whole."""
+    if _is_traced(out) or not jnp.issubdtype(out.dtype, jnp.floating):
+        return out
+    if not getattr(out, "is_fully_addressable", True):
+        return out  # a multi-host global value: bool() of it would need every process
+    if bool(jnp.all(jnp.isfinite(out))):
+        return out
+    k = max(1, (x.shape[0] - 1).bit_length())
+    total = jnp.sum(jnp.ldexp(x, -k), axis=0)
+    fixed = jnp.ldexp(total / x.shape[0] if op == "mean" else total, k).astype(out.dtype)
+    return jnp.where(jnp.isfinite(out), out, fixed)
+
+
+def _check_jax_int_sum(x: Any) -> None:
+    """Refuses a concrete JAX integer sum that would wrap (JAX sums in int32 without
+    ``jax_enable_x64``). Traced values cannot be inspected and keep JAX's modular
+    arithmetic; so do arrays this process cannot read whole (multi-host)."""
+    kind = np.dtype(x.dtype).kind
+    acc = jax.dtypes.canonicalize_dtype(np.int64 if kind == "i" else np.uint64)
+    info, bounds = np.iinfo(x.dtype), np.iinfo(acc)
+    n = x.shape[0]
+    if n * info.max <= bounds.max and n * info.min >= bounds.min:
+        return
+    if _is_traced(x) or not getattr(x, "is_fully_addressable", True):
+        return
+    host = np.asarray(x)
+    if not int_sum_may_overflow(host, bounds.min, bounds.max):
+        return
+    _, outside = int_sum_exact(host, bounds.min, bounds.max)
+    if outside:
+        raise _integer_overflow(x, outside, acc)
+
+
+# np.sum/max/min on an ndarray are these ufunc reductions behind a Python wrapper (sum
+# and mean with the overflow checks above).
 _NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {
-    "mean": _numpy_mean,
-    "sum": np.add.reduce,
+    "mean": _safe_mean,
+    "sum": _numpy_sum,
     "max": np.maximum.reduce,
     "min": np.minimum.reduce,
 }
+
+
+def _normalised(w: Any) -> Any:
+    """Weights scaled to sum to 1, by their maximum first: ``w / w.sum()`` alone is 0 for
+    ``[1e308, 1e308]`` (the sum overflows), and a weighted mean must not depend on the
+    weights' scale. ``max > 0`` holds for validated (and, by contract, traced) weights."""
+    w = w / w.max()
+    return w / w.sum()
 
 
 def _reduce_with(xp: Any, x: Any, op: str, w: Any, nan_policy: str) -> Any:
@@ -316,7 +449,7 @@ def _reduce_with(xp: Any, x: Any, op: str, w: Any, nan_policy: str) -> Any:
 
     if weighted:
         dtype = _mean_dtype(x)
-        wn = w / w.sum()  # float64 for NumPy (validated); normalising keeps it in range
+        wn = _normalised(w)  # float64 for NumPy (validated); in [0, 1], summing to 1
         wn = xp.asarray(wn).astype(dtype).reshape((-1,) + (1,) * (x.ndim - 1))
         if x.dtype != dtype:
             x = x.astype(dtype)
@@ -333,17 +466,27 @@ def _reduce_with(xp: Any, x: Any, op: str, w: Any, nan_policy: str) -> Any:
 
     if nan_policy != "omit" or not inexact:
         if xp is np:
-            return _NUMPY_REDUCTIONS[op](x, axis=0)
-        return {"mean": xp.mean, "sum": xp.sum, "max": xp.max, "min": xp.min}[op](x, axis=0)
+            return _NUMPY_REDUCTIONS[op](x)
+        if op == "sum" and not inexact:
+            _check_jax_int_sum(x)
+        out = {"mean": xp.mean, "sum": xp.sum, "max": xp.max, "min": xp.min}[op](x, axis=0)
+        if op in ("mean", "sum") and inexact:
+            out = _jax_finite_where_possible(x, out, op)
+        return out
 
     finite = xp.isfinite(x)
     count = xp.sum(finite, axis=0)
     fill = {"mean": 0, "sum": 0, "max": -xp.inf, "min": xp.inf}[op]
     kept = xp.where(finite, x, fill)
     if op == "mean":
-        out = xp.sum(kept, axis=0) / xp.where(count > 0, count, 1).astype(x.dtype)
+        denominator = xp.where(count > 0, count, 1).astype(x.dtype)
+        out = xp.sum(kept, axis=0) / denominator
+        if xp is np and x.dtype.kind == "f" and not all_finite(out):
+            out = _finite_where_possible(out, scaled_mean(kept, denominator))
     else:
         out = {"sum": xp.sum, "max": xp.max, "min": xp.min}[op](kept, axis=0)
+        if op == "sum" and xp is np and x.dtype.kind == "f" and not all_finite(out):
+            out = _finite_where_possible(out, scaled_sum(kept))
     return xp.where(count > 0, out, xp.nan).astype(x.dtype)
 
 
@@ -393,12 +536,20 @@ def _reduce_numpy_dict(
             if x.ndim == 0:
                 out[name] = x
                 continue
-            if plain and x.dtype.kind != "b":
-                value = _NUMPY_REDUCTIONS[ops[name]](x, axis=0)
-            else:
-                value = _reduce_with(np, x, ops[name], w, nan_policy)
+            try:
+                if plain and x.dtype.kind != "b":
+                    value = _NUMPY_REDUCTIONS[ops[name]](x)  # axis 0: the ufuncs' default
+                else:
+                    value = _reduce_with(np, x, ops[name], w, nan_policy)
+            except MetricsError as err:
+                raise named_error(err, name) from None
             out[name] = value[()] if type(value) is np.ndarray and value.ndim == 0 else value
     return out
+
+
+def named_error(err: MetricsError, name: str) -> MetricsError:
+    """``err`` with the metric it is about named first (kernels do not know names)."""
+    return MetricsError(err.code, f"metric {name!r}: {err.message}")
 
 
 def _reduce_leaf(x: Any, op: str | Callable[[Any], Any], w: Any, nan_policy: str) -> Any:

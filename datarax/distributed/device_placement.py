@@ -62,7 +62,8 @@ class BatchSizeRecommendation:
       optimal_batch_size: ``critical_batch_size`` rounded up to a multiple of 64.
       critical_batch_size: peak bf16 FLOP/s divided by memory bytes/s: the batch at
         which a bf16 matmul's arithmetic intensity (about ``B`` FLOPs per byte) reaches
-        the chip's roofline.
+        the chip's roofline (rounded up; upstream's own value where the two differ only
+        by rounding: TPU v5e 240, H100 298, see ``_UPSTREAM_CRITICAL``).
       max_memory_batch_size: the largest batch that fits, when known (``None`` here: it
         depends on the model).
       notes: where the numbers come from.
@@ -88,6 +89,19 @@ _CHIPS: dict[HardwareType, tuple[float, float, str]] = {
     HardwareType.V100: (125e12, 900e9, "https://www.nvidia.com/en-us/data-center/v100/"),
 }
 
+# Where the datasheet ratio and upstream datarax's table (src/datarax/distributed/
+# device_placement.py, _BATCH_SIZE_RECOMMENDATIONS) differ only by rounding, upstream's
+# critical batch size is kept, so code and tests written for upstream see its numbers:
+#   TPU v5e: 197e12 / 819e9 = 240.5; upstream (and the scaling book, with 820 GB/s) 240.
+#   H100:    989e12 / 3.35e12 = 295.2; upstream 298 (about 1e15 / 3.35e12).
+# The datasheet figure stays in the recommendation's notes. Chips whose upstream value is
+# a different estimate, not a rounding (v5p 480 vs 166, v4 192 vs 230, A100 240 vs 154,
+# V100 96 vs 139), keep the datasheet ratio (README, "Differences from upstream").
+_UPSTREAM_CRITICAL: dict[HardwareType, int] = {
+    HardwareType.TPU_V5E: 240,
+    HardwareType.H100: 298,
+}
+
 # No datasheet roofline applies to a host CPU or an unknown chip: upstream datarax's
 # values for them (src/datarax/distributed/device_placement.py), kept as they are.
 _FALLBACK: dict[HardwareType, BatchSizeRecommendation] = {
@@ -104,14 +118,16 @@ def _recommendation(hardware: HardwareType) -> BatchSizeRecommendation:
     if hardware in _FALLBACK:
         return _FALLBACK[hardware]
     flops, bandwidth, source = _CHIPS[hardware]
-    critical = math.ceil(flops / bandwidth)
+    ratio = flops / bandwidth
+    critical = _UPSTREAM_CRITICAL.get(hardware, math.ceil(ratio))
+    kept = f"; {critical} as upstream datarax" if hardware in _UPSTREAM_CRITICAL else ""
     return BatchSizeRecommendation(
         min_batch_size=max(1, critical // 4),
         optimal_batch_size=math.ceil(critical / 64) * 64,
         critical_batch_size=critical,
         notes=(
             f"{hardware.value}: {flops / 1e12:g} TFLOP/s bf16 / "
-            f"{bandwidth / 1e9:g} GB/s = {critical} ({source})"
+            f"{bandwidth / 1e9:g} GB/s = {ratio:.1f}{kept} ({source})"
         ),
     )
 
@@ -167,7 +183,7 @@ class DevicePlacement:
       >>> placement = DevicePlacement()
       >>> x = placement.place_on_device(np.ones((4, 8), np.float32))  # doctest: +SKIP
       >>> placement.get_batch_size_recommendation(HardwareType.H100).critical_batch_size
-      296
+      298
     """
 
     def __init__(self, default_device: jax.Device | None = None) -> None:
@@ -176,8 +192,10 @@ class DevicePlacement:
                 f"default_device must be a jax.Device, got {type(default_device).__name__}; "
                 "pass e.g. jax.devices()[0]"
             )
-        self._default_device = default_device
-        self._hardware: HardwareType | None = None
+        # Nothing is looked up here (upstream constructs lazily too, and its tests check
+        # these two attributes): the first use of default_device/hardware_type fills them.
+        self._default_device: jax.Device | None = default_device
+        self._hardware_type_cache: HardwareType | None = None
 
     @property
     def default_device(self) -> jax.Device:
@@ -189,9 +207,9 @@ class DevicePlacement:
     @property
     def hardware_type(self) -> HardwareType:
         """The detected hardware of the default device (platform and ``device_kind``)."""
-        if self._hardware is None:
-            self._hardware = _detect(self.default_device)
-        return self._hardware
+        if self._hardware_type_cache is None:
+            self._hardware_type_cache = _detect(self.default_device)
+        return self._hardware_type_cache
 
     @property
     def num_devices(self) -> int:
@@ -340,7 +358,7 @@ def get_batch_size_recommendation(
 
     Example:
       >>> get_batch_size_recommendation(HardwareType.TPU_V5E).critical_batch_size
-      241
+      240
     """
     return DevicePlacement().get_batch_size_recommendation(hardware_type)
 

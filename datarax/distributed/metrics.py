@@ -9,10 +9,9 @@ scalar, ``per_class: [n_devices, k]`` to ``[k]``. Two families:
   where a device axis sharded over ``'data'`` makes XLA insert the all-reduce.
 * Collective reductions (:func:`reduce_mean_collective`, :func:`reduce_sum_collective`,
   :func:`all_gather`) call ``lax.pmean``/``psum``/``all_gather`` and are only valid
-  inside ``jax.pmap`` or ``jax.shard_map`` with a matching ``axis_name``.
-
   inside ``jax.pmap`` or ``jax.shard_map`` with a matching ``axis_name``; they live in
   :mod:`datarax.distributed.collectives` and are re-exported here.
+
 The backend is chosen per leaf: ``np.ndarray`` in, NumPy out, computed with NumPy (no
 ``jnp``, no ``device_put``, so a process that only reduces NumPy arrays never starts a
 JAX backend); ``jax.Array`` or tracer in, ``jax.Array`` out. NumPy scalar results are
@@ -27,6 +26,24 @@ Dtypes: ``sum``/``max``/``min`` keep integer kinds (``sum`` widens small integer
 NumPy/JAX do: ``int64`` for NumPy, JAX's default int for JAX); bools count as integers.
 ``mean`` keeps floating dtypes (float32 stays float32) and turns integers and bools into
 float64 (NumPy) or JAX's default float (float32 unless ``jax_enable_x64``).
+
+Numbers never wrap (see :mod:`datarax.distributed._exact_reductions`):
+
+- Integer sums are exact or refused: a sum whose exact value does not fit the result
+  dtype (``int64``/``uint64`` for NumPy, JAX's default int without x64) is a
+  :class:`MetricsError` ``integer_overflow``, never the wrapped value (``[2**63 - 1, 1]``
+  is not ``-2**63``). Checked by bounds first (the dtype alone for small integers, one
+  max/min pass for 64-bit ones), exactly only when the bounds cannot rule it out. The
+  mean of integers is computed from the exact sum (within one ulp of the exact mean);
+  ``max``/``min`` are exact anyway; a weighted mean converts the values to float64.
+  Traced integer sums (inside ``jit``) cannot be inspected and keep JAX's modular
+  arithmetic, as do JAX arrays this process cannot read whole.
+- Float sums and means are finite wherever the true result is: where the plain result is
+  not finite, it is recomputed on values scaled by ``2**-k`` (``2**k >= n_devices``), so
+  the mean of ``[1e308, 1e308]`` is ``1e308``; NaN and inf inputs still propagate (NumPy,
+  and concrete JAX arrays; traced ones keep XLA's plain reduction).
+- Weighted means are scale-invariant: weights are divided by their maximum, then by their
+  sum, so ``[1e308, 1e308]`` weighs like ``[1, 1]``.
 
 ``nan_policy``: ``"propagate"`` (plain arithmetic; NumPy floating-point warnings are
 silenced, non-finite results show in the values), ``"omit"`` (NaN and ±inf entries are
@@ -70,6 +87,7 @@ from datarax.distributed._reduce_kernels import (
     _reduce_array,
     _reduce_numpy_dict,
     _validate,
+    named_error,
 )
 from datarax.distributed.collectives import (
     all_gather,
@@ -124,6 +142,7 @@ def reduce_over_devices(
 
     Raises:
       MetricsError: codes ``unknown_reduce_op``, ``unknown_nan_policy``,
+        ``integer_overflow`` (an integer sum that does not fit its dtype),
         ``invalid_weights`` (also weights with an op other than mean),
         ``weights_mismatch``, ``empty_metrics`` (0 devices), ``ragged_array``,
         ``non_finite_values``, ``nan_policy_traced``.
@@ -191,7 +210,8 @@ def reduce_sum(metrics: PyTree, *, nan_policy: NanPolicy = "propagate") -> PyTre
       The same structure with each leaf reduced to ``[...]``; integers stay integers.
 
     Raises:
-      MetricsError: as :func:`reduce_mean`, without the weights codes.
+      MetricsError: as :func:`reduce_mean`, without the weights codes; and
+        ``integer_overflow`` for an integer sum whose exact value does not fit its dtype.
     """
     prepared, w = _validate(metrics, None, nan_policy)
     return _apply(prepared, "sum", w, nan_policy)
@@ -234,8 +254,9 @@ def reduce_custom(
 
     Raises:
       MetricsError: ``unknown_reduce_op`` (an op string not in ``REDUCE_OPS``),
-        ``unknown_metric`` (a ``reduce_fn`` name missing from ``metrics``), plus the
-        codes of :func:`reduce_mean`.
+        ``unknown_metric`` (a ``reduce_fn`` name missing from ``metrics``),
+        ``integer_overflow`` (a ``"sum"`` metric; the message names it), plus the codes
+        of :func:`reduce_mean`.
 
     Example:
       >>> reduce_custom(
@@ -278,9 +299,15 @@ def reduce_custom(
     if _flat_numpy_dict(prepared) and (w is None or type(w) is np.ndarray):
         if all(type(op) is str for op in ops.values()):
             return _reduce_numpy_dict(prepared, ops, w, nan_policy)
-    return {
-        k: v if ops[k] is None else _apply(v, ops[k], w, nan_policy) for k, v in prepared.items()
-    }
+    out: dict[str, Any] = {}
+    for k, v in prepared.items():
+        try:
+            out[k] = v if ops[k] is None else _apply(v, ops[k], w, nan_policy)
+        except MetricsError as err:
+            if err.code != "integer_overflow":
+                raise
+            raise named_error(err, str(k)) from None
+    return out
 
 
 def collect_from_devices(metrics: Mapping[str, Any]) -> dict[str, Any]:

@@ -78,8 +78,9 @@ def test_device_placement_class_methods():
 @pytest.mark.parametrize(
     ("hardware", "critical", "optimal"),
     [
-        (HardwareType.TPU_V5E, 241, 256),  # scaling book's "240" (197e12 / 8.2e11)
-        (HardwareType.H100, 296, 320),
+        # Upstream datarax's values where the datasheet ratio differs only by rounding:
+        (HardwareType.TPU_V5E, 240, 256),  # 197e12 / 819e9 = 240.5 (scaling book: 240)
+        (HardwareType.H100, 298, 320),  # 989e12 / 3.35e12 = 295.2
         (HardwareType.H200, 207, 256),
         (HardwareType.A100, 154, 192),
     ],
@@ -90,6 +91,31 @@ def test_batch_size_recommendation_from_datasheets(hardware, critical, optimal):
     assert isinstance(rec, BatchSizeRecommendation)
     assert rec.critical_batch_size == critical and rec.optimal_batch_size == optimal
     assert rec.min_batch_size == critical // 4 and "https://" in rec.notes
+
+
+def test_batch_size_notes_keep_the_datasheet_derivation():
+    assert (
+        "= 295.2; 298 as upstream datarax" in get_batch_size_recommendation(HardwareType.H100).notes
+    )
+    assert (
+        "= 240.5; 240 as upstream datarax"
+        in get_batch_size_recommendation(HardwareType.TPU_V5E).notes
+    )
+    assert "as upstream" not in get_batch_size_recommendation(HardwareType.H200).notes
+
+
+def test_construction_is_lazy_and_first_use_resolves(monkeypatch):
+    import datarax.distributed.device_placement as module
+
+    calls = []
+    real = module.jax.devices
+    monkeypatch.setattr(module.jax, "devices", lambda *a: calls.append(a) or real(*a))
+    placement = DevicePlacement(None)
+    assert calls == [] and placement._default_device is None
+    assert placement._hardware_type_cache is None
+    assert placement.hardware_type is HardwareType.CPU  # resolves the device, once
+    assert len(calls) == 1 and placement.default_device is real()[0]
+    assert placement._hardware_type_cache is HardwareType.CPU and len(calls) == 1
 
 
 def test_batch_size_recommendation_detects_cpu_and_rejects_strings():

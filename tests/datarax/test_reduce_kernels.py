@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from datarax.distributed._reduce_kernels import _numpy_mean
+from datarax.distributed._reduce_kernels import _numpy_mean, _numpy_sum, _safe_mean
 from datarax.distributed.metrics import reduce_custom, reduce_over_devices
 from tests.datarax.support import N, stacked
 
@@ -61,3 +61,21 @@ def test_flat_dict_fast_path_is_bit_identical_to_numpy(op, nan_policy):
         assert type(got) is type(ref), name
         assert np.asarray(got).dtype == np.asarray(ref).dtype, name
         assert np.asarray(got).tobytes() == np.asarray(ref).tobytes(), name
+
+
+INT_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES + ["float16", "float32", "float64"])
+@pytest.mark.parametrize("shape", [(1,), (N,), (64,), (65,), (N, 5), (300, 2)], ids=str)
+def test_checked_sum_and_mean_equal_numpy_where_nothing_overflows(dtype, shape):
+    # The overflow checks (Python integers up to 64 devices, bounds beyond) must answer
+    # exactly as NumPy wherever NumPy's own answer is right: same type, dtype and bits.
+    x = stacked(shape, dtype)
+    if dtype.startswith("u"):
+        x = np.abs(stacked(shape, "int64")).astype(dtype)
+    for checked, reference in ((_numpy_sum, np.sum), (_safe_mean, np.mean)):
+        ref = reference(x, axis=0)
+        out = checked(x)
+        assert type(out) is type(ref) and np.asarray(out).dtype == np.asarray(ref).dtype
+        assert np.asarray(out).tobytes() == np.asarray(ref).tobytes(), (checked, dtype, shape)
