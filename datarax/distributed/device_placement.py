@@ -96,7 +96,7 @@ _CHIPS: dict[HardwareType, tuple[float, float, str]] = {
 #   H100:    989e12 / 3.35e12 = 295.2; upstream 298 (about 1e15 / 3.35e12).
 # The datasheet figure stays in the recommendation's notes. Chips whose upstream value is
 # a different estimate, not a rounding (v5p 480 vs 166, v4 192 vs 230, A100 240 vs 154,
-# V100 96 vs 139), keep the datasheet ratio (README, "Differences from upstream").
+# V100 96 vs 139), keep the datasheet ratio (docs/UPSTREAM.md).
 _UPSTREAM_CRITICAL: dict[HardwareType, int] = {
     HardwareType.TPU_V5E: 240,
     HardwareType.H100: 298,
