@@ -12,8 +12,16 @@ from starlette.responses import Response
 from app.deps import BearerDoc, JsonBody, RuntimeDep, StoreDep, TelemetryDep
 from app.openapi import MeshId, problem_responses
 from app.routing import json_response
-from app.schemas.meshes import PLAN_REQUEST_EXAMPLE, MeshPlan, MeshPlanList, MeshPlanRequest
+from app.schemas.meshes import (
+    PLAN_REQUEST_EXAMPLE,
+    MeshPlan,
+    MeshPlanList,
+    MeshPlanRequest,
+    MeshPlanSummary,
+)
 from app.services import meshes
+from app.services.heavy_work import heavy_work
+from app.services.layout_svg import parse_scope
 
 router = APIRouter(tags=["meshes"])
 
@@ -39,7 +47,7 @@ _ABSTRACT_EXAMPLE = {
             "description": "the stored plan; Location: /v1/meshes/{id}",
             "headers": {"Location": {"schema": {"type": "string"}}},
         },
-        **problem_responses(401, 413, 415, 422, 503, 504),
+        **problem_responses(401, 413, 415, 422, 499, 503, 504),
     },
 )
 async def create_mesh(
@@ -55,6 +63,7 @@ async def create_mesh(
     store: StoreDep,
     runtime: RuntimeDep,
     telemetry: TelemetryDep,
+    request: Request,
 ) -> Response:
     """Plans a mesh, stores it and answers it (201, ``Location`` header).
 
@@ -68,9 +77,22 @@ async def create_mesh(
     ``invalid_axis_name``, ``invalid_axis_size``, ``multiple_auto_axes``,
     ``axes_product_mismatch``, ``not_enough_devices``, ``batch_not_divisible`` (nearest
     valid sizes in the detail), ``unknown_batch_axis``, ``duplicate_batch_axis``,
-    ``invalid_batch_shape``, ``validation_error``, ``invalid_json``.
+    ``invalid_batch_shape``, ``validation_error``, ``invalid_json``, ``too_many_devices``
+    (a hardware cluster above 262,144 devices, the ``num_devices`` cap),
+    ``answer_too_large``.
+
+    Plans over 4,096 devices are heavy work: at most ``DATARAX_HEAVY_WORKERS`` at once and
+    ``DATARAX_HEAVY_QUEUE`` waiting (then 503 ``busy`` with ``Retry-After``); one whose
+    client disconnects is abandoned.
     """
-    plan = await meshes.create_plan(body, store, runtime)
+    plan = await meshes.create_plan(
+        body,
+        store,
+        runtime,
+        lane=heavy_work(request.app),
+        client_gone=request.is_disconnected,
+        max_answer_bytes=request.app.state.settings.max_answer_bytes,
+    )
     telemetry.plans_created.labels(kind="live" if plan.live else "abstract").inc()
     return json_response(plan.body, 201, {"Location": f"/v1/meshes/{plan.id}"})
 
@@ -117,12 +139,27 @@ async def list_meshes(
     summary="Read a plan",
     response_class=Response,
     responses={
-        200: {"model": MeshPlan, "description": "the stored plan"},
+        200: {
+            "model": MeshPlan | MeshPlanSummary,
+            "description": "the stored plan (view=summary: without device_grid and shards)",
+        },
         **problem_responses(404),
     },
 )
-async def get_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
+async def get_mesh(
+    mesh_id: MeshId,
+    store: StoreDep,
+    view: Annotated[
+        Literal["full", "summary"],
+        Query(
+            description="full (default): the plan as answered when created; summary: "
+            "without device_grid and shards (what GET /v1/meshes lists)"
+        ),
+    ] = "full",
+) -> Response:
     """The stored plan, exactly as it was answered when created. 404 ``mesh_not_found``."""
+    if view == "summary":
+        return json_response(await meshes.get_plan_summary(store, mesh_id))
     return json_response(await meshes.get_plan(store, mesh_id))
 
 
@@ -140,6 +177,12 @@ async def delete_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
     return Response(status_code=204)
 
 
+_LayoutRange = Annotated[
+    str | None,
+    Query(max_length=19, description="N or N-M (inclusive): draw only these devices"),
+]
+
+
 @router.get(
     "/v1/meshes/{mesh_id}/layout.svg",
     summary="Draw a plan",
@@ -149,11 +192,24 @@ async def delete_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
             "content": {"image/svg+xml": {"schema": {"type": "string"}}},
             "description": "the device grid coloured by batch slice",
         },
-        **problem_responses(404),
+        **problem_responses(404, 422),
     },
 )
-async def get_mesh_layout(mesh_id: MeshId, store: StoreDep) -> Response:
+async def get_mesh_layout(
+    mesh_id: MeshId,
+    store: StoreDep,
+    slice: _LayoutRange = None,
+    host: _LayoutRange = None,
+    process: _LayoutRange = None,
+    positions: _LayoutRange = None,
+) -> Response:
     """An SVG of the device grid: every device labelled with its id and mesh coordinates,
     coloured by the batch slice it holds (replicas share a colour), with axis names and a
-    legend. Meshes over 1,024 devices show their first rows and columns."""
-    return Response(await meshes.layout_svg(store, mesh_id), media_type="image/svg+xml")
+    legend. Over 256 devices, a summary grid of at most 64 blocks (slices, hosts,
+    processes, rows of the leading axes or runs of devices), each a link to the picture of
+    its own devices (``?slice=3``). ``slice``, ``host``, ``process`` and ``positions``
+    (mesh order) each take ``N`` or ``N-M`` and draw only the devices they select; one
+    that selects none is 422 ``validation_error``."""
+    scope = parse_scope({"slice": slice, "host": host, "process": process, "positions": positions})
+    svg = await meshes.layout_svg(store, mesh_id, scope)
+    return Response(svg, media_type="image/svg+xml")

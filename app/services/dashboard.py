@@ -79,15 +79,20 @@ def asset_names() -> frozenset[str]:
     return frozenset(names)
 
 
-@functools.cache
 def load_asset(name: str) -> Asset | None:
     """The asset at ``name`` (see :func:`asset_names`), or None when there is none.
 
     Costs up to ~0.3 s the first time for the largest file (gzip level 9); call it off the
-    event loop.
+    event loop. Only packaged names are cached (a cache keyed by any requested name
+    would grow with every distinct path a client asks for).
     """
     if name not in asset_names():
         return None
+    return _load_known_asset(name)
+
+
+@functools.cache
+def _load_known_asset(name: str) -> Asset:
     body = resources.files("app.dashboard").joinpath(name).read_bytes()
     media_type = _media_type(name)
     if name.endswith(".html") and name.startswith("static/"):

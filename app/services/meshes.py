@@ -6,7 +6,9 @@ Plain async functions over the store and the runtime client; the arithmetic is
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio.to_thread
@@ -15,13 +17,21 @@ from pydantic import ValidationError
 
 from app.errors import AnswerTooLarge, MeshNotFound, ServiceError, WorkerLost, from_library
 from app.ids import new_plan_id, utc_now
+from app.request_context import check_answer_size
 from app.runtime_client import RuntimeClient
 from app.schemas.base import optimizer_name
 from app.schemas.meshes import MeshPlanRequest, MlpModel
-from app.services.hardware import hardware_plan_request, render_hardware_plan
+from app.services.hardware import (
+    check_cluster_size,
+    hardware_plan_request,
+    render_hardware_plan,
+)
+from app.services.heavy_work import LARGE_PLAN_DEVICES, HeavyWork
 from app.services.layout_svg import render_layout_svg
 from app.services.plans import (
+    Devices,
     PlanRequest,
+    RenderedPlan,
     abstract_devices,
     check_plan_request,
     live_devices,
@@ -95,8 +105,33 @@ def _from_maxtext(body: MeshPlanRequest) -> MeshPlanRequest:
         ) from None
 
 
-async def create_plan(body: MeshPlanRequest, store: Store, runtime: RuntimeClient) -> CreatedPlan:
+async def _render(
+    work: Callable[[Callable[[], bool] | None], RenderedPlan],
+    devices: int | None,
+    lane: HeavyWork | None,
+    client_gone: Callable[[], Awaitable[bool]] | None,
+) -> RenderedPlan:
+    """Renders on the heavy lane when the plan is large (more than
+    :data:`~app.services.heavy_work.LARGE_PLAN_DEVICES` devices), else on a plain thread."""
+    if lane is not None and devices is not None and devices > LARGE_PLAN_DEVICES:
+        return await lane.run(f"plan of {devices} devices", work, client_gone)
+    return await anyio.to_thread.run_sync(lambda: work(None))
+
+
+async def create_plan(
+    body: MeshPlanRequest,
+    store: Store,
+    runtime: RuntimeClient,
+    *,
+    lane: HeavyWork | None = None,
+    client_gone: Callable[[], Awaitable[bool]] | None = None,
+    max_answer_bytes: int | None = None,
+) -> CreatedPlan:
     """Plans a mesh and stores it durably.
+
+    Plans over more than ``LARGE_PLAN_DEVICES`` devices render on ``lane`` (the heavy
+    lane: bounded, abandoned when ``client_gone`` answers true); ``max_answer_bytes``
+    refuses a plan whose text would pass it before it is written.
 
     ``hardware`` given: an abstract plan over all the devices of that cluster, in JAX's
     order for the hardware (:mod:`app.services.hardware`). ``num_devices`` given: an
@@ -107,6 +142,8 @@ async def create_plan(body: MeshPlanRequest, store: Store, runtime: RuntimeClien
     Raises:
       PlanError: the library's plan codes.
       WorkerLost: a live plan while the runtime is not ready.
+      ServiceError: ``too_many_devices``, ``answer_too_large``, and the heavy lane's
+        ``busy``, ``request_abandoned``, ``shutting_down``.
     """
     if body.maxtext is not None:
         body = _from_maxtext(body)
@@ -120,17 +157,28 @@ async def create_plan(body: MeshPlanRequest, store: Store, runtime: RuntimeClien
     plan_id, created_at = new_plan_id(), utc_now()
     if body.hardware is not None:
         hardware_request = hardware_plan_request(body)
-        rendered = await anyio.to_thread.run_sync(
-            lambda: render_hardware_plan(hardware_request, plan_id=plan_id, created_at=created_at)
+        cluster = check_cluster_size(hardware_request)  # before it waits for a slot
+        rendered = await _render(
+            lambda stop: render_hardware_plan(
+                hardware_request,
+                plan_id=plan_id,
+                created_at=created_at,
+                should_stop=stop,
+                max_bytes=max_answer_bytes,
+            ),
+            cluster,
+            lane,
+            client_gone,
         )
+        check_answer_size(len(rendered.body), "the plan")  # refused: nothing stored
         await store.insert_plan(
             plan_id, created_at, body.name, False, rendered.body, rendered.summary
         )
         return CreatedPlan(id=plan_id, body=rendered.body, live=False)
     request = plan_request(body)
+    devices: Devices | None = None  # abstract: built with the plan, off the event loop
     if body.num_devices is not None:
         axes = resolve_axes(body.axes, body.num_devices, exact=True)
-        devices = abstract_devices(axes, body.platform)
     else:
         info = runtime.device_info()
         if info is None:
@@ -145,13 +193,24 @@ async def create_plan(body: MeshPlanRequest, store: Store, runtime: RuntimeClien
         devices = live_devices(axes, answer, available)
         if body.platform is not None:
             devices.notes.append("platform is ignored for live plans (the runtime reports it)")
-    rendered = await anyio.to_thread.run_sync(
-        lambda: render_plan(request, axes, devices, plan_id=plan_id, created_at=created_at)
+    rendered = await _render(
+        lambda stop: render_plan(
+            request,
+            axes,
+            devices if devices is not None else abstract_devices(axes, body.platform),
+            plan_id=plan_id,
+            created_at=created_at,
+            should_stop=stop,
+            max_bytes=max_answer_bytes,
+        ),
+        math.prod(axes.values()),
+        lane,
+        client_gone,
     )
-    await store.insert_plan(
-        plan_id, created_at, body.name, devices.live, rendered.body, rendered.summary
-    )
-    return CreatedPlan(id=plan_id, body=rendered.body, live=devices.live)
+    check_answer_size(len(rendered.body), "the plan")  # refused: nothing stored
+    live = devices is not None
+    await store.insert_plan(plan_id, created_at, body.name, live, rendered.body, rendered.summary)
+    return CreatedPlan(id=plan_id, body=rendered.body, live=live)
 
 
 async def list_plans(
@@ -194,25 +253,44 @@ async def delete_plan(store: Store, mesh_id: str) -> None:
     """Forgets a plan. Raises MeshNotFound when there is none."""
     if not await store.delete_plan(mesh_id):
         raise MeshNotFound(f"no mesh plan with id {mesh_id!r}")
-    _SVG_CACHE.pop(mesh_id, None)
+    for key in [k for k in _SVG_CACHE if k.startswith(mesh_id + "?")]:
+        _SVG_CACHE.pop(key, None)
 
 
 _SVG_CACHE: OrderedDict[str, str] = OrderedDict()
 _SVG_CACHE_ENTRIES = 32
 """Pictures kept per process: a stored plan never changes, and drawing a 65,536-device
-plan costs ~1.5 s (parse 0.5 s, draw 1 s) against ~0.2 MB per kept picture."""
+plan costs ~0.5 s (parse ~0.3 s, draw ~0.15 s per scope) against ~0.2 MB per kept picture."""
 
 
-async def layout_svg(store: Store, mesh_id: str) -> str:
-    """The plan's layout picture (SVG text), drawn off the event loop once per plan (plans
-    are immutable; the last ``_SVG_CACHE_ENTRIES`` pictures are kept)."""
-    cached = _SVG_CACHE.get(mesh_id)
+async def get_plan_summary(store: Store, mesh_id: str) -> str:
+    """The stored plan's summary: every member but ``device_grid`` and ``shards`` (~1 KB
+    where the full 65,536-device plan is ~12 MB; what the dashboard's plan page reads).
+
+    Raises:
+      MeshNotFound: no plan with that id.
+    """
+    text = await store.get_plan_summary(mesh_id)
+    if text is None:
+        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
+    return text
+
+
+async def layout_svg(
+    store: Store, mesh_id: str, scope: dict[str, tuple[int, int]] | None = None
+) -> str:
+    """The plan's layout picture (SVG text) of ``scope`` (see
+    :func:`app.services.layout_svg.parse_scope`; None: every device), drawn off the event
+    loop once per plan and scope (plans are immutable; the last ``_SVG_CACHE_ENTRIES``
+    pictures are kept)."""
+    key = mesh_id + "?" + repr(sorted((scope or {}).items()))
+    cached = _SVG_CACHE.get(key)
     if cached is not None:
-        _SVG_CACHE.move_to_end(mesh_id)
+        _SVG_CACHE.move_to_end(key)
         return cached
     text = await get_plan(store, mesh_id)
-    svg = await anyio.to_thread.run_sync(lambda: render_layout_svg(orjson.loads(text)))
-    _SVG_CACHE[mesh_id] = svg
+    svg = await anyio.to_thread.run_sync(lambda: render_layout_svg(orjson.loads(text), scope))
+    _SVG_CACHE[key] = svg
     while len(_SVG_CACHE) > _SVG_CACHE_ENTRIES:
         _SVG_CACHE.popitem(last=False)
     return svg

@@ -2,8 +2,11 @@
 Playwright, against the real ``datarax-serve`` with real data made through the API.
 
 Runs when ``/usr/bin/chromium`` (or ``DATARAX_CHROMIUM``) and Playwright are there; skips
-loudly when not, and fails when ``CI=true`` (.ci/run installs Chromium). Screenshots go to
-each test's temp dir, for a person to look at.
+loudly when not (one line; ``make test`` installs Chromium where it can), and fails when
+``CI=true``. Screenshots go to each test's temp dir (or to ``DATARAX_SCREENSHOTS`` when
+set), for a person to look at: every page at 1280x800 and at 390x844 (a phone).
+
+Timings are measured and printed (``-s`` shows them), never asserted.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import warnings
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -34,16 +36,22 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 TOKEN = "dashboard-test-token"
+SHOTS = os.environ.get("DATARAX_SCREENSHOTS")
+VIEWPORTS = {"desktop": (1280, 800), "phone": (390, 844)}
+LAGGING_SOURCE = "h2"
 JOB_STEPS = 100_000
 BATCH = 1000  # points per batch push: the contract's maximum
 PAGE_READY_MS = 30_000
 
 
 def _need(what: str) -> None:
-    message = f"browser tests need {what}; install it (.ci/run does: apt-get install chromium)"
+    # One line in pytest's -ra summary (a warning here would be an error: filterwarnings=error).
+    message = (
+        f"browser tests need {what}; `make test` installs it as root, "
+        "or: sudo apt-get install -y chromium"
+    )
     if os.environ.get("CI") == "true":
         pytest.fail(message + " -- CI=true, so this is a failure, not a skip")
-    warnings.warn(message, stacklevel=2)
     pytest.skip("LOUD SKIP: " + message)
 
 
@@ -84,6 +92,40 @@ def _push_job(client: httpx.Client, job: str, steps: int) -> str:
         answer = client.post(batch_path, json={"points": points})
         assert answer.status_code in (200, 201), answer.text[:500]
     return job
+
+
+def _push_lagging_job(client: httpx.Client, job: str) -> str:
+    """Four hosts push steps 0..11; host h2 stopped after step 5 (steps 6..11 wait for it)."""
+    for step in range(12):
+        for host in range(4):
+            if f"h{host}" == LAGGING_SOURCE and step > 5:
+                continue
+            answer = client.post(
+                f"/v1/jobs/{job}/metrics",
+                json={"step": step, "source": f"h{host}", "sources": 4,
+                      "metrics": {"loss": [1.0 + host, 2.0]}},
+            )  # fmt: skip
+            assert answer.status_code in (200, 201), answer.text
+    return job
+
+
+def _push_tiny_job(client: httpx.Client, job: str) -> str:
+    """A learning rate from -1.25e-4 to 5e-4: y-axis labels like "-1e-4" must not be cut."""
+    points = [
+        {"step": i, "metrics": {"lr": [-1.25e-4 + 6.25e-4 * i / 199] * 2}} for i in range(200)
+    ]
+    answer = client.post(f"/v1/jobs/{job}/metrics/batch", json={"points": points})
+    assert answer.status_code in (200, 201), answer.text
+    return job
+
+
+@pytest.fixture(scope="module")
+def open_service(tmp_path_factory):
+    """A server without a token and without data: the empty, open dashboard."""
+    tmp = tmp_path_factory.mktemp("dashboard-open")
+    with ServiceProcess(tmp / "datarax.sqlite", tmp / "server.log") as server:
+        server.wait_ready()
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +187,8 @@ def service(tmp_path_factory):
             )
             assert ran.status_code == 200, ran.text
             data["job"] = _push_job(client, "train-100k", JOB_STEPS)
+            data["lagging"] = _push_lagging_job(client, "multi-host")
+            data["tiny"] = _push_tiny_job(client, "tiny-lr")
         server.data = data
         yield server
 
@@ -186,6 +230,15 @@ def page(browser):
     context.close()
 
 
+def _shot(page, tmp_path: Path, name: str) -> Path:
+    """A full-page screenshot, into DATARAX_SCREENSHOTS when set (else the test's dir)."""
+    folder = Path(SHOTS) if SHOTS else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    page.screenshot(path=path, full_page=True)
+    return path
+
+
 def _open(page, url: str) -> None:
     page.goto(url)
     page.wait_for_selector("body[data-ready]", timeout=PAGE_READY_MS)
@@ -208,38 +261,107 @@ def test_home_lists_plans_newest_first_and_searches(page, service, tmp_path):
     page.watch.assert_clean()
 
 
+def _open_timed(page, url: str) -> dict:
+    """Opens a plan page; its wall time and the page's own marks (ms since navigation):
+    ``shown`` when the plan's facts and tables are on the page, ``drawn`` when the picture
+    is."""
+    started = time.perf_counter()
+    _open(page, url)
+    page.wait_for_selector("#layout", timeout=PAGE_READY_MS)
+    wall = time.perf_counter() - started
+    marks = page.evaluate(
+        "() => [Number(document.body.dataset.shownMs), "
+        "Number(document.querySelector('#layout-box').dataset.drawnMs)]"
+    )
+    return {"wall_s": wall, "shown_s": marks[0] / 1000, "drawn_s": marks[1] / 1000}
+
+
+def _block_labels(page) -> list[str]:
+    return page.eval_on_selector_all(
+        "#layout a.block", "as => as.map(a => a.querySelector('text').textContent)"
+    )
+
+
 def test_the_65536_device_plan_page(page, service, tmp_path):
     pod = service.data["pod"]
-    started = time.perf_counter()
-    _open(page, f"{service.base_url}/plans/{pod['id']}")
-    page.wait_for_function(
-        "() => { const i = document.querySelector('#layout'); return i && i.complete "
-        "&& i.naturalHeight > 0; }",
-        timeout=PAGE_READY_MS,
+    url = f"{service.base_url}/plans/{pod['id']}"
+    cold = _open_timed(page, url)  # the first view draws the picture on the server
+    warm = _open_timed(page, url)
+    # The issue's bound is 1.5 s; measured here, not asserted (house rule): printed for
+    # the report and the benchmarks.
+    print(
+        f"\n65,536-device plan page: cold {cold['wall_s']:.2f} s wall (facts shown at "
+        f"{cold['shown_s']:.2f} s, picture at {cold['drawn_s']:.2f} s); warm "
+        f"{warm['wall_s']:.2f} s wall (shown {warm['shown_s']:.2f} s, picture "
+        f"{warm['drawn_s']:.2f} s)"
     )
-    opened_s = time.perf_counter() - started
-    page.screenshot(path=tmp_path / "plan-65536.png", full_page=True)
+    _shot(page, tmp_path, "plan-65536")
     axes = page.inner_text("#axes")
     for axis in pod["axes_detail"]:
         assert axis["name"] in axes and axis["link"] in axes, (axis, axes)
-    assert "dcn" in axes and "ici" in axes
-    assert "65536" in page.inner_text("main")
+    # One unit everywhere: bytes per second with SI prefixes, in the table and the picture.
+    assert "6.25 GB/s" in axes and "90 GB/s" in axes and "GiB/s" not in axes
+    picture = page.text_content("#layout")
+    assert "6.25 GB/s" in picture and "90 GB/s" in picture and "e+09" not in picture
+    assert "65,536" in page.inner_text("main")
     assert page.locator("#memory").count() == 1 and page.locator("#estimate").count() == 1
     assert page.locator("#params tbody tr").count() == min(200, len(pod["params"]))
-    heights = page.evaluate(
-        "() => [...document.querySelectorAll('img, canvas, svg')].map(e => "
-        "[e.tagName, e.getBoundingClientRect().height, e.naturalHeight || 0])"
+    # The overview: 64 blocks of 4 slices, legible as drawn (no scaling down).
+    labels = _block_labels(page)
+    assert len(labels) == 64 and labels[0] == "slices 0\u20133", labels[:3]
+    sizes = page.eval_on_selector_all(
+        "#layout text", "ts => ts.map(t => t.getBoundingClientRect().height)"
     )
-    assert heights and all(h <= 4000 and n <= 4000 for _, h, n in heights), heights
-    # The issue's bound: the page opens in under 3 s in the test browser.
-    assert opened_s < 3.0, f"the 65,536-device plan page took {opened_s:.2f} s"
+    assert sizes and min(sizes) >= 9, min(sizes)  # CSS px as shown: 10 px text, not 5 px
+    box = page.eval_on_selector("#layout", "s => [s.clientWidth, s.clientHeight]")
+    assert box[0] <= 1280 and box[1] <= 1000, box
+    # No device table of 65,536 rows unless asked for one.
+    assert page.locator("#shard-table").count() == 0
+    page.watch.assert_clean()
+
+
+def test_a_block_of_the_big_plan_opens_its_devices(page, service, tmp_path):
+    pod = service.data["pod"]
+    _open(page, f"{service.base_url}/plans/{pod['id']}")
+    page.wait_for_selector("#layout a.block")
+    page.locator("#layout a.block").nth(1).click()
+    page.wait_for_function("() => location.search === '?slice=4-7'")
+    page.wait_for_function("() => document.querySelectorAll('#layout a.block').length === 4")
+    assert _block_labels(page) == ["slice 4", "slice 5", "slice 6", "slice 7"]
+    assert "slices 4\u20137" in page.inner_text(".trail")
+    page.locator("#layout a.block").nth(2).click()
+    page.wait_for_function("() => location.search === '?slice=6'")
+    page.wait_for_function(
+        "() => document.querySelector('#layout-box').dataset.scope === 'slice=6'"
+        " && document.querySelectorAll('#layout g').length === 256"
+    )
+    cells = page.eval_on_selector_all(
+        "#layout g", "gs => gs.map(g => g.querySelectorAll('text')[2].textContent)"
+    )
+    assert {c.split()[0] for c in cells} == {"s6"} and len({c.split()[1] for c in cells}) == 64
+    _shot(page, tmp_path, "plan-65536-slice-6")
+    # The address is the picture's name: Back returns to the 4 slices, a reload keeps it.
+    page.go_back()
+    page.wait_for_function("() => document.querySelectorAll('#layout a.block').length === 4")
+    page.reload()
+    page.wait_for_selector("body[data-ready]")
+    page.wait_for_function("() => document.querySelectorAll('#layout a.block').length === 4")
+    # Finding one device loads the plan's devices once, on demand.
+    device = "200044"  # slice 1's 45th chip (TPU slices number their devices 100000+)
+    page.fill("input[aria-label='find a device']", device)
+    page.wait_for_selector("#shard-table tbody tr")
+    assert page.locator("#shard-table tbody tr").count() == 1
+    assert page.inner_text("#shard-table tbody tr").split()[0] == device
     page.watch.assert_clean()
 
 
 def test_a_live_plan_page_shows_axes_and_picture(page, service):
     live = service.data["live"]
     _open(page, f"{service.base_url}/plans/{live['id']}")
-    page.wait_for_selector("#layout")
+    page.wait_for_selector("#layout g")
+    assert page.locator("#layout g").count() == 8 and page.locator("#layout a").count() == 0
+    page.wait_for_selector("#shard-table tbody tr")  # 8 devices: loaded with the page
+    assert page.locator("#shard-table tbody tr").count() == 8
     rows = page.locator("#axes tbody tr")
     assert rows.count() == 2
     assert rows.nth(0).locator("td").nth(0).inner_text() == "data"
@@ -261,8 +383,9 @@ def test_the_job_page_charts_100k_steps_downsampled(page, service, tmp_path):
         assert figure.locator(".u-legend .u-series").count() == 4  # step + max, min, mean
         points = int(figure.get_attribute("data-points"))
         assert 100 <= points <= 2000, points  # buckets, not 100,000 points
-    info = page.inner_text("#view p.muted")
-    assert "downsampled" in info, info
+    info = page.inner_text("#job-info")
+    assert "downsampled" in info and "2 metrics" in info, info
+    assert "lagging" not in page.inner_text("#job-facts") and not page.is_visible("#job-lag")
     painted = page.evaluate(
         "() => { const c = document.querySelector('figure[data-metric=loss] canvas');"
         " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
@@ -280,9 +403,9 @@ def test_the_job_page_charts_100k_steps_downsampled(page, service, tmp_path):
     page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=4)
     page.mouse.up()
     page.wait_for_function(
-        "() => document.querySelector('#view p.muted').textContent.includes('steps ')"
+        "() => document.querySelector('#job-info').textContent.includes('steps ')"
     )
-    zoomed = page.inner_text("#view p.muted")
+    zoomed = page.inner_text("#job-info")
     first, last = (int(x) for x in zoomed.split("steps ")[1].split(".")[0].split("\u2013"))
     assert 30_000 < first < last < 70_000 and last - first < 30_000, zoomed
     page.wait_for_function(
@@ -359,6 +482,187 @@ def test_redoc_renders_offline(page, service, tmp_path):
     # before any request is made, and the browser logs that refusal, nothing else.
     others = [e for e in page.watch.errors if "cdn.redoc.ly" not in e]
     assert not others, others
+
+
+def test_a_lagging_host_shows_on_the_home_and_job_pages(page, service, tmp_path):
+    job = service.data["lagging"]
+    _open(page, service.base_url + "/")
+    row = page.locator("table.jobs tbody tr", has_text=job)
+    row.wait_for()
+    assert row.locator(".badge").inner_text() == "lagging"  # not "active"
+    assert f"{LAGGING_SOURCE} (step 11)" in row.inner_text()
+    others = page.locator("table.jobs tbody tr", has_text=service.data["job"])
+    assert others.locator(".badge").inner_text() in ("active", "stale")
+    _open(page, f"{service.base_url}/jobs/{job}")
+    page.wait_for_selector("#job-lag:not([hidden])")
+    lag = page.inner_text("#job-lag")
+    assert "Lagging" in lag and f"waiting for {LAGGING_SOURCE}" in lag and "step 11" in lag, lag
+    assert "up to step 5" in lag, lag
+    assert "lagging" in page.inner_text("#job-facts")
+    _shot(page, tmp_path, "job-lagging")
+    page.watch.assert_clean()
+
+
+def test_small_values_keep_whole_y_axis_labels(page, service, tmp_path):
+    _open(page, f"{service.base_url}/jobs/{service.data['tiny']}")
+    figure = "figure[data-metric=lr]"
+    page.wait_for_selector(f"{figure} canvas")
+    # Ink of the axis labels exists, and none touches the canvas' left edge (a label cut
+    # at the edge, as ".00e-4" was, inks its first columns).
+    ink = page.evaluate(
+        """f => { const c = document.querySelector(f + ' canvas');
+          const over = document.querySelector(f + ' .u-over').getBoundingClientRect();
+          const left = Math.round((over.left - c.getBoundingClientRect().left) * devicePixelRatio);
+          const d = c.getContext('2d').getImageData(0, 0, Math.max(left, 1), c.height).data;
+          let edge = 0, labels = 0;
+          for (let i = 0; i < d.length; i += 4) {
+            if (d[i + 3] === 0) continue;
+            labels++;
+            if ((i / 4) % left < 3) edge++;
+          }
+          return {left, edge, labels}; }""",
+        figure,
+    )
+    assert ink["labels"] > 100 and ink["edge"] == 0, ink
+    assert "lr: 5.00e-4" in page.inner_text(figure)
+    _shot(page, tmp_path, "job-tiny-lr")
+    page.watch.assert_clean()
+
+
+def _bucket(start: int, low: float, high: float, mean: float, last: float) -> dict:
+    stats = {"min": low, "max": high, "mean": mean, "last": last}
+    return {"start_step": start, "end_step": start + 9, "metrics": {"loss": stats}}
+
+
+_POINTS = [{"step": 1, "reduced": {"loss": 1.0}}, {"step": 2, "reduced": {"loss": 0.5}}]
+_BUCKETS = [_bucket(0, 1, 3, 2, 1), _bucket(10, 0, 2, 1, 0)]
+HISTORY_SHAPES = {
+    # a plain read, as today and with the "kind" another release adds
+    "points": {"job": "j", "downsampled": False, "points": _POINTS},
+    "points-kind": {"job": "j", "kind": "points", "buckets": None, "points": _POINTS},
+    # a downsampled read: buckets of min/max/mean/last, with and without "kind"
+    "buckets": {"job": "j", "downsampled": True, "points": None, "buckets": _BUCKETS},
+    "buckets-kind": {"job": "j", "kind": "buckets", "points": [], "buckets": _BUCKETS},
+    "empty": {"job": "j", "kind": "points", "points": []},
+}
+
+
+@pytest.mark.parametrize("shape", list(HISTORY_SHAPES))
+def test_the_history_chart_reads_points_and_buckets(page, open_service, shape):
+    _open(page, open_service.base_url + "/devices")
+    series = page.evaluate(
+        "h => DataraxDashboard.seriesOf(h).map(s => [s.name, s.steps, s.min, s.max, s.mean])",
+        HISTORY_SHAPES[shape],
+    )
+    if shape == "empty":
+        assert series == []
+    elif shape.startswith("points"):
+        assert series == [["loss", [1, 2], [1, 0.5], [1, 0.5], [1, 0.5]]]
+    else:
+        assert series == [["loss", [9, 19], [1, 0], [3, 2], [2, 1]]]
+    flag = page.evaluate("h => DataraxDashboard.downsampled(h)", HISTORY_SHAPES[shape])
+    assert flag is shape.startswith("buckets")
+
+
+@pytest.mark.parametrize(
+    ("n", "text"), [(0, "0 jobs"), (1, "1 job"), (2, "2 jobs"), (65536, "65,536 jobs")]
+)
+def test_counts_are_plural_only_when_more_than_one(page, open_service, n, text):
+    _open(page, open_service.base_url + "/devices")
+    assert page.evaluate("n => DataraxDashboard.count(n, 'job')", n) == text
+
+
+def test_an_empty_open_server(browser, open_service, tmp_path):
+    """No token set: no sign-in box; empty tables say so; no stray "null"; plurals."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.watch = Watch(page)
+    try:
+        _open(page, open_service.base_url + "/")
+        page.wait_for_selector("table.sessions")
+        assert not page.is_visible("#login") and not page.is_visible("#token")
+        for table, text in (("plans", "no plans yet"), ("jobs", "no jobs yet"),
+                            ("sessions", "no sessions")):  # fmt: skip
+            assert text in page.inner_text(f"table.{table} tbody tr.empty"), table
+        body = page.inner_text("body")
+        assert "null" not in body and "undefined" not in body and "NaN" not in body, body
+        assert "0 plans" in body and "0 jobs" in body and "0 sessions" in body
+        _shot(page, tmp_path, "home-empty")
+        with httpx.Client(base_url=open_service.base_url, timeout=60) as client:
+            made = client.post("/v1/meshes", json={"axes": {"data": 8}, "name": "one"})
+            assert made.status_code == 201, made.text
+            pushed = client.post(
+                "/v1/jobs/one/metrics", json={"step": 0, "metrics": {"loss": [1.0]}}
+            )
+            assert pushed.status_code == 201, pushed.text
+        page.reload()
+        page.wait_for_selector("table.plans tbody tr:not(.empty)")
+        page.wait_for_selector("table.jobs tbody tr:not(.empty)")
+        body = page.inner_text("body")
+        assert "1 plan" in body and "1 plans" not in body and "1 job" in body
+        assert "1 jobs" not in body and "null" not in body
+        assert not page.is_visible("#login")
+        # A plan page of the open server: no sign-in either; the docs are a click away.
+        plan_id = made.json()["id"]
+        _open(page, f"{open_service.base_url}/plans/{plan_id}")
+        assert not page.is_visible("#login")
+        assert page.get_attribute("#docs-link", "href") == "/docs" and page.is_visible("#docs-link")
+        page.click("#docs-link")
+        page.wait_for_selector(".opblock", timeout=PAGE_READY_MS)
+        page.watch.assert_local()
+    finally:
+        context.close()
+
+
+def _pages(service) -> dict[str, tuple[str, list[str]]]:
+    """Every page of the dashboard: its address and the elements that must show."""
+    data = service.data
+    return {
+        "home": ("/", ["table.plans", "table.jobs", "table.sessions", "#login", "#docs-link"]),
+        "plan-live": (f"/plans/{data['live']['id']}", ["#axes", "#layout-box", "#memory"]),
+        "plan-65536": (f"/plans/{data['pod']['id']}",
+                       ["#axes", "#layout-box", "#memory", "#estimate", "#launch"]),
+        "plan-65536-slice": (f"/plans/{data['pod']['id']}?slice=1", ["#layout-box", ".trail"]),
+        "job": (f"/jobs/{data['job']}", ["figure[data-metric=loss] canvas", "#job-facts"]),
+        "job-lagging": (f"/jobs/{data['lagging']}", ["#job-lag", "#job-facts"]),
+        "session": (f"/sessions/{data['session']['id']}",
+                    ["#session-facts", "figure[data-metric=loss] canvas", "form.run button"]),
+        "devices": ("/devices", ["#device-table", "#health"]),
+    }  # fmt: skip
+
+
+PAGE_NAMES = ["home", "plan-live", "plan-65536", "plan-65536-slice", "job", "job-lagging",
+              "session", "devices"]  # fmt: skip
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+@pytest.mark.parametrize("name", PAGE_NAMES)
+def test_every_page_fits_its_screen(browser, service, tmp_path, name, viewport):
+    """Nothing overflows the page sideways (wide tables and the picture scroll inside their
+    cards), and the page's key elements are visible and inside the screen's width."""
+    width, height = VIEWPORTS[viewport]
+    path, selectors = _pages(service)[name]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.watch = Watch(page)
+    try:
+        _open(page, service.base_url + path)
+        for selector in selectors:
+            page.wait_for_selector(selector, state="visible", timeout=PAGE_READY_MS)
+        page.wait_for_load_state("networkidle")
+        scroll_width, inner = page.evaluate(
+            "() => [document.documentElement.scrollWidth, window.innerWidth]"
+        )
+        _shot(page, tmp_path, f"{name}-{width}x{height}")
+        assert scroll_width <= inner, f"{name} at {width}px: the page is {scroll_width}px wide"
+        for selector in selectors:
+            element = page.locator(selector).first
+            assert element.is_visible(), selector
+            box = element.bounding_box()
+            assert box["x"] >= 0 and box["x"] + box["width"] <= inner + 0.5, (selector, box)
+        page.watch.assert_clean()
+    finally:
+        context.close()
 
 
 def test_a_real_run_plan_page_shows_every_memory_term_and_launches(page, service, tmp_path):

@@ -51,7 +51,10 @@
     if (!err) { problemBox.hidden = true; return; }
     const p = err.problem || {};
     let text = err.message;
-    if (err.status === 401) text = "This needs the API token: enter it above and sign in. (" + text + ")";
+    if (err.status === 401) {
+      text = "This needs the API token: enter it above and sign in. (" + text + ")";
+      showLogin();
+    }
     problemBox.textContent = p.code ? `${text} [${p.code}]` : text;
     problemBox.hidden = false;
   }
@@ -67,17 +70,46 @@
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
       else node.setAttribute(k, v === true ? "" : v);
     }
-    for (const c of children.flat()) {
-      if (c === null || c === undefined) continue;
-      node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-    }
-    return node;
+    return put(node, "append", children);
   }
 
-  function table(columns, rows, attrs = {}) {
-    return el("table", attrs,
+  // node.append / node.replaceChildren without the DOM's habit of writing null, undefined
+  // and false as text ("null" under a table): those children are left out.
+  function put(node, how, children) {
+    const kids = children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false)
+      .map((c) => (c instanceof Node ? c : document.createTextNode(String(c))));
+    node[how](...kids);
+    return node;
+  }
+  const fill = (node, ...children) => put(node, "replaceChildren", children);
+  const add = (node, ...children) => put(node, "append", children);
+
+  // "1 job", "2 jobs", "65,536 devices".
+  function count(n, word, many) {
+    const v = Number(n);
+    return `${isFinite(v) ? v.toLocaleString("en-US") : "–"} ${v === 1 ? word : many || `${word}s`}`;
+  }
+
+  // A table in its own scroller; on a phone each row stacks into "column: value" lines
+  // (every cell carries its column's name in data-label, app.css shows it), so no column
+  // hides off the screen. No rows: one "none" line instead of an empty table body.
+  function table(columns, rows, attrs = {}, empty = "none") {
+    const body = rows.length
+      ? rows.map((r) => el("tr", {}, r.map((v, i) => el("td", { "data-label": columns[i] }, v))))
+      : [el("tr", { class: "empty" }, el("td", { colspan: String(columns.length), class: "muted", text: empty }))];
+    return el("div", { class: columns.length > 3 ? "scroll wide" : "scroll" }, el("table", attrs,
       el("thead", {}, el("tr", {}, columns.map((c) => el("th", { text: c })))),
-      el("tbody", {}, rows.map((r) => el("tr", {}, r.map((v) => el("td", {}, v))))));
+      el("tbody", {}, body)));
+  }
+
+  // Bytes per second with SI prefixes (datasheets quote links in GB/s), 3 significant
+  // digits: the same text as the layout picture's (app/services/layout_svg.format_rate).
+  function rate(n) {
+    if (n === null || n === undefined || !isFinite(n)) return "–";
+    const units = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"];
+    let i = 0, v = Number(n);
+    while (Math.abs(v) >= 1000 && i < units.length - 1) { v /= 1000; i++; }
+    return `${Number(v.toPrecision(3))} ${units[i]}`;
   }
 
   function bytes(n) {
@@ -115,10 +147,13 @@
 
   // The API's own document says which operations exist, so the dashboard never probes a
   // path that this server does not have.
-  let operations = null;
+  let document_ = null;
+  function openapi() {
+    if (!document_) document_ = api("/openapi.json").then((r) => r.data || {});
+    return document_;
+  }
   async function hasOperation(method, path) {
-    if (!operations) operations = api("/openapi.json").then((r) => r.data.paths || {});
-    const ops = await operations;
+    const ops = (await openapi()).paths || {};
     return Boolean(ops[path] && ops[path][method]);
   }
 
@@ -130,18 +165,25 @@
 
   // ------------------------------------------------------------------ login
 
+  // The sign-in box shows only where it is needed: when the server requires a token (its
+  // OpenAPI document declares a security scheme only then), when a token is stored, or
+  // after a 401.
+  let showLogin = () => {};
   function setupLogin() {
     const form = document.getElementById("login");
     const input = document.getElementById("token");
     const out = document.getElementById("sign-out");
     const state = document.getElementById("login-state");
+    let needed = false;
     const render = () => {
       const on = Boolean(token());
+      form.hidden = !(needed || on);
       out.hidden = !on;
       input.hidden = on;
       document.getElementById("sign-in").hidden = on;
       state.textContent = on ? "signed in" : "";
     };
+    showLogin = () => { needed = true; render(); };
     form.addEventListener("submit", (e) => {
       e.preventDefault();
       if (input.value) sessionStorage.setItem(TOKEN_KEY, input.value);
@@ -151,6 +193,9 @@
     });
     out.addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); render(); });
     render();
+    openapi().then((doc) => {
+      if (Object.keys((doc.components || {}).securitySchemes || {}).length) showLogin();
+    }).catch(() => {});
   }
 
   // ------------------------------------------------------------------ home
@@ -161,7 +206,7 @@
     const search = el("input", { id: "plan-search", type: "search", placeholder: "search name, id, platform, axes" });
     const jobsBody = el("div", { id: "jobs-list" });
     const sessionsBody = el("div", { id: "sessions-list" });
-    view.replaceChildren(
+    fill(view,
       el("section", { id: "plans", class: "card" }, el("h2", { text: "Plans" }), search, plansBody),
       el("section", { id: "jobs", class: "card" }, el("h2", { text: "Jobs" }), jobsBody),
       el("section", { id: "sessions", class: "card" }, el("h2", { text: "Sessions" }), sessionsBody),
@@ -172,16 +217,16 @@
       const q = search.value.trim().toLowerCase();
       const shown = plans.filter((p) => !q || [p.name, p.id, p.platform, p.hardware, Object.keys(p.axes || {}).join(" "), p.live ? "live" : "abstract"]
         .some((f) => f && String(f).toLowerCase().includes(q)));
-      plansBody.replaceChildren(
-        el("p", { class: "muted", text: `${total} plans, newest first${q ? `; ${shown.length} of the ${plans.length} loaded match` : ""}` }),
+      fill(plansBody,
+        el("p", { class: "muted", text: `${count(total, "plan")}${total > 1 ? ", newest first" : ""}${q ? `; ${shown.length.toLocaleString("en-US")} of the ${plans.length.toLocaleString("en-US")} loaded match` : ""}` }),
         table(["name", "id", "kind", "devices", "axes", "created"], shown.map((p) => [
           p.name || "–",
           el("a", { href: `/plans/${encodeURIComponent(p.id)}`, text: p.id }),
           el("span", { class: p.live ? "badge live" : "badge", text: p.live ? "live" : "abstract" }),
-          String(p.total_devices),
+          Number(p.total_devices).toLocaleString("en-US"),
           Object.entries(p.axes || {}).map(([k, v]) => `${k}=${v}`).join(" × "),
           ago(p.created_at),
-        ]), { class: "plans" }),
+        ]), { class: "plans" }, q ? "no plan matches" : "no plans yet: POST /v1/meshes makes one"),
         plans.length < total ? el("button", { text: "More", onclick: () => loadPlans(plans.length) }) : null,
       );
     };
@@ -198,26 +243,26 @@
     let jobsTag = null;
     const loadJobs = async () => {
       if (!(await hasOperation("get", "/v1/jobs"))) {
-        if (!jobsBody.firstChild) jobsBody.replaceChildren(openBox("job", "/jobs/", "this server does not list jobs; open one by name"));
+        if (!jobsBody.firstChild) fill(jobsBody, openBox("job", "/jobs/", "this server does not list jobs; open one by name"));
         return;
       }
       const r = await api("/v1/jobs", { etag: jobsTag });
       if (r.status === 304) return;
       jobsTag = r.etag;
       const items = r.data.items || [];
-      jobsBody.replaceChildren(
-        el("p", { class: "muted", text: `${r.data.total ?? items.length} jobs` }),
-        table(["job", "points", "steps", "last push", "state"], items.map((j) => {
-          const idle = j.last_push_at ? (Date.now() - Date.parse(j.last_push_at)) / 1000 : Infinity;
-          const state = j.finished ? "finished" : idle > 300 ? "stale" : "active";
+      fill(jobsBody,
+        el("p", { class: "muted", text: count(r.data.total ?? items.length, "job") }),
+        table(["job", "points", "steps", "last push", "state", "waiting for"], items.map((j) => {
+          const state = jobState(j);
           return [
             el("a", { href: `/jobs/${encodeURIComponent(j.job)}`, text: j.job }),
-            String(j.points ?? "–"),
+            j.points === undefined ? "–" : Number(j.points).toLocaleString("en-US"),
             `${j.first_step ?? "–"} … ${j.last_step ?? "–"}`,
             ago(j.last_push_at),
             el("span", { class: `badge ${state}`, text: state }),
+            lagText(j) || "–",
           ];
-        }), { class: "jobs" }),
+        }), { class: "jobs" }, "no jobs yet: POST /v1/jobs/{job}/metrics stores one"),
         openBox("job", "/jobs/", "open a job by name"),
       );
     };
@@ -225,20 +270,21 @@
     let sessionsTag = null;
     const loadSessions = async () => {
       if (!(await hasOperation("get", "/v1/sessions"))) {
-        if (!sessionsBody.firstChild) sessionsBody.replaceChildren(openBox("session", "/sessions/", "this server does not list sessions; open one by id"));
+        if (!sessionsBody.firstChild) fill(sessionsBody, openBox("session", "/sessions/", "this server does not list sessions; open one by id"));
         return;
       }
       const r = await api("/v1/sessions", { etag: sessionsTag });
       if (r.status === 304) return;
       sessionsTag = r.etag;
       const items = r.data.items || [];
-      sessionsBody.replaceChildren(
+      fill(sessionsBody,
+        el("p", { class: "muted", text: count(r.data.total ?? items.length, "session") }),
         table(["session", "plan", "step", "last loss"], items.map((s) => [
           el("a", { href: `/sessions/${encodeURIComponent(s.id)}`, text: s.id }),
           s.mesh_id ? el("a", { href: `/plans/${encodeURIComponent(s.mesh_id)}`, text: s.mesh_id }) : "–",
           String(s.step ?? "–"),
-          fmt(s.last_loss ?? NaN),
-        ]), { class: "sessions" }),
+          fmt(s.last_loss),
+        ]), { class: "sessions" }, "no sessions: POST /v1/meshes/{id}/sessions starts one"),
         openBox("session", "/sessions/", "open a session by id"),
       );
     };
@@ -249,6 +295,33 @@
     every(POLL_MS * 2, all);
   }
 
+  // A job's state from its GET /v1/jobs entry. "lagging": a multi-source step is missing
+  // sources (lagging_sources names them; missing_count counts them) and the job has moved
+  // on past it (two or more steps beyond the last complete one) or nothing arrived for
+  // LAG_S; a step whose parts are simply still arriving is not lagging.
+  const LAG_S = 30;
+  function idleSeconds(j) {
+    return j.last_push_at ? (Date.now() - Date.parse(j.last_push_at)) / 1000 : Infinity;
+  }
+  function isLagging(j) {
+    if (j.finished || !(j.missing_count > 0) || j.incomplete_step === null || j.incomplete_step === undefined) return false;
+    const ahead = j.incomplete_step - (j.last_step ?? -1);
+    return ahead >= 2 || idleSeconds(j) >= LAG_S;
+  }
+  function jobState(j) {
+    if (j.finished) return "finished";
+    if (isLagging(j)) return "lagging";
+    return idleSeconds(j) > 300 ? "stale" : "active";
+  }
+  function lagText(j) {
+    if (!(j.missing_count > 0) || j.incomplete_step === null || j.incomplete_step === undefined) return "";
+    const list = j.lagging_sources || [];
+    const names = list.length
+      ? list.slice(0, 8).join(", ") + (list.length > 8 ? ` and ${list.length - 8} more` : "")
+      : count(j.missing_count, "source");
+    return `${names} (step ${j.incomplete_step})`;
+  }
+
   function openBox(what, prefix, label) {
     const input = el("input", { type: "text", placeholder: `${what} ${what === "job" ? "name" : "id"}`, "aria-label": label });
     return el("form", { class: "open", onsubmit: (e) => { e.preventDefault(); if (input.value) location.href = prefix + encodeURIComponent(input.value.trim()); } },
@@ -257,29 +330,33 @@
 
   // ------------------------------------------------------------------ plan page
 
+  // The plan page reads the plan's summary (GET /v1/meshes/{id}?view=summary: a few KB
+  // where the 65,536-device plan is ~12 MB), then the picture; the devices themselves load
+  // only for small plans or when asked for (the devices card).
   async function renderPlan(id) {
     document.title = `plan ${id}`;
-    // The picture is drawn by the server while the plan travels: ask for both at once.
-    const svgAnswer = api(`/v1/meshes/${encodeURIComponent(id)}/layout.svg`, { raw: true });
-    svgAnswer.catch(() => {});
-    const r = await api(`/v1/meshes/${encodeURIComponent(id)}`);
+    const base = `/v1/meshes/${encodeURIComponent(id)}`;
+    const layout = layoutView(id, base);
+    // The summary first, then the picture: drawing a big plan's picture the first time
+    // takes the server a moment that the facts and tables need not wait for.
+    const r = await api(`${base}?view=summary`);
+    layout.load();
     const p = r.data;
     document.title = `plan ${p.name || p.id}`;
     const axesRows = p.axes_detail
       ? p.axes_detail.map((a) => [a.name, String(a.size), String(a.ici ?? "–"), String(a.dcn ?? "–"),
-        el("span", { class: `badge link-${a.link}`, text: a.link }), a.bytes_per_s ? `${bytes(a.bytes_per_s)}/s` : "–"])
+        el("span", { class: `badge link-${a.link}`, text: a.link }), rate(a.bytes_per_s)])
       : Object.entries(p.axes).map(([k, v]) => [k, String(v), "–", "–", "–", "–"]);
-    const picture = el("div", { class: "layout" }, el("p", { class: "muted", text: "drawing…" }));
     const sections = [
       el("section", { class: "card" },
         el("h2", {}, p.name || p.id, " ", el("span", { class: p.live ? "badge live" : "badge", text: p.live ? "live" : "abstract" })),
         el("dl", { class: "facts" },
           ...fact("id", p.id), ...fact("platform", p.platform), ...fact("hardware", p.hardware),
-          ...fact("devices", p.total_devices), ...fact("created", p.created_at),
+          ...fact("devices", Number(p.total_devices).toLocaleString("en-US")), ...fact("created", p.created_at),
           ...(p.batch ? [...fact("batch", `${shape(p.batch.shape)} spec ${spec(p.batch.spec)} shard ${shape(p.batch.shard_shape)}`)] : [])),
         el("h3", { text: "Axes" }),
         table(["axis", "size", "ici", "dcn", "link", "bandwidth"], axesRows, { id: "axes" })),
-      el("section", { class: "card" }, el("h3", { text: "Layout" }), picture),
+      layout.card,
     ];
     if (p.memory_per_device) sections.push(memoryCard(p.memory_per_device));
     if (p.step_estimate) sections.push(estimateCard(p.step_estimate));
@@ -295,16 +372,86 @@
     const checks = compileCard(p);
     sections.push(checks.card);
     if (p.hardware && p.hardware !== "cpu") sections.push(launchCard(p));
-    sections.push(shardsCard(p));
-    view.replaceChildren(...sections);
-    try {
-      const svg = await svgAnswer;
-      const img = el("img", { id: "layout", alt: `layout of plan ${p.id}`, src: URL.createObjectURL(svg.data) });
-      picture.replaceChildren(img);
-    } catch (err) {
-      picture.replaceChildren(el("p", { class: "muted", text: `no picture: ${err.message}` }));
-    }
+    const shards = shardsCard(p, base);
+    sections.push(shards.card);
+    fill(view, sections);
+    document.body.dataset.shownMs = String(Math.round(performance.now()));  // for the browser tests
+    await layout.ready;
     checks.draw().catch(showProblem);  // after the picture: not on the page's critical path
+    shards.start();
+  }
+
+  // The layout picture, inlined (an <img> could not follow the picture's links). Its blocks
+  // are links to the picture of their own devices (?slice=3); the page follows them in
+  // place, keeps the scope in its own address (/plans/{id}?slice=3: bookmarkable, Back
+  // works) and shows where it is as a trail of links.
+  const SCOPES = ["slice", "host", "process", "positions"];
+  function layoutView(id, base) {
+    const picture = el("div", { class: "layout", id: "layout-box" }, el("p", { class: "muted", text: "drawing…" }));
+    const trail = el("nav", { class: "trail", "aria-label": "picture scope" });
+    const hint = el("p", { class: "muted hint", hidden: true });
+    const card = el("section", { class: "card", id: "layout-card" }, el("h3", { text: "Layout" }), trail, hint, picture);
+    let done;
+    const ready = new Promise((resolve) => { done = resolve; });
+    const scopeOf = (search) => {
+      const q = new URLSearchParams(search);
+      return SCOPES.filter((k) => q.get(k)).map((k) => [k, q.get(k)]);
+    };
+    const drawTrail = (scope) => {
+      const steps = [el("a", { href: `/plans/${encodeURIComponent(id)}`, text: "all devices" })];
+      scope.forEach(([k, v], i) => {
+        const q = new URLSearchParams(scope.slice(0, i + 1));
+        const word = v.includes("-") ? { slice: "slices", host: "hosts", process: "processes", positions: "positions" }[k] : k;
+        steps.push(" › ", el("a", { href: `?${q}`, text: `${word} ${v.replace("-", "–")}` }));
+      });
+      fill(trail, scope.length ? steps : null);
+    };
+    const load = async () => {
+      const scope = scopeOf(location.search);
+      drawTrail(scope);
+      try {
+        const q = new URLSearchParams(scope);
+        const res = await fetch(`${base}/layout.svg${scope.length ? `?${q}` : ""}`, { headers: token() ? { Authorization: `Bearer ${token()}` } : {} });
+        if (!res.ok) {
+          let problem = null;
+          try { problem = await res.json(); } catch (_) { /* not JSON */ }
+          throw new ApiError(res.status, problem);
+        }
+        const doc = new DOMParser().parseFromString(await res.text(), "image/svg+xml");
+        const svg = document.importNode(doc.documentElement, true);
+        if (svg.localName !== "svg") throw new Error("the picture is not SVG");
+        svg.id = "layout";
+        svg.setAttribute("role", "img");
+        svg.setAttribute("aria-label", `layout of plan ${id}`);
+        fill(picture, svg);
+        picture.dataset.drawnMs = String(Math.round(performance.now()));  // for the browser tests
+        const blocks = svg.querySelectorAll("a.block").length;
+        picture.dataset.blocks = String(blocks);
+        const wide = Number(svg.getAttribute("width")) > picture.clientWidth;
+        hint.textContent = [blocks ? `${count(blocks, "block")}: open one to see its devices.` : "",
+          wide ? "The picture scrolls sideways." : ""].filter(Boolean).join(" ");
+        hint.hidden = !hint.textContent;
+        picture.dataset.scope = new URLSearchParams(scope).toString();
+      } catch (err) {
+        fill(picture, el("p", { class: "muted", text: `no picture: ${err.message}` }));
+      }
+      done();
+    };
+    const follow = (href) => {
+      const url = new URL(href, location.href);
+      history.pushState(null, "", `${location.pathname}${url.search}`);
+      load();
+    };
+    card.addEventListener("click", (e) => {
+      const a = e.target.closest("a");
+      if (!a || !card.contains(a) || e.ctrlKey || e.metaKey || e.shiftKey) return;
+      const href = a.getAttribute("href") || a.getAttributeNS("http://www.w3.org/1999/xlink", "href");
+      if (!href || !href.startsWith("?") && !href.startsWith("/plans/")) return;
+      e.preventDefault();
+      follow(href);
+    });
+    window.addEventListener("popstate", () => load());
+    return { card, load, ready };
   }
 
   function fact(name, value) {
@@ -328,7 +475,7 @@
       const share = m.total / m.hbm_bytes;
       const bar = el("div", { class: `bar ${m.fits === false || share > 1 ? "over" : ""}` });
       bar.style.setProperty("--share", `${Math.min(100, share * 100).toFixed(1)}%`);
-      card.append(bar, el("p", { class: m.fits === false ? "bad" : "good", text: `${bytes(m.total)} of ${bytes(m.hbm_bytes)} HBM (${(share * 100).toFixed(1)}%): ${m.fits === false ? "does not fit" : "fits"}` }));
+      add(card, bar, el("p", { class: m.fits === false ? "bad" : "good", text: `${bytes(m.total)} of ${bytes(m.hbm_bytes)} HBM (${(share * 100).toFixed(1)}%): ${m.fits === false ? "does not fit" : "fits"}` }));
     }
     return card;
   }
@@ -341,12 +488,12 @@
         ...fact("bottleneck", e.bottleneck), ...fact("FLOPs", e.flops !== undefined ? Number(e.flops).toExponential(3) : undefined)));
     if (e.breakdown) {
       const b = e.breakdown;
-      card.append(table(["part of the step", "time"], [["matmuls", b.matmul_s], ["flash attention", b.attention_s], ["memory-bound work", b.memory_bound_s],
+      add(card, table(["part of the step", "time"], [["matmuls", b.matmul_s], ["flash attention", b.attention_s], ["memory-bound work", b.memory_bound_s],
         ["exposed collectives", b.exposed_comm_s], ["exposed offload transfers", b.offload_s], ["fixed overhead", b.overhead_s]]
         .filter(([, v]) => v !== undefined).map(([k, v]) => [k, seconds(v)]), { class: "breakdown" }));
     }
     if (e.collectives && e.collectives.length) {
-      card.append(table(["axis", "collective", "bytes per device", "link", "time"], e.collectives.map((c) => [c.axis, c.kind, bytes(c.bytes_per_device), c.link, seconds(c.seconds)])));
+      add(card, table(["axis", "collective", "bytes per device", "link", "time"], e.collectives.map((c) => [c.axis, c.kind, bytes(c.bytes_per_device), c.link, seconds(c.seconds)])));
     }
     return card;
   }
@@ -411,11 +558,11 @@
     // Returns true while a check is still queued or compiling.
     const draw = async () => {
       if (!(await hasOperation("get", "/v1/meshes/{mesh_id}/compile-checks"))) {
-        list.replaceChildren(el("p", { class: "muted", text: "this server has no compile checks" }));
+        fill(list, el("p", { class: "muted", text: "this server has no compile checks" }));
         return false;
       }
       const checks = (await api(`${path}?limit=20`)).data.items || [];
-      list.replaceChildren(checks.length ? table(["check", "status", "fits", "peak", "HBM", "compile", "XLA error"], checks.map((c) => {
+      fill(list, checks.length ? table(["check", "status", "fits", "peak", "HBM", "compile", "XLA error"], checks.map((c) => {
         const res = c.result || {};
         const mem = res.memory || {};
         return [c.id, c.status, res.fits === undefined ? "–" : res.fits ? "yes" : "no", bytes(mem.peak_bytes), bytes(mem.hbm_bytes), seconds(res.compile_s), res.xla_error || c.error || ""];
@@ -438,11 +585,28 @@
     return { card, draw };
   }
 
-  function shardsCard(p) {
-    const shards = p.shards || [];
-    const body = el("div");
+  // The per-device table. Its data is the full plan (~190 bytes a device): plans of up to
+  // EAGER_DEVICES devices load it after the page shows; bigger ones when a device is looked
+  // for (their picture's blocks open the devices of a slice or host without it).
+  const EAGER_DEVICES = 1024;
+  function shardsCard(p, base) {
+    let shards = null, loading = null;
+    const total = Number(p.total_devices) || 0;
+    const body = el("div", { id: "shards" });
     const input = el("input", { type: "number", min: "0", placeholder: "device id", "aria-label": "find a device" });
+    const note = el("p", { class: "muted" });
+    const loadAll = () => {
+      if (!loading) {
+        note.textContent = `loading the ${count(total, "device")}…`;
+        loading = api(base).then((r) => { shards = r.data.shards || []; }, (err) => { loading = null; throw err; });
+      }
+      return loading;
+    };
     const draw = () => {
+      if (shards === null) {
+        note.textContent = `${count(total, "device")}: find one by id, or open a block of the picture above`;
+        return;
+      }
       const want = input.value === "" ? null : Number(input.value);
       const rows = (want === null ? shards.slice(0, 32) : shards.filter((s) => s.device === want)).map((s) => [
         String(s.device), String(s.process_index ?? "–"),
@@ -450,15 +614,29 @@
         (s.index || []).map((r) => `[${r[0]}:${r[1]})`).join(" ") || "–",
         String(s.replica ?? "–"), s.physical ? shape(s.physical) : "–",
       ]);
-      body.replaceChildren(table(["device", "process", "coords", "batch index", "replica", "physical"], rows),
-        want === null && shards.length > 32 ? el("p", { class: "muted", text: `first 32 of ${shards.length} devices; find one by id` }) : null);
+      fill(body, table(["device", "process", "coords", "batch index", "replica", "physical"], rows, { id: "shard-table" },
+        want === null ? "none" : `no device ${want} in this plan`));
+      note.textContent = want === null && shards.length > 32 ? `first 32 of ${count(shards.length, "device")}; find one by id` : "";
     };
-    input.addEventListener("input", draw);
-    draw();
-    return el("section", { class: "card" }, el("h3", { text: "Shards" }), input, body);
+    input.addEventListener("input", () => { loadAll().then(draw).catch(showProblem); });
+    const start = () => {
+      draw();
+      if (total <= EAGER_DEVICES) loadAll().then(draw).catch(showProblem);
+    };
+    return { card: el("section", { class: "card" }, el("h3", { text: "Devices" }), input, note, body), start };
   }
 
   // ------------------------------------------------------------------ job page
+
+  // A history answer's rows, whichever shape it has: a plain read answers "points", a
+  // downsampled one "buckets" (both may be present, one null or empty); "kind", where the
+  // server sends it, says which.
+  function historyRows(history) {
+    const rows = (k) => (Array.isArray(history[k]) ? history[k] : []);
+    if (history.kind === "buckets" || history.kind === "points") return rows(history.kind);
+    return rows("points").length ? rows("points") : rows("buckets");
+  }
+  const downsampled = (history) => history.kind === "buckets" || (history.kind === undefined && Boolean(history.downsampled));
 
   // Turns a history answer into chart series: {name, steps, min, max, mean, last}.
   // Raw points carry one value per metric; downsampled buckets carry {min, max, mean, last}.
@@ -488,7 +666,7 @@
       const x = num(v);
       s.steps.push(step); s.min.push(x); s.max.push(x); s.mean.push(x); s.last.push(x);
     };
-    for (const p of history.points || history.buckets || []) {
+    for (const p of historyRows(history)) {
       const step = p.step ?? p.last_step ?? p.end_step ?? p.first_step;
       const values = p.reduced ?? p.values ?? p.metrics ?? {};
       for (const [name, v] of Object.entries(values)) add(name, step, v);
@@ -499,12 +677,33 @@
   async function renderJob(job) {
     document.title = `job ${job}`;
     const charts = el("div", { id: "charts" });
-    const info = el("p", { class: "muted" });
+    const info = el("p", { class: "muted", id: "job-info" });
+    const facts = el("dl", { class: "facts", id: "job-facts" });
+    const lag = el("p", { class: "lag", id: "job-lag", role: "status", hidden: true });
     const reset = el("button", { type: "button", text: "Reset zoom", hidden: true });
-    view.replaceChildren(el("section", { class: "card" }, el("h2", {}, "Job ", el("code", { text: job })), info, reset, charts));
+    fill(view, el("section", { class: "card" }, el("h2", {}, "Job ", el("code", { text: job })), facts, lag, info, reset, charts));
     let range = null, tag = null;
     const byMetric = new Map();
+    // The job's own entry (GET /v1/jobs/{job}): its state, and which sources lag.
+    const loadSummary = async () => {
+      if (!(await hasOperation("get", "/v1/jobs/{job}"))) return;
+      let j;
+      try { j = (await api(`/v1/jobs/${encodeURIComponent(job)}`)).data; } catch (err) { if (err.status === 404) return; throw err; }
+      const state = jobState(j);
+      fill(facts, ...fact("points", j.points === undefined ? undefined : Number(j.points).toLocaleString("en-US")),
+        ...fact("steps", `${j.first_step ?? "–"} … ${j.last_step ?? "–"}`), ...fact("last push", ago(j.last_push_at)),
+        el("dt", { text: "state" }), el("dd", {}, el("span", { class: `badge ${state}`, text: state })));
+      const text = lagText(j);
+      lag.hidden = !text;
+      lag.classList.toggle("lagging", state === "lagging");
+      lag.textContent = text
+        ? `${state === "lagging" ? "Lagging" : "Arriving"}: step ${j.incomplete_step} is waiting for ${text.replace(/ \(step \d+\)$/, "")}` +
+          ` (${count(j.missing_count, "source")} missing). The charts show complete steps only` +
+          (j.last_step !== null && j.last_step !== undefined ? `, up to step ${j.last_step}.` : ".")
+        : "";
+    };
     const load = async (force) => {
+      loadSummary().catch(showProblem);
       const width = Math.max(200, charts.clientWidth || 800);
       const q = new URLSearchParams({ max_points: String(Math.min(2000, Math.round(width))) });
       if (range) { q.set("since_step", String(range[0])); q.set("until_step", String(range[1])); }
@@ -514,7 +713,7 @@
       const series = seriesOf(r.data);
       const points = series.length ? series[0].steps.length : 0;
       info.textContent = series.length
-        ? `${series.length} metrics; ${points} ${r.data.downsampled ? "buckets (downsampled: band = min…max, line = mean)" : "points"}` +
+        ? `${count(series.length, "metric")}; ${count(points, downsampled(r.data) ? "bucket" : "point")}${downsampled(r.data) ? " (downsampled: band = min…max, line = mean)" : ""}` +
           (range ? `; steps ${range[0]}–${range[1]}` : "") + ". Drag over a chart to zoom, double-click to reset."
         : "no points yet";
       // one chart per metric (a vector metric's components share it)
@@ -529,7 +728,7 @@
         let chart = byMetric.get(name);
         if (!chart) {
           const box = el("figure", { class: "metric", "data-metric": name }, el("figcaption", { text: name }));
-          charts.append(box);
+          add(charts, box);
           chart = new Chart(box, { title: `${name} over steps`, onZoom: (z) => { range = z; reset.hidden = !z; load(true).catch(showProblem); } });
           byMetric.set(name, chart);
         }
@@ -553,7 +752,7 @@
     const steps = el("input", { type: "number", min: "1", value: "10", "aria-label": "steps to run" });
     const batch = el("input", { type: "number", min: "1", value: "32", "aria-label": "synthetic batch size" });
     const run = el("form", { class: "run" }, "Run ", steps, " steps on a synthetic batch of ", batch, " ", el("button", { type: "submit", text: "Run" }));
-    view.replaceChildren(el("section", { class: "card" }, el("h2", {}, "Session ", el("code", { text: id })), facts, run),
+    fill(view, el("section", { class: "card" }, el("h2", {}, "Session ", el("code", { text: id })), facts, run),
       el("section", { class: "card" }, el("h3", { text: "Loss" }), chartBox, note),
       el("section", { class: "card" }, el("h3", { text: "Parameter layouts" }), params));
     const chart = new Chart(chartBox, { title: "loss over steps" });
@@ -565,7 +764,7 @@
       chart.setData([{ name: "loss", steps: pts.map((p) => p[0]), mean: pts.map((p) => p[1]) }]);
       const stride = s.loss_history_stride || 1;
       note.textContent = pts.length
-        ? `${pts.length} points: ${stride > 1 ? `every ${stride}th step of ${s.step}` : `every step`}, kept by the service (at most 2,000). Drag over the chart to zoom, double-click to reset.`
+        ? `${count(pts.length, "point")}: ${stride > 1 ? `every ${stride}th step of ${s.step}` : `every step`}, kept by the service (at most 2,000). Drag over the chart to zoom, double-click to reset.`
         : "no steps yet";
     };
     let tag = null;
@@ -574,10 +773,10 @@
       if (r.status === 304) return;
       tag = r.etag;
       const s = r.data;
-      facts.replaceChildren(...fact("step", s.step), ...fact("last loss", fmt(s.last_loss ?? NaN)),
-        ...fact("plan", s.mesh_id), ...fact("strategy", s.strategy), ...fact("param sharding", s.param_sharding));
-      if (s.mesh_id) facts.querySelectorAll("dd")[2].replaceChildren(el("a", { href: `/plans/${encodeURIComponent(s.mesh_id)}`, text: s.mesh_id }));
-      params.replaceChildren(table(["path", "shape", "spec", "shard shape", "bytes per device"], (s.params || []).map((q) => [q.path, shape(q.shape), spec(q.spec), shape(q.shard_shape), bytes(q.bytes_per_device)])));
+      fill(facts, ...fact("step", s.step), ...fact("last loss", fmt(s.last_loss)),
+        ...(s.mesh_id ? [el("dt", { text: "plan" }), el("dd", {}, el("a", { href: `/plans/${encodeURIComponent(s.mesh_id)}`, text: s.mesh_id }))] : []),
+        ...fact("strategy", s.strategy), ...fact("param sharding", s.param_sharding));
+      fill(params, table(["path", "shape", "spec", "shard shape", "bytes per device"], (s.params || []).map((q) => [q.path, shape(q.shape), spec(q.spec), shape(q.shard_shape), bytes(q.bytes_per_device)])));
       drawChart(s);
     };
     run.addEventListener("submit", async (e) => {
@@ -602,19 +801,19 @@
     document.title = "devices";
     const health = el("div", { id: "health" });
     const devices = el("div", { id: "devices" });
-    view.replaceChildren(el("section", { class: "card" }, el("h2", { text: "Health" }), health),
+    fill(view, el("section", { class: "card" }, el("h2", { text: "Health" }), health),
       el("section", { class: "card" }, el("h2", { text: "Devices" }), devices));
     const load = async () => {
       const live = await api("/health/live").then(() => "ok", (e) => e.message);
       let ready;
-      try { const r = await api("/health/ready"); ready = { ok: true, text: `ready (runtime pid ${r.data.runtime_pid}, ${r.data.runtime_restarts} restarts)` }; } catch (e) { ready = { ok: false, text: `not ready: ${e.message}` }; }
-      health.replaceChildren(el("dl", { class: "facts" },
+      try { const r = await api("/health/ready"); ready = { ok: true, text: `ready (runtime pid ${r.data.runtime_pid}, ${count(r.data.runtime_restarts, "restart")})` }; } catch (e) { ready = { ok: false, text: `not ready: ${e.message}` }; }
+      fill(health, el("dl", { class: "facts" },
         el("dt", { text: "liveness" }), el("dd", { class: live === "ok" ? "good" : "bad", text: live }),
         el("dt", { text: "readiness" }), el("dd", { class: ready.ok ? "good" : "bad", text: ready.text })));
       let d;
-      try { d = (await api("/v1/devices")).data; } catch (e) { devices.replaceChildren(el("p", { class: "bad", text: e.message })); return; }
+      try { d = (await api("/v1/devices")).data; } catch (e) { fill(devices, el("p", { class: "bad", text: e.message })); return; }
       const budget = d.memory_budget || {};
-      devices.replaceChildren(el("dl", { class: "facts" },
+      fill(devices, el("dl", { class: "facts" },
         ...fact("platform", d.platform), ...fact("processes", `${d.process_count} (this is ${d.process_index})`),
         ...fact("devices", d.devices.length), ...fact("memory budget (host)", budget.host !== undefined ? bytes(budget.host) : undefined),
         ...fact("memory budget (per device)", budget.device !== undefined && budget.device !== null ? bytes(budget.device) : undefined)),
@@ -635,14 +834,17 @@
       else if (parts[0] === "jobs" && parts.length === 2) await renderJob(parts[1]);
       else if (parts[0] === "sessions" && parts.length === 2) await renderSession(parts[1]);
       else if (parts[0] === "devices") await renderDevices();
-      else view.replaceChildren(el("p", { text: "No such page." }));
+      else fill(view, el("p", { text: "No such page." }));
       document.body.dataset.ready = "true";
     } catch (err) {
       showProblem(err);
-      view.replaceChildren(el("p", { class: "bad", text: `Could not load this page: ${err.message}` }));
+      fill(view, el("p", { class: "bad", text: `Could not load this page: ${err.message}` }));
       document.body.dataset.ready = "error";
     }
   }
+
+  // The pure parts, for the browser tests (tests/e2e/test_dashboard.py) and the console.
+  window.DataraxDashboard = Object.freeze({ seriesOf, historyRows, downsampled, count, rate, jobState, lagText });
 
   route();
 })();

@@ -17,6 +17,38 @@ const DataraxChart = (() => {
     return Number(v.toPrecision(4)).toString();
   }
 
+  // Axis tick labels: as short as the value allows ("0.0001" is "1e-4", "0.00025" is
+  // "2.5e-4", 1234567 is "1.23e6"); fmt() keeps 3 decimals for legends and captions.
+  function tick(v) {
+    if (v === null || v === undefined || !isFinite(v)) return "";
+    const a = Math.abs(v);
+    if (a !== 0 && (a >= 1e6 || a < 1e-3)) {
+      const [m, e] = v.toExponential(2).split("e");
+      return `${Number(m)}e${Number(e)}`;
+    }
+    return String(Number(v.toPrecision(4)));
+  }
+
+  // The y axis is as wide as its longest label (measured in the axis' own font), so no
+  // label is cut at the chart's left edge, whatever the metric's scale.
+  function axisSize(u, values, axisIdx, cycleNum) {
+    const axis = u.axes[axisIdx];
+    if (cycleNum > 1 && axis._size) return axis._size;
+    const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+    let px = 0;
+    if (longest) {
+      u.ctx.save();
+      u.ctx.font = Array.isArray(axis.font) ? axis.font[0] : axis.font || "12px system-ui";
+      px = u.ctx.measureText(longest).width / (window.devicePixelRatio || 1);
+      u.ctx.restore();
+    }
+    const ticks = axis.ticks && axis.ticks.show !== false ? axis.ticks.size || 10 : 0;
+    return Math.ceil(px + ticks + (axis.gap ?? 5) + 8);
+  }
+
+  // Steps are whole numbers: the x axis ticks every 1, 2, 5, 10, 20, 50, ... steps.
+  const STEP_INCRS = Array.from({ length: 12 }, (_, e) => [1, 2, 5].map((m) => m * 10 ** e)).flat();
+
   function alpha(hex, a) {
     const n = parseInt(hex.slice(1), 16);
     return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${a})`;
@@ -85,7 +117,7 @@ const DataraxChart = (() => {
         series,
         bands,
         scales: { x: { time: false } },
-        axes: [{}, { size: 56, values: (u, splits) => splits.map(fmt) }],
+        axes: [{ incrs: STEP_INCRS }, { size: axisSize, values: (u, splits) => splits.map(tick) }],
         cursor: { drag: { x: true, y: false, setScale: zoomHere } },
         legend: { live: true },
         hooks: zoomHere ? {} : {
@@ -133,5 +165,5 @@ const DataraxChart = (() => {
     }
   }
 
-  return { Chart, fmt };
+  return { Chart, fmt, tick };
 })();

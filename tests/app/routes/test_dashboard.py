@@ -1,6 +1,6 @@
 """The dashboard's HTTP: pages and assets from the package, offline docs, ETag/304, gzip,
-Cache-Control and CORS. In-process with a stand-in runtime (plans here are abstract: no
-device work)."""
+Cache-Control and CORS, and what the plan page reads (plan summaries, layout scopes).
+In-process with a stand-in runtime (plans here are abstract: no device work)."""
 
 from __future__ import annotations
 
@@ -202,3 +202,49 @@ def test_no_cors_by_default(tmp_path):
     with TestClient(app) as c:
         answer = c.get("/health/live", headers={"Origin": "https://grafana.example:3000"})
         assert "access-control-allow-origin" not in answer.headers
+
+
+def test_plan_summary_view_leaves_out_the_devices(client, plan_id):
+    full = client.get(f"/v1/meshes/{plan_id}").json()
+    summary = client.get(f"/v1/meshes/{plan_id}?view=summary")
+    assert summary.status_code == 200
+    assert summary.json() == {k: v for k, v in full.items() if k not in ("shards", "device_grid")}
+    assert len(summary.content) < len(client.get(f"/v1/meshes/{plan_id}").content) / 20
+    assert_problem(client.get(f"/v1/meshes/{plan_id}?view=bogus"), 422, "validation_error")
+    assert_problem(client.get("/v1/meshes/m_nope?view=summary"), 404, "mesh_not_found")
+
+
+def test_layout_scopes_are_links_and_addresses(client, plan_id):
+    overview = client.get(f"/v1/meshes/{plan_id}/layout.svg")
+    assert overview.status_code == 200
+    links = re.findall(r'<a href="([^"]+)"', overview.text)
+    assert len(links) == 64 and links[0] == "?positions=0-15"  # 256 rows of data, 4 a block
+    scoped = client.get(f"/v1/meshes/{plan_id}/layout.svg{links[0]}")
+    assert scoped.status_code == 200 and scoped.headers["content-type"] == "image/svg+xml"
+    assert "showing positions 0\u201315: 16 of 1,024 devices" in scoped.text
+    assert scoped.headers["etag"] != overview.headers["etag"]
+    again = client.get(
+        f"/v1/meshes/{plan_id}/layout.svg{links[0]}",
+        headers={"If-None-Match": scoped.headers["etag"]},
+    )
+    assert again.status_code == 304
+    params = client.get("/openapi.json").json()["paths"]["/v1/meshes/{mesh_id}/layout.svg"]["get"]
+    assert {p["name"] for p in params["parameters"]} >= {"slice", "host", "process", "positions"}
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [("slice=abc", "slice"), ("positions=9-3", "positions"), ("positions=5000", "positions"),
+     ("host=1", "host"), ("positions=" + "1" * 30, "positions")],
+    ids=["not-a-range", "backwards", "past-the-end", "no-hosts", "too-long"],
+)  # fmt: skip
+def test_bad_layout_scopes_are_422_problems(client, plan_id, query, name):
+    answer = client.get(f"/v1/meshes/{plan_id}/layout.svg?{query}")
+    assert_problem(answer, 422, "validation_error")
+    assert answer.json()["errors"][0]["loc"][-1] == name
+
+
+def test_the_page_hides_sign_in_until_the_server_asks_for_it_and_links_the_docs(client):
+    html = client.get("/").text
+    assert re.search(r'<form id="login"[^>]*\bhidden\b', html), "sign-in shows before it is needed"
+    assert 'href="/docs"' in html and 'href="/redoc"' in html

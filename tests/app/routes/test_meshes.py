@@ -271,5 +271,5 @@ def test_layout_svg_of_a_big_plan_draws_blocks(api):
     plan = api.post("/v1/meshes", json=body).json()
     response = api.get(f"/v1/meshes/{plan['id']}/layout.svg")
     assert response.status_code == 200
-    assert "8192 devices drawn as 128 blocks" in response.text
+    assert "8,192 devices drawn as 64 blocks (2 rows of data each)" in response.text
     assert len(response.content) < 2_000_000
