@@ -79,7 +79,9 @@ class Settings(BaseSettings):
             "memory on a GPU (0: none)"
         ),
     )
-    max_steps_per_call: int = Field(1000, ge=1)
+    max_steps_per_call: int = Field(
+        1000, ge=1, description="training steps one request may run; more are 422"
+    )
     heavy_workers: int = Field(
         2,
         ge=1,

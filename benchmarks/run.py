@@ -564,6 +564,23 @@ def write_markdown(results: dict, path: Path) -> None:
         for row in r["jobs"]:
             figures = ", ".join(f"{k}={v}" for k, v in row.items() if k not in ("bench", "target"))
             lines.append(f"| {row['bench']} | {figures} | {row.get('target', '-')} |")
+    if "heavy_work" in r:
+        h = r["heavy_work"]
+        lines += [
+            "",
+            "## Heavy requests abandoned (`benchmarks/heavy_work.py`)",
+            "",
+            "16 recommendations of minutes each (2 run, 8 wait, 6 are 503 `busy`), then their",
+            "clients hang up. Medians of `GET /health/ready` and a one-step job push:",
+            "",
+            "| server | ready ms | push ms |",
+            "|---|---|---|",
+            f"| idle | {h['idle_ready_ms']} | {h['idle_push_ms']} |",
+            f"| heavy lane full | {h['full_ready_ms']} | {h['full_push_ms']} |",
+            f"| after the hang-ups | {h['after_ready_ms']} | {h['after_push_ms']} |",
+            "",
+            f"A heavy slot was free again {h['slot_free_s']} s after the hang-ups.",
+        ]
     if "compile_checks" in r:
         from benchmarks import compile_checks
 
@@ -788,6 +805,9 @@ def _run_only(names: list[str], args: argparse.Namespace) -> None:
     if "production_memory" in names:
         results["production_memory"] = bench_production_memory()
         print("production_memory done", flush=True)
+    if "heavy_work" in names:
+        results["heavy_work"] = bench_heavy_work()
+        print("heavy_work", results["heavy_work"], flush=True)
     write_markdown(results, args.out)
     print(f"wrote {args.out}")
 
@@ -801,6 +821,14 @@ def bench_production_memory() -> list[dict]:
         rows.append(production_memory.compare(run, production_memory.compile_run(run)))
         print("production_memory", rows[-1]["id"], rows[-1]["error"], flush=True)
     return rows
+
+
+def bench_heavy_work() -> dict:
+    """``benchmarks.heavy_work``: readiness and pushes while 16 heavy requests fill the
+    heavy lane, then hang up."""
+    from benchmarks import heavy_work  # noqa: PLC0415
+
+    return heavy_work.run()
 
 
 def bench_calibration() -> dict:
@@ -822,7 +850,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        help="comma-separated: real_runs, calibration; run just these and write --out with "
+        help="comma-separated: real_runs, calibration, production_memory, heavy_work; run "
+        "just these and write --out with "
         "the other results it already holds",
     )
     args = parser.parse_args()
@@ -858,6 +887,8 @@ def main() -> None:
 
     results["jobs"] = jobs.run()
     print("jobs", results["jobs"], flush=True)
+    results["heavy_work"] = bench_heavy_work()
+    print("heavy_work", results["heavy_work"], flush=True)
     results["compile_checks"] = compile_checks.run()
     print("compile_checks done", flush=True)
     write_markdown(results, args.out)

@@ -12,6 +12,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag
 
 from app.schemas.base import JsonInt, OptimizerField, Strict
+from datarax.distributed.planning import MAX_AXIS_NAME_LENGTH, MAX_BATCH_ELEMENTS
+
+AxisName = Annotated[str, Field(min_length=1, max_length=MAX_AXIS_NAME_LENGTH)]
+"""A mesh axis name: at most 64 characters (every device's ``coords`` repeats it, so a
+plan grows with its names' length; the planner also wants a Python identifier)."""
+
+BatchDim = Annotated[JsonInt, Field(ge=0, le=MAX_BATCH_ELEMENTS)]
+"""One batch dimension: 0 to 2**53 (exact in int64 and in a JSON double); the planner
+also refuses shapes whose product passes 2**53 (``invalid_batch_shape``)."""
+
+BatchAxes = Annotated[list[AxisName], Field(max_length=64)]
 
 ModelDtype = Literal["float32", "bfloat16", "float16"]
 Remat = Literal["none", "full"]
@@ -184,20 +195,20 @@ class HardwarePlanRequest(Strict):
     topology: str | None = _TOPOLOGY
     slices: JsonInt = _SLICES
     hosts: JsonInt | None = _HOSTS
-    ici: dict[str, JsonInt] = Field(
+    ici: dict[AxisName, JsonInt] = Field(
         description="ordered {axis: size} over the fast network (MaxText ici_*); these keys "
         "are the mesh axes; sizes multiply to one slice's / NVLink domain's devices; one -1"
     )
-    dcn: dict[str, JsonInt] | None = Field(
+    dcn: dict[AxisName, JsonInt] | None = Field(
         None,
         description="{axis: size} over the slow network (MaxText dcn_*), keys among ici's "
         "(missing: 1); sizes multiply to the slices / domains; one -1",
     )
     allow_split_physical_axes: StrictBool = _SPLIT
-    batch_shape: list[Annotated[JsonInt, Field(ge=0)]] | None = Field(
+    batch_shape: list[BatchDim] | None = Field(
         None, min_length=1, max_length=16, description="global batch shape"
     )
-    batch_axes: list[str] | None = Field(None, description="mesh axes splitting dimension 0")
+    batch_axes: BatchAxes | None = Field(None, description="mesh axes splitting dimension 0")
     model: HardwareModel | None = Field(
         None, description="adds step_estimate and memory_per_device (needs batch_shape)"
     )
@@ -219,7 +230,7 @@ class RecommendationRequest(Strict):
     model: HardwareModel
     global_batch: JsonInt = Field(ge=1, le=2**40, description="examples or sequences a step")
     top_k: JsonInt = Field(5, ge=1, le=100, description="candidates to return")
-    axes: list[str] = Field(
+    axes: list[AxisName] = Field(
         ["data", "fsdp", "tensor"],
         min_length=1,
         max_length=8,
@@ -228,6 +239,20 @@ class RecommendationRequest(Strict):
     )
     optimizer: OptimizerField = "adam"
     allow_split_physical_axes: StrictBool = _SPLIT
+    fixed_ici: dict[AxisName, Annotated[JsonInt, Field(ge=1)]] | None = Field(
+        None,
+        max_length=8,
+        description="ICI sizes to keep as given, {axis: size}; only the other axes are "
+        "searched (shrinks the search space)",
+        examples=[{"tensor": 4}],
+    )
+    fixed_dcn: dict[AxisName, Annotated[JsonInt, Field(ge=1)]] | None = Field(
+        None,
+        max_length=8,
+        description="DCN sizes to keep as given; {'fsdp': 1, 'tensor': 1} keeps DCN on "
+        "data only (MaxText's usual dcn_data_parallelism)",
+        examples=[{"fsdp": 1, "tensor": 1}],
+    )
 
 
 # ------------------------------------------------------------------------------ answers

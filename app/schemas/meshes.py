@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from app.schemas.base import JsonInt, OptimizerName, OptimizerSpec, Strict
 from app.schemas.hardware import (
+    AxisName,
+    BatchAxes,
+    BatchDim,
     HardwarePlanRequest,
     NamedModel,
     Remat,
@@ -16,7 +19,14 @@ from app.schemas.hardware import (
 )
 
 MAX_PLAN_DEVICES = 262_144
-"""Largest abstract plan (``num_devices``): bounds the work and the size of one plan."""
+"""Largest abstract plan (``num_devices``) and hardware plan (all the cluster's devices):
+bounds the work and the size of one plan."""
+
+MAX_MAXTEXT_KEY = 64
+"""Longest MaxText key (theirs have at most ~40 characters)."""
+
+MAX_MAXTEXT_TEXT = 256
+"""Longest string value of a MaxText key (a model name, a remat policy, a dtype)."""
 
 PLAN_REQUEST_EXAMPLE = {
     "axes": {"data": -1, "model": 4},
@@ -80,7 +90,7 @@ class MeshPlanRequest(Strict):
         extra="forbid", json_schema_extra={"examples": [PLAN_REQUEST_EXAMPLE]}
     )
 
-    axes: dict[str, JsonInt] | None = Field(
+    axes: dict[AxisName, JsonInt] | None = Field(
         None,
         description="ordered mapping axis name -> size; at most one size may be -1 "
         "(takes the devices the other axes leave). Required unless hardware and ici are "
@@ -88,14 +98,15 @@ class MeshPlanRequest(Strict):
         examples=[{"data": -1, "model": 4}],
         json_schema_extra={"minProperties": 1},  # {} is 422 invalid_axis_name
     )
-    batch_shape: list[Annotated[JsonInt, Field(ge=0)]] | None = Field(
+    batch_shape: list[BatchDim] | None = Field(
         None,
         min_length=1,
         max_length=16,
         description="global batch shape; dimension 0 is split over batch_axes. Without it "
-        "the plan has no batch and every shard's index is []",
+        "the plan has no batch and every shard's index is []. Each dimension, and their "
+        "product, at most 2**53 (else invalid_batch_shape)",
     )
-    batch_axes: list[str] | None = Field(
+    batch_axes: BatchAxes | None = Field(
         None,
         description="mesh axes splitting batch dimension 0, major-to-minor; default "
         "['data'] when the mesh has a 'data' axis, else [] (replicated)",
@@ -137,14 +148,14 @@ class MeshPlanRequest(Strict):
     topology: str | None = HardwarePlanRequest.model_fields["topology"]
     slices: JsonInt = HardwarePlanRequest.model_fields["slices"]
     hosts: JsonInt | None = HardwarePlanRequest.model_fields["hosts"]
-    ici: dict[str, JsonInt] | None = Field(
+    ici: dict[AxisName, JsonInt] | None = Field(
         None, description=HardwarePlanRequest.model_fields["ici"].description
     )
-    dcn: dict[str, JsonInt] | None = HardwarePlanRequest.model_fields["dcn"]
+    dcn: dict[AxisName, JsonInt] | None = HardwarePlanRequest.model_fields["dcn"]
     allow_split_physical_axes: StrictBool = HardwarePlanRequest.model_fields[
         "allow_split_physical_axes"
     ]
-    maxtext: dict[str, Any] | None = Field(
+    maxtext: dict[Annotated[str, Field(max_length=MAX_MAXTEXT_KEY)], Any] | None = Field(
         None,
         max_length=512,
         description="MaxText's own keys (ici_*_parallelism, dcn_*_parallelism, num_slices, "
@@ -155,6 +166,16 @@ class MeshPlanRequest(Strict):
         examples=[{"ici_fsdp_parallelism": -1, "per_device_batch_size": 3,
                    "model_name": "llama3.1-8b", "max_target_length": 8192}],
     )  # fmt: skip
+
+    @field_validator("maxtext")
+    @classmethod
+    def _short_maxtext_strings(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key, item in (value or {}).items():
+            if isinstance(item, str) and len(item) > MAX_MAXTEXT_TEXT:
+                raise ValueError(
+                    f"maxtext[{key!r}] has {len(item)} characters; at most {MAX_MAXTEXT_TEXT}"
+                )
+        return value
 
     @model_validator(mode="after")
     def _plain_or_hardware(self) -> MeshPlanRequest:

@@ -11,6 +11,7 @@ order for that hardware; its JSON is :func:`app.services.plans.render_plan`'s wi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,15 +19,19 @@ import numpy as np
 from app.errors import ServiceError
 from app.schemas.base import optimizer_name
 from app.schemas.hardware import HardwareMlpModel, HardwarePlanRequest, RecommendationRequest
-from app.schemas.meshes import MeshPlanRequest, MlpModel
+from app.schemas.meshes import MAX_PLAN_DEVICES, MeshPlanRequest, MlpModel
 from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
 from datarax.distributed.cost import axis_roles, estimate_step, param_specs
 from datarax.distributed.hardware import HARDWARE, get_hardware
 from datarax.distributed.model_specs import DTYPE_BYTES, model_spec
 from datarax.distributed.named_models import MODELS, models_json
-from datarax.distributed.planning import PlanError
-from datarax.distributed.recommend import recommend_meshes
-from datarax.distributed.topology import HardwareLayout, plan_hardware_devices
+from datarax.distributed.planning import PlanCancelled, PlanError, check_batch_shape
+from datarax.distributed.recommend import SearchSpaceTooLarge, recommend_meshes
+from datarax.distributed.topology import (
+    HardwareLayout,
+    parse_tpu_topology,
+    plan_hardware_devices,
+)
 
 # Step-estimate members DESIGN v1.1 fixes, then the library's extras worth keeping.
 _ESTIMATE_KEYS = ("flops", "compute_s", "comm_s", "step_s", "mfu", "bottleneck", "collectives")
@@ -132,6 +137,52 @@ def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
     )
 
 
+def cluster_devices(request: HardwarePlanRequest | RecommendationRequest) -> int | None:
+    """The devices of the request's cluster, counted without laying any out: TPU chips
+    of the topology times slices, or hosts times devices per host; ``None`` when the
+    request is malformed (the planner then refuses it with its own code)."""
+    try:
+        entry = get_hardware(request.hardware)
+        if entry.kind == "tpu":
+            if request.topology is None:
+                return None
+            _, chips = parse_tpu_topology(request.topology, entry)
+            return math.prod(chips) * int(request.slices)
+        if request.hosts is None:
+            return None
+        return int(request.hosts) * int(entry.devices_per_host)
+    except PlanError:
+        return None
+
+
+def check_cluster_size(request: HardwarePlanRequest | RecommendationRequest) -> int | None:
+    """Refuses a cluster above :data:`~app.schemas.meshes.MAX_PLAN_DEVICES` devices, the
+    cap abstract plans have (``num_devices``), before anything is laid out.
+
+    Returns:
+      the cluster's device count (``None``: the planner will refuse the request).
+
+    Raises:
+      ServiceError: 422 ``too_many_devices`` with ``devices`` and ``limit``.
+    """
+    devices = cluster_devices(request)
+    if devices is not None and devices > MAX_PLAN_DEVICES:
+        what = "slices" if get_hardware(request.hardware).kind == "tpu" else "hosts"
+        raise ServiceError(
+            f"{request.hardware} with these {what} has {devices} devices; plans and "
+            f"recommendations cover at most {MAX_PLAN_DEVICES} (the num_devices cap of "
+            f"abstract plans): use fewer {what}",
+            code="too_many_devices",
+            extra={"devices": devices, "limit": MAX_PLAN_DEVICES},
+        )
+    return devices
+
+
+def _stop_if(should_stop: Callable[[], bool] | None) -> None:
+    if should_stop is not None and should_stop():
+        raise PlanCancelled("the plan was abandoned")
+
+
 def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
     """The devices of the request's cluster in mesh order (the library's planner).
 
@@ -198,7 +249,12 @@ def _step_parts(
 
 
 def render_hardware_plan(
-    request: HardwarePlanRequest, *, plan_id: str, created_at: str
+    request: HardwarePlanRequest,
+    *,
+    plan_id: str,
+    created_at: str,
+    should_stop: Callable[[], bool] | None = None,
+    max_bytes: int | None = None,
 ) -> RenderedPlan:
     """A hardware plan's JSON text (abstract, over all the cluster's devices).
 
@@ -207,11 +263,23 @@ def render_hardware_plan(
     ``memory_per_device`` and ``params`` from the step estimate (model dtype, axis
     roles). Shards add ``slice``, ``host``, ``physical`` (and ``core`` on TPU).
 
+    ``should_stop`` (see :func:`app.services.plans.render_plan`) is checked before and
+    after the layout and while the shards are written; ``max_bytes`` refuses a plan whose
+    text would pass it before the shards are written.
+
     Raises:
       PlanError: the planner's and the estimate's codes, and the batch codes of plain
-        plans (``batch_not_divisible``, ``unknown_batch_axis``, ...).
+        plans (``batch_not_divisible``, ``unknown_batch_axis``, ``invalid_batch_shape``).
+      ServiceError: ``too_many_devices`` (above the abstract plans' cap),
+        ``answer_too_large``.
+      PlanCancelled: ``should_stop`` answered true.
     """
+    check_cluster_size(request)
+    if request.batch_shape is not None:
+        check_batch_shape(request.batch_shape)
+    _stop_if(should_stop)
     layout = lay_out(request)
+    _stop_if(should_stop)
     devices = layout_devices(layout)
     if layout.split_physical_axes:
         devices.notes.append("the device order splits physical axes (allow_split_physical_axes)")
@@ -243,21 +311,56 @@ def render_hardware_plan(
         plan_id=plan_id,
         created_at=created_at,
         hardware=HardwareParts(members=members, params=params, memory=memory),
+        should_stop=should_stop,
+        max_bytes=max_bytes,
     )
 
 
 # ------------------------------------------------------------------------ recommendations
 
 
-def recommend(request: RecommendationRequest) -> dict[str, Any]:
+def recommend(
+    request: RecommendationRequest,
+    *,
+    max_search_space: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     """``{"candidates", "considered", "rejected"}`` for the request (best first).
 
-    Each candidate's ``plan_request`` is a ``POST /v1/meshes`` body as it is.
+    Each candidate's ``plan_request`` is a ``POST /v1/meshes`` body as it is. The
+    cluster is bounded like a hardware plan (``too_many_devices``) and the search space
+    (ICI x DCN factorisations) is counted before any work: above ``max_search_space``
+    (``DATARAX_MAX_SEARCH_SPACE``) the request is refused with the count, the limit and
+    what would shrink it.
 
     Raises:
       PlanError: bad inputs (``unknown_hardware``, ``invalid_topology``, ...), or
         ``no_plan_fits`` with what would fit.
+      ServiceError: ``too_many_devices``; ``search_space_too_large`` with members
+        ``search_space``, ``limit`` and ``suggestions`` (each ``{"change", "request",
+        "search_space"}``: members to change in the request, and the space it gives).
+      PlanCancelled: ``should_stop`` answered true.
     """
+    check_cluster_size(request)
+    try:
+        return _recommend(request, max_search_space, should_stop)
+    except SearchSpaceTooLarge as error:
+        raise ServiceError(
+            error.message,
+            code="search_space_too_large",
+            extra={
+                "search_space": error.count,
+                "limit": error.limit,
+                "suggestions": error.suggestions,
+            },
+        ) from None
+
+
+def _recommend(
+    request: RecommendationRequest,
+    max_search_space: int | None,
+    should_stop: Callable[[], bool] | None,
+) -> dict[str, Any]:
     return recommend_meshes(
         request.hardware,
         model=request.model.model_dump(exclude_none=True),
@@ -269,10 +372,17 @@ def recommend(request: RecommendationRequest) -> dict[str, Any]:
         top_k=request.top_k,
         optimizer=optimizer_name(request.optimizer),
         allow_split_physical_axes=request.allow_split_physical_axes,
+        fixed_ici=request.fixed_ici,
+        fixed_dcn=request.fixed_dcn,
+        max_search_space=max_search_space,
+        max_devices=MAX_PLAN_DEVICES,
+        should_stop=should_stop,
     )
 
 
 __all__ = [
+    "check_cluster_size",
+    "cluster_devices",
     "hardware_entry",
     "list_models",
     "model_entry",

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from app.errors import AnswerTooLarge
 from datarax.distributed.memory import memory_per_device, param_layouts
 from datarax.distributed.planning import (
+    PlanCancelled,
     batch_partition_spec,
+    check_batch_shape,
     check_divisible,
     device_coords,
     replica_ids,
@@ -148,16 +151,41 @@ def _shard_template(
     )
 
 
+SHARD_ROWS_PER_CHECK = 16_384
+"""Shards written between two ``should_stop`` checks (~20 ms of work)."""
+
+
+def _stop_if(should_stop: Callable[[], bool] | None) -> None:
+    if should_stop is not None and should_stop():
+        raise PlanCancelled("the plan was abandoned")
+
+
+def plan_size_floor(
+    axes: Mapping[str, int], devices: Devices, ndim: int, name: str | None = None
+) -> int:
+    """Bytes a plan's text has at least: its shards' fixed characters (keys, the axis
+    names of ``coords``, punctuation; one digit per number) for every device, plus the
+    device grid. Cheap (no shard is written), so an oversized plan is refused before it
+    is built."""
+    physical = None if devices.physical is None else devices.physical.shape[1]
+    template = _shard_template(list(axes), ndim, physical, devices.core is not None)
+    per_shard = len(template.replace("%d", "0")) + 1
+    n = math.prod(int(s) for s in axes.values())
+    return n * (per_shard + 2) + len(name or "")
+
+
 def shards_json(
     axes: Mapping[str, int],
     devices: Devices,
     spec: Sequence[Any] | None,
     batch_shape: Sequence[int] | None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> str:
     """The ``shards`` JSON array: one object per device, in mesh order.
 
     ``index`` equals ``NamedSharding(mesh, P(*spec)).devices_indices_map(batch_shape)`` for
     each device; ``replica`` numbers the devices holding the same slice (mesh order).
+    ``should_stop`` is checked every :data:`SHARD_ROWS_PER_CHECK` shards.
     """
     names = list(axes)
     coords = device_coords(axes)
@@ -189,7 +217,12 @@ def shards_json(
             columns.append(np.asarray(devices.core, np.int64).reshape(n, 1))
     table = np.concatenate(columns, axis=1)
     template = _shard_template(names, ndim, physical, devices.core is not None)
-    return "[" + ",".join([template % tuple(row) for row in table.tolist()]) + "]"
+    parts: list[str] = []
+    for start in range(0, n, SHARD_ROWS_PER_CHECK):
+        _stop_if(should_stop)
+        rows = table[start : start + SHARD_ROWS_PER_CHECK].tolist()
+        parts.extend(template % tuple(row) for row in rows)
+    return "[" + ",".join(parts) + "]"
 
 
 def check_plan_request(request: PlanRequest, axes: Mapping[str, int]) -> None:
@@ -202,6 +235,7 @@ def check_plan_request(request: PlanRequest, axes: Mapping[str, int]) -> None:
       PlanError: as :func:`render_plan`.
     """
     if request.batch_shape is not None:
+        check_batch_shape(request.batch_shape)
         spec = batch_partition_spec(axes, request.batch_axes, len(request.batch_shape))
         check_divisible(axes, spec, request.batch_shape)
     elif request.batch_axes:
@@ -239,6 +273,8 @@ def render_plan(
     plan_id: str,
     created_at: str,
     hardware: HardwareParts | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    max_bytes: int | None = None,
 ) -> RenderedPlan:
     """The plan as compact JSON text (see the module doc and DESIGN.md for the fields).
 
@@ -251,11 +287,30 @@ def render_plan(
       hardware: hardware plans only: the parameter layouts and memory of the step
         estimate (replacing the MLP ones) and the members added after ``warnings``
         (``axes_detail``, ``step_estimate``, ...). ``None`` leaves the JSON as it was.
+      should_stop: checked between the steps and while the shards are written; when it
+        answers true the plan is abandoned (``PlanCancelled``).
+      max_bytes: refuse a plan whose text would pass this many bytes
+        (:func:`plan_size_floor`) before writing its shards (``DATARAX_MAX_ANSWER_MB``).
 
     Raises:
       PlanError: ``batch_not_divisible``, ``unknown_batch_axis``, ``duplicate_batch_axis``,
         ``invalid_batch_shape``.
+      AnswerTooLarge: the plan would pass ``max_bytes``.
+      PlanCancelled: ``should_stop`` answered true.
     """
+    _stop_if(should_stop)
+    if request.batch_shape is not None:
+        check_batch_shape(request.batch_shape)
+    if max_bytes is not None:
+        ndim = 0 if request.batch_shape is None else len(request.batch_shape)
+        floor = plan_size_floor(axes, devices, ndim, request.name)
+        if floor > max_bytes:
+            raise AnswerTooLarge(
+                f"this plan of {math.prod(int(s) for s in axes.values())} devices would be "
+                f"at least {floor} bytes, past the answer limit of {max_bytes} "
+                "(DATARAX_MAX_ANSWER_MB); plan fewer devices, or use shorter axis names "
+                "(each device's coords repeat them)"
+            )
     axes = {name: int(size) for name, size in axes.items()}
     total = math.prod(axes.values())
     warnings: list[str] = list(devices.notes)
@@ -305,7 +360,7 @@ def render_plan(
     after = {"params": params, "memory_per_device": memory, "warnings": warnings}
     if hardware is not None:
         after.update(hardware.members)
-    shards = shards_json(axes, devices, spec, request.batch_shape)
+    shards = shards_json(axes, devices, spec, request.batch_shape, should_stop)
     body = "".join([_dumps(before)[:-1], ',"shards":', shards, ",", _dumps(after)[1:]])
     summary = {k: v for k, v in before.items() if k != "device_grid"}
     return RenderedPlan(body=body, summary=_dumps({**summary, **after}))

@@ -42,9 +42,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 __all__ = [
+    "MAX_AXIS_NAME_LENGTH",
+    "MAX_BATCH_ELEMENTS",
     "AxesLike",
+    "PlanCancelled",
     "PlanError",
     "batch_partition_spec",
+    "check_batch_shape",
     "check_divisible",
     "device_coords",
     "mesh_device_ids",
@@ -60,6 +64,15 @@ AxesLike = Mapping[str, int] | Sequence[tuple[str, int]]
 """Ordered mesh axes: ``{"data": 2, "model": 4}`` or ``[("data", 2), ("model", 4)]``."""
 
 _AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+MAX_AXIS_NAME_LENGTH = 64
+"""Longest axis name: a plan repeats every name in each device's ``coords``, so a plan's size
+grows with the names' lengths times the device count (a 10 KB name made a 330 MB plan)."""
+
+MAX_BATCH_ELEMENTS = 2**53
+"""Largest batch dimension, and largest product of a batch shape's dimensions: every index
+and byte count then stays exact in int64 and in a JSON double (2**53, RFC 8259's
+interoperable integer range); far beyond any real global batch."""
 _AUTO = -1
 
 
@@ -82,6 +95,12 @@ class PlanError(ValueError):
     def __reduce__(self):
         # The default reduce would call PlanError(message) and lose the code.
         return (type(self), (self.code, self.message))
+
+
+class PlanCancelled(Exception):
+    """Work that was asked to stop (its ``should_stop`` callable answered true): the
+    caller abandoned it (a client gone, a service shutting down). Not a ``PlanError``:
+    nothing is wrong with the plan."""
 
 
 # ---------------------------------------------------------------------------- validation
@@ -120,6 +139,12 @@ def _check_names(names: Sequence[object]) -> None:
         )
     seen: set[str] = set()
     for name in names:
+        if isinstance(name, str) and len(name) > MAX_AXIS_NAME_LENGTH:
+            raise PlanError(
+                "invalid_axis_name",
+                f"axis name {name[:20]!r}... has {len(name)} characters; at most "
+                f"{MAX_AXIS_NAME_LENGTH} are allowed",
+            )
         if not isinstance(name, str) or not _AXIS_NAME.match(name):
             raise PlanError(
                 "invalid_axis_name",
@@ -208,6 +233,12 @@ def _check_shape(shape: Sequence[int], n_entries: int) -> tuple[int, ...]:
                 f"an integer >= 0",
             )
     dims = tuple(int(size) for size in shape)
+    if max(dims, default=0) > MAX_BATCH_ELEMENTS or math.prod(dims) > MAX_BATCH_ELEMENTS:
+        raise PlanError(
+            "invalid_batch_shape",
+            f"shape {_short(dims)} has {_magnitude(math.prod(dims))} elements; every dimension and "
+            f"their product must be at most 2**53 ({MAX_BATCH_ELEMENTS})",
+        )
     if n_entries > len(dims):
         raise PlanError(
             "invalid_batch_shape",
@@ -215,6 +246,27 @@ def _check_shape(shape: Sequence[int], n_entries: int) -> tuple[int, ...]:
             f"dimensions; drop the extra spec entries or give a shape of rank >= {n_entries}",
         )
     return dims
+
+
+def _magnitude(n: int) -> str:
+    """``n``, or its order of magnitude (``~1e300``) when it is long."""
+    digits = str(n)
+    return digits if len(digits) <= 16 else f"~1e{len(digits) - 1}"
+
+
+def _short(dims: Sequence[int]) -> str:
+    """A shape for a message, each huge dimension cut to its order of magnitude."""
+    return "[" + ", ".join(_magnitude(d) for d in dims) + "]"
+
+
+def check_batch_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """Checks a batch shape on its own: integers >= 0, each and their product at most
+    :data:`MAX_BATCH_ELEMENTS`.
+
+    Raises:
+      PlanError: ``invalid_batch_shape``.
+    """
+    return _check_shape(shape, 0)
 
 
 def _group_counts(
