@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic import Strict as StrictMode
 
 
@@ -16,6 +16,11 @@ class Strict(BaseModel):
 
 OptimizerName = Literal["adam", "adamw", "sgd"]
 
+MAX_OPTIMIZER_EXTRAS = 16
+"""Optimizer members besides ``name`` and ``learning_rate``, at most."""
+MAX_NAME_CHARS = 64
+MAX_VALUE_CHARS = 256
+
 
 class OptimizerSpec(BaseModel):
     """An optimizer as an object: ``{"name", "learning_rate", ...}`` (DESIGN v1.2: the one
@@ -24,6 +29,22 @@ class OptimizerSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: OptimizerName = "adam"
     learning_rate: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _bounded_extras(self) -> OptimizerSpec:
+        # Other members (b1, weight_decay, ...) are taken as the contract's "..." but
+        # bounded like every client string: a few scalars with short names.
+        extra = self.model_extra or {}
+        if len(extra) > MAX_OPTIMIZER_EXTRAS:
+            raise ValueError(f"at most {MAX_OPTIMIZER_EXTRAS} optimizer members besides name")
+        for key, value in extra.items():
+            if len(key) > MAX_NAME_CHARS:
+                raise ValueError(f"optimizer member names are at most {MAX_NAME_CHARS} characters")
+            if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+                raise ValueError(f"optimizer member {key!r}: at most {MAX_VALUE_CHARS} characters")
+            if value is not None and not isinstance(value, (bool, int, float, str)):
+                raise ValueError(f"optimizer member {key!r} must be a number, string or boolean")
+        return self
 
 
 OptimizerField = OptimizerName | OptimizerSpec

@@ -257,6 +257,10 @@ NAME_CASES = [
         "model name",
     ),  # fmt: skip
     ({"hardware": "tpu-v5e", "topology": "4x4", "maxtext": {LONG: 1}}, "maxtext key"),
+    ({"axes": {"data": 8}, "optimizer": {"name": "adam", LONG: 1}}, "optimizer key"),
+    ({"axes": {"data": 8}, "optimizer": {"name": "adam", "tag": "t" * 257}}, "optimizer value"),
+    ({"axes": {"data": 8}, "optimizer": {f"m{i}": 0.9 for i in range(17)}}, "optimizer members"),
+    ({"axes": {"data": 8}, "optimizer": {"name": "adam", "b": {"deep": [1] * 9}}}, "nested"),
     (
         {"hardware": "tpu-v5e", "topology": "4x4", "maxtext": {"model_name": "m" * 257}},
         "maxtext value",
@@ -287,6 +291,9 @@ def test_names_at_the_limit_are_accepted(client):
     answer = client.post("/v1/meshes", json=body)
     assert answer.status_code == 201, answer.text
     assert answer.json()["shards"][3]["coords"] == {name: 3}
+    members = {"name": "adamw", "learning_rate": 1e-3, **{f"m{i:02d}": 0.9 for i in range(16)}}
+    answer = client.post("/v1/meshes", json={"axes": {"data": 8}, "optimizer": members})
+    assert answer.status_code == 201, answer.text
 
 
 # ------------------------------------------------------------------- batch shapes
