@@ -179,7 +179,11 @@ async def delete_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
 
 _LayoutRange = Annotated[
     str | None,
-    Query(max_length=19, description="N or N-M (inclusive): draw only these devices"),
+    Query(
+        max_length=19,
+        pattern=r"^\d{1,9}(-\d{1,9})?$",
+        description="N or N-M (inclusive): draw only these devices",
+    ),
 ]
 
 
