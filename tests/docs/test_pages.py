@@ -223,3 +223,13 @@ def test_references_to_missing_files_are_found(tmp_path):
     assert any("ERRORS.md" in f for f in found)
     assert any("app/missing.py" in f for f in found)
     assert any("outside the repository" in f for f in found)
+
+
+def test_every_setting_is_documented():
+    """Each field of ``app.settings.Settings`` has its ``DATARAX_*`` variable in SETTINGS.md."""
+    from app.settings import Settings
+
+    page = (blocks.ROOT / "docs" / "SETTINGS.md").read_text()
+    missing = [f"DATARAX_{name.upper()}" for name in Settings.model_fields
+               if f"`DATARAX_{name.upper()}`" not in page]  # fmt: skip
+    assert not missing, f"docs/SETTINGS.md lacks {missing}"
