@@ -12,6 +12,7 @@ group supervises its runtime and serves nothing (:mod:`app.follower`).
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 
 from pydantic import SecretStr, ValidationError
@@ -26,13 +27,33 @@ from app.store import Store, StoreUnusable
 from app.version import version_line
 
 EXIT_BAD_SETTINGS = 2
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C (SIGINT) after a graceful shutdown: 128 + SIGINT, as a shell reports."""
 EXIT_BAD_DATABASE = 65
 """The database file cannot be used (sysexits' EX_DATAERR): restarting will not help, so a
 supervisor can stop there (systemd ``RestartPreventExitStatus=65``)."""
 
 
+HELP = """\
+Serve the datarax mesh service: plan JAX device meshes, run sharded training steps
+and compile checks, reduce and store per-device metrics (HTTP API and dashboard).
+
+Every option can also be set by the environment variable shown beside it (a flag
+wins). The API token is read from DATARAX_API_TOKEN only. Process 0 of a multi-host
+group serves HTTP; the others serve nothing and keep their runtime in the group.
+--version prints the versions and exits.
+"""
+"""``datarax-serve --help``'s description: plain text, what a terminal shows (the class
+docstring below is for readers of the code, not for the command line)."""
+
+
 class CliSettings(Settings):
-    """:class:`~app.settings.Settings` with a flag for each field (kebab case)."""
+    """The service settings with a flag for each field (kebab case).
+
+    ``--help`` shows :data:`HELP` (``json_schema_extra['description']``, which
+    pydantic-settings prefers to the docstring), each option's environment variable
+    (``cli_show_env_vars``) and no ``null`` type in optional settings' metavars.
+    """
 
     model_config = SettingsConfigDict(
         env_prefix="DATARAX_",
@@ -41,6 +62,9 @@ class CliSettings(Settings):
         cli_kebab_case=True,
         cli_implicit_flags=True,
         cli_exit_on_error=True,
+        cli_show_env_vars=True,
+        cli_hide_none_type=True,
+        json_schema_extra={"description": HELP},
     )
 
     api_token: CliSuppress[SecretStr | None] = None
@@ -94,6 +118,8 @@ def cli(argv: list[str] | None = None) -> None:
         sys.exit(0)
     settings = load_settings(argv)
     configure_logging(settings.log_format, settings.log_level)
+    # A fatal signal (SIGSEGV, SIGBUS, SIGABRT) leaves its Python traceback in the log.
+    faulthandler.enable()
     if not is_leader(settings):
         # Processes other than 0 serve no HTTP: they only keep their runtime in the group.
         sys.exit(run_follower(settings))
@@ -122,11 +148,17 @@ def cli(argv: list[str] | None = None) -> None:
         timeout_graceful_shutdown=settings.shutdown_grace_s,
         # C parser and event loop (both dependencies): h11's pure-Python parser and the
         # asyncio loop cost more per request than most handlers. The parser's own 400s
-        # are problem JSON (ProblemHttpToolsProtocol).
-        http=ProblemHttpToolsProtocol,
+        # are problem JSON, and heads past DATARAX_MAX_HEADER_KB / DATARAX_MAX_HEADERS are
+        # 431 before they are held (ProblemHttpToolsProtocol).
+        http=ProblemHttpToolsProtocol.with_limits(settings.max_header_bytes, settings.max_headers),
         loop="uvloop",
     )
-    Server(config).run()
+    try:
+        Server(config).run()
+    except KeyboardInterrupt:
+        # Ctrl-C: uvicorn shuts down gracefully, then raises SIGINT again with Python's
+        # handler, which would end the process with a KeyboardInterrupt traceback.
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def check_database(settings: Settings) -> None:

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from app.http_cache import HttpCacheMiddleware, add_cors
+from app.http_limits import AnswerLimitMiddleware, HeaderLimitMiddleware
 from app.middleware import (
     BearerAuthMiddleware,
     BodyLimitMiddleware,
@@ -49,13 +50,14 @@ from app.services.sessions import SessionService
 from app.settings import Settings
 from app.store import Store
 from app.telemetry import RequestMetricsMiddleware, Telemetry
+from app.version import package_version
 
 log = logging.getLogger("datarax.app")
 
 API_DESCRIPTION = """\
 Plans JAX device meshes (live on this service's devices, or abstract for any cluster
 size), reduces stacked per-device metric arrays, and keeps plans and job metric
-history in SQLite.
+history in SQLite. The [dashboard](/) shows plans, jobs, sessions and devices.
 
 * Every error is RFC 9457 problem details (`application/problem+json`) with `type`,
   `title`, `status`, `detail` and a snake_case `code`; validation errors add `errors`
@@ -148,7 +150,7 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
 
     app = FastAPI(
         title="datarax mesh service",
-        version="1.0.0",
+        version=package_version(),  # the package's, as `datarax-serve --version` prints
         description=API_DESCRIPTION,
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
@@ -173,7 +175,12 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         lambda: int(getattr(app.state.runtime, "restarts", 0) or 0),
         lambda: bool(getattr(app.state.runtime, "ready", False)),
     )
-    telemetry.watch_jobs(lambda top: job_history.job_gauges(app.state.store, top))
+    reads_need_token = bool(
+        settings.auth_reads and settings.api_token and settings.api_token.get_secret_value()
+    )
+    telemetry.watch_jobs(
+        lambda top: job_history.job_gauges(app.state.store, top), name_jobs=not reads_need_token
+    )
     telemetry.watch_sessions(lambda: session_figures(app))
     install_error_handlers(app)
     for module in (
@@ -202,6 +209,7 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
 
     # add_middleware wraps: the last added runs first.
+    app.add_middleware(AnswerLimitMiddleware, max_bytes=settings.max_answer_bytes)
     app.add_middleware(HttpCacheMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.api_token is not None and settings.api_token.get_secret_value():
@@ -210,6 +218,11 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
             token=settings.api_token.get_secret_value(),
             reads=settings.auth_reads,
         )
+    app.add_middleware(
+        HeaderLimitMiddleware,
+        max_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+    )
     app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(RequestMetricsMiddleware, telemetry=telemetry)
     app.add_middleware(ShutdownMiddleware, lifecycle=app.state.lifecycle)

@@ -47,7 +47,7 @@ from app.channel import ArrayError, ChannelError
 from app.errors import ArrayNotAccepted, RuntimeFailed, ServiceError, StepTimeout, WorkerLost
 from app.errors import from_reply as error_from_reply
 from app.logs import REQUEST_ID
-from app.runtime.environment import runtime_environment
+from app.runtime.environment import runtime_environment, runtime_platforms
 from app.settings import Settings
 
 log = logging.getLogger("datarax.runtime")
@@ -107,6 +107,8 @@ class RuntimeClient:
     BACKOFF_MAX_S = 10.0
     HEALTHY_AFTER_S = 30.0
     STOP_GRACE_S = 5.0
+    EOF_GRACE_S = 2.0
+    """How long :meth:`stop` waits for the runtime to exit on EOF before SIGTERM."""
 
     def __init__(self, settings: Settings, *, command_modules: Iterable[str] = ()):
         self._settings = settings
@@ -184,13 +186,23 @@ class RuntimeClient:
         self._device_info = None
         worker, self._worker = self._worker, None
         if worker is not None:
+            # EOF first: an idle runtime reads it and exits 0 through Python's own shutdown.
+            # SIGTERM only if that takes longer (a command still running): a runtime that
+            # loaded libtpu would print libtpu's failure-signal stack trace for a SIGTERM
+            # it got while JAX was starting (see app.runtime.__main__._quiet_signals).
             self._lose(worker)
-            worker.signal_group(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(worker.proc.wait(), self.STOP_GRACE_S)
-            except TimeoutError:
-                worker.signal_group(signal.SIGKILL)
-                await worker.proc.wait()
+            for signum, grace in (
+                (None, self.EOF_GRACE_S),
+                (signal.SIGTERM, self.STOP_GRACE_S),
+                (signal.SIGKILL, None),
+            ):
+                if signum is not None:
+                    worker.signal_group(signum)
+                try:
+                    await asyncio.wait_for(worker.proc.wait(), grace)
+                    break
+                except TimeoutError:
+                    continue
         for task in list(self._tasks):
             task.cancel()
 
@@ -199,6 +211,9 @@ class RuntimeClient:
         try:
             fd = child_sock.fileno()
             env = runtime_environment(self._settings, os.environ)
+            if self._restarts == 0:
+                platforms, why = runtime_platforms(self._settings, os.environ)
+                log.info("runtime platforms: JAX_PLATFORMS=%s (%s)", platforms, why)
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p
             )

@@ -31,6 +31,13 @@ def versions() -> dict[str, str]:
     }
 
 
+def package_version() -> str:
+    """This package's version (``/openapi.json``'s ``info.version``, the ``/docs`` page):
+    the installed distribution's, else ``0+unknown`` (a source tree never installed)."""
+    found = versions()["version"]
+    return "0+unknown" if found == "not installed" else found
+
+
 def version_line() -> str:
     """One line, e.g. ``datarax-serve 0.1.0 (jax 0.8.1, jaxlib 0.8.1, python 3.12.1)``."""
     v = versions()

@@ -223,12 +223,20 @@ class ServiceProcess:
     process it reported, whatever state they are in.
     """
 
-    def __init__(self, db: Path, log_path: Path, *, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        db: Path,
+        log_path: Path,
+        *,
+        env: dict[str, str] | None = None,
+        unset: tuple[str, ...] = (),
+    ):
         self.db = db
         self.log_path = log_path
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.extra_env = env or {}
+        self.unset = unset  # variables removed last: a start as a user's shell would do it
         self.proc: subprocess.Popen | None = None
         self.runtime_pids: set[int] = set()
         self._log = None
@@ -249,6 +257,8 @@ class ServiceProcess:
                 **self.extra_env,
             }
         )
+        for name in self.unset:
+            env.pop(name, None)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             self.command(),

@@ -50,7 +50,9 @@ import os
 import resource
 import signal
 import sys
+import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("datarax.compiler")
@@ -142,6 +144,35 @@ def _devices(target: dict[str, Any]) -> Any:
     return _TOPOLOGY_CACHE[key]
 
 
+GATE_ENV = "DATARAX_TEST_COMPILE_GATE"
+"""Test hook, never set in production: a directory. At each of its gates (``start``,
+before the worker says ready; ``lowering`` and ``compiling``, right after it reports
+that phase) the worker writes ``<gate>.reached`` there and waits until ``<gate>.go``
+exists, so a test holds a check in a phase of its choice for as long as it likes, with
+no sleeps and no guessing (tests/e2e/test_compile_checks_server.py)."""
+
+_GATE_POLL_S = 0.02
+
+
+def _gate(name: str) -> None:
+    folder = os.environ.get(GATE_ENV)
+    if not folder:
+        return
+    gate = Path(folder)
+    (gate / f"{name}.reached").touch()
+    while not (gate / f"{name}.go").exists():
+        time.sleep(_GATE_POLL_S)
+
+
+def _quiet_signals() -> None:
+    """SIGTERM ends the worker at once (the default action), SIGINT is ignored (the
+    supervisor ends it: input closed, or SIGKILL to its process group). Again after each
+    check: libtpu, loaded by the first TPU check, installs absl's failure signal handler,
+    which turns a SIGTERM into a stack trace in the service's log."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def handle(request: dict[str, Any], send: Any) -> None:
     """Compiles one request's step and sends its phases and its result (or error)."""
     import numpy as np  # noqa: PLC0415
@@ -153,6 +184,11 @@ def handle(request: dict[str, Any], send: Any) -> None:
     from datarax.distributed.planning import PlanError  # noqa: PLC0415
 
     cid = request.get("id")
+
+    def on_phase(phase: str) -> None:
+        send({"id": cid, "phase": phase})
+        _gate(phase)
+
     try:
         axes = dict(request["axes"])
         ids = np.asarray(request["device_ids"], dtype=np.int64).reshape(tuple(axes.values()))
@@ -164,7 +200,7 @@ def handle(request: dict[str, Any], send: Any) -> None:
             roles=request.get("roles"),
             optimizer=request.get("optimizer", "adam"),
             hbm_bytes=request.get("hbm_bytes"),
-            on_phase=lambda phase: send({"id": cid, "phase": phase}),
+            on_phase=on_phase,
         )
     except PlanError as error:
         send({"id": cid, "error": {"code": error.code, "detail": str(error)}})
@@ -231,6 +267,7 @@ def _die_with_parent() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
+    _quiet_signals()
     parser = argparse.ArgumentParser(prog="python -m app.compiler")
     parser.add_argument(
         "--platform",
@@ -285,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     ready: dict[str, Any] = {"ready": True, "platform": args.platform}
     if args.platform != "cpu":
         ready["device_ids"] = [int(d.id) for d in jax.devices()]
+    _gate("start")
     send(ready)
     for line in sys.stdin:
         if not line.strip():
@@ -295,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("compile worker: unreadable request line dropped")
             continue
         handle(request, send)
+        _quiet_signals()
     return 0
 
 

@@ -104,8 +104,11 @@ async def list_compile_checks(
 )
 async def get_compile_check(check_id: CheckId, checks: ChecksDep) -> Response:
     """``status``: ``queued`` (with ``position``), ``compiling`` (with ``phase``:
-    ``lowering`` or ``compiling``), ``done`` (``result``, ``estimate_error``), ``failed``
-    (``error``) or ``cancelled``. 404 ``compile_check_not_found``."""
+    ``starting``, ``lowering`` or ``compiling``), ``done`` (``result``, ``estimate_error``),
+    ``failed`` (``error``: a worker that died names its signal) or ``cancelled``.
+    ``result.fits`` is true or false against the target's memory, or null (unknown, with
+    ``result.fits_reason``) where there is no memory figure to compare with. 404
+    ``compile_check_not_found``."""
     return _answer(await checks.get(check_id))
 
 
@@ -117,6 +120,7 @@ async def get_compile_check(check_id: CheckId, checks: ChecksDep) -> Response:
     responses={200: {"model": CompileCheck}, **problem_responses(401, 404)},
 )
 async def cancel_compile_check(check_id: CheckId, checks: ChecksDep) -> Response:
-    """Cancels a queued or compiling check and answers it (``cancelled``); a finished
-    check is answered as it is. 404 ``compile_check_not_found``."""
+    """Cancels a check in any phase (queued, its worker starting, lowering, compiling) and
+    answers it (``cancelled``); a finished check, or one whose answer was already in, is
+    answered as it is. 404 ``compile_check_not_found``."""
     return _answer(await checks.cancel(check_id))

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from app.errors import InvalidRequest
+from app.host_memory import host_memory_bytes
 from app.runtime.environment import settings
 from app.runtime.server import command
 from app.settings import Settings
@@ -29,18 +29,7 @@ def ping(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, 
 
 def host_capacity_bytes() -> int:
     """Physical memory, or the container's limit (cgroup v2 or v1) when lower."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit_file in (
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ):
-        try:
-            raw = Path(limit_file).read_text().strip()
-        except OSError:
-            continue
-        if raw.isdigit():  # "max" (v2) means no limit; v1 writes a huge number instead
-            total = min(total, int(raw))
-    return total
+    return host_memory_bytes() or 0
 
 
 def memory_budgets(settings: Settings) -> dict[str, int | None]:

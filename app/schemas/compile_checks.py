@@ -48,7 +48,15 @@ class CompileMemory(BaseModel):
 
 
 class CompileResult(BaseModel):
-    fits: bool
+    fits: bool | None = Field(
+        description="XLA's per-device peak (hbm_peak_bytes) within the target's memory "
+        "(memory.hbm_bytes): true or false; null (unknown) where the target has no memory "
+        "figure to compare with, never true by default; false when XLA refused the program "
+        "for memory (xla_error)"
+    )
+    fits_reason: str | None = Field(
+        None, description="why fits is what it is, with the figures compared (or why unknown)"
+    )
     memory: CompileMemory | None
     flops: float | None
     bytes_accessed: float | None = None
@@ -65,7 +73,11 @@ class CompileCheck(BaseModel):
     created_at: str
     finished_at: str | None = None
     position: int | None = Field(None, description="queued: checks ahead of this one + 1")
-    phase: Literal["lowering", "compiling"] | None = None
+    phase: Literal["starting", "lowering", "compiling"] | None = Field(
+        None,
+        description="compiling: starting (the compile worker is starting), lowering, or "
+        "compiling (XLA)",
+    )
     cached: bool = False
     request: dict[str, Any]
     target: dict[str, Any]

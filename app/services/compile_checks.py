@@ -6,12 +6,19 @@ warm for the checks of its platform. Checks run one at a time, in arrival order:
 
 - a full queue (``DATARAX_COMPILE_QUEUE`` waiting) is 429 ``compile_queue_full`` with a
   ``Retry-After`` from the mean compile time seen so far;
-- a check past ``DATARAX_COMPILE_TIMEOUT_S`` is ``failed``, and a ``DELETE`` of the
-  running check ``cancelled``: both kill the worker's process group (XLA cannot be
-  interrupted mid-compile); the next check starts a fresh worker;
+- a check past ``DATARAX_COMPILE_TIMEOUT_S`` is ``failed``, and a ``DELETE`` of a
+  running check ``cancelled`` in every phase (``phase``: ``starting``, the worker being
+  spawned or importing JAX; ``lowering``; ``compiling``): both kill the worker's process
+  group (XLA cannot be interrupted mid-compile); the next check starts a fresh worker;
 - a worker that dies (``kill -9``, its memory cap ``DATARAX_COMPILE_MEMORY_MB``, an XLA
-  abort) fails the check it was running with the signal or exit status and the last
-  lines of its log; the other checks and the service go on;
+  crash such as the SIGFPE of an MLP of ``[1048576] * 3`` on CPU) fails the check it was
+  running with its signal or exit status, the phase, and the last error lines of its log;
+  the memory cap is named only when it was hit (:meth:`CompileChecks._crash_reason`);
+  the other checks and the service go on;
+- ``fits`` is judged here (:func:`judge_fits`), never by default: XLA's per-device peak
+  against the target's memory (TPU: the catalog's HBM; GPU: see below; CPU: the host's
+  session budget split over the plan's devices, :func:`cpu_device_bound`), or ``null``
+  with ``fits_reason`` where there is none;
 - results are cached in SQLite (:mod:`app.services.compile_store`) by a key over
   everything that changes the program (target, device order, axes, model, optimizer,
   batch, memory figure) and the jax, jaxlib, libtpu and GPU plugin versions (a GPU target
@@ -75,7 +82,9 @@ from app.errors import (
     ServiceError,
     from_library,
 )
+from app.host_memory import host_memory_bytes
 from app.ids import new_ulid, utc_now
+from app.runtime.environment import runtime_platforms
 from app.schemas.base import optimizer_name
 from app.schemas.compile_checks import CompileCheckRequest
 from app.services.compile_store import CompileStore
@@ -87,9 +96,10 @@ from datarax.distributed.planning import PlanError
 
 log = logging.getLogger("datarax.compile")
 
-PROGRAM_VERSION = 2
-"""Bumped when :mod:`datarax.distributed.compile_step` builds a different program, so
-cached results of the old one are not answered."""
+PROGRAM_VERSION = 3
+"""Bumped when :mod:`datarax.distributed.compile_step` builds a different program, or a
+result means something else (3: ``fits`` is judged here, null without a memory bound,
+where 2 answered true), so cached results of the old one are not answered."""
 
 _WORKER_LOG_LINES = 20
 _RSS_POLL_S = 0.25
@@ -211,6 +221,7 @@ def check_target(
             "hardware": hardware.name,
             "topology": plan["topology"],
             "slices": int(plan.get("slices") or 1),
+            "hbm_source": f"catalog:{hardware.name}",
         }
     elif needs_gpu(plan):
         target, hbm = _gpu_target(ids, gpu, settings, extra)
@@ -229,9 +240,9 @@ def check_target(
                 f"{settings.cpu_devices} (DATARAX_CPU_DEVICES)",
                 extra=extra,
             )
-        target = {"kind": "cpu", "devices": settings.cpu_devices}
-        if settings.memory_budget_mb:
-            hbm = int(settings.memory_budget_mb * 2**20)
+        hbm, source = cpu_device_bound(settings, len(ids))
+        target = {"kind": "cpu", "devices": settings.cpu_devices, "hbm_source": source}
+        estimate = _estimate(plan, spec.to_json(), optimizer, batch, hbm)  # same bound
     else:
         raise CompileTargetUnavailable(
             "this plan is abstract without hardware, so there is no compiler to ask: plan it "
@@ -249,6 +260,75 @@ def check_target(
         "hbm_bytes": hbm,
         "estimate": estimate,
     }
+
+
+def cpu_device_bound(settings: Settings, devices: int) -> tuple[int | None, str | None]:
+    """Memory per device that a live CPU plan's step must fit in, and where it comes from.
+
+    A host's CPU devices share its memory, and XLA's figures are per device, so the
+    bound is the memory sessions may use on this host (``DATARAX_MEMORY_BUDGET_MB``, else
+    ``DATARAX_MEMORY_FRACTION`` of the host's memory or container limit: the runtime's
+    own admission budget) split over the plan's ``devices``. ``(None, None)`` where the
+    host's memory is unknown: ``fits`` is then unknown too (:func:`judge_fits`).
+    """
+    if settings.memory_budget_mb:
+        whole: int | None = int(settings.memory_budget_mb * 2**20)
+        source = "DATARAX_MEMORY_BUDGET_MB"
+    else:
+        capacity = host_memory_bytes()
+        whole = None if capacity is None else int(capacity * settings.memory_fraction)
+        source = f"host memory x DATARAX_MEMORY_FRACTION={settings.memory_fraction:g}"
+    if whole is None:
+        return None, None
+    return whole // max(1, devices), f"{source}, shared by {devices} CPU devices"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.4g} {unit}"
+        n /= 1024
+    return f"{n:.4g} PiB"  # pragma: no cover - the loop returns
+
+
+def judge_fits(result: dict[str, Any], hbm_bytes: int | None, source: str | None) -> dict[str, Any]:
+    """``result`` with ``fits`` and ``fits_reason`` decided here, never by default.
+
+    - XLA refused the program for memory (``xla_error``): ``fits`` false.
+    - a memory bound (``hbm_bytes``, from ``source``): ``fits`` is XLA's
+      ``hbm_peak_bytes`` (else ``peak_bytes``) against it.
+    - no bound (a GPU without ``bytes_limit`` nor a catalog entry, a host whose memory is
+      unknown): ``fits`` is ``None`` (JSON null, unknown), never true by default.
+
+    ``fits_reason`` says which, with the figures.
+    """
+    out = dict(result)
+    if out.get("xla_error"):
+        out["fits"] = False
+        out["fits_reason"] = "XLA refused the program for memory at compile time (xla_error)"
+        return out
+    memory = out.get("memory") or {}
+    peak = memory.get("hbm_peak_bytes") or memory.get("peak_bytes")
+    if peak is None or hbm_bytes is None:
+        out["fits"] = None
+        out["fits_reason"] = (
+            "unknown: there is no memory figure for this target to compare XLA's peak "
+            "with (set DATARAX_MEMORY_BUDGET_MB to give one)"
+            if peak is not None
+            else "unknown: XLA reported no memory figures"
+        )
+        return out
+    fits = peak <= hbm_bytes
+    out["fits"] = fits
+    out["fits_reason"] = (
+        f"XLA's peak of {_size(peak)} per device is {'within' if fits else 'beyond'} the "
+        f"{_size(hbm_bytes)} per device available ({source})"
+    )
+    return out
+
+
+def _hbm_source(work: dict[str, Any]) -> str | None:
+    return work["target"].get("hbm_source")
 
 
 def _gpu_target(
@@ -328,9 +408,10 @@ def _flatten(grid: Any) -> list[int]:
 
 
 def gpu_platform(settings: Settings) -> str:
-    """JAX's platform for a GPU worker: ``rocm`` where ``DATARAX_PLATFORMS`` (else
-    ``JAX_PLATFORMS``) names it, else ``cuda``."""
-    named = settings.platforms or os.environ.get("JAX_PLATFORMS") or ""
+    """JAX's platform for a GPU worker: ``rocm`` where the runtime's platforms name it
+    (``DATARAX_PLATFORMS``, else ``JAX_PLATFORMS``, else detected:
+    :func:`app.runtime.environment.runtime_platforms`), else ``cuda``."""
+    named = runtime_platforms(settings, os.environ)[0]
     for name in named.split(","):
         if name.strip() in _GPU_PLATFORMS:
             return name.strip()
@@ -395,8 +476,9 @@ def estimate_error(estimate: dict[str, Any] | None, result: dict[str, Any]) -> A
     ``hbm_peak_bytes`` (total, against XLA's HBM allocation, what ``fits`` is judged on
     and the estimate models).
     """
+    known = estimate is not None and None not in (estimate.get("fits"), result.get("fits"))
     if not estimate or not result.get("memory"):
-        if estimate and estimate.get("fits") is not None:
+        if known:
             return {"fits_agrees": estimate["fits"] == result["fits"]}
         return None
     mem = result["memory"]
@@ -416,7 +498,7 @@ def estimate_error(estimate: dict[str, Any] | None, result: dict[str, Any]) -> A
             "xla": xla,
             "relative": None if not xla else (est - xla) / xla,
         }
-    if estimate.get("fits") is not None:
+    if known:
         out["fits_agrees"] = estimate["fits"] == result["fits"]
     return out
 
@@ -430,6 +512,8 @@ class _Job:
     work: dict[str, Any]
     key: str
     cancelled: bool = False
+    answered: bool = False
+    """The worker's result or error is in: a cancel from then on changes nothing."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -449,6 +533,8 @@ class CompileChecks:
         self._describe_argv = describe_argv
         self._proc_platform: str | None = None
         self._rss_killed: int | None = None
+        self._out_of_memory: str | None = None
+        """The worker's first log line that shows a failed allocation, if any."""
         self._gpus: dict[str, Any] | None = None
         self._describe_lock = asyncio.Lock()
         self._queue: collections.deque[_Job] = collections.deque()
@@ -538,9 +624,19 @@ class CompileChecks:
         return {"items": items, "total": total}
 
     async def cancel(self, cid: str) -> dict[str, Any]:
-        """Cancels a queued or running check; a finished one is answered as it is."""
+        """Cancels a queued or running check; a finished one is answered as it is.
+
+        Every phase: a queued check leaves the queue; a running one (its worker starting,
+        lowering or compiling) has its worker's process group killed, and the runner,
+        which looks at ``cancelled`` after each step that could not be interrupted (a
+        store write, spawning the worker), settles it ``cancelled`` at once. Only a check
+        whose answer is already in (``answered``) ends as that answer.
+        """
         job = self._jobs.get(cid)
         if job is None:
+            return await self.get(cid)
+        if job.answered:
+            await job.done.wait()
             return await self.get(cid)
         job.cancelled = True
         if job in self._queue:
@@ -620,8 +716,13 @@ class CompileChecks:
     async def _run_one(self, job: _Job) -> None:
         job.check["status"] = "compiling"
         job.check.pop("position", None)
-        await self.store.put_check(job.check)
         platform = worker_platform(job.work["target"], self.settings)
+        if not self._worker_alive(platform):
+            job.check["phase"] = "starting"
+        await self.store.put_check(job.check)
+        if job.cancelled:  # cancelled while the store wrote: nothing to kill yet
+            await self._settle(job, status="cancelled")
+            return
         try:
             proc = await self._ensure_worker(platform)
         except Exception as error:
@@ -633,6 +734,13 @@ class CompileChecks:
                     job, status="failed", error={"code": "compile_failed", "detail": detail}
                 )
             return
+        if job.cancelled:  # cancelled in a moment the kill could not reach (spawning)
+            await self._kill_worker()
+            await self._reap_worker()
+            await self._settle(job, status="cancelled")
+            return
+        if job.check.get("phase") == "starting":
+            job.check.pop("phase")
         assert proc.stdin is not None and proc.stdout is not None
         request = {"id": job.check["id"], **job.work}
         started = time.monotonic()
@@ -655,6 +763,7 @@ class CompileChecks:
                 if "phase" in message:
                     job.check["phase"] = message["phase"]
                     continue
+                job.answered = True
                 break
         except TimeoutError:
             await self._kill_worker()
@@ -686,7 +795,9 @@ class CompileChecks:
                     await watchdog
         self._compile_seconds.append(time.monotonic() - started)
         if "result" in message:
-            await self._settle(job, status="done", result=message["result"])
+            work = job.work
+            result = judge_fits(message["result"], work["hbm_bytes"], _hbm_source(work))
+            await self._settle(job, status="done", result=result)
         else:
             await self._settle(job, status="failed", error=message.get("error"))
 
@@ -766,6 +877,11 @@ class CompileChecks:
         tail = " | ".join(err.decode(errors="replace").strip().splitlines()[-3:])[-600:]
         return {"error": f"the compile worker exited with status {proc.returncode}: {tail}"}
 
+    def _worker_alive(self, platform: str) -> bool:
+        """A warm worker of ``platform`` is there (no start-up for the next check)."""
+        proc = self._proc
+        return proc is not None and proc.returncode is None and self._proc_platform == platform
+
     async def _ensure_worker(self, platform: str = "cpu") -> asyncio.subprocess.Process:
         if self._proc is not None and self._proc.returncode is None:
             if self._proc_platform == platform:
@@ -773,6 +889,7 @@ class CompileChecks:
             await self._stop_idle_worker()  # a check for the other platform: one at a time
         self._log_tail.clear()
         self._rss_killed = None
+        self._out_of_memory = None
         self._proc_platform = platform
         env = self._worker_env()
         proc = await asyncio.create_subprocess_exec(
@@ -788,6 +905,8 @@ class CompileChecks:
         self._proc = proc
         self.worker_starts += 1
         self._log_task = asyncio.create_task(self._pump_log(proc))
+        if self._running is not None and self._running.cancelled:
+            await self._kill_worker()  # cancelled while it was spawned: it reads EOF below
         assert proc.stdout is not None
         line = await asyncio.wait_for(
             proc.stdout.readline(), timeout=self.settings.runtime_start_timeout_s
@@ -804,6 +923,8 @@ class CompileChecks:
             text = raw.decode(errors="replace").rstrip()
             if text:
                 self._log_tail.append(text)
+                if self._out_of_memory is None and _shows_out_of_memory((text,)):
+                    self._out_of_memory = text[-300:]  # kept: a stack trace may follow
                 log.debug("compile worker: %s", text)
 
     async def _reap_worker(self) -> int | None:
@@ -855,29 +976,69 @@ class CompileChecks:
             await self._reap_worker()
 
     def _crash_reason(self, status: int | None) -> str:
+        """Why the worker died, from what is known, never a guess: the signal or exit
+        status; the memory cap only when it was hit (the RSS watchdog killed a GPU
+        worker, or the worker's log shows an allocation that failed); the last error
+        lines of its log."""
+        phase = f" while {self._running.check.get('phase')}" if self._phase_known() else ""
         if status is None:
             how = "ended"
         elif status < 0:
-            how = f"was killed by {signal.Signals(-status).name}"
+            name = signal.Signals(-status).name
+            described = signal.strsignal(-status) or name
+            how = f"died of {name} ({described})"
         else:
             how = f"exited with status {status}"
         cap = self.settings.compile_memory_mb
         tail = " | ".join(
             line
             for line in self._log_tail
-            if "Error" in line or "error" in line or "memory" in line
+            if "Error" in line or "error" in line or "memory" in line or "failed" in line
         )[-600:]
-        reason = f"the compile worker {how} during the check"
+        reason = f"the compile worker {how}{phase}"
         if self._rss_killed is not None:
             reason += (
                 f": its resident memory reached {self._rss_killed >> 20} MiB, past its cap "
-                f"of {cap} MiB (DATARAX_COMPILE_MEMORY_MB)"
+                f"of {cap} MiB (DATARAX_COMPILE_MEMORY_MB), and the service killed it"
             )
-        elif cap and self._proc_platform not in (None, "cpu"):
-            reason += f" (its resident-memory cap is {cap} MiB, DATARAX_COMPILE_MEMORY_MB)"
-        elif cap:
-            reason += f" (its memory cap is {cap} MiB, DATARAX_COMPILE_MEMORY_MB)"
+        elif self._out_of_memory is not None:
+            reason += (
+                f": it ran out of memory under its cap of {cap} MiB "
+                "(DATARAX_COMPILE_MEMORY_MB; raise it, or compile a smaller step)"
+                if cap
+                else ": it ran out of host memory"
+            )
+            reason += f" ({self._out_of_memory})"
+        elif status == -signal.SIGKILL:
+            reason += (
+                ": the service did not send it (another process did, or the kernel's "
+                "out-of-memory killer)"
+            )
+        elif status is not None and status < 0:
+            reason += ": XLA or the compiler crashed on this program; no memory cap was hit"
         return reason + (f"; its last errors: {tail}" if tail else "")
+
+    def _phase_known(self) -> bool:
+        return self._running is not None and bool(self._running.check.get("phase"))
+
+
+_OUT_OF_MEMORY_SIGNS = (
+    "MemoryError",
+    "bad_alloc",
+    "Cannot allocate memory",
+    "out of memory",
+    "Out of memory",
+    "pthread_create() failed",  # no address space left for a thread's stack (RLIMIT_AS)
+    "Memory allocation still failed",  # OpenBLAS, at import under a small cap
+    "ailed to allocate",
+)
+"""What a worker's log shows when an allocation failed (measured with jax 0.12.0.1 under
+RLIMIT_AS: XLA's compile thread fails in ``pthread_create`` and aborts; OpenBLAS gives up
+at import; Python raises ``MemoryError``; C++ ``std::bad_alloc``)."""
+
+
+def _shows_out_of_memory(lines: Any) -> bool:
+    return any(sign in line for line in lines for sign in _OUT_OF_MEMORY_SIGNS)
 
 
 __all__ = [
@@ -885,9 +1046,11 @@ __all__ = [
     "cache_key",
     "check_target",
     "compiler_versions",
+    "cpu_device_bound",
     "estimate_error",
     "gpu_platform",
     "group_rss_bytes",
+    "judge_fits",
     "needs_gpu",
     "worker_platform",
 ]

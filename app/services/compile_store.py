@@ -1,7 +1,9 @@
 """Compile checks and their result cache, in the service's SQLite file (own tables).
 
-Two tables beside :mod:`app.store`'s, in the same database file but through a connection
-of their own (WAL lets both write; ``busy_timeout`` covers the overlap):
+Two tables beside :mod:`app.store`'s, in the same database file and through the same
+connection (a :class:`~app.store.Store` on the same path shares it: the file is opened in
+SQLite's exclusive locking mode, which allows one connection only; storage faults answer
+as the store's do):
 
 - ``compile_checks``: one row per check, its JSON as last answered (terminal states are
   written once; queued/compiling ones are rewritten as they change);
@@ -15,12 +17,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio.to_thread
+from app.store import Store
 
 T = TypeVar("T")
 
@@ -48,35 +49,29 @@ class CompileStore:
 
     def __init__(self, path: Path | str):
         self.path = str(path)
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        self._store: Store | None = None
 
     def open(self) -> None:
-        if self._conn is not None:
+        if self._store is not None:
             return
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        conn.execute("PRAGMA busy_timeout = 5000")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.executescript(SCHEMA)
-        self._conn = conn
+        store = Store(self.path)
+        store.open()
+        try:
+            store.execute_here(lambda c: c.executescript(SCHEMA))
+        except BaseException:
+            store.close()
+            raise
+        self._store = store
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def locked() -> T:
-            with self._lock:
-                if self._conn is None:
-                    raise RuntimeError("the compile store is not open")
-                return fn(self._conn)
-
-        return await anyio.to_thread.run_sync(locked)
+        if self._store is None:
+            raise RuntimeError("the compile store is not open")
+        return await self._store.execute(fn)
 
     async def fail_unfinished(self, reason: str) -> int:
         """Marks checks a previous service process left queued or compiling as failed."""

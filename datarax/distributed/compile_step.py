@@ -385,7 +385,8 @@ def compile_train_step(
       device memory the program allocates (on TPU, HBM only: the memory-usage report's
       default memory space), the figure XLA's compile-time OOM check compares with the
       available HBM (its ``CompileTimeHbmOom`` text quotes it); ``fits`` is
-      ``hbm_peak_bytes <= hbm_bytes``. When XLA refuses the program for memory,
+      ``hbm_peak_bytes <= hbm_bytes``, ``None`` (unknown) without ``hbm_bytes``, never
+      true by default. When XLA refuses the program for memory,
       ``fits`` is false, ``xla_error`` its text and the figures ``None``.
       ``host_temp_bytes`` is ``host_temp_size_in_bytes``: host memory (``pinned_host``)
       the program's temporaries take, e.g. activations a remat policy offloads;
@@ -452,7 +453,7 @@ def compiled_figures(compiled: Any, hbm_bytes: int | None = None) -> dict[str, A
     if isinstance(cost, list | tuple):  # older jax: one dict per program
         cost = cost[0] if cost else {}
     cost = cost or {}
-    fits = True if hbm_bytes is None else hbm_peak <= hbm_bytes
+    fits = None if hbm_bytes is None else hbm_peak <= hbm_bytes  # unknown without a bound
     return {
         "fits": fits,
         "memory": {

@@ -82,3 +82,34 @@ def test_version_prints_the_package_and_jax_versions_and_exits_0():
         f"datarax-serve {v['version']} (jax {v['jax']}, jaxlib {v['jaxlib']}, python {v['python']})"
     )
     assert "not installed" not in result.stdout
+
+
+def test_help_reads_like_a_command_lines_help():
+    """``--help``: a one-line summary first, no Sphinx roles or reST markup, and every
+    setting as a flag with its environment variable (the token: environment only)."""
+    from app.settings import Settings
+
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert text.startswith("usage: datarax-serve"), text[:200]
+    description = text.split("\n\n", 2)[1]  # the paragraph after the usage lines
+    assert description.startswith("Serve the datarax mesh service"), description
+    for markup in (":class:", ":func:", ":mod:", "``", "`~", ":data:"):
+        assert markup not in text, markup
+    flat = " ".join(text.split())  # argparse wraps long help lines
+    for name in Settings.model_fields:
+        if name == "api_token":
+            assert "--api-token" not in text and "DATARAX_API_TOKEN only" in flat
+            continue
+        flag = "--" + name.replace("_", "-")
+        assert flag in text, flag
+        assert Settings.model_fields[name].description, f"{flag} has no help text"
+        assert f"[env: DATARAX_{name.upper()}]" in flat, name
+    assert "{str,null}" not in text and "{int,null}" not in text  # optional types

@@ -348,7 +348,7 @@ def test_transformer_step_weights_are_in_param_dtype_and_host_memory_is_reported
     moments = [leaf for leaf in jax.tree.leaves(opt_state) if leaf.ndim > 0]
     assert moments and {m.dtype for m in moments} == {np.dtype("float32")}
     out = compile_train_step(model, mesh, 8)
-    assert out["fits"] is True and out["memory"]["host_temp_bytes"] == 0
+    assert out["fits"] is None and out["memory"]["host_temp_bytes"] == 0  # no bound given
     assert set(out["memory"]) >= {
         "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "peak_bytes",
         "hbm_bytes", "host_temp_bytes",

@@ -9,15 +9,18 @@ runs longer than the grace period (``DATARAX_SHUTDOWN_GRACE_S``):
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers import ServiceProcess, assert_problem
+from tests.datarax.test_compile_step import _require_libtpu
+from tests.helpers import ServiceProcess, assert_problem, pid_alive
 
 GRACE_S = 2.0
 # ~5.3 M parameters replicated on 8 CPU devices: tens of ms a step on 2 cores.
@@ -113,3 +116,83 @@ def test_sigterm_refuses_new_connections_and_answers_503_after_the_grace_period(
         assert code in (0, -signal.SIGTERM), (code, server.log_tail())
         assert "Finished server process" in server.log_tail(20000), server.log_tail()
         assert "Traceback" not in server.log_tail(20000), server.log_tail()
+
+
+# ------------------------------------------------- every process ends, and quietly
+
+QUIET_ENV = (
+    "JAX_PLATFORMS",
+    "DATARAX_PLATFORMS",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD",
+    "TPU_SKIP_MDS_QUERY",
+)
+TRACES = ("Traceback", "stack trace", "SIGTERM received", "KeyboardInterrupt", "FailureSignal")
+
+
+def _children(pid: int, needle: str) -> list[int]:
+    """Child processes of ``pid`` whose command line holds ``needle`` (Linux /proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and needle.encode() in cmdline:
+            found.append(int(name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_sigterm_and_ctrl_c_end_every_process_without_a_stack_trace(tmp_path, how):
+    """SIGTERM to the HTTP process (what Docker, Kubernetes and systemd send) and SIGINT to
+    its process group (Ctrl-C in a terminal) end it, its runtime and its compile worker,
+    which has loaded libtpu for a TPU check; the log has no trace of any of them."""
+    _require_libtpu()
+    server = ServiceProcess(tmp_path / "datarax.sqlite", tmp_path / "server.log", unset=QUIET_ENV)
+    with server:
+        runtime_pid = int(server.wait_ready()["runtime_pid"])
+        with server.client(timeout=120) as client:
+            plan = client.post(
+                "/v1/meshes",
+                json={
+                    "hardware": "tpu-v5e",
+                    "topology": "2x2",
+                    "ici": {"data": 4},
+                    "batch_shape": [64, 128],
+                },  # fmt: skip
+            )
+            assert plan.status_code == 201, plan.text
+            url = f"/v1/meshes/{plan.json()['id']}/compile-checks"
+            check = client.post(url, json={"model": {"kind": "mlp", "features": [64, 128, 64]}})
+            assert check.status_code == 202, check.text
+            deadline = time.monotonic() + 240
+            while (body := client.get(check.headers["location"]).json())["status"] != "done":
+                assert body["status"] not in ("failed", "cancelled"), body
+                assert time.monotonic() < deadline, body
+                time.sleep(0.1)
+        workers = _children(server.proc.pid, "app.compiler")
+        assert len(workers) == 1, workers  # warm, libtpu loaded by the TPU check
+        assert _children(server.proc.pid, "app.runtime") == [runtime_pid]
+
+        if how == "sigterm":
+            server.proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(server.proc.pid, signal.SIGINT)  # the terminal's foreground group
+        code = server.proc.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        left = [p for p in (runtime_pid, *workers) if pid_alive(p)]
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = [p for p in left if pid_alive(p)]
+        assert not left, f"still running after the service ended: {left}"
+        # SIGTERM: 0 or -15 (uvicorn raises the signal again); Ctrl-C: 130 (128 + SIGINT).
+        assert code in (0, -signal.SIGTERM, 130), (code, server.log_tail())
+        log = server.log_tail(200_000)
+        assert "Finished server process" in log, log[-3000:]
+        for trace in TRACES:
+            assert trace not in log, (trace, log[-3000:])

@@ -100,8 +100,12 @@ def test_a_live_cpu_plan_compiles_on_the_hosts_cpu_devices(client):
     answer = client.post(f"/v1/meshes/{mesh_id}/compile-checks", json=body)
     check = _finish(client, answer.headers["location"])
     assert check["status"] == "done", check
-    assert check["target"] == {"kind": "cpu", "devices": 8}
+    assert check["target"]["kind"] == "cpu" and check["target"]["devices"] == 8
+    assert check["target"]["hbm_source"].endswith("shared by 8 CPU devices")
     assert check["result"]["memory"]["argument_bytes"] > 0
+    # Judged against the host's memory per device, never true by default.
+    assert check["result"]["memory"]["hbm_bytes"] > 0
+    assert check["result"]["fits"] is True and check["result"]["fits_reason"]
 
 
 def test_unknown_mesh_and_unknown_check(client):

@@ -26,6 +26,7 @@ import pytest
 
 from app.compiler import __main__ as worker
 from app.errors import CompileQueueFull, CompileTargetUnavailable
+from app.host_memory import host_memory_bytes
 from app.schemas.compile_checks import CompileCheckRequest
 from app.schemas.hardware import HardwarePlanRequest
 from app.services import compile_checks
@@ -132,14 +133,51 @@ def test_timeout_fails_the_check(tmp_path):
     _run(tmp_path, test, compile_timeout_s=2.0, runtime_start_timeout_s=120.0)
 
 
-def test_memory_cap_failure_answers_failed_with_the_reason(tmp_path):
+@pytest.mark.parametrize(
+    "cap_mb",
+    [300, 1000],
+    # 300 MiB: the worker cannot even import JAX (OpenBLAS gives up); 1000 MiB: it starts
+    # (~450 MiB), then XLA cannot create its compile threads and aborts (measured).
+    ids=["at-start", "while-compiling"],
+)
+def test_memory_cap_failure_answers_failed_with_the_reason(tmp_path, cap_mb):
     async def test(checks):
         check = await checks.submit("m_test", _plan(), _request(QUICK))
         failed = await _wait(checks, check["id"], _finished)
         assert failed["status"] == "failed", failed
-        assert "300 MiB" in failed["error"]["detail"], failed["error"]
+        detail = failed["error"]["detail"]
+        assert f"ran out of memory under its cap of {cap_mb} MiB" in detail, detail
 
-    _run(tmp_path, test, compile_memory_mb=300)
+    _run(tmp_path, test, compile_memory_mb=cap_mb)
+
+
+FIGURES = {"fits": True, "memory": {"hbm_peak_bytes": 3 * 2**40, "peak_bytes": 2**40},
+           "xla_error": None}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("result", "bound", "fits", "reason"),
+    [
+        (FIGURES, None, None, "unknown"),  # the library's default true is not kept
+        (FIGURES, 4 * 2**40, True, "within"),
+        (FIGURES, 2 * 2**40, False, "beyond"),
+        ({**FIGURES, "memory": {"peak_bytes": 2**40}}, 2 * 2**40, True, "within"),
+        ({**FIGURES, "memory": None}, 2**40, None, "no memory figures"),
+        ({"fits": False, "memory": None, "xla_error": "RESOURCE_EXHAUSTED"}, None, False, "XLA"),
+    ],
+    ids=["no-bound", "within", "beyond", "peak-only", "no-figures", "xla-refused"],
+)
+def test_fits_is_judged_never_defaulted(result, bound, fits, reason):
+    judged = compile_checks.judge_fits(result, bound, "test bound")
+    assert judged["fits"] is fits, judged
+    assert reason in judged["fits_reason"], judged
+
+
+def test_a_cpu_bound_is_the_hosts_budget_split_over_the_plans_devices():
+    hbm, source = compile_checks.cpu_device_bound(_settings(memory_budget_mb=800), 8)
+    assert hbm == 100 * 2**20 and source.startswith("DATARAX_MEMORY_BUDGET_MB"), source
+    hbm, source = compile_checks.cpu_device_bound(_settings(memory_fraction=0.5), 4)
+    assert hbm == int(host_memory_bytes() * 0.5) // 4 and "4 CPU devices" in source
 
 
 def test_cache_key_covers_the_program_and_the_compiler_versions(monkeypatch):
