@@ -1029,6 +1029,7 @@ _OUT_OF_MEMORY_SIGNS = (
     "out of memory",
     "Out of memory",
     "pthread_create() failed",  # no address space left for a thread's stack (RLIMIT_AS)
+    "pthread_create failed",  # the same from LLVM ("LLVM ERROR: pthread_create failed: ...")
     "Memory allocation still failed",  # OpenBLAS, at import under a small cap
     "ailed to allocate",
 )
