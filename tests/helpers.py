@@ -291,6 +291,19 @@ class ServiceProcess:
                 time.sleep(0.2)
         pytest.fail(f"server not ready within {timeout} s:\n{self.log_tail()}")
 
+    def wait_live(self, timeout: float = 60.0) -> None:
+        """Until ``/health/live`` answers 200 (the HTTP side is up; the runtime may not be)."""
+        deadline = time.monotonic() + timeout
+        with self.client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if self.proc is not None and self.proc.poll() is not None:
+                    pytest.fail(f"server exited:\n{self.log_tail()}")
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get("/health/live").status_code == 200:
+                        return
+                time.sleep(0.1)
+        pytest.fail(f"server not live within {timeout} s:\n{self.log_tail()}")
+
     def log_tail(self, chars: int = 4000) -> str:
         with contextlib.suppress(OSError):
             return self.log_path.read_text(errors="replace")[-chars:]

@@ -243,7 +243,10 @@ async def get_plan(store: Store, mesh_id: str) -> str:
     Raises:
       MeshNotFound: no plan with that id.
     """
-    text = await store.get_plan(mesh_id)
+    return _found(await store.get_plan(mesh_id), mesh_id)
+
+
+def _found(text: str | None, mesh_id: str) -> str:
     if text is None:
         raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
     return text
@@ -270,10 +273,7 @@ async def get_plan_summary(store: Store, mesh_id: str) -> str:
     Raises:
       MeshNotFound: no plan with that id.
     """
-    text = await store.get_plan_summary(mesh_id)
-    if text is None:
-        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
-    return text
+    return _found(await store.get_plan_summary(mesh_id), mesh_id)
 
 
 async def layout_svg(

@@ -38,28 +38,13 @@ def orjson_dumps(value) -> bytes:
     return orjson.dumps(value)
 
 
-def _wait_live(service: ServiceProcess) -> None:
-    deadline = time.monotonic() + LIVE_TIMEOUT_S
-    with service.client(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if service.proc is not None and service.proc.poll() is not None:
-                pytest.fail(f"server exited:\n{service.log_tail()}")
-            try:
-                if client.get("/health/live").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-    pytest.fail(f"server not live within {LIVE_TIMEOUT_S} s:\n{service.log_tail()}")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """One server for the module, its answers capped at ``ANSWER_MB``."""
     root = tmp_path_factory.mktemp("job-caps")
     env = {"DATARAX_MAX_ANSWER_MB": str(ANSWER_MB)}
     with ServiceProcess(root / "jobs.sqlite", root / "server.log", env=env) as service:
-        _wait_live(service)
+        service.wait_live(LIVE_TIMEOUT_S)
         yield service
 
 
@@ -322,7 +307,7 @@ def test_a_stored_point_above_a_lowered_answer_limit_is_answer_too_large(tmp_pat
     db = tmp_path / "lowered.sqlite"
     metrics = _huge_point_metrics()
     with ServiceProcess(db, tmp_path / "first.log") as first:  # the default 64 MiB limit
-        _wait_live(first)
+        first.wait_live(LIVE_TIMEOUT_S)
         pushed = httpx.post(
             f"{first.base_url}/v1/jobs/huge/metrics",
             json={"metrics": metrics, "step": 0},
@@ -332,7 +317,7 @@ def test_a_stored_point_above_a_lowered_answer_limit_is_answer_too_large(tmp_pat
         assert len(orjson_dumps(pushed.json()["reduced"])) > ANSWER_BYTES
     env = {"DATARAX_MAX_ANSWER_MB": str(ANSWER_MB)}
     with ServiceProcess(db, tmp_path / "second.log", env=env) as second:
-        _wait_live(second)
+        second.wait_live(LIVE_TIMEOUT_S)
         with second.client() as client:
             answer = client.get("/v1/jobs/huge/metrics")
             body = assert_problem(answer, 422, "answer_too_large")
@@ -417,7 +402,7 @@ SPACINGS = (4096, 65_536, 1)
 def test_coverage_storage_grows_with_the_steps_pushed_not_their_span(tmp_path):
     db = tmp_path / "coverage.sqlite"
     with ServiceProcess(db, tmp_path / "coverage.log") as service:  # read once it is stopped
-        _wait_live(service)
+        service.wait_live(LIVE_TIMEOUT_S)
         with service.client(timeout=60) as http:
             for spacing in SPACINGS:
                 _push_spaced(http, spacing)
@@ -597,7 +582,7 @@ def _push_secret_jobs(base_url: str, headers: dict[str, str]) -> None:
 def test_prometheus_names_no_job_when_reads_need_the_token(tmp_path, auth_reads):
     env = {"DATARAX_API_TOKEN": TOKEN, "DATARAX_AUTH_READS": str(auth_reads).lower()}
     with ServiceProcess(tmp_path / "auth.sqlite", tmp_path / "auth.log", env=env) as service:
-        _wait_live(service)
+        service.wait_live(LIVE_TIMEOUT_S)
         _push_secret_jobs(service.base_url, {"authorization": f"Bearer {TOKEN}"})
         scrape = httpx.get(f"{service.base_url}/metrics", timeout=30)  # no token
         assert scrape.status_code == 200, scrape.text[:300]

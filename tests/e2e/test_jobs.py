@@ -23,21 +23,6 @@ pytestmark = pytest.mark.timeout(240)
 LIVE_TIMEOUT_S = 60.0
 
 
-def _wait_live(service: ServiceProcess) -> None:
-    deadline = time.monotonic() + LIVE_TIMEOUT_S
-    with service.client(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if service.proc is not None and service.proc.poll() is not None:
-                pytest.fail(f"server exited:\n{service.log_tail()}")
-            try:
-                if client.get("/health/live").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-    pytest.fail(f"server not live within {LIVE_TIMEOUT_S} s:\n{service.log_tail()}")
-
-
 def _loss(step: int, device: int) -> float:
     return float((step * 7 + device * 3) % 11) / 4.0
 
@@ -56,7 +41,7 @@ def test_kill_9_during_batch_pushes_loses_no_acknowledged_point_and_no_half_batc
     attempted: set[int] = set()
     stop = threading.Event()
     with ServiceProcess(db, tmp_path / "first.log") as first:
-        _wait_live(first)
+        first.wait_live(LIVE_TIMEOUT_S)
 
         def pusher(worker: int) -> None:
             with Client(first.base_url, retries=0, timeout_s=30) as api:
@@ -84,7 +69,7 @@ def test_kill_9_during_batch_pushes_loses_no_acknowledged_point_and_no_half_batc
     assert len(acknowledged) >= 12, "too few batches acknowledged before the kill"
 
     with ServiceProcess(db, tmp_path / "second.log") as second:
-        _wait_live(second)
+        second.wait_live(LIVE_TIMEOUT_S)
         with Client(second.base_url) as api:
             points = list(api.iter_job_metrics("crash", limit=10_000))
     stored = {p["step"]: p["reduced"] for p in points}
@@ -100,7 +85,7 @@ def test_kill_9_during_batch_pushes_loses_no_acknowledged_point_and_no_half_batc
 
 def test_100_concurrent_pushers_to_10_jobs_store_every_point_exactly_once(tmp_path):
     with ServiceProcess(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
-        _wait_live(service)
+        service.wait_live(LIVE_TIMEOUT_S)
 
         async def pusher(api: AsyncClient, worker: int) -> list[tuple[str, int]]:
             job = f"job-{worker % 10}"
@@ -186,7 +171,7 @@ def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
         return acknowledged
 
     with ServiceProcess(db, tmp_path / "first.log") as first:
-        _wait_live(first)
+        first.wait_live(LIVE_TIMEOUT_S)
         acknowledged = asyncio.run(push_all(first.base_url, 0, None))
         assert len(acknowledged) == sources * steps
         with Client(first.base_url) as api:
@@ -214,7 +199,7 @@ def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
     print(f"second round: {len(second_round)} of {sources * steps} parts acknowledged")
 
     with ServiceProcess(db, tmp_path / "second.log") as second:
-        _wait_live(second)
+        second.wait_live(LIVE_TIMEOUT_S)
         with Client(second.base_url) as api:
             partial = list(api.iter_job_metrics("multi", include_partial=True, limit=1000))
             by_step = {p["step"]: p for p in partial}
@@ -250,7 +235,7 @@ def test_pushers_keep_batches_in_flight_and_store_what_was_pushed(tmp_path):
         ]
 
     with ServiceProcess(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
-        _wait_live(service)
+        service.wait_live(LIVE_TIMEOUT_S)
         buffer = np.empty((steps_per, devices))
         with Client(service.base_url) as api:
             with api.pusher("bg", in_flight=3) as pusher:
