@@ -7,7 +7,7 @@ line naming the setting and an exit status of 2, not a traceback. The API token 
 exception: it is read from the environment only (a flag would show in ``ps``).
 
 Process 0 (or a single-process service) serves HTTP; any other process of a multi-host
-group supervises its runtime and serves nothing (:mod:`app.follower`).
+group supervises its runtime and serves nothing (:mod:`app.workers.follower`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import sys
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import CliSuppress, SettingsConfigDict
 
-from app.allocator import keep_freed_memory
-from app.follower import is_leader, run_follower
-from app.logs import configure_logging, log_config
-from app.middleware import ProblemHttpToolsProtocol
-from app.settings import Settings
-from app.store import Store, StoreUnusable
-from app.version import version_line
+from app.api.middleware import ProblemHttpToolsProtocol
+from app.core.allocator import keep_freed_memory
+from app.core.logs import configure_logging, log_config
+from app.core.settings import Settings
+from app.core.version import version_line
+from app.storage.db import Store, StoreUnusable
+from app.workers.follower import is_leader, run_follower
 
 EXIT_BAD_SETTINGS = 2
 EXIT_INTERRUPTED = 130
@@ -124,7 +124,7 @@ def cli(argv: list[str] | None = None) -> None:
         # Processes other than 0 serve no HTTP: they only keep their runtime in the group.
         sys.exit(run_follower(settings))
     # Large bodies: reuse freed heap memory instead of page-faulting fresh mmap pages
-    # (see app/allocator.py); keeps up to ~4 bodies' worth of freed memory.
+    # (see app/core/allocator.py); keeps up to ~4 bodies' worth of freed memory.
     keep_freed_memory(max(256 * 1024 * 1024, 4 * settings.max_body_bytes))
     check_database(settings)
     app = create_app(settings)
@@ -132,7 +132,7 @@ def cli(argv: list[str] | None = None) -> None:
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: object) -> None:
             # From the first SIGTERM/SIGINT on, a request cancelled when the grace period
-            # ends answers 503 shutting_down (app.middleware.ShutdownMiddleware).
+            # ends answers 503 shutting_down (app.api.middleware.ShutdownMiddleware).
             app.state.lifecycle.shutting_down = True
             super().handle_exit(sig, frame)  # type: ignore[arg-type]
 
@@ -141,7 +141,7 @@ def cli(argv: list[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        # One format for our lines and uvicorn's (app.logs); the access line carries the
+        # One format for our lines and uvicorn's (app.core.logs); the access line carries the
         # request id because uvicorn logs it inside the request's context.
         log_config=log_config(settings.log_format, settings.log_level),
         proxy_headers=False,

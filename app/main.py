@@ -3,7 +3,7 @@
 The lifespan opens the store and starts the runtime process without waiting for it to be
 ready (``/health/ready`` says when it is); shutdown stops both. Nothing here imports JAX
 or touches a device: the HTTP process never initialises a JAX backend. The guards and
-error handlers are :mod:`app.middleware`; the command line is :mod:`app.cli`.
+error handlers are :mod:`app.api.middleware`; the command line is :mod:`app.cli`.
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from app.http_cache import HttpCacheMiddleware, add_cors
-from app.http_limits import AnswerLimitMiddleware, HeaderLimitMiddleware
-from app.middleware import (
+from app.api.http_cache import HttpCacheMiddleware, add_cors
+from app.api.http_limits import AnswerLimitMiddleware, HeaderLimitMiddleware
+from app.api.middleware import (
     BearerAuthMiddleware,
     BodyLimitMiddleware,
     HeadAsGetMiddleware,
     ShutdownMiddleware,
     install_error_handlers,
 )
-from app.openapi import openapi_builder
-from app.request_context import RequestIdMiddleware
-from app.routes import (
+from app.api.openapi import openapi_builder
+from app.api.request_context import RequestIdMiddleware
+from app.api.routes import (
     compile_checks,
     dashboard,
     devices,
@@ -43,14 +43,14 @@ from app.routes import (
     recommendations,
     sessions,
 )
-from app.runtime_client import RuntimeClient
+from app.core.settings import Settings
+from app.core.telemetry import RequestMetricsMiddleware, Telemetry
+from app.core.version import package_version
 from app.services import jobs as job_history
 from app.services.compile_checks import CompileChecks
 from app.services.sessions import SessionService
-from app.settings import Settings
-from app.store import Store
-from app.telemetry import RequestMetricsMiddleware, Telemetry
-from app.version import package_version
+from app.storage.db import Store
+from app.workers.runtime_client import RuntimeClient
 
 log = logging.getLogger("datarax.app")
 
@@ -154,7 +154,7 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         description=API_DESCRIPTION,
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
-        # Swagger UI and ReDoc come from the package (app.routes.dashboard), not a CDN.
+        # Swagger UI and ReDoc come from the package (app.api.routes.dashboard), not a CDN.
         docs_url=None,
         redoc_url=None,
         openapi_tags=[

@@ -309,8 +309,8 @@ def _wait(client: Any, location: str) -> dict:
 def _end_to_end() -> list[dict[str, Any]]:
     from fastapi.testclient import TestClient  # noqa: PLC0415
 
+    from app.core.settings import Settings  # noqa: PLC0415
     from app.main import create_app  # noqa: PLC0415
-    from app.settings import Settings  # noqa: PLC0415
     from datarax.distributed.compile_step import (  # noqa: PLC0415
         abstract_train_step,
         mesh_from_ids,

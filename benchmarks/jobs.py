@@ -72,7 +72,7 @@ def _points(first: int, count: int, rng: np.random.Generator) -> list[dict[str, 
 def _baseline_rows(db: Path) -> tuple[list[list[tuple]], list[list[tuple]]]:
     """The rows the service wrote (read back from its file): per batch, the point rows
     and the rollup rows."""
-    from app import store_jobs
+    from app.storage import jobs as store_jobs
 
     conn = sqlite3.connect(db)
     points = conn.execute(
@@ -91,8 +91,8 @@ def _baseline_rows(db: Path) -> tuple[list[list[tuple]], list[list[tuple]]]:
 
 
 def _executemany_seconds(batches: list[list[tuple]], rollups: list[list[tuple]] | None) -> float:
-    from app import store_jobs
-    from app.store import Store
+    from app.storage import jobs as store_jobs
+    from app.storage.db import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "baseline.sqlite")
@@ -220,8 +220,8 @@ def bench_durable_push(points: int = PUSH_POINTS) -> dict[str, Any]:
 
 
 def _fill_big_job(db: Path, steps: int) -> None:
-    from app import store_jobs
-    from app.store import Store
+    from app.storage import jobs as store_jobs
+    from app.storage.db import Store
 
     store = Store(db)
     store.open()

@@ -34,8 +34,8 @@ import orjson
 import pytest
 
 from app.codecs.json_arrays import encode_json
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 
 with warnings.catch_warnings():
     # starlette.testclient warns at import that it prefers httpx2 (not installed).

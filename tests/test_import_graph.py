@@ -8,7 +8,7 @@ still ties the two modules together); relative imports are resolved, and
 - no cycle among the modules (the message names the cycle);
 - ``datarax`` imports nothing of ``app``, FastAPI, Starlette or pydantic;
 - ``app/runtime/`` (the runtime process) imports nothing of the HTTP side;
-- no module under ``app/routes/`` imports another route module;
+- no module under ``app/api/routes/`` imports another route module;
 - ``datarax.client`` (the service's Python client) imports nothing of ``app``, FastAPI,
   Starlette or pydantic either: the library rule covers it, and it imports no JAX.
 """
@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("datarax", "app")
 LIBRARY_FORBIDDEN = ("app", "fastapi", "starlette", "pydantic", "pydantic_settings")
 RUNTIME_FORBIDDEN = (
-    "app.routes",
+    "app.api.routes",
     "app.services",
-    "app.deps",
+    "app.api.deps",
     "app.main",
-    "app.middleware",
+    "app.api.middleware",
     "fastapi",
     "starlette",
 )
@@ -184,14 +184,14 @@ def test_relative_and_package_imports_are_resolved(tmp_path):
         "from . import channel, helper_value\n"
         "from .runtime import server\n"
         "def f():\n"
-        "    import app.store\n"
+        "    import app.storage.db\n"
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
         "    import app.main\n"
     )
-    modules = {"app.channel", "app.runtime.server", "app.store", "app.main"}
+    modules = {"app.channel", "app.runtime.server", "app.storage.db", "app.main"}
     found = _imports("app.mod", source, modules)
-    assert {"app.channel", "app", "app.runtime.server", "app.store"} <= found
+    assert {"app.channel", "app", "app.runtime.server", "app.storage.db"} <= found
     assert "app.main" not in found
 
 
@@ -224,7 +224,7 @@ def test_runtime_process_imports_nothing_of_the_http_side():
     assert not bad, bad
 
 
-COMPILER_ALLOWED_APP = ("app.errors", "app.channel", "app.settings", "app.compiler")
+COMPILER_ALLOWED_APP = ("app.core.errors", "app.core.channel", "app.core.settings", "app.compiler")
 
 
 def test_compile_worker_imports_nothing_of_the_http_side():
@@ -246,9 +246,9 @@ def test_routes_import_no_other_route():
     bad = [
         f"{module} imports {target}"
         for module, targets in _graph().items()
-        if module.startswith("app.routes.")
+        if module.startswith("app.api.routes.")
         for target in sorted(targets)
-        if target.startswith("app.routes.") and target != module
+        if target.startswith("app.api.routes.") and target != module
     ]
     assert not bad, bad
 

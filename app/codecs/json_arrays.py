@@ -36,7 +36,7 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from app.errors import (
+from app.core.errors import (
     InvalidJson,
     InvalidTensor,
     RaggedArray,

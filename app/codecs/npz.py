@@ -29,7 +29,7 @@ import numpy as np
 from isal.isal_zlib import crc32  # zlib's CRC-32, about 6x faster (8 ms -> 1.3 ms for 32 MB)
 
 from app.codecs.json_arrays import MAX_ARRAY_DIMS, check_array_shape
-from app.errors import InvalidNpz, PayloadTooLarge, UnsupportedDatatype
+from app.core.errors import InvalidNpz, PayloadTooLarge, UnsupportedDatatype
 from datarax.client._npz import encode_npz
 
 __all__ = ["encode_npz", "load_npz"]

@@ -2,7 +2,7 @@
 
 Everything in this package runs inside that process (``python -m app.runtime``), never in
 the HTTP process, and imports nothing of the HTTP side. The HTTP process reaches it through
-:class:`app.runtime_client.RuntimeClient` and the framing of :mod:`app.channel`.
+:class:`app.workers.runtime_client.RuntimeClient` and the framing of :mod:`app.core.channel`.
 
 - :mod:`app.runtime.__main__`: the entry point (arguments, environment, start-up).
 - :mod:`app.runtime.server`: the command registry and the serve loop.

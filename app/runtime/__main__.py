@@ -1,10 +1,10 @@
 """``python -m app.runtime``: the runtime process, started by the HTTP process (or a
-follower host) through :class:`app.runtime_client.RuntimeClient`::
+follower host) through :class:`app.workers.runtime_client.RuntimeClient`::
 
     python -m app.runtime --fd N --parent-pid P --settings-json '{...}' [--command-module M ...]
 
 It talks to its parent over the socket ``N`` (a ``socketpair`` end passed with
-``pass_fds``; stdout stays free for JAX's logs) using the framing of :mod:`app.channel`,
+``pass_fds``; stdout stays free for JAX's logs) using the framing of :mod:`app.core.channel`,
 and exits when that socket reaches EOF or its parent dies, so it never outlives the service.
 
 Start-up order matters: the environment (``XLA_FLAGS``, ``JAX_PLATFORMS``: never unset, see
@@ -34,10 +34,10 @@ import signal
 import socket
 import sys
 
-from app.channel import ChannelError
-from app.logs import configure_logging
+from app.core.channel import ChannelError
+from app.core.logs import configure_logging
+from app.core.settings import Settings
 from app.runtime import environment, group, server
-from app.settings import Settings
 
 log = logging.getLogger("datarax.runtime")
 
@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m app.runtime",
         description="The datarax runtime process: owns the JAX devices and runs device "
-        "commands. Started and supervised by app.runtime_client.RuntimeClient, not by hand.",
+        "commands. Started and supervised by app.workers.runtime_client.RuntimeClient, "
+        "not by hand.",
     )
     parser.add_argument("--fd", type=int, required=True, help="connected socket to the parent")
     parser.add_argument("--parent-pid", type=int, default=None)

@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.errors import InsufficientMemory
+from app.core.errors import InsufficientMemory
 from datarax.distributed.memory import BYTES_PER_ELEMENT, OPTIMIZER_STATE_FACTOR, param_layouts
 
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from app.errors import InvalidRequest
-from app.host_memory import host_memory_bytes
+from app.core.errors import InvalidRequest
+from app.core.host_memory import host_memory_bytes
+from app.core.settings import Settings
 from app.runtime.environment import settings
 from app.runtime.server import command
-from app.settings import Settings
 
 _started = time.monotonic()  # this module loads when the runtime starts
 

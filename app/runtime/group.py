@@ -12,7 +12,7 @@ store of JAX's coordination service, which lives in the leader's (process 0's) r
    a group that is still alive, which cannot work (JAX's collectives would still expect
    the old one), so it exits (:data:`EXIT_LATE_JOINER`) and its supervisor retries.
 2. For each device command from the HTTP process, the leader's runtime writes the
-   request (a frame of :mod:`app.channel`: JSON header plus array bytes, never pickle)
+   request (a frame of :mod:`app.core.channel`: JSON header plus array bytes, never pickle)
    to ``datarax/{epoch}/cmd/{seq}``, runs the handler itself, then waits for every
    follower's ``datarax/{epoch}/ack/{seq}/{pid}`` before it answers and deletes both.
    Followers take ``cmd/0``, ``cmd/1``, ... in order with blocking gets (one-second
@@ -63,10 +63,10 @@ from typing import Any
 
 import numpy as np
 
-from app import channel
-from app.channel import ArrayError
-from app.errors import NotLeader
-from app.settings import Settings
+from app.core import channel
+from app.core.channel import ArrayError
+from app.core.errors import NotLeader
+from app.core.settings import Settings
 
 log = logging.getLogger("datarax.multihost")
 
@@ -236,13 +236,13 @@ def leader_modules(group: CommandGroup) -> list[str]:
 
 
 def decode_frame(raw: bytes) -> tuple[dict[str, Any], Arrays | ArrayError]:
-    """Splits one :mod:`app.channel` frame held in memory into header and arrays.
+    """Splits one :mod:`app.core.channel` frame held in memory into header and arrays.
 
     Returns:
-      The header and its arrays, or the :class:`~app.channel.ArrayError` they raised.
+      The header and its arrays, or the :class:`~app.core.channel.ArrayError` they raised.
 
     Raises:
-      app.channel.ChannelError: the frame is corrupt or truncated.
+      app.core.channel.ChannelError: the frame is corrupt or truncated.
     """
     if len(raw) < 4:
         raise channel.ChannelError(f"frame of {len(raw)} bytes has no length prefix")

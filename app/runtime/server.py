@@ -13,8 +13,8 @@ decorator; the runtime loads :data:`BUILTIN_MODULES` itself and any other module
 
 A handler returns ``(result, arrays)``: ``result`` JSON-able, ``arrays`` name -> numpy or
 jax array. The error it raises becomes the reply's ``error`` (:func:`error_of`): an
-:class:`app.errors.ServiceError` as raised; a library ``PlanError``/``MetricsError`` through
-:func:`app.errors.from_library`; another ``ValueError`` as ``invalid_request``; anything
+:class:`app.core.errors.ServiceError` as raised; a library ``PlanError``/``MetricsError`` through
+:func:`app.core.errors.from_library`; another ``ValueError`` as ``invalid_request``; anything
 else as ``runtime_error``, logged with its traceback. The runtime keeps serving after any
 of them.
 
@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from app import channel
-from app.channel import ArrayError
-from app.errors import (
+from app.core import channel
+from app.core.channel import ArrayError
+from app.core.errors import (
     ArrayNotAccepted,
     RuntimeDiverged,
     RuntimeFailed,
@@ -46,7 +46,7 @@ from app.errors import (
     UnknownCommand,
     from_library,
 )
-from app.logs import REQUEST_ID
+from app.core.logs import REQUEST_ID
 from app.runtime import group as groups
 from app.runtime.group import CommandGroup
 
@@ -106,7 +106,7 @@ def load_command_modules(modules: Iterable[str]) -> None:
 
 
 def error_of(exc: BaseException) -> ServiceError:
-    """The :class:`~app.errors.ServiceError` a handler's exception answers as."""
+    """The :class:`~app.core.errors.ServiceError` a handler's exception answers as."""
     if isinstance(exc, ServiceError):
         return exc
     if isinstance(exc, ArrayError):
@@ -230,7 +230,7 @@ def serve(sock: socket.socket, group: CommandGroup | None = None) -> int:
       group.
 
     Raises:
-      app.channel.ChannelError: the parent's stream is corrupt.
+      app.core.channel.ChannelError: the parent's stream is corrupt.
     """
     if group is not None and not group.is_leader:
         return groups.follow(sock, group, execute, LOCAL | {"devices"})

@@ -34,7 +34,7 @@ from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from app.errors import (
+from app.core.errors import (
     DevicesChanged,
     InsufficientMemory,
     InvalidBatch,

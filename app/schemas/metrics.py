@@ -27,7 +27,7 @@ NESTED_NUMBER_SCHEMA: dict[str, Any] = {
         {"type": "array", "items": {"$ref": "#/components/schemas/NestedNumber"}},
     ],
 }
-"""``NestedNumber`` in the OpenAPI components (``app.openapi``): what a JSON metric, batch
+"""``NestedNumber`` in the OpenAPI components (``app.api.openapi``): what a JSON metric, batch
 or tensor ``data`` list holds. Validation stays ``list[Any]`` (decoding checks the items)."""
 
 NumberList = Annotated[

@@ -19,7 +19,7 @@ warm for the checks of its platform. Checks run one at a time, in arrival order:
   against the target's memory (TPU: the catalog's HBM; GPU: see below; CPU: the host's
   session budget split over the plan's devices, :func:`cpu_device_bound`), or ``null``
   with ``fits_reason`` where there is none;
-- results are cached in SQLite (:mod:`app.services.compile_store`) by a key over
+- results are cached in SQLite (:mod:`app.storage.compile_checks`) by a key over
   everything that changes the program (target, device order, axes, model, optimizer,
   batch, memory figure) and the jax, jaxlib, libtpu and GPU plugin versions (a GPU target
   names its platform, its CUDA version, device kind and count, so a GPU result is never
@@ -75,20 +75,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.errors import (
+from app.core.errors import (
     CompileCheckNotFound,
     CompileQueueFull,
     CompileTargetUnavailable,
     ServiceError,
     from_library,
 )
-from app.host_memory import host_memory_bytes
-from app.ids import new_ulid, utc_now
+from app.core.host_memory import host_memory_bytes
+from app.core.ids import new_ulid, utc_now
+from app.core.settings import Settings
 from app.runtime.environment import runtime_platforms
 from app.schemas.base import optimizer_name
 from app.schemas.compile_checks import CompileCheckRequest
-from app.services.compile_store import CompileStore
-from app.settings import Settings
+from app.storage.compile_checks import CompileStore
 from datarax.distributed.cost import hardware_memory, memory_estimate
 from datarax.distributed.hardware import HARDWARE, get_hardware
 from datarax.distributed.model_specs import TransformerSpec, model_spec

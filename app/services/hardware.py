@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from app.errors import ServiceError
+from app.core.errors import ServiceError
 from app.schemas.base import optimizer_name
 from app.schemas.hardware import HardwareMlpModel, HardwarePlanRequest, RecommendationRequest
 from app.schemas.meshes import MAX_PLAN_DEVICES, MeshPlanRequest, MlpModel

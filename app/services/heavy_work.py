@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from app.errors import ServiceError
+from app.core.errors import ServiceError
 from datarax.distributed.planning import PlanCancelled
 
 log = logging.getLogger("datarax.app")

@@ -15,7 +15,7 @@ Rules (DESIGN.md "Job metric history at scale", "Multi-host jobs"):
 
 Memory and time per request: a batch holds at most 1,000 points and the body limit; a
 page at most ``MAX_PAGE`` points; a downsampled read at most ``max_points`` buckets and
-reads ~16 rollup rows per bucket and metric (app/store_jobs.py).
+reads ~16 rollup rows per bucket and metric (app/storage/jobs.py).
 """
 
 from __future__ import annotations
@@ -35,11 +35,10 @@ import anyio
 import numpy as np
 import orjson
 
-from app import store_jobs, store_parts
 from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, validate_model
+from app.codecs.media import NPZ_MEDIA_TYPE, is_json_media
 from app.codecs.npz import load_npz
-from app.codecs.parts import encode_part, row_hashes
-from app.errors import (
+from app.core.errors import (
     AnswerTooLarge,
     InvalidNpz,
     InvalidParameter,
@@ -48,8 +47,8 @@ from app.errors import (
     ServiceError,
     from_library,
 )
-from app.ids import utc_now
-from app.routing import NPZ_MEDIA_TYPE, is_json_media, run_for_body
+from app.core.ids import utc_now
+from app.core.threads import run_for_body
 from app.schemas.jobs import (
     MAX_BATCH_POINTS,
     MAX_METRIC_NAME,
@@ -66,7 +65,10 @@ from app.services.metrics import (
     num_devices_of,
     parse_reduce_query,
 )
-from app.store import Store
+from app.storage import jobs as store_jobs
+from app.storage import parts as store_parts
+from app.storage.db import Store
+from app.storage.part_blobs import encode_part, row_hashes
 from datarax.distributed.merge import PartialMetrics, merge_parts
 from datarax.distributed.metrics import REDUCE_OPS, MetricsError, reduce_custom
 
@@ -433,10 +435,10 @@ def point_digests(
 
     ``columns``: each metric ``[P, ...]`` as the point decoded it (``[P]`` for a number),
     ``weights`` ``[P, n_devices]`` or None. One vectorised 64-bit hash of each point's
-    arrays (:func:`app.codecs.parts.row_hashes`: bytes, dtypes, shapes), keyed by the
+    arrays (:func:`app.storage.part_blobs.row_hashes`: bytes, dtypes, shapes), keyed by the
     metric names, the reduce ops and the NaN policy: no call per point. Digests stored
     before 2026-12-01 (32 hex digits) are not comparable; a retry of such a step is
-    compared by its reduced values instead (:func:`app.store_jobs.push`)."""
+    compared by its reduced values instead (:func:`app.storage.jobs.push`)."""
     order = sorted(names)
     every = {name: ops.get(name, "mean") for name in order}
     key = orjson.dumps([order, sorted(every.items()), nan_policy, weights is not None])

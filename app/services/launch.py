@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
-from app.errors import MeshNotFound, from_library
+from app.core.errors import MeshNotFound, from_library
 from app.schemas.launch import LaunchRequest
-from app.store import Store
+from app.storage.db import Store
 from datarax.distributed.launch import launch_config, plan_summary
 from datarax.distributed.planning import PlanError
 

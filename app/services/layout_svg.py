@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from app.errors import InvalidParameter
+from app.core.errors import InvalidParameter
 
 MAX_CELLS = 256
 MAX_COLUMNS = 32

@@ -15,10 +15,9 @@ import anyio.to_thread
 import orjson
 from pydantic import ValidationError
 
-from app.errors import AnswerTooLarge, MeshNotFound, ServiceError, WorkerLost, from_library
-from app.ids import new_plan_id, utc_now
-from app.request_context import check_answer_size
-from app.runtime_client import RuntimeClient
+from app.api.request_context import check_answer_size
+from app.core.errors import AnswerTooLarge, MeshNotFound, ServiceError, WorkerLost, from_library
+from app.core.ids import new_plan_id, utc_now
 from app.schemas.base import optimizer_name
 from app.schemas.meshes import MeshPlanRequest, MlpModel
 from app.services.hardware import (
@@ -37,7 +36,8 @@ from app.services.plans import (
     live_devices,
     render_plan,
 )
-from app.store import Store
+from app.storage.db import Store
+from app.workers.runtime_client import RuntimeClient
 from datarax.distributed.planning import PlanError, resolve_axes
 
 MAX_MESH_AXES = 64

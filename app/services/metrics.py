@@ -25,15 +25,15 @@ from app.codecs.json_arrays import (
     loads_body,
     validate_model,
 )
+from app.codecs.media import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE, is_json_media
 from app.codecs.npz import load_npz
-from app.errors import (
+from app.core.errors import (
     AnswerTooLarge,
     InvalidParameter,
     InvalidTensor,
     ReservedMetricName,
     UnsupportedMediaType,
 )
-from app.routing import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE, is_json_media
 from app.schemas.metrics import MetricsCollectRequest, MetricsReduceRequest
 from datarax.distributed.metrics import reduce_custom, split_by_device
 
@@ -254,7 +254,7 @@ def decode_metrics_body(
 
     Args:
       body: the raw request body.
-      media: its media type (``app.routing.media_type``); ``content_type``: the raw
+      media: its media type (``app.api.routing.media_type``); ``content_type``: the raw
         header, for the 415 message.
       model: the request model a JSON body must satisfy.
       max_bytes: the largest decompressed npz accepted.

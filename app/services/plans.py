@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from app.errors import AnswerTooLarge
+from app.core.errors import AnswerTooLarge
 from datarax.distributed.memory import memory_per_device, param_layouts
 from datarax.distributed.planning import (
     PlanCancelled,

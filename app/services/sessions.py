@@ -27,8 +27,9 @@ from typing import Any
 import anyio.to_thread
 
 from app.codecs.json_arrays import decode_json_arrays, parse_json_model
+from app.codecs.media import NPZ_MEDIA_TYPE, is_json_media
 from app.codecs.npz import load_npz
-from app.errors import (
+from app.core.errors import (
     InvalidNpz,
     InvalidParameter,
     MeshNotFound,
@@ -41,13 +42,12 @@ from app.errors import (
     WorkerLost,
     from_library,
 )
-from app.ids import new_session_id, utc_now
-from app.routing import NPZ_MEDIA_TYPE, is_json_media
-from app.runtime_client import RuntimeClient
+from app.core.ids import new_session_id, utc_now
+from app.core.settings import Settings
+from app.core.telemetry import Telemetry
 from app.schemas.sessions import SessionCreateRequest, StepRequest
-from app.settings import Settings
-from app.store import Store
-from app.telemetry import Telemetry
+from app.storage.db import Store
+from app.workers.runtime_client import RuntimeClient
 from datarax.distributed.model_specs import model_spec
 from datarax.distributed.planning import PlanError
 
@@ -174,7 +174,7 @@ class SessionService:
         self.settings = settings
         # Steps and compile seconds are counted from the runtime's own replies, and each
         # live session's reservation kept from its creation reply: /metrics reads them
-        # without a runtime round trip (see app/telemetry.py).
+        # without a runtime round trip (see app/core/telemetry.py).
         self.telemetry = telemetry
         self._reserved: dict[str, dict[str, int]] = {}
         self._metadata_lock = asyncio.Lock()

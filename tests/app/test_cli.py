@@ -66,7 +66,7 @@ def test_api_token_is_not_a_flag():
 
 
 def test_version_prints_the_package_and_jax_versions_and_exits_0():
-    from app.version import versions
+    from app.core.version import versions
 
     result = subprocess.run(
         [sys.executable, "-m", "app.cli", "--version"],
@@ -87,7 +87,7 @@ def test_version_prints_the_package_and_jax_versions_and_exits_0():
 def test_help_reads_like_a_command_lines_help():
     """``--help``: a one-line summary first, no Sphinx roles or reST markup, and every
     setting as a flag with its environment variable (the token: environment only)."""
-    from app.settings import Settings
+    from app.core.settings import Settings
 
     result = subprocess.run(
         [sys.executable, "-m", "app.cli", "--help"],

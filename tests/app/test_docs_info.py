@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from app.core.version import versions
 from app.main import create_app
-from app.version import versions
 from tests.helpers import StubRuntime, make_settings
 
 

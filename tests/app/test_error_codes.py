@@ -1,4 +1,4 @@
-"""One error model: every problem ``code`` the service can answer is in ``app.errors.CODES``
+"""One error model: every problem ``code`` the service can answer is in ``app.core.errors.CODES``
 and in the error table of ``docs/ERRORS.md``, with one status per code.
 
 Codes are collected from the source itself (``ast``), so a new ``raise`` with a new code
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from app import errors
-from app.errors import CODES, ServiceError
+from app.core import errors
+from app.core.errors import CODES, ServiceError
 
 ROOT = Path(__file__).resolve().parents[2]
 ERRORS_DOC = (ROOT / "docs" / "ERRORS.md").read_text()
@@ -87,7 +87,7 @@ def test_the_collectors_find_codes():
 def test_every_emitted_code_is_in_the_table(source):
     found = _app_codes() if source == "app" else _library_codes()
     missing = {code: where for code, where in found.items() if code not in CODES}
-    assert not missing, f"codes raised but not in app.errors.CODES: {missing}"
+    assert not missing, f"codes raised but not in app.core.errors.CODES: {missing}"
 
 
 def test_every_code_is_in_the_docs_error_table():
@@ -117,7 +117,7 @@ def test_each_error_class_answers_its_table_status():
 
 
 def test_unknown_code_is_a_programming_error():
-    with pytest.raises(KeyError, match="not in app.errors.CODES"):
+    with pytest.raises(KeyError, match="not in app.core.errors.CODES"):
         ServiceError("x", code="no_such_code")
 
 

@@ -13,7 +13,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from app.errors import StepTimeout, WorkerLost, from_reply
+from app.core.errors import StepTimeout, WorkerLost, from_reply
 from app.main import create_app
 from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings, npz_bytes
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from app import follower
+from app.core.settings import Settings
 from app.runtime.group import process_id_of
-from app.settings import Settings
+from app.workers import follower
 
 GROUP = {"coordinator": "h:1", "num_processes": 2}
 SLURM = {

@@ -1,6 +1,6 @@
-"""The HTTP limits in process: :class:`app.http_limits.AnswerLimitMiddleware` over every
+"""The HTTP limits in process: :class:`app.api.http_limits.AnswerLimitMiddleware` over every
 method, status and body shape (declared length, streamed under and over the limit),
-:class:`app.http_limits.HeaderLimitMiddleware` on the app as ``create_app`` builds it, and
+:class:`app.api.http_limits.HeaderLimitMiddleware` on the app as ``create_app`` builds it, and
 the negotiation caches, which must keep only short values. The real server's protocol-level
 head limit is tested end to end in ``tests/e2e/test_http_limits.py``.
 """
@@ -12,11 +12,11 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app import http_cache, routing
-from app.http_limits import AnswerLimitMiddleware
+from app.api import http_cache, routing
+from app.api.http_limits import AnswerLimitMiddleware
+from app.api.middleware import install_error_handlers
+from app.api.request_context import ANSWER_LIMIT, check_answer_size
 from app.main import create_app
-from app.middleware import install_error_handlers
-from app.request_context import ANSWER_LIMIT, check_answer_size
 from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings
 
 LIMIT = 1000

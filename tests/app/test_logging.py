@@ -77,7 +77,7 @@ def test_json_lines_carry_the_request_id_in_app_and_runtime(tmp_path):
 
 TEXT_SCRIPT = """
 import logging
-from app.logs import REQUEST_ID, configure_logging
+from app.core.logs import REQUEST_ID, configure_logging
 configure_logging("text", "info", process_label="runtime")
 REQUEST_ID.set("abc-1")
 logging.getLogger("datarax.app").info("hello %s", "there")

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from app.api.request_context import MAX_REQUEST_ID, request_id_of
 from app.main import create_app
-from app.request_context import MAX_REQUEST_ID, request_id_of
 from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings
 
 GENERATED = re.compile(r"[0-9a-f]{32}")

@@ -12,9 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from app import store_jobs
-from app.errors import StepConflict, StorageUnavailable
-from app.store import SCHEMA_VERSION, Store, StoreClosed
+from app.core.errors import StepConflict, StorageUnavailable
+from app.storage import jobs as store_jobs
+from app.storage.db import SCHEMA_VERSION, Store, StoreClosed
 
 
 @pytest.fixture
@@ -171,7 +171,7 @@ def test_failed_write_rolls_back_and_the_store_stays_usable(store):
     assert anyio.run(store.get_plan, "m_y") == "{}"
 
 
-# The schema of app/store.py at version 1 (commit 6a03617), as files written then hold it.
+# The schema of app/storage/db.py at version 1 (commit 6a03617), as files written then hold it.
 V1_SCHEMA = """
 CREATE TABLE plans (id TEXT PRIMARY KEY, created_at TEXT NOT NULL, name TEXT,
     live INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL, summary TEXT NOT NULL);
@@ -283,7 +283,7 @@ def test_another_process_cannot_use_the_file_while_the_store_holds_it(store):
         reader.execute("SELECT count(*) FROM plans").fetchone()
     reader.close()
     code = (
-        "import sys; from app.store import Store, StoreUnusable\n"
+        "import sys; from app.storage.db import Store, StoreUnusable\n"
         "try:\n    Store(sys.argv[1], busy_timeout_ms=100).open()\n"
         "except StoreUnusable as err:\n    print(err); sys.exit(3)\n"
     )
@@ -324,7 +324,7 @@ def chattr(tmp_path):
 def test_an_unwritable_wal_is_storage_unavailable_until_a_write_succeeds(
     store, chattr, monkeypatch
 ):
-    from app import store as store_module
+    from app.storage import db as store_module
 
     monkeypatch.setattr(store_module, "PROBE_INTERVAL_S", 0.0)
     store.insert_plan_sync("m_1", "t", None, False, '{"id":"m_1"}')

@@ -9,8 +9,9 @@ import anyio
 import numpy as np
 import pytest
 
-from app import store_jobs, store_parts
-from app.store import SCHEMA_VERSION, Store
+from app.storage import jobs as store_jobs
+from app.storage import parts as store_parts
+from app.storage.db import SCHEMA_VERSION, Store
 
 
 @pytest.fixture
@@ -168,7 +169,7 @@ def _point(step: int, reduced: str) -> store_jobs.PushItem:
 def test_grouped_writes_share_one_commit_and_a_failing_one_is_rolled_back_alone(store):
     import threading
 
-    from app.errors import StepConflict
+    from app.core.errors import StepConflict
 
     store._write(lambda c: store_jobs.push(c, "g", [_point(0, '{"a":0}')], "t0", None))
     commits = []
@@ -215,8 +216,8 @@ def test_a_version_3_file_with_pending_parts_completes_them_after_migration(tmp_
     import sqlite3
 
     from app.codecs.npz import encode_npz
-    from app.codecs.parts import encode_part
     from app.services import jobs
+    from app.storage.part_blobs import encode_part
 
     def part(source, loss):
         point = jobs.PointInput(7, {"loss": np.array(loss)}, {}, None, "propagate", source, 3)
@@ -332,7 +333,7 @@ def test_the_jobs_list_finds_a_straggling_step_without_reading_the_complete_ones
 
 
 def test_a_push_holding_a_step_whole_and_as_a_part_is_refused(store):
-    from app.errors import SourcesMismatch
+    from app.core.errors import SourcesMismatch
     from app.services import jobs
 
     whole = jobs.PointInput(9, {"loss": np.array([1.0, 2.0])}, {}, None, "propagate")

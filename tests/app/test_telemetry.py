@@ -6,8 +6,8 @@ import platform
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.telemetry import ALL_JOBS, aggregate_job_gauges
-from app.version import versions
+from app.core.telemetry import ALL_JOBS, aggregate_job_gauges
+from app.core.version import versions
 
 
 def _samples(api) -> dict[tuple[str, tuple], float]:

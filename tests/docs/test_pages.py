@@ -226,8 +226,8 @@ def test_references_to_missing_files_are_found(tmp_path):
 
 
 def test_every_setting_is_documented():
-    """Each field of ``app.settings.Settings`` has its ``DATARAX_*`` variable in SETTINGS.md."""
-    from app.settings import Settings
+    """Each ``app.core.settings.Settings`` field has its ``DATARAX_*`` variable in SETTINGS.md."""
+    from app.core.settings import Settings
 
     page = (blocks.ROOT / "docs" / "SETTINGS.md").read_text()
     missing = [f"DATARAX_{name.upper()}" for name in Settings.model_fields

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-import app.store as store_module
+import app.storage.db as store_module
 from app.cli import EXIT_BAD_DATABASE
 from app.main import create_app
 from tests.helpers import (
@@ -436,7 +436,7 @@ def test_full_disk_is_507_storage_full_and_readiness_says_so(tmp_path, monkeypat
 
 def test_storage_errors_are_classified_by_sqlite_code(tmp_path):
     """Real SQLite errors: storage faults become their problems, others stay."""
-    from app.errors import StorageFull, StorageUnavailable
+    from app.core.errors import StorageFull, StorageUnavailable
 
     conn = sqlite3.connect(tmp_path / "x.sqlite")
     conn.execute("CREATE TABLE t (x PRIMARY KEY)")

@@ -12,7 +12,7 @@ import pytest
 
 from app.codecs.json_arrays import MAX_EMPTY_EXTENT, check_array_shape, decode_json_arrays
 from app.codecs.npz import load_npz
-from app.errors import InvalidNpz, InvalidTensor, UnsupportedDatatype
+from app.core.errors import InvalidNpz, InvalidTensor, UnsupportedDatatype
 
 # (id, shape): each numpy refuses (or would answer out of proportion) with no data sent.
 BAD_SHAPES = [

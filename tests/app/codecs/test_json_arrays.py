@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, parse_json_model
-from app.errors import InvalidJson, InvalidTensor, RaggedArray, ServiceError, UnsupportedDatatype
+from app.core.errors import (
+    InvalidJson,
+    InvalidTensor,
+    RaggedArray,
+    ServiceError,
+    UnsupportedDatatype,
+)
 from app.schemas.sessions import StepRequest
 
 

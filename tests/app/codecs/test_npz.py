@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.codecs.npz import encode_npz, load_npz
-from app.errors import InvalidNpz, PayloadTooLarge, UnsupportedDatatype
+from app.core.errors import InvalidNpz, PayloadTooLarge, UnsupportedDatatype
 
 
 def _savez(compressed: bool = False, **arrays) -> bytes:

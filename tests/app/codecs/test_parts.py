@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.codecs.parts import decode_part, encode_part, row_hashes
+from app.storage.part_blobs import decode_part, encode_part, row_hashes
 
 
 def test_row_hashes_are_stable_across_versions():

@@ -12,11 +12,12 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
+from app.api.middleware import install_error_handlers
+from app.api.routing import ParamsRoute, RequestOnlyRoute
 from app.codecs.json_arrays import encode_json
 from app.codecs.npz import encode_npz, load_npz
+from app.core.threads import INLINE_BODY_BYTES
 from app.main import create_app
-from app.middleware import install_error_handlers
-from app.routing import INLINE_BODY_BYTES, ParamsRoute, RequestOnlyRoute
 from tests.helpers import (
     StubRuntime,
     TestClient,
@@ -328,7 +329,7 @@ def test_read_body_joins_chunks_and_reports_a_disconnect():
 
     from starlette.requests import ClientDisconnect
 
-    from app.routing import read_body
+    from app.api.routing import read_body
 
     def request_of(messages):
         queue = list(messages)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
+from app.core.settings import Settings
 from tests.app.runtime.support import RuntimeHandle, runtime_settings
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from app.runtime_client import RuntimeClient
-from app.settings import Settings
+from app.core.settings import Settings
+from app.workers.runtime_client import RuntimeClient
 from tests.app.runtime.commands import MODULE as TEST_COMMANDS
 from tests.helpers import make_settings, pid_alive
 

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from app.errors import InsufficientMemory, ServiceError
+from app.core.errors import InsufficientMemory, ServiceError
 from app.runtime.admission import admit, pool_budget, pool_of, session_need, step_need
 from tests.conftest import require_devices
 

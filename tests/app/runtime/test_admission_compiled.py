@@ -14,7 +14,7 @@ import re
 import jax
 import pytest
 
-from app.errors import ServiceError
+from app.core.errors import ServiceError
 from app.runtime.admission import session_need, step_need
 from tests.app.runtime.test_admission import _payload
 from tests.conftest import require_devices

@@ -12,8 +12,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from app import channel
-from app.channel import ArrayError, ChannelError
+from app.core import channel
+from app.core.channel import ArrayError, ChannelError
 
 ROUND_TRIP = {
     "bool": np.array([[True, False, True]]),

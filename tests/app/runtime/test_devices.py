@@ -9,9 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from app.errors import ServiceError
+from app.core.errors import ServiceError
 from app.runtime.devices import host_capacity_bytes, memory_budgets
-from app.runtime_client import RuntimeClient
+from app.workers.runtime_client import RuntimeClient
 from tests.conftest import require_devices
 from tests.helpers import make_settings
 

@@ -125,7 +125,7 @@ def test_the_http_side_of_the_runtime_loads_no_jax():
     """The HTTP process imports the client (and the follower's main): neither may load
     JAX, which would initialise a backend beside the runtime's."""
     code = (
-        "import sys, app.runtime_client, app.follower, app.runtime.environment\n"
+        "import sys, app.workers.runtime_client, app.workers.follower, app.runtime.environment\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'flax'))\n"
         "assert not bad, bad\n"
         "print('ok')\n"

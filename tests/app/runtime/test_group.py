@@ -1,7 +1,7 @@
 """Multi-host fan-out: the protocol in this process, then one service across two real JAX
 processes of 4 CPU devices each.
 
-Process 0's runtime is driven through :class:`app.runtime_client.RuntimeClient`, as the
+Process 0's runtime is driven through :class:`app.workers.runtime_client.RuntimeClient`, as the
 HTTP process does; process 1 is a real follower host (``datarax-serve`` with process id 1,
 run as ``python -m app.cli``) in its own process group. They form one JAX distributed
 runtime over 127.0.0.1 (gloo collectives), with the heartbeat timeout lowered to
@@ -30,11 +30,11 @@ import psutil
 import pytest
 from jax.errors import JaxRuntimeError
 
-from app import channel
-from app.errors import ServiceError, WorkerLost
+from app.core import channel
+from app.core.errors import ServiceError, WorkerLost
+from app.core.settings import Settings
 from app.runtime import group as groups
 from app.runtime.group import CommandGroup
-from app.settings import Settings
 from tests.app.runtime.support import READY_S, RuntimeHandle, pid_gone
 from tests.helpers import PROJECT_ROOT, free_port
 

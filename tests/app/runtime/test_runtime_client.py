@@ -17,8 +17,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from app.errors import ArrayNotAccepted, ServiceError, StepTimeout, WorkerLost
-from app.runtime_client import RuntimeClient
+from app.core.errors import ArrayNotAccepted, ServiceError, StepTimeout, WorkerLost
+from app.workers.runtime_client import RuntimeClient
 from tests.app.runtime.support import READY_S, pid_gone
 
 ROUND_TRIP = {

@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from app import channel, errors
-from app.channel import ArrayError
+from app.core import channel, errors
+from app.core.channel import ArrayError
 from app.runtime import server
 from app.runtime.environment import runtime_environment
 from datarax.distributed.metrics import MetricsError

@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from app.errors import DevicesChanged, InvalidBatch, ServiceError
+from app.core.errors import DevicesChanged, InvalidBatch, ServiceError
 from app.runtime.compile_cache import CompiledSteps
 from app.runtime.sessions import (
     Session,

@@ -25,8 +25,8 @@ import anyio
 import pytest
 
 from app.compiler import __main__ as worker
-from app.errors import CompileQueueFull, CompileTargetUnavailable
-from app.host_memory import host_memory_bytes
+from app.core.errors import CompileQueueFull, CompileTargetUnavailable
+from app.core.host_memory import host_memory_bytes
 from app.schemas.compile_checks import CompileCheckRequest
 from app.schemas.hardware import HardwarePlanRequest
 from app.services import compile_checks

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.errors import ServiceError
+from app.core.errors import ServiceError
 from app.schemas.hardware import HardwarePlanRequest, RecommendationRequest
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import (

@@ -8,7 +8,7 @@ import time
 import anyio
 import pytest
 
-from app.errors import AnswerTooLarge, ServiceError
+from app.core.errors import AnswerTooLarge, ServiceError
 from app.schemas.hardware import HardwarePlanRequest, RecommendationRequest
 from app.services import hardware
 from app.services.heavy_work import HeavyWork

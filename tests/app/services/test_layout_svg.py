@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl
 import numpy as np
 import pytest
 
-from app.errors import ServiceError
+from app.core.errors import ServiceError
 from app.schemas.meshes import MeshPlanRequest
 from app.services.layout_svg import (
     BLOCK_W,

@@ -8,7 +8,7 @@ import numpy as np
 import orjson
 import pytest
 
-from app.errors import InvalidParameter, ReservedMetricName, UnsupportedMediaType
+from app.core.errors import InvalidParameter, ReservedMetricName, UnsupportedMediaType
 from app.schemas.metrics import MetricsCollectRequest, MetricsReduceRequest
 from app.services.metrics import (
     collect_metrics,

@@ -1,0 +1,1 @@
+"""The HTTP layer: routing, middleware, caching, limits, OpenAPI and the routes."""

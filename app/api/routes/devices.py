@@ -1,0 +1,28 @@
+"""``GET /v1/devices``: the runtime's global devices."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api.deps import RuntimeDep
+from app.api.openapi import problem_responses
+from app.core.errors import WorkerLost
+from app.schemas.devices import DevicesResponse
+
+router = APIRouter(tags=["devices"])
+
+
+@router.get(
+    "/v1/devices",
+    response_model=DevicesResponse,
+    summary="List devices",
+    responses=problem_responses(503),
+)
+async def list_devices(runtime: RuntimeDep) -> dict:
+    """Platform, process count and index, and every global device (id, kind, process
+    index, physical coordinates where the platform has them). 503 ``worker_lost`` while the
+    runtime is down."""
+    info = runtime.device_info()
+    if info is None:
+        raise WorkerLost("the device runtime is not ready; retry shortly")
+    return info

@@ -1,0 +1,58 @@
+"""Launching a plan over HTTP: ``POST /v1/meshes/{mesh_id}/launch`` (DESIGN v1.2).
+
+HTTP only; :mod:`app.services.launch` does the work."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Request
+from starlette.responses import Response
+
+from app.api.deps import BearerDoc, JsonBody, StoreDep
+from app.api.openapi import MeshId, problem_responses
+from app.api.routing import json_response, json_text
+from app.schemas.launch import LAUNCH_EXAMPLE, LaunchConfig, LaunchRequest
+from app.services import launch as launching
+
+router = APIRouter(tags=["meshes"])
+
+YAML = "application/yaml"
+
+
+def _wants_yaml(request: Request) -> bool:
+    accept = request.headers.get("accept", "")[:1024].lower()
+    return YAML in accept or "application/x-yaml" in accept
+
+
+@router.post(
+    "/v1/meshes/{mesh_id}/launch",
+    summary="Launch a plan",
+    response_class=Response,
+    dependencies=[JsonBody, BearerDoc],
+    responses={
+        200: {
+            "model": LaunchConfig,
+            "description": "the launch config; with Accept: application/yaml a jobset "
+            "target answers the manifest as YAML",
+            "content": {YAML: {"schema": {"type": "string"}}},
+        },
+        **problem_responses(401, 404, 413, 415, 422),
+    },
+)
+async def launch_plan(
+    mesh_id: MeshId,
+    body: Annotated[LaunchRequest, Body(openapi_examples={"jobset": {"value": LAUNCH_EXAMPLE}})],
+    store: StoreDep,
+    request: Request,
+) -> Response:
+    """The plan as a job: MaxText's command line and flags (``maxtext``), a GKE JobSet
+    (``jobset``), an sbatch script (``slurm``, GPU plans) or what each process passes to
+    ``jax.distributed.initialize`` (``env``). 422 ``launch_target_unavailable`` when the
+    target does not apply, with the reason."""
+    config = await launching.launch(store, mesh_id, body)
+    if body.target == "jobset" and _wants_yaml(request):
+        from datarax.distributed.launch_k8s import to_yaml  # noqa: PLC0415
+
+        return Response(to_yaml(config["manifest"]), media_type=YAML)
+    return json_response(json_text(config))

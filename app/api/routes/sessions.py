@@ -1,0 +1,186 @@
+"""Training sessions over HTTP: HTTP only (:mod:`app.services.sessions` does the work)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Query, Request
+from starlette.responses import Response
+
+from app.api.deps import BearerDoc, JsonBody, SessionsDep
+from app.api.openapi import MeshId, problem_responses
+from app.api.routing import json_response, media_type
+from app.codecs.json_arrays import encode_json
+from app.codecs.media import NPZ_MEDIA_TYPE
+from app.schemas.sessions import (
+    SESSION_REQUEST_EXAMPLE,
+    STEP_REQUEST_EXAMPLE,
+    SessionCreateRequest,
+    SessionList,
+    SessionOut,
+    StepResponse,
+)
+from app.services.sessions import MAX_LIST_LIMIT
+
+router = APIRouter(tags=["sessions"])
+
+SessionId = Annotated[
+    str,
+    Path(
+        description="session id, e.g. s_01J...",
+        max_length=64,
+        examples=["s_01JABCDEFGHJKMNPQRSTVWXYZ0"],
+    ),
+]
+Limit = Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT, description="page size", examples=[20])]
+# SQLite integers are 64-bit: a larger offset would fail in the driver, not be empty.
+Offset = Annotated[int, Query(ge=0, le=2**63 - 1, description="sessions to skip")]
+
+
+def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    # orjson: non-finite floats (a NaN loss) are null, never a bare NaN (RFC 8259).
+    return json_response(encode_json(value), status, headers)
+
+
+@router.post(
+    "/v1/meshes/{mesh_id}/sessions",
+    status_code=201,
+    summary="Create a training session on a live plan",
+    response_class=Response,
+    dependencies=[JsonBody, BearerDoc],
+    responses={
+        201: {"model": SessionOut, "description": "the session; Location: /v1/sessions/{id}"},
+        **problem_responses(401, 404, 409, 413, 415, 422, 429, 503, 504),
+    },
+)
+async def create_session(
+    mesh_id: MeshId,
+    body: Annotated[
+        SessionCreateRequest,
+        Body(openapi_examples={"mlp": {"summary": "small MLP", "value": SESSION_REQUEST_EXAMPLE}}),
+    ],
+    sessions: SessionsDep,
+) -> Response:
+    """Places the built-in MLP and its optimizer on the plan's devices.
+
+    404 ``mesh_not_found``; 409 ``plan_not_live`` for abstract plans; 422
+    ``invalid_strategy`` (collective needs replicated parameters), ``validation_error``,
+    ``insufficient_memory`` (parameters, optimizer state and gradients would not fit the
+    memory budget beside the other sessions: ``DATARAX_MEMORY_FRACTION``); 429
+    ``too_many_sessions`` (``DATARAX_MAX_SESSIONS`` are live); 503
+    ``worker_lost`` while the runtime is down.
+    """
+    record = await sessions.create(mesh_id, body)
+    return _json(record, 201, {"Location": f"/v1/sessions/{record['id']}"})
+
+
+@router.get(
+    "/v1/sessions",
+    summary="List sessions",
+    response_class=Response,
+    responses={200: {"model": SessionList}, **problem_responses(422)},
+)
+async def list_sessions(sessions: SessionsDep, limit: Limit = 20, offset: Offset = 0) -> Response:
+    """Stored sessions, newest first, without parameter layouts: ``{"items": [...],
+    "total": n}``; each item's ``state`` is ``live``, ``expired`` or ``lost``. Read from the
+    store (no device work); pages of at most 100.
+    """
+    return _json(await sessions.list_sessions(limit, offset))
+
+
+@router.get(
+    "/v1/meshes/{mesh_id}/sessions",
+    summary="List a plan's sessions",
+    response_class=Response,
+    responses={200: {"model": SessionList}, **problem_responses(404, 422)},
+)
+async def list_plan_sessions(
+    mesh_id: MeshId, sessions: SessionsDep, limit: Limit = 20, offset: Offset = 0
+) -> Response:
+    """The sessions created on plan ``mesh_id``, as ``GET /v1/sessions`` lists them.
+
+    404 ``mesh_not_found``.
+    """
+    return _json(await sessions.list_sessions(limit, offset, mesh_id))
+
+
+@router.get(
+    "/v1/sessions/{session_id}",
+    summary="Read a session",
+    response_class=Response,
+    responses={200: {"model": SessionOut}, **problem_responses(404, 410, 503)},
+)
+async def get_session(session_id: SessionId, sessions: SessionsDep) -> Response:
+    """Step count, last loss (``null`` when non-finite), parameter layouts and the loss
+    history (``loss_history``: at most 2,000 evenly spaced ``[step, loss]`` points), from
+    what the service recorded: a read queues no device work.
+
+    404 ``session_not_found``; 410 ``session_lost`` after a runtime restart,
+    ``session_expired`` after ``DATARAX_SESSION_IDLE_S`` without a step; 503
+    ``worker_lost`` while the runtime is down.
+    """
+    return _json(await sessions.read(session_id))
+
+
+@router.delete(
+    "/v1/sessions/{session_id}",
+    status_code=204,
+    summary="Delete a session",
+    response_class=Response,
+    dependencies=[BearerDoc],
+    responses={204: {"description": "deleted"}, **problem_responses(401, 404)},
+)
+async def delete_session(session_id: SessionId, sessions: SessionsDep) -> Response:
+    """Forgets the session and frees its arrays when the runtime is up."""
+    await sessions.delete(session_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/v1/sessions/{session_id}/steps",
+    summary="Run sharded training steps",
+    response_class=Response,
+    dependencies=[BearerDoc],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "JSON, or an np.savez archive (application/x-npz) with 'inputs' "
+            "and 'targets' and ?steps=K",
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": "#/components/schemas/StepRequest"},
+                    "example": STEP_REQUEST_EXAMPLE,
+                },
+                NPZ_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+            },
+        }
+    },
+    responses={
+        200: {"model": StepResponse, "description": "losses of the steps just run"},
+        **problem_responses(401, 404, 410, 413, 415, 422, 503, 504),
+    },
+)
+async def run_steps(
+    session_id: SessionId,
+    request: Request,
+    sessions: SessionsDep,
+    steps: Annotated[
+        int | None, Query(description="npz bodies: steps to run (JSON: overrides body)")
+    ] = None,
+) -> Response:
+    """Runs K steps on the session's mesh with a given (same every step) or synthetic batch.
+
+    A refused request changes nothing. 422: ``validation_error`` (steps out of range, both
+    or neither of batch/synthetic), ``batch_shape_mismatch``, ``missing_targets``,
+    ``invalid_targets``, ``batch_not_divisible``, ``insufficient_memory`` (the batch and
+    its activations would not fit); 410 ``session_lost``; 503
+    ``worker_lost``; 504 ``step_timeout`` (the runtime is restarted).
+    """
+    result = await sessions.run_steps(
+        session_id,
+        await request.body(),
+        media_type(request),
+        request.headers.get("content-type"),
+        steps,
+    )
+    return _json(result)

@@ -1,0 +1,1 @@
+"""Code every process uses: errors, settings, logs, ids, versions, channel framing, telemetry."""

@@ -1,0 +1,1 @@
+"""SQLite storage: the only package that holds a connection or writes SQL."""

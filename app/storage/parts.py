@@ -1,0 +1,744 @@
+"""Multi-source parts, stored one row per source and push ("segment"), merged per step.
+
+A job whose hosts each push their own devices' metrics (``sources > 1``) sends, per host
+and batch, the parts of many steps. They are stored as they come: one ``job_segments``
+row holds one source's parts of a batch, stacked (each metric ``[P, n_devices, ...]``,
+:mod:`app.storage.part_blobs`), with its steps and a 64-bit content hash per step. Nothing is
+written per part: 64 hosts pushing 1,000 steps each write 64 rows, not 64,000.
+
+A step is complete once ``sources`` distinct sources hold it; the push that brings its
+last part merges it (every source's rows for the completed steps, concatenated along the
+device axis in natural source order, reduced as one push of every device) into
+``job_points``, and counts it down in each segment's ``pending``. A segment whose steps are
+all complete drops its arrays (``NULL``); its steps and hashes stay, so a retried part is
+still recognised.
+
+Table (schema version 4; :func:`migrate_to_v4` turns version 3's ``job_parts`` and
+``job_pending`` into segments, one per stored part, and drops them):
+
+- ``job_segments``: ``job, source, first_step, last_step, sources, signature,
+  num_devices, steps`` (int64 ``[P]``, ascending), ``hashes`` (uint64 ``[P]``; 0: unknown,
+  a part migrated without its arrays), ``arrays`` (or NULL), ``pending`` (its steps not
+  yet complete), ``received_at``. A source's segments never share a step. Indexed by
+  ``(job, source, last_step)`` (retries), ``(job, last_step)`` (who holds a step) and,
+  for open segments only, ``(job, first_step)``: a push reads the open segments' metadata
+  around its steps, whose number the stragglers bound, never the job's history.
+- ``job_coverage (job, chunk)``: per block of 4,096 steps, how many sources hold each
+  step (uint16). A push adds itself to the blocks of its own steps and learns which of
+  them are now complete: its cost grows with its own steps, not with the number of hosts
+  (no host reads every other host's steps to count). A block is stored dense (4,096
+  counts, 8 KiB) only when that is smaller than sparse ``(offset, count)`` pairs (4 bytes
+  per step held): steps pushed 4,096 apart cost 4 bytes each, not 8 KiB each, so coverage
+  grows with the steps pushed, never with the span between them
+  (:func:`encode_coverage`). Dense blocks written before this encoding read unchanged.
+
+Bounds: a push reads the metadata of the open segments overlapping its steps, the
+coverage blocks of its steps (8 KiB each) and, when it completes steps, the steps and
+arrays of the segments holding them (at most ``sources`` of them per step); finding a
+job's incomplete steps reads its open segments' steps and the coverage blocks they touch,
+never ``job_points``. Open segments are what waits on stragglers: their number and size
+are the pushes not yet merged.
+
+Every write runs inside the caller's ``BEGIN IMMEDIATE`` transaction: SQLite's write lock
+serialises pushes, so two hosts completing the same step cannot both merge it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from app.core.errors import PartMismatch, SourcesMismatch, StepConflict
+from app.storage.part_blobs import decode_part, encode_part, row_hashes
+
+SCHEMA_V4 = """
+CREATE TABLE IF NOT EXISTS job_segments (
+    id           INTEGER PRIMARY KEY,
+    job          TEXT NOT NULL,
+    source       TEXT NOT NULL,
+    first_step   INTEGER NOT NULL,
+    last_step    INTEGER NOT NULL,
+    sources      INTEGER NOT NULL,
+    signature    TEXT NOT NULL,
+    num_devices  INTEGER NOT NULL,
+    steps        BLOB NOT NULL,
+    hashes       BLOB NOT NULL,
+    arrays       BLOB,
+    pending      INTEGER NOT NULL,
+    received_at  TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS job_segments_by_source
+    ON job_segments (job, source, last_step);
+CREATE INDEX IF NOT EXISTS job_segments_by_last ON job_segments (job, last_step);
+CREATE INDEX IF NOT EXISTS job_segments_open ON job_segments (job, first_step)
+    WHERE pending > 0;
+CREATE TABLE IF NOT EXISTS job_coverage (
+    job          TEXT NOT NULL,
+    chunk        INTEGER NOT NULL,
+    counts       BLOB NOT NULL,
+    PRIMARY KEY (job, chunk)
+) WITHOUT ROWID;
+"""
+
+COVERAGE_BITS = 12
+"""``job_coverage`` counts, per block of 4,096 steps, how many sources hold each step
+(uint16 each, 8 KiB a block): a push reads and adds to the blocks of its own steps, never
+the other sources' segments."""
+
+
+_DENSE_BYTES = 2 << COVERAGE_BITS
+"""Bytes of a dense coverage block: one uint16 count per step of the block."""
+
+
+def encode_coverage(counts: np.ndarray) -> bytes:
+    """One coverage block (``[4096]`` uint16 counts) as stored: sparse ``(offset, count)``
+    uint16 pairs, ascending, when fewer than 2,048 steps of the block are held (the blob
+    is then shorter than 8 KiB), else the dense counts (exactly 8 KiB). The length tells
+    the two apart."""
+    held = np.flatnonzero(counts)
+    if held.size * 4 < _DENSE_BYTES:
+        pairs = np.empty((held.size, 2), dtype="<u2")
+        pairs[:, 0] = held
+        pairs[:, 1] = counts[held]
+        return pairs.tobytes()
+    return np.asarray(counts, dtype="<u2").tobytes()
+
+
+def decode_coverage(blob: bytes) -> np.ndarray:
+    """A stored coverage block -> ``[4096]`` uint16 counts (writable)."""
+    if len(blob) == _DENSE_BYTES:
+        return np.frombuffer(blob, dtype="<u2").copy()
+    pairs = np.frombuffer(blob, dtype="<u2").reshape(-1, 2)
+    counts = np.zeros(1 << COVERAGE_BITS, dtype="<u2")
+    counts[pairs[:, 0]] = pairs[:, 1]
+    return counts
+
+
+_IN_CHUNK = 500
+"""Most ``?`` of one ``IN (...)`` list (SQLite allows 32,766)."""
+
+
+class MergedStep(NamedTuple):
+    """What the service's merge of a step's parts gives: reduced JSON text, scalars,
+    device count. (A tuple: a merge makes one per completed step.)"""
+
+    reduced: str
+    values: dict[str, float]
+    num_devices: int
+
+
+MergeRows = Callable[[list[tuple[str, dict[str, np.ndarray]]], str], list[MergedStep]]
+"""Merges the parts of k steps: ``[(source, {name: [k, n_devices, ...]})]`` in source
+order, and their signature (reduce options), into k points."""
+
+
+@dataclass
+class PartSegment:
+    """One source's parts of one or more steps, as the service decoded them: every
+    metric stacked ``[P, n_devices, ...]`` (``_weights`` ``[P, n_devices]``), in push
+    order; ``positions`` are the parts' places in the push (for error messages)."""
+
+    source: str
+    sources: int
+    signature: str
+    num_devices: int
+    steps: list[int]
+    columns: dict[str, np.ndarray]
+    positions: list[int] = field(default_factory=list)
+    # filled in by push_segment: how many parts were new, and for the steps that are
+    # complete (stored before, or completed by this push) their reduced text and time
+    created: int = 0
+    created_steps: set[int] = field(default_factory=set)
+    complete: dict[int, tuple[str, str]] = field(default_factory=dict)
+    received_at: str = ""
+
+    def outcome(self, step: int) -> tuple[bool, str | None, str]:
+        """(created, reduced text or None, received_at) of one of the segment's steps."""
+        done = self.complete.get(step)
+        return (
+            step in self.created_steps,
+            None if done is None else done[0],
+            self.received_at if done is None else done[1],
+        )
+
+    def where(self, step: int) -> str:
+        index = self.steps.index(step)
+        place = self.positions[index] if index < len(self.positions) else index
+        return f"points[{place}] (step {step}, source {self.source!r})"
+
+
+def source_order(source: str) -> tuple[Any, ...]:
+    """Natural order of source names: ``host-2`` before ``host-10``."""
+    parts: list[Any] = []
+    number = ""
+    text = ""
+    for char in source:
+        if char.isdigit():
+            if text:
+                parts.append((1, text))
+                text = ""
+            number += char
+        else:
+            if number:
+                parts.append((0, int(number)))
+                number = ""
+            text += char
+    if number:
+        parts.append((0, int(number)))
+    if text:
+        parts.append((1, text))
+    return tuple(parts)
+
+
+def missing_sources(received: Iterable[str], sources: int) -> list[str] | None:
+    """The names of the sources not yet received, when the names tell them: every
+    received name is one common prefix plus a canonical decimal index below ``sources``
+    (``"0"``.., ``"host-0"``..; no leading zeros, so ``h0`` and ``h00`` are not both
+    index 0), each index once. Otherwise None (only the count is known). Whenever a list
+    is returned, its length is ``sources`` minus the number of names received."""
+    prefix = None
+    seen: set[int] = set()
+    count = 0
+    for name in received:
+        count += 1
+        digits = len(name) - len(name.rstrip("0123456789"))
+        if digits == 0:
+            return None
+        head, text = name[: len(name) - digits], name[len(name) - digits :]
+        index = int(text)
+        if text != str(index) or index in seen:  # "007", "00": not the index's own name
+            return None
+        if (prefix is not None and head != prefix) or index >= sources:
+            return None
+        prefix = head
+        seen.add(index)
+    if prefix is None:
+        return None
+    missing = [f"{prefix}{i}" for i in range(sources) if i not in seen]
+    return missing if len(missing) == sources - count else None
+
+
+def _steps_of(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype="<i8")
+
+
+def step_sources(conn: sqlite3.Connection, job: str, step: int) -> list[str]:
+    """The sources holding a part of ``step``, in natural order."""
+    names = [
+        source
+        for source, steps in conn.execute(
+            "SELECT source, steps FROM job_segments WHERE job = ? AND last_step >= ? "
+            "AND first_step <= ?",
+            (job, step, step),
+        )
+        if np.isin(step, _steps_of(steps))
+    ]
+    return sorted(names, key=source_order)
+
+
+def open_sources(conn: sqlite3.Connection, job: str, steps: Sequence[int]) -> dict[int, int]:
+    """``step -> sources`` of the given steps that an open segment holds (parts waiting
+    for their step to complete, or parts of its completed steps)."""
+    if not len(steps):
+        return {}
+    wanted = np.unique(np.asarray(steps, dtype=np.int64))
+    out: dict[int, int] = {}
+    for blob, sources in conn.execute(
+        "SELECT steps, sources FROM job_segments WHERE job = ? AND pending > 0 "
+        "AND first_step <= ? AND last_step >= ?",
+        (job, int(wanted[-1]), int(wanted[0])),
+    ):
+        for step in np.intersect1d(wanted, _steps_of(blob), assume_unique=True).tolist():
+            out[step] = int(sources)
+    return out
+
+
+def _segment_steps_blob(conn: sqlite3.Connection, seg_id: int) -> bytes:
+    return conn.execute("SELECT steps FROM job_segments WHERE id = ?", (seg_id,)).fetchone()[0]
+
+
+def _coverage_block(conn: sqlite3.Connection, job: str, chunk: int) -> np.ndarray:
+    """One ``job_coverage`` block (read-only; zeros where none is stored yet)."""
+    found = conn.execute(
+        "SELECT counts FROM job_coverage WHERE job = ? AND chunk = ?", (job, chunk)
+    ).fetchone()
+    if found is None:
+        return np.zeros(1 << COVERAGE_BITS, dtype="<u2")
+    return decode_coverage(bytes(found[0]))
+
+
+def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.ndarray:
+    """Adds one source to each of ``steps`` (new to it, ascending) in ``job_coverage``;
+    returns how many sources hold each step now."""
+    chunks = steps >> COVERAGE_BITS
+    out = np.empty(steps.size, dtype=np.int64)
+    starts = np.flatnonzero(np.diff(chunks, prepend=-1))
+    ends = np.append(starts[1:], steps.size)
+    rows = []
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        chunk = int(chunks[start])
+        counts = _coverage_block(conn, job, chunk)
+        at = steps[start:end] - (chunk << COVERAGE_BITS)
+        counts[at] += 1  # the steps are unique
+        out[start:end] = counts[at]
+        rows.append((job, chunk, encode_coverage(counts)))
+    conn.executemany("INSERT OR REPLACE INTO job_coverage VALUES (?, ?, ?)", rows)
+    return out
+
+
+def _unique_rows(segment: PartSegment, hashes: np.ndarray) -> np.ndarray:
+    """Positions of the segment's first part of each step, in step order. A step given
+    twice must be given the same (a retry inside one push); else 409 ``step_conflict``."""
+    steps = np.asarray(segment.steps, dtype=np.int64)
+    if steps.size < 2 or bool((steps[1:] > steps[:-1]).all()):
+        return np.arange(steps.size)  # ascending, each step once (the usual push)
+    order = np.argsort(steps, kind="stable")
+    ordered = steps[order]
+    repeat = np.flatnonzero(ordered[1:] == ordered[:-1]) + 1
+    for i in repeat.tolist():
+        if hashes[order[i]] != hashes[order[i - 1]]:
+            step = int(ordered[i])
+            raise StepConflict(
+                f"{segment.where(step)}: the batch holds this step twice, differently"
+            )
+    keep = np.ones(ordered.size, dtype=bool)
+    keep[repeat] = False
+    return order[keep]
+
+
+def push_segment(
+    conn: sqlite3.Connection,
+    job: str,
+    segment: PartSegment,
+    now: str,
+    merge: MergeRows,
+    stored_points: dict[int, tuple[int, str, str]],
+) -> tuple[list[int], list[tuple[int, dict[str, float]]], list[tuple]]:
+    """Stores one source's parts (call inside a transaction) and merges the steps they
+    complete. ``stored_points``: ``step -> (sources, reduced, received_at)`` of the
+    complete steps among the segment's, read by the caller.
+
+    Fills ``segment``'s outcome fields. Returns the completed steps, their rollup input and their
+    ``job_points`` rows (the caller writes them, with any other points of the push).
+
+    Raises:
+      StepConflict: this source's part of a step stored with other content; a step that
+        already has all its sources; a step given twice, differently.
+      SourcesMismatch: ``sources`` differs from the step's.
+      PartMismatch: metrics or device count differ from the step's other parts.
+    """
+    # From scratch: a group commit may run a push again after rolling it back.
+    segment.created, segment.created_steps, segment.complete = 0, set(), {}
+    names = sorted(segment.columns)
+    hashes = row_hashes([segment.columns[n] for n in names])
+    rows = _unique_rows(segment, hashes)
+    steps = np.asarray(segment.steps, dtype=np.int64)[rows]
+    hashes = hashes[rows]
+    low, high = int(steps[0]), int(steps[-1])
+    retried = np.zeros(steps.size, dtype=bool)
+    for blob, hash_blob, signature, sources in conn.execute(
+        "SELECT steps, hashes, signature, sources FROM job_segments "
+        "WHERE job = ? AND source = ? AND last_step >= ? AND first_step <= ?",
+        (job, segment.source, low, high),
+    ):
+        common, ours, theirs = np.intersect1d(
+            steps, _steps_of(blob), assume_unique=True, return_indices=True
+        )
+        if not common.size:
+            continue
+        stored = np.frombuffer(hash_blob, dtype="<u8")[theirs]
+        differs = (stored != hashes[ours]) & (stored != 0)
+        if signature != segment.signature or sources != segment.sources or differs.any():
+            step = int(common[int(np.argmax(differs))] if differs.any() else common[0])
+            raise StepConflict(
+                f"{segment.where(step)}: this source's part of step {step} is stored with "
+                "other content; parts are written once (a retry must send the same content)"
+            )
+        retried[ours] = True
+    for step, stored_point in stored_points.items():
+        if stored_point[0] != segment.sources:
+            raise SourcesMismatch(
+                f"{segment.where(step)}: sources={segment.sources}, but the step has "
+                f"sources={stored_point[0]}; every part of a step must give the same number "
+                "of sources"
+            )
+    fresh_mask = ~retried
+    fresh_steps = set(steps[fresh_mask].tolist()) if stored_points else set()
+    joining = sorted(fresh_steps & stored_points.keys())
+    if joining:
+        step = joining[0]
+        raise StepConflict(
+            f"{segment.where(step)}: step {step} already has all {segment.sources} "
+            f"sources ({step_sources(conn, job, step)}); a new source cannot join it"
+        )
+    segment.received_at = now
+    for step, stored_point in stored_points.items():
+        segment.complete[step] = (stored_point[1], stored_point[2])
+    fresh = np.flatnonzero(fresh_mask)
+    if not fresh.size:
+        return [], [], []
+    new_steps = steps[fresh]
+    # The other sources' open segments around these steps that disagree with this part
+    # (usually none: the query returns no row, whatever the number of hosts). How many
+    # sources hold each new step is job_coverage's count, never read segment by segment.
+    span = (job, int(new_steps[-1]), int(new_steps[0]), segment.source)
+    for _, _, blob, sources, signature, num_devices in conn.execute(
+        "SELECT id, source, steps, sources, signature, num_devices FROM job_segments "
+        "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
+        "AND source != ? AND (sources != ? OR signature != ? OR num_devices != ?)",
+        (*span, segment.sources, segment.signature, segment.num_devices),
+    ):
+        common = np.intersect1d(new_steps, _steps_of(blob), assume_unique=True)
+        if not common.size:
+            continue
+        step = int(common[0])
+        if sources != segment.sources:
+            raise SourcesMismatch(
+                f"{segment.where(step)}: sources={segment.sources}, but the step has "
+                f"sources={sources}; every part of a step must give the same number of sources"
+            )
+        raise PartMismatch(
+            f"{segment.where(step)}: the part has {segment.num_devices} devices and "
+            f"metrics {segment.signature}, the step's other parts {num_devices} devices "
+            f"and {signature}; every source must push the same metrics for as many devices"
+        )
+    count = _add_coverage(conn, job, new_steps)
+    if (count > segment.sources).any():
+        step = int(new_steps[int(np.argmax(count > segment.sources))])
+        raise StepConflict(
+            f"{segment.where(step)}: step {step} already has all {segment.sources} sources "
+            f"({step_sources(conn, job, step)}); a new source cannot join it"
+        )
+    done = count == segment.sources
+    columns = {n: np.ascontiguousarray(segment.columns[n][rows[fresh]]) for n in segment.columns}
+    pending = int(new_steps.size - done.sum())
+    conn.execute(
+        "INSERT INTO job_segments (job, source, first_step, last_step, sources, signature, "
+        "num_devices, steps, hashes, arrays, pending, received_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            job,
+            segment.source,
+            int(new_steps[0]),
+            int(new_steps[-1]),
+            segment.sources,
+            segment.signature,
+            segment.num_devices,
+            new_steps.astype("<i8").tobytes(),
+            hashes[fresh].astype("<u8").tobytes(),
+            encode_part(columns) if pending else None,
+            pending,
+            now,
+        ),
+    )
+    segment.created = int(new_steps.size)
+    segment.created_steps = set(new_steps.tolist())
+    if not done.any():
+        return [], [], []
+    # Completing steps: the segments that hold their other parts (all agree, checked above).
+    others = conn.execute(
+        "SELECT id, source FROM job_segments "
+        "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? AND source != ?",
+        span,
+    ).fetchall()
+    held = [_steps_of(_segment_steps_blob(conn, row[0])) for row in others]
+    completed, rollup, point_rows = _merge_completed(
+        conn, job, segment, new_steps, done, columns, others, held, merge, now
+    )
+    for step, row in zip(completed, point_rows, strict=True):
+        segment.complete[step] = (row[2], now)
+    return completed, rollup, point_rows
+
+
+def _merge_completed(
+    conn: sqlite3.Connection,
+    job: str,
+    segment: PartSegment,
+    new_steps: np.ndarray,
+    done: np.ndarray,
+    columns: dict[str, np.ndarray],
+    others: Sequence[tuple],
+    held: Sequence[np.ndarray],
+    merge: MergeRows,
+    now: str,
+) -> tuple[list[int], list[tuple[int, dict[str, float]]], list[tuple]]:
+    """Merges the steps ``done`` marks: their parts from every segment holding them,
+    grouped by which segments hold them (usually one group: every host pushes the same
+    steps)."""
+    complete = new_steps[done]
+    ours = np.flatnonzero(done)
+    # For each holder: where each completed step sits in it (-1: not held).
+    holders: list[tuple[int, str, np.ndarray]] = []
+    for row, their_steps in zip(others, held, strict=True):
+        at = np.searchsorted(their_steps, complete)
+        at[at >= their_steps.size] = 0
+        hit = their_steps[at] == complete if their_steps.size else np.zeros(0, bool)
+        if hit.any():
+            holders.append((row[0], row[1], np.where(hit, at, -1)))
+    member = np.array([h[2] >= 0 for h in holders]).reshape(len(holders), complete.size)
+    groups: dict[bytes, list[int]] = {}
+    if member.all():  # every holder holds every step: one group
+        groups[member[:, 0].tobytes() if complete.size else b""] = list(range(complete.size))
+    else:
+        for j in range(complete.size):
+            groups.setdefault(member[:, j].tobytes(), []).append(j)
+    # Every holder's arrays in one query, not one a holder (64 hosts: 63 queries); each
+    # holder holds at least one completed step, so each is in some group.
+    wanted = sorted(holder[0] for holder in holders)
+    loaded: dict[int, dict[str, np.ndarray]] = {}
+    for start in range(0, len(wanted), _IN_CHUNK):
+        chunk = wanted[start : start + _IN_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        for seg_id, blob in conn.execute(
+            f"SELECT id, arrays FROM job_segments WHERE id IN ({marks})", chunk
+        ):
+            loaded[seg_id] = decode_part(bytes(blob))
+    counts: dict[int, int] = {}
+    completed: list[int] = []
+    rollup: list[tuple[int, dict[str, float]]] = []
+    point_rows: list[tuple] = []
+    for key, members in groups.items():
+        which = np.frombuffer(key, dtype=bool)
+        pick = np.asarray(members, dtype=np.int64)
+        parts = [(segment.source, {n: c[ours[pick]] for n, c in columns.items()})]
+        for h in np.flatnonzero(which).tolist():
+            seg_id, source, at = holders[h]
+            rows = at[pick]
+            parts.append((source, {n: a[rows] for n, a in loaded[seg_id].items()}))
+            counts[seg_id] = counts.get(seg_id, 0) + len(members)
+        parts.sort(key=lambda part: source_order(part[0]))
+        merged = merge(parts, segment.signature)
+        steps = complete[pick].tolist()
+        if len(merged) != len(steps):
+            raise RuntimeError(f"a merge gave {len(merged)} points for {len(steps)} steps")
+        completed += steps
+        rollup += zip(steps, (point.values for point in merged))  # noqa: B905 (checked)
+        sources = segment.sources
+        point_rows += [
+            (job, step, point.reduced, now, None, sources, point.num_devices)
+            for step, point in zip(steps, merged)  # noqa: B905 (checked above)
+        ]
+    conn.executemany(
+        "UPDATE job_segments SET pending = pending - ?, "
+        "arrays = CASE WHEN pending - ? > 0 THEN arrays END WHERE id = ?",
+        [(n, n, seg_id) for seg_id, n in counts.items()],
+    )
+    return completed, rollup, point_rows
+
+
+# ------------------------------------------------------------------------------ reads
+
+
+@dataclass(frozen=True)
+class PendingStep:
+    """An incomplete step: its parts so far, ``[(source, {name: [n_devices, ...]})]``."""
+
+    step: int
+    sources: int
+    received_at: str
+    parts: list[tuple[str, dict[str, np.ndarray]]]
+    signature: str = ""
+
+
+def _open_segments(
+    conn: sqlite3.Connection, job: str, low: int, high: int, with_arrays: bool
+) -> list[tuple]:
+    arrays = "arrays" if with_arrays else "NULL"
+    return conn.execute(
+        f"SELECT source, steps, sources, signature, received_at, {arrays} FROM job_segments "
+        "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ?",
+        (job, high, low),
+    ).fetchall()
+
+
+def _coverage_of(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.ndarray:
+    """How many sources hold each of ``steps`` (ascending), from ``job_coverage``: one
+    read per 4,096-step block the steps touch."""
+    out = np.zeros(steps.size, dtype=np.int64)
+    chunks = steps >> COVERAGE_BITS
+    for chunk in np.unique(chunks).tolist():
+        mask = chunks == chunk
+        out[mask] = _coverage_block(conn, job, chunk)[steps[mask] - (chunk << COVERAGE_BITS)]
+    return out
+
+
+def _incomplete(
+    conn: sqlite3.Connection, job: str, segments: list[tuple], low: int, high: int
+) -> np.ndarray:
+    """The steps in ``[low, high]`` that open segments hold and fewer than their
+    ``sources`` hold yet (``job_coverage``; never a scan of ``job_points``, which may hold
+    every step between an old straggling part and the newest)."""
+    held = [_steps_of(row[1]) for row in segments]
+    if not held:
+        return np.zeros(0, dtype=np.int64)
+    steps = np.concatenate(held)
+    wanted = np.concatenate(
+        [np.full(len(h), int(row[2]), np.int64) for h, row in zip(held, segments, strict=True)]
+    )
+    inside = (steps >= low) & (steps <= high)
+    steps, order = np.unique(steps[inside], return_index=True)
+    if not steps.size:
+        return steps
+    sources = wanted[inside][order]
+    return steps[_coverage_of(conn, job, steps) < sources]
+
+
+def pending_steps(
+    conn: sqlite3.Connection,
+    job: str,
+    low: int,
+    high: int,
+    limit: int,
+    max_bytes: int | None = None,
+) -> tuple[list[PendingStep], int | None]:
+    """The first ``limit`` incomplete steps in ``[low, high]``, with their parts (the
+    arrays of only the segments that hold those steps are read), and the first
+    incomplete step left out for ``max_bytes`` (None: none was).
+
+    ``max_bytes`` bounds the stored arrays read: the steps kept are the longest run whose
+    segments (every open segment starting at or before the run's last step) hold at most
+    that many bytes of arrays, and at least the first step. Incomplete steps keep every
+    source's stacked arrays, so without it one read could load every straggler's parts."""
+    segments = _open_segments(conn, job, low, high, with_arrays=False)
+    steps = _incomplete(conn, job, segments, low, high)[:limit]
+    if not steps.size:
+        return [], None
+    dropped: int | None = None
+    if max_bytes is not None:
+        sizes = conn.execute(
+            "SELECT first_step, coalesce(length(arrays), 0) FROM job_segments "
+            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
+            "ORDER BY first_step",
+            (job, int(steps[-1]), int(steps[0])),
+        ).fetchall()
+        starts = np.asarray([row[0] for row in sizes], dtype=np.int64)
+        held = np.cumsum(np.asarray([row[1] for row in sizes], dtype=np.int64))
+        # Bytes to read to show the steps up to each step: segments starting at or before it.
+        need = held[np.searchsorted(starts, steps, side="right") - 1]
+        keep = max(1, int(np.searchsorted(need, max_bytes, side="right")))
+        if keep < steps.size:
+            dropped = int(steps[keep])
+            steps = steps[:keep]
+    low, high = int(steps[0]), int(steps[-1])
+    segments = _open_segments(conn, job, low, high, with_arrays=True)
+    by_step: dict[int, list[tuple[str, dict[str, np.ndarray]]]] = {s: [] for s in steps.tolist()}
+    info: dict[int, tuple[int, str, str]] = {}
+    for source, blob, sources, signature, received_at, arrays in segments:
+        common, _, theirs = np.intersect1d(
+            steps, _steps_of(blob), assume_unique=True, return_indices=True
+        )
+        if not common.size:
+            continue
+        columns = decode_part(bytes(arrays))
+        for step, row in zip(common.tolist(), theirs.tolist(), strict=True):
+            by_step[step].append((source, {n: a[row] for n, a in columns.items()}))
+            seen = info.get(step)
+            if seen is None or received_at > seen[2]:
+                info[step] = (int(sources), signature, received_at)
+    found = [
+        PendingStep(
+            step,
+            info[step][0],
+            info[step][2],
+            sorted(parts, key=lambda part: source_order(part[0])),
+            info[step][1],
+        )
+        for step, parts in by_step.items()
+    ]
+    return found, dropped
+
+
+def newest_incomplete(conn: sqlite3.Connection, job: str) -> tuple[int, int, list[str]] | None:
+    """The job's newest incomplete step: ``(step, sources, received sources)``."""
+    segments = conn.execute(
+        "SELECT source, steps, sources FROM job_segments WHERE job = ? AND pending > 0",
+        (job,),
+    ).fetchall()
+    steps = _incomplete(conn, job, segments, 0, 2**63 - 1)
+    if not steps.size:
+        return None
+    step = int(steps[-1])
+    holding = [row for row in segments if np.isin(step, _steps_of(row[1]))]
+    return step, int(holding[0][2]), sorted((row[0] for row in holding), key=source_order)
+
+
+def incomplete_jobs(conn: sqlite3.Connection) -> list[tuple[str, int, int, int]]:
+    """Per job with an incomplete step: ``(job, newest incomplete step, sources,
+    received)``."""
+    out = []
+    for (job,) in conn.execute("SELECT DISTINCT job FROM job_segments WHERE pending > 0"):
+        found = newest_incomplete(conn, job)
+        if found is not None:
+            out.append((job, found[0], found[1], len(found[2])))
+    return out
+
+
+# ------------------------------------------------------------------------ migration
+
+
+def migrate_to_v4(conn: sqlite3.Connection) -> None:
+    """Version 3 -> 4, in place: every ``job_parts`` row becomes a one-step segment (a
+    pending part with its arrays and hash; a part of a complete step with hash 0, since
+    its arrays are gone: a retry of it is taken as the same content), then ``job_parts``
+    and ``job_pending`` are dropped."""
+    for statement in SCHEMA_V4.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    have = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "job_parts" in have:
+        cursor = conn.execute(
+            "SELECT job, step, source, sources, signature, num_devices, arrays, received_at "
+            "FROM job_parts ORDER BY job, source, step"
+        )
+        while rows := cursor.fetchmany(1000):
+            segments = []
+            for job, step, source, sources, signature, num_devices, arrays, at in rows:
+                hashed = 0
+                stacked = None
+                if arrays is not None:
+                    part = decode_part(bytes(arrays))
+                    stacked = {n: np.asarray(a)[None, ...] for n, a in part.items()}
+                    hashed = int(row_hashes([stacked[n] for n in sorted(stacked)])[0])
+                segments.append(
+                    (
+                        job,
+                        source,
+                        step,
+                        step,
+                        sources,
+                        signature,
+                        num_devices,
+                        np.array([step], "<i8").tobytes(),
+                        np.array([hashed], "<u8").tobytes(),
+                        None if stacked is None else encode_part(stacked),
+                        0 if stacked is None else 1,
+                        at,
+                    )
+                )
+            conn.executemany(
+                "INSERT INTO job_segments (job, source, first_step, last_step, sources, "
+                "signature, num_devices, steps, hashes, arrays, pending, received_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                segments,
+            )
+        conn.execute("DROP TABLE job_parts")
+        for (job,) in conn.execute("SELECT DISTINCT job FROM job_segments").fetchall():
+            held = [
+                _steps_of(blob)
+                for (blob,) in conn.execute("SELECT steps FROM job_segments WHERE job = ?", (job,))
+            ]
+            steps, counts = np.unique(np.concatenate(held), return_counts=True)
+            for chunk in np.unique(steps >> COVERAGE_BITS).tolist():
+                mask = (steps >> COVERAGE_BITS) == chunk
+                block = np.zeros(1 << COVERAGE_BITS, dtype="<u2")
+                block[steps[mask] - (chunk << COVERAGE_BITS)] = counts[mask]
+                conn.execute(
+                    "INSERT OR REPLACE INTO job_coverage VALUES (?, ?, ?)",
+                    (job, chunk, encode_coverage(block)),
+                )
+    if "job_pending" in have:
+        conn.execute("DROP TABLE job_pending")

@@ -1,0 +1,1 @@
+"""The HTTP process's side of the child processes, and the follower."""
