@@ -58,8 +58,7 @@ from app.core.errors import (
     problem_bytes,
     validation_error,
 )
-from datarax.distributed.metrics import MetricsError
-from datarax.distributed.planning import PlanError
+from datarax.distributed.errors import MetricsError, PlanError
 
 log = logging.getLogger("datarax.app")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.errors import ServiceError
+from app.core.errors import InvalidRequest, ServiceError
 from app.schemas.base import optimizer_name
 from app.schemas.hardware import HardwareMlpModel, HardwarePlanRequest, RecommendationRequest
 from app.schemas.meshes import MAX_PLAN_DEVICES, MeshPlanRequest, MlpModel
@@ -120,7 +120,8 @@ def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
             loss=model.loss,
         )
     optimizer = optimizer_name(body.optimizer)
-    assert body.hardware is not None and body.ici is not None  # checked by the schema
+    if body.hardware is None or body.ici is None:  # the schema checks it; -O keeps this
+        raise InvalidRequest("a hardware plan needs hardware and ici")
     return HardwarePlanRequest(
         hardware=body.hardware,
         topology=body.topology,
@@ -220,7 +221,8 @@ def _step_parts(
     request: HardwarePlanRequest, layout: HardwareLayout
 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """``(params, memory_per_device, step_estimate)`` of the request's model."""
-    assert request.model is not None and request.batch_shape is not None
+    if request.model is None or request.batch_shape is None:
+        raise InvalidRequest("a step estimate needs a model and batch_shape")
     spec = model_spec(request.model.model_dump(exclude_none=True))
     global_batch = int(request.batch_shape[0])
     estimate = estimate_step(

@@ -16,7 +16,14 @@ import orjson
 from pydantic import ValidationError
 
 from app.api.request_context import check_answer_size
-from app.core.errors import AnswerTooLarge, MeshNotFound, ServiceError, WorkerLost, from_library
+from app.core.errors import (
+    AnswerTooLarge,
+    InvalidRequest,
+    MeshNotFound,
+    ServiceError,
+    WorkerLost,
+    from_library,
+)
 from app.core.ids import new_plan_id, utc_now
 from app.schemas.base import optimizer_name
 from app.schemas.meshes import MeshPlanRequest, MlpModel
@@ -56,7 +63,8 @@ class CreatedPlan:
 def plan_request(body: MeshPlanRequest) -> PlanRequest:
     """What the HTTP body asks for, as the planner's :class:`PlanRequest`."""
     model = body.model
-    assert body.axes is not None and (model is None or isinstance(model, MlpModel))
+    if body.axes is None or not (model is None or isinstance(model, MlpModel)):
+        raise InvalidRequest("a device plan needs axes and, if any, an MLP model")
     param_sharding = body.param_sharding
     optimizer = optimizer_name(body.optimizer)
     if model is not None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.errors import AnswerTooLarge
+from app.core.errors import AnswerTooLarge, RuntimeFailed
 from datarax.distributed.memory import memory_per_device, param_layouts
 from datarax.distributed.planning import (
     PlanCancelled,
@@ -112,7 +112,7 @@ def live_devices(
     grid = grid_answer["device_grid"]
     ids = np.asarray(grid, dtype=np.int64).reshape(-1)
     if ids.size != math.prod(sizes):
-        raise RuntimeError(f"runtime returned {ids.size} devices for mesh {dict(axes)}")
+        raise RuntimeFailed(f"the runtime returned {ids.size} devices for mesh {dict(axes)}")
     index_of = {int(k): int(v) for k, v in (grid_answer.get("process_index") or {}).items()}
     process_index = np.fromiter((index_of.get(int(i), 0) for i in ids), np.int64, ids.size)
     return Devices(

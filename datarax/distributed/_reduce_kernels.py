@@ -23,41 +23,12 @@ from datarax.distributed._exact_reductions import (
     scaled_mean,
     scaled_sum,
 )
+from datarax.distributed.errors import MetricsError
 
 REDUCE_OPS: tuple[str, ...] = ("mean", "sum", "max", "min")
 NAN_POLICIES: tuple[str, ...] = ("propagate", "omit", "raise")
 
 _ROOT = "<metrics>"
-
-
-class MetricsError(ValueError):
-    """A metrics reduction could not run; ``code`` says why, in snake_case.
-
-    Codes: ``unknown_reduce_op``, ``unknown_nan_policy``, ``non_finite_values``,
-    ``weights_mismatch``, ``invalid_weights``, ``device_count_mismatch``,
-    ``empty_metrics``, ``unknown_metric``, ``ragged_array`` (a list metric that is not
-    rectangular), ``integer_overflow`` (an integer sum whose exact value does not fit the
-    result's dtype), ``nan_policy_traced`` (``nan_policy="raise"`` on a traced floating
-    value) and ``unbound_axis_name`` (a collective outside ``pmap``/``shard_map``).
-
-    Attributes:
-      code: machine-readable reason, e.g. ``"weights_mismatch"``.
-      message: human-readable text naming the value received and the fix.
-    """
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"[{self.code}] {self.message}"
-
-
-class UnboundAxisError(MetricsError, NameError):
-    """A collective called outside a context binding its ``axis_name`` (code
-    ``unbound_axis_name``). Also a ``NameError``, the type JAX (and so upstream datarax)
-    raises there, so ``except NameError`` written for upstream keeps working."""
 
 
 # --------------------------------------------------------------------------- checks

@@ -69,8 +69,6 @@ import numpy as np
 from datarax.distributed._reduce_kernels import (
     NAN_POLICIES,
     REDUCE_OPS,
-    MetricsError,
-    UnboundAxisError,
     _apply,
     _check_finite,
     _check_nan_policy,
@@ -94,6 +92,7 @@ from datarax.distributed.collectives import (
     reduce_mean_collective,
     reduce_sum_collective,
 )
+from datarax.distributed.errors import MetricsError, UnboundAxisError
 from datarax.distributed.typing import NanPolicy, PyTree, ReduceOp
 
 __all__ = [

@@ -41,6 +41,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from datarax.distributed.errors import PlanError
+
 __all__ = [
     "MAX_AXIS_NAME_LENGTH",
     "MAX_BATCH_ELEMENTS",
@@ -74,27 +76,6 @@ MAX_BATCH_ELEMENTS = 2**53
 and byte count then stays exact in int64 and in a JSON double (2**53, RFC 8259's
 interoperable integer range); far beyond any real global batch."""
 _AUTO = -1
-
-
-class PlanError(ValueError):
-    """A plan that cannot work.
-
-    Attributes:
-      code: snake_case machine-readable reason, one of ``invalid_axis_name``,
-        ``invalid_axis_size``, ``invalid_device_count``, ``multiple_auto_axes``,
-        ``axes_product_mismatch``, ``not_enough_devices``, ``batch_not_divisible``,
-        ``unknown_batch_axis``, ``invalid_batch_shape``, ``duplicate_batch_axis``.
-      message: the human-readable explanation; ``str(error) == error.message``.
-    """
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __reduce__(self):
-        # The default reduce would call PlanError(message) and lose the code.
-        return (type(self), (self.code, self.message))
 
 
 class PlanCancelled(Exception):

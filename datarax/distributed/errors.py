@@ -1,0 +1,59 @@
+"""The library's error types, in a module that imports neither JAX nor NumPy.
+
+The service's HTTP process turns these into problem answers; importing them from here
+keeps JAX out of that process. :mod:`datarax.distributed.planning` and
+:mod:`datarax.distributed.metrics` raise them and export the same classes.
+"""
+
+from __future__ import annotations
+
+
+class PlanError(ValueError):
+    """A plan that cannot work.
+
+    Attributes:
+      code: snake_case machine-readable reason, one of ``invalid_axis_name``,
+        ``invalid_axis_size``, ``invalid_device_count``, ``multiple_auto_axes``,
+        ``axes_product_mismatch``, ``not_enough_devices``, ``batch_not_divisible``,
+        ``unknown_batch_axis``, ``invalid_batch_shape``, ``duplicate_batch_axis``.
+      message: the human-readable explanation; ``str(error) == error.message``.
+    """
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __reduce__(self):
+        # The default reduce would call PlanError(message) and lose the code.
+        return (type(self), (self.code, self.message))
+
+
+class MetricsError(ValueError):
+    """A metrics reduction could not run; ``code`` says why, in snake_case.
+
+    Codes: ``unknown_reduce_op``, ``unknown_nan_policy``, ``non_finite_values``,
+    ``weights_mismatch``, ``invalid_weights``, ``device_count_mismatch``,
+    ``empty_metrics``, ``unknown_metric``, ``ragged_array`` (a list metric that is not
+    rectangular), ``integer_overflow`` (an integer sum whose exact value does not fit the
+    result's dtype), ``nan_policy_traced`` (``nan_policy="raise"`` on a traced floating
+    value) and ``unbound_axis_name`` (a collective outside ``pmap``/``shard_map``).
+
+    Attributes:
+      code: machine-readable reason, e.g. ``"weights_mismatch"``.
+      message: human-readable text naming the value received and the fix.
+    """
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+
+class UnboundAxisError(MetricsError, NameError):
+    """A collective called outside a context binding its ``axis_name`` (code
+    ``unbound_axis_name``). Also a ``NameError``, the type JAX (and so upstream datarax)
+    raises there, so ``except NameError`` written for upstream keeps working."""
