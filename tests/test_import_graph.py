@@ -8,6 +8,8 @@ still ties the two modules together); relative imports are resolved, and
 - no cycle among the modules (the message names the cycle);
 - ``datarax`` imports nothing of ``app``, FastAPI, Starlette or pydantic;
 - ``app/runtime/`` (the runtime process) imports nothing of the HTTP side;
+- ``app/services``, ``app/storage``, ``app/codecs`` and ``app/workers`` import nothing of
+  ``app/api``, ``app.main``, FastAPI, Starlette or uvicorn;
 - no module under ``app/api/routes/`` imports another route module;
 - ``datarax.client`` (the service's Python client) imports nothing of ``app``, FastAPI,
   Starlette or pydantic either: the library rule covers it, and it imports no JAX.
@@ -16,13 +18,15 @@ still ties the two modules together); relative imports are resolved, and
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("datarax", "app")
-LIBRARY_FORBIDDEN = ("app", "fastapi", "starlette", "pydantic", "pydantic_settings")
+LIBRARY_FORBIDDEN = ("app", "fastapi", "starlette", "pydantic", "pydantic_settings", "uvicorn")
 RUNTIME_FORBIDDEN = (
     "app.api.routes",
     "app.services",
@@ -207,6 +211,37 @@ def test_library_imports_nothing_of_the_service():
         if module.split(".")[0] == "datarax"
         for target in sorted(targets)
         if target.split(".")[0] in LIBRARY_FORBIDDEN
+    ]
+    assert not bad, bad
+
+
+def test_importing_the_library_loads_no_service_module_and_no_backend():
+    """What the source rule above says, checked on a real import in a fresh interpreter."""
+    code = (
+        "import sys, datarax.distributed, datarax.models\n"
+        "from jax._src import xla_bridge\n"
+        f"bad = [m for m in sys.modules if m.split('.')[0] in {LIBRARY_FORBIDDEN!r}]\n"
+        "assert not bad, bad\n"
+        "assert not xla_bridge._backends, 'importing initialised a JAX backend'\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+HTTP_MODULES = ("app.api", "app.main", "fastapi", "starlette", "uvicorn")
+BELOW_HTTP = ("app.services", "app.storage", "app.codecs", "app.workers")
+
+
+def test_services_storage_and_workers_import_nothing_of_http():
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        if any(module == p or module.startswith(p + ".") for p in BELOW_HTTP)
+        for target in sorted(targets)
+        if any(target == f or target.startswith(f + ".") for f in HTTP_MODULES)
     ]
     assert not bad, bad
 

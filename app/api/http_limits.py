@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.request_context import ANSWER_LIMIT, check_answer_size
+from app.core.answer_limit import ANSWER_LIMIT, check_answer_size
 from app.core.errors import PROBLEM_MEDIA_TYPE, AnswerTooLarge, ServiceError, problem_bytes
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024

@@ -15,7 +15,7 @@ import anyio.to_thread
 import orjson
 from pydantic import ValidationError
 
-from app.api.request_context import check_answer_size
+from app.core.answer_limit import check_answer_size
 from app.core.errors import (
     AnswerTooLarge,
     InvalidRequest,

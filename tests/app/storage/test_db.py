@@ -292,7 +292,7 @@ def test_another_process_cannot_use_the_file_while_the_store_holds_it(store):
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
         check=False,
     )
     assert done.returncode == 3, done.stderr

@@ -144,7 +144,7 @@ def test_npz_reduce_and_collect(api):
     assert [d["metrics"]["loss"] for d in collected["devices"]] == [0.5, 1.5, 1.0, 1.0]
 
 
-# Job history (stored reductions) is tested in tests/app/routes/test_jobs.py.
+# Job history (stored reductions) is tested in tests/app/api/routes/test_jobs.py.
 
 
 # ------------------------------------------------------------- fast paths, same answers

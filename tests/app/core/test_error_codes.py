@@ -21,7 +21,7 @@ import pytest
 from app.core import errors
 from app.core.errors import CODES, ServiceError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ERRORS_DOC = (ROOT / "docs" / "ERRORS.md").read_text()
 
 

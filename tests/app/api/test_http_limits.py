@@ -15,7 +15,7 @@ from starlette.routing import Route
 from app.api import http_cache, routing
 from app.api.http_limits import AnswerLimitMiddleware
 from app.api.middleware import install_error_handlers
-from app.api.request_context import ANSWER_LIMIT, check_answer_size
+from app.core.answer_limit import ANSWER_LIMIT, check_answer_size
 from app.main import create_app
 from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings
 
