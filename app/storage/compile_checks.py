@@ -22,24 +22,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from app.storage.db import Store
+from app.storage.migrations import COMPILE_CHECKS_SCHEMA
 
 T = TypeVar("T")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS compile_checks (
-    id          TEXT PRIMARY KEY,
-    mesh_id     TEXT NOT NULL,
-    created_at  TEXT NOT NULL,
-    status      TEXT NOT NULL,
-    body        TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS compile_checks_by_mesh ON compile_checks (mesh_id, id);
-CREATE TABLE IF NOT EXISTS compile_results (
-    key         TEXT PRIMARY KEY,
-    created_at  TEXT NOT NULL,
-    result      TEXT NOT NULL
-);
-"""
 
 UNFINISHED = ("queued", "compiling")
 
@@ -57,7 +43,7 @@ class CompileStore:
         store = Store(self.path)
         store.open()
         try:
-            store.execute_here(lambda c: c.executescript(SCHEMA))
+            store.execute_here(lambda c: c.executescript(COMPILE_CHECKS_SCHEMA))
         except BaseException:
             store.close()
             raise

@@ -56,56 +56,11 @@ from typing import TypeVar
 import anyio.to_thread
 
 from app.core.errors import ServiceError, StorageFull, StorageUnavailable
-from app.storage import jobs as store_jobs
-from app.storage import parts as store_parts
+from app.storage.migrations import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 
 log = logging.getLogger("datarax.store")
 
 T = TypeVar("T")
-
-SCHEMA_VERSION = 4
-"""``PRAGMA user_version`` of a current file. 1 (written as 0 by SQLite): plans,
-``job_points (job, step, reduced, received_at)``, sessions. 2: the job tables of
-:mod:`app.storage.jobs`. 3: its ``job_pending`` (per incomplete multi-source step). 4:
-multi-source parts stored per source and push (``job_segments``, :mod:`app.storage.parts`),
-replacing ``job_parts`` and ``job_pending``.
-``open()`` migrates an older file in place, one transaction per version."""
-
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    2: store_jobs.migrate_to_v2,
-    3: store_jobs.migrate_to_v3,
-    4: store_parts.migrate_to_v4,
-}
-"""version -> the function that brings a file of the version before it up to it."""
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS plans (
-    id          TEXT PRIMARY KEY,
-    created_at  TEXT NOT NULL,
-    name        TEXT,
-    live        INTEGER NOT NULL DEFAULT 0,
-    body        TEXT NOT NULL,
-    summary     TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS job_points (
-    job         TEXT NOT NULL,
-    step        INTEGER NOT NULL,
-    reduced     TEXT NOT NULL,
-    received_at TEXT NOT NULL,
-    PRIMARY KEY (job, step)
-);
-CREATE TABLE IF NOT EXISTS sessions (
-    id          TEXT PRIMARY KEY,
-    mesh_id     TEXT NOT NULL,
-    created_at  TEXT NOT NULL,
-    body        TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS sessions_by_mesh ON sessions (mesh_id);
-CREATE TABLE IF NOT EXISTS store_probe (
-    id          INTEGER PRIMARY KEY,
-    at          TEXT NOT NULL
-);
-"""
 
 
 def _is_disk_full(err: sqlite3.Error) -> bool:

@@ -5,9 +5,7 @@ its transactions (writes inside ``BEGIN IMMEDIATE``, so SQLite's write lock seri
 every read-check-write below: no two pushes can interleave, in this process or another
 one on the same file).
 
-Tables (schema version 4; :func:`migrate_to_v2` turns a version-1 file into a version-2
-one in place, :func:`migrate_to_v3` a version-2 one into a version-3 one, and
-:func:`app.storage.parts.migrate_to_v4` a version-3 one into the current one):
+Tables (schema version 4; their schemas and migrations are in :mod:`app.storage.migrations`):
 
 - ``job_points (job, step)``: one row per *complete* step: the reduced values as the JSON
   text the API answers, ``digest`` of what was pushed (idempotency), ``sources``.
@@ -20,7 +18,7 @@ one in place, :func:`migrate_to_v3` a version-2 one into a version-3 one, and
   per metric, not 1,000,000.
 - ``jobs (job)``: points, first and last step, ``last_push_at``, ``finished``.
 - Versions 2 and 3 kept parts one row per (job, step, source) (``job_parts``) and a row
-  per incomplete step (``job_pending``); their schemas stay here for the migrations.
+  per incomplete step (``job_pending``); their schemas stay in :mod:`app.storage.migrations`.
 
 Bounds: a batch is at most 1,000 points (checked by the service); a history page at
 most ``MAX_PAGE`` points; a downsampled read at most ``MAX_BUCKETS`` buckets.
@@ -63,106 +61,6 @@ LEVELS = (1, 2, 3, 4)
 MAX_PAGE = 10_000
 MAX_BUCKETS = 10_000
 _IN_CHUNK = 500  # variables per IN (...) list, far below SQLite's limit
-
-SCHEMA_V2 = """
-CREATE TABLE IF NOT EXISTS jobs (
-    job          TEXT PRIMARY KEY,
-    created_at   TEXT NOT NULL,
-    last_push_at TEXT NOT NULL,
-    finished     INTEGER NOT NULL DEFAULT 0,
-    points       INTEGER NOT NULL DEFAULT 0,
-    first_step   INTEGER,
-    last_step    INTEGER
-);
-CREATE INDEX IF NOT EXISTS jobs_by_last_push ON jobs (last_push_at);
-CREATE TABLE IF NOT EXISTS job_parts (
-    job          TEXT NOT NULL,
-    step         INTEGER NOT NULL,
-    source       TEXT NOT NULL,
-    sources      INTEGER NOT NULL,
-    digest       TEXT NOT NULL,
-    signature    TEXT NOT NULL,
-    num_devices  INTEGER NOT NULL,
-    arrays       BLOB,
-    received_at  TEXT NOT NULL,
-    PRIMARY KEY (job, step, source)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS job_parts_pending ON job_parts (job, step) WHERE arrays IS NOT NULL;
-CREATE TABLE IF NOT EXISTS job_rollups (
-    job          TEXT NOT NULL,
-    level        INTEGER NOT NULL,
-    metric       TEXT NOT NULL,
-    block        INTEGER NOT NULL,
-    n            INTEGER NOT NULL,
-    total        REAL NOT NULL,
-    low          REAL,
-    high         REAL,
-    last_step    INTEGER NOT NULL,
-    last         REAL,
-    PRIMARY KEY (job, level, metric, block)
-) WITHOUT ROWID;
-"""
-
-SCHEMA_V3 = """
-CREATE TABLE IF NOT EXISTS job_pending (
-    job          TEXT NOT NULL,
-    step         INTEGER NOT NULL,
-    sources      INTEGER NOT NULL,
-    signature    TEXT NOT NULL,
-    num_devices  INTEGER NOT NULL,
-    parts        INTEGER NOT NULL,
-    PRIMARY KEY (job, step)
-) WITHOUT ROWID
-"""
-
-_POINT_COLUMNS_V2 = (
-    ("digest", "TEXT"),
-    ("sources", "INTEGER NOT NULL DEFAULT 1"),
-    ("num_devices", "INTEGER"),
-)
-
-
-# ----------------------------------------------------------------------------- schema
-
-
-def migrate_to_v2(conn: sqlite3.Connection) -> None:
-    """Version 1 (``job_points (job, step, reduced, received_at)``) -> version 2, in place.
-
-    Idempotent. Adds the new columns and tables, and derives ``jobs`` and ``job_rollups``
-    from the existing points, so an old file keeps its history and reads it fast.
-    """
-    for statement in SCHEMA_V2.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-    have = {row[1] for row in conn.execute("PRAGMA table_info(job_points)")}
-    for name, kind in _POINT_COLUMNS_V2:
-        if name not in have:
-            conn.execute(f"ALTER TABLE job_points ADD COLUMN {name} {kind}")
-    conn.execute(
-        "INSERT OR IGNORE INTO jobs (job, created_at, last_push_at, points, first_step, last_step) "
-        "SELECT job, MIN(received_at), MAX(received_at), COUNT(*), MIN(step), MAX(step) "
-        "FROM job_points GROUP BY job"
-    )
-    if conn.execute("SELECT 1 FROM job_rollups LIMIT 1").fetchone() is None:
-        cursor = conn.execute("SELECT job, step, reduced FROM job_points ORDER BY job, step")
-        while rows := cursor.fetchmany(10_000):
-            by_job: dict[str, list[tuple[int, dict[str, float]]]] = {}
-            for job, step, reduced in rows:
-                by_job.setdefault(job, []).append((int(step), scalar_values(json.loads(reduced))))
-            for job, points in by_job.items():
-                write_rollups(conn, job, points)
-
-
-def migrate_to_v3(conn: sqlite3.Connection) -> None:
-    """Version 2 -> 3, in place and idempotent: ``job_pending``, derived from the parts of
-    the incomplete steps."""
-    conn.execute(SCHEMA_V3)
-    conn.execute("DELETE FROM job_pending")
-    conn.execute(
-        "INSERT INTO job_pending (job, step, sources, signature, num_devices, parts) "
-        "SELECT job, step, MAX(sources), MAX(signature), MAX(num_devices), COUNT(*) "
-        "FROM job_parts WHERE arrays IS NOT NULL GROUP BY job, step"
-    )
 
 
 def scalar_values(reduced: dict[str, Any]) -> dict[str, float]:

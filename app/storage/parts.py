@@ -13,8 +13,8 @@ device axis in natural source order, reduced as one push of every device) into
 all complete drops its arrays (``NULL``); its steps and hashes stay, so a retried part is
 still recognised.
 
-Table (schema version 4; :func:`migrate_to_v4` turns version 3's ``job_parts`` and
-``job_pending`` into segments, one per stored part, and drops them):
+Table (schema version 4; :func:`app.storage.migrations.migrate_to_v4` turns version 3's
+``job_parts`` and ``job_pending`` into segments, one per stored part, and drops them):
 
 - ``job_segments``: ``job, source, first_step, last_step, sources, signature,
   num_devices, steps`` (int64 ``[P]``, ascending), ``hashes`` (uint64 ``[P]``; 0: unknown,
@@ -54,35 +54,6 @@ import numpy as np
 
 from app.core.errors import PartMismatch, SourcesMismatch, StepConflict
 from app.storage.part_blobs import decode_part, encode_part, row_hashes
-
-SCHEMA_V4 = """
-CREATE TABLE IF NOT EXISTS job_segments (
-    id           INTEGER PRIMARY KEY,
-    job          TEXT NOT NULL,
-    source       TEXT NOT NULL,
-    first_step   INTEGER NOT NULL,
-    last_step    INTEGER NOT NULL,
-    sources      INTEGER NOT NULL,
-    signature    TEXT NOT NULL,
-    num_devices  INTEGER NOT NULL,
-    steps        BLOB NOT NULL,
-    hashes       BLOB NOT NULL,
-    arrays       BLOB,
-    pending      INTEGER NOT NULL,
-    received_at  TEXT NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS job_segments_by_source
-    ON job_segments (job, source, last_step);
-CREATE INDEX IF NOT EXISTS job_segments_by_last ON job_segments (job, last_step);
-CREATE INDEX IF NOT EXISTS job_segments_open ON job_segments (job, first_step)
-    WHERE pending > 0;
-CREATE TABLE IF NOT EXISTS job_coverage (
-    job          TEXT NOT NULL,
-    chunk        INTEGER NOT NULL,
-    counts       BLOB NOT NULL,
-    PRIMARY KEY (job, chunk)
-) WITHOUT ROWID;
-"""
 
 COVERAGE_BITS = 12
 """``job_coverage`` counts, per block of 4,096 steps, how many sources hold each step
@@ -675,70 +646,3 @@ def incomplete_jobs(conn: sqlite3.Connection) -> list[tuple[str, int, int, int]]
         if found is not None:
             out.append((job, found[0], found[1], len(found[2])))
     return out
-
-
-# ------------------------------------------------------------------------ migration
-
-
-def migrate_to_v4(conn: sqlite3.Connection) -> None:
-    """Version 3 -> 4, in place: every ``job_parts`` row becomes a one-step segment (a
-    pending part with its arrays and hash; a part of a complete step with hash 0, since
-    its arrays are gone: a retry of it is taken as the same content), then ``job_parts``
-    and ``job_pending`` are dropped."""
-    for statement in SCHEMA_V4.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-    have = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "job_parts" in have:
-        cursor = conn.execute(
-            "SELECT job, step, source, sources, signature, num_devices, arrays, received_at "
-            "FROM job_parts ORDER BY job, source, step"
-        )
-        while rows := cursor.fetchmany(1000):
-            segments = []
-            for job, step, source, sources, signature, num_devices, arrays, at in rows:
-                hashed = 0
-                stacked = None
-                if arrays is not None:
-                    part = decode_part(bytes(arrays))
-                    stacked = {n: np.asarray(a)[None, ...] for n, a in part.items()}
-                    hashed = int(row_hashes([stacked[n] for n in sorted(stacked)])[0])
-                segments.append(
-                    (
-                        job,
-                        source,
-                        step,
-                        step,
-                        sources,
-                        signature,
-                        num_devices,
-                        np.array([step], "<i8").tobytes(),
-                        np.array([hashed], "<u8").tobytes(),
-                        None if stacked is None else encode_part(stacked),
-                        0 if stacked is None else 1,
-                        at,
-                    )
-                )
-            conn.executemany(
-                "INSERT INTO job_segments (job, source, first_step, last_step, sources, "
-                "signature, num_devices, steps, hashes, arrays, pending, received_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                segments,
-            )
-        conn.execute("DROP TABLE job_parts")
-        for (job,) in conn.execute("SELECT DISTINCT job FROM job_segments").fetchall():
-            held = [
-                _steps_of(blob)
-                for (blob,) in conn.execute("SELECT steps FROM job_segments WHERE job = ?", (job,))
-            ]
-            steps, counts = np.unique(np.concatenate(held), return_counts=True)
-            for chunk in np.unique(steps >> COVERAGE_BITS).tolist():
-                mask = (steps >> COVERAGE_BITS) == chunk
-                block = np.zeros(1 << COVERAGE_BITS, dtype="<u2")
-                block[steps[mask] - (chunk << COVERAGE_BITS)] = counts[mask]
-                conn.execute(
-                    "INSERT OR REPLACE INTO job_coverage VALUES (?, ?, ?)",
-                    (job, chunk, encode_coverage(block)),
-                )
-    if "job_pending" in have:
-        conn.execute("DROP TABLE job_pending")

@@ -253,7 +253,7 @@ def _numpy_mean(x: np.ndarray, axis: int = 0) -> Any:
     """``np.mean(x, axis=0)`` of an ndarray with ``x.shape[0] > 0``: numpy's own ``_mean``
     steps (float64 sums of integers, float32 sums of float16, division by an ``intp``
     count) without its Python wrapper, so the results are bit-identical (tested against
-    ``np.mean`` for every dtype in tests/datarax/test_reduce_kernels.py).
+    ``np.mean`` for every dtype in tests/datarax/distributed/test_reduce_kernels.py).
 
     Kept because it is measurably faster for the small stacked metrics the service
     reduces (numpy 2.5.5, Python 3.12, 2-core CPU, best of 5 x 20,000 calls of each on

@@ -303,7 +303,7 @@ def _transformer_residuals(model: TransformerSpec, t: int, itemsize: int) -> flo
     places on the device (:meth:`TransformerSpec.remat_places`: ``full`` only the layer
     input, ``b d``); offloaded ones are in :func:`_offloaded_bytes`. Checked against
     ``print_saved_residuals`` of ``datarax.models``' step for every policy
-    (``tests/datarax/test_compile_step.py``).
+    (``tests/datarax/distributed/test_compile_step.py``).
     """
     head = _transformer_head(model, t, itemsize)
     if model.remat_places() is None:

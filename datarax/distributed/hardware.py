@@ -19,7 +19,7 @@ Conventions (all figures per device unless a name says otherwise):
 Where sources disagree the entry's ``sources`` says which figure was taken and why. The
 book "How to Scale Your Model" (Austin et al., Google DeepMind, 2025,
 https://jax-ml.github.io/scaling-book/) is cited as "scaling-book"; its rules of thumb are
-what ``tests/datarax/test_cost.py`` reproduces, so where Google's pages and the book
+what ``tests/datarax/distributed/test_cost.py`` reproduces, so where Google's pages and the book
 differ for a link bandwidth, the book's figure is taken and the difference is recorded.
 
 Example:
@@ -287,7 +287,7 @@ _TPU_V4 = Hardware(
         "host_link_bytes_per_s": "assumption: PCIe Gen4 x16 per chip, 32 GB/s one way (Google "
         "publishes no per-chip host-link figure)",
         "usable_hbm_bytes": "measured here: libtpu 0.0.50.1's CompileTimeHbmOom error, "
-        "'exceeds available HBM (30.75G)' (tests/datarax/test_compile_step.py)",
+        "'exceeds available HBM (30.75G)' (tests/datarax/distributed/test_compile_step.py)",
         "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V4 16 MiB per core",
         "peak_bf16_flops": "Google Cloud, TPU v4 (https://cloud.google.com/tpu/docs/v4): "
         "275 TFLOPs bf16 per chip",
@@ -333,7 +333,7 @@ _TPU_V5E = Hardware(
         "host_link_bytes_per_s": "assumption: PCIe Gen4 x16 per chip, 32 GB/s one way (Google "
         "publishes no per-chip host-link figure)",
         "usable_hbm_bytes": "measured here: libtpu 0.0.50.1's CompileTimeHbmOom error, "
-        "'exceeds available HBM (15.75G)' (tests/datarax/test_compile_step.py)",
+        "'exceeds available HBM (15.75G)' (tests/datarax/distributed/test_compile_step.py)",
         "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V5E 128 MiB per core; "
         f"{_BOOK_TPU}: '128 MiB on TPU v5e'",
         "peak_bf16_flops": "Google Cloud, TPU v5e (https://cloud.google.com/tpu/docs/v5e): "
@@ -383,7 +383,7 @@ _TPU_V5P = Hardware(
         "host_link_bytes_per_s": "assumption: PCIe Gen4 x16 per chip, 32 GB/s one way (Google "
         "publishes no per-chip host-link figure)",
         "usable_hbm_bytes": "measured here: libtpu 0.0.50.1's CompileTimeHbmOom error, "
-        "'exceeds available HBM (95.73G)' (tests/datarax/test_compile_step.py); above the "
+        "'exceeds available HBM (95.73G)' (tests/datarax/distributed/test_compile_step.py); above the "
         "public 95 GB taken for hbm_bytes",
         "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V5P 64 MiB per core (each of the "
         "megacore's two TensorCores has its own)",
@@ -434,7 +434,7 @@ _TPU_V6E = Hardware(
         "host_link_bytes_per_s": "assumption: PCIe Gen4 x16 per chip, 32 GB/s one way (Google "
         "publishes no per-chip host-link figure)",
         "usable_hbm_bytes": "measured here: libtpu 0.0.50.1's CompileTimeHbmOom error, "
-        "'exceeds available HBM (31.24G)' (tests/datarax/test_compile_step.py)",
+        "'exceeds available HBM (31.24G)' (tests/datarax/distributed/test_compile_step.py)",
         "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V6E 128 MiB per core",
         "update_layout_copies": "measured here: XLA's buffer assignment of compiled steps "
         "(libtpu 0.0.50.1, jax 0.12.0.1; benchmarks/compile_checks.py)",

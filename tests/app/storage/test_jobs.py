@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from app.storage import jobs as store_jobs
+from app.storage import migrations
 from app.storage import parts as store_parts
 from app.storage.db import SCHEMA_VERSION, Store
 
@@ -229,7 +230,7 @@ def test_a_version_3_file_with_pending_parts_completes_them_after_migration(tmp_
     store.close()
     conn = sqlite3.connect(path)  # back to what a version-3 service left
     conn.execute("DROP TABLE job_segments")
-    for statement in (store_jobs.SCHEMA_V2 + ";" + store_jobs.SCHEMA_V3).split(";"):
+    for statement in (migrations.SCHEMA_V2 + ";" + migrations.SCHEMA_V3).split(";"):
         if statement.strip():
             conn.execute(statement)
     signature = part("host-0", [1.0, 2.0])[0].signature

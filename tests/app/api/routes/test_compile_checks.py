@@ -20,7 +20,7 @@ from datarax.distributed.compile_step import (
     mesh_from_ids,
     tpu_topology_devices,
 )
-from tests.datarax.test_compile_step import _require_libtpu
+from tests.datarax.distributed.test_compile_step import _require_libtpu
 from tests.helpers import StubRuntime, assert_problem, make_settings
 
 MODEL = {"kind": "mlp", "features": [512, 2048, 512], "dtype": "bfloat16"}

@@ -175,7 +175,7 @@ def test_script_runs_and_jax_resolves_what_process_env_says(gpu_plans, tmp_path,
     }
     done = subprocess.run(
         ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=240,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     tasks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

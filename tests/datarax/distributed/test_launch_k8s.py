@@ -34,7 +34,7 @@ from datarax.distributed.hardware import HARDWARE, get_hardware
 from datarax.distributed.launch_slurm import process_env
 from datarax.distributed.planning import PlanError
 
-VENDOR = Path(__file__).resolve().parents[1] / "vendor" / "jobset"
+VENDOR = Path(__file__).resolve().parents[2] / "vendor" / "jobset"
 JOBSET_RELEASE = "v0.12.0"
 SCHEMA_FILE = VENDOR / "jobset.x-k8s.io_jobsets.v1alpha2.openapiv3.json"
 KUBERNETES_VERSION = "1.33"

@@ -158,7 +158,7 @@ def test_offloading_policies_move_the_named_tensors_to_host_memory(params, batch
     text = grad_jaxpr({**SMALL, "remat": "custom", "remat_custom": OFFLOADING})
     # the layer input [B, S, d] and the query/key projections [B, S, heads, hd] and
     # [B, S, kv_heads, hd] are put in host memory for the backward pass; on TPU XLA
-    # reports them as host_temp_size_in_bytes (tests/datarax/test_compile_step.py)
+    # reports them as host_temp_size_in_bytes (tests/datarax/distributed/test_compile_step.py)
     assert "MemorySpace.Host" in text
     for shape in ("f32<host>[8,32,64]", "f32<host>[8,32,4,16]", "f32<host>[8,32,2,16]"):
         assert shape in text, shape
