@@ -383,8 +383,8 @@ _TPU_V5P = Hardware(
         "host_link_bytes_per_s": "assumption: PCIe Gen4 x16 per chip, 32 GB/s one way (Google "
         "publishes no per-chip host-link figure)",
         "usable_hbm_bytes": "measured here: libtpu 0.0.50.1's CompileTimeHbmOom error, "
-        "'exceeds available HBM (95.73G)' (tests/datarax/distributed/test_compile_step.py); above the "
-        "public 95 GB taken for hbm_bytes",
+        "'exceeds available HBM (95.73G)' (tests/datarax/distributed/test_compile_step.py); "
+        "above the public 95 GB taken for hbm_bytes",
         "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_V5P 64 MiB per core (each of the "
         "megacore's two TensorCores has its own)",
         "peak_bf16_flops": "Google Cloud, TPU v5p (https://cloud.google.com/tpu/docs/v5p): "
