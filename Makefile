@@ -113,12 +113,18 @@ test-tools: $(TEST_STAMP)
 	  echo "$$missing not installed: the tests that need it skip (to run them: sudo apt-get install -y $$missing)"; \
 	fi
 
+# The suite runs on TEST_WORKERS pytest-xdist workers (default: one more than the cores, as
+# many tests wait on servers and subprocesses; at most 8, each holds a few hundred MB to
+# 2 GB), one test module per worker at a time, the longest modules first (tests/conftest.py).
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n + 1 < 8 ? n + 1 : 8 )))
 test: $(TEST_STAMP) test-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 lint: venv
 	$(VENV)/bin/ruff check datarax app tests benchmarks
 	$(VENV)/bin/ruff format --check datarax app tests benchmarks
+	$(VENV)/bin/mypy datarax app
 
 bench: venv
 	$(PY) -m benchmarks.run

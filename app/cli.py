@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import faulthandler
 import sys
+from types import FrameType
 
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import CliSuppress, SettingsConfigDict
@@ -130,11 +131,11 @@ def cli(argv: list[str] | None = None) -> None:
     app = create_app(settings)
 
     class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: object) -> None:
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             # From the first SIGTERM/SIGINT on, a request cancelled when the grace period
             # ends answers 503 shutting_down (app.api.middleware.ShutdownMiddleware).
             app.state.lifecycle.shutting_down = True
-            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            super().handle_exit(sig, frame)
 
     config = uvicorn.Config(
         app,
@@ -145,7 +146,9 @@ def cli(argv: list[str] | None = None) -> None:
         # request id because uvicorn logs it inside the request's context.
         log_config=log_config(settings.log_format, settings.log_level),
         proxy_headers=False,
-        timeout_graceful_shutdown=settings.shutdown_grace_s,
+        # uvicorn annotates an int but hands it to asyncio.wait_for, which takes seconds
+        # as a float: 2.5 s of grace stays 2.5 s.
+        timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
         # C parser and event loop (both dependencies): h11's pure-Python parser and the
         # asyncio loop cost more per request than most handlers. The parser's own 400s
         # are problem JSON, and heads past DATARAX_MAX_HEADER_KB / DATARAX_MAX_HEADERS are

@@ -12,7 +12,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
 
 import anyio.to_thread
 from fastapi import FastAPI
@@ -29,6 +28,7 @@ from app.api.middleware import (
 )
 from app.api.openapi import openapi_builder
 from app.api.request_context import RequestIdMiddleware
+from app.api.request_metrics import RequestMetricsMiddleware
 from app.api.routes import (
     compile_checks,
     dashboard,
@@ -44,10 +44,11 @@ from app.api.routes import (
     sessions,
 )
 from app.core.settings import Settings
-from app.core.telemetry import RequestMetricsMiddleware, Telemetry
+from app.core.telemetry import SessionFigures, Telemetry
 from app.core.version import package_version
-from app.services import jobs as job_history
 from app.services.compile_checks import CompileChecks
+from app.services.jobs.retention import retention_loop
+from app.services.jobs.summaries import job_gauges
 from app.services.sessions import SessionService
 from app.storage.db import Store
 from app.workers.runtime_client import RuntimeClient
@@ -85,20 +86,10 @@ def operation_id(route: APIRoute) -> str:
     return route.name
 
 
-class _Runtime(Protocol):
-    ready: bool
-    restarts: int
-    pid: int | None
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-    def device_info(self) -> dict[str, Any] | None: ...
-
-
 # ------------------------------------------------------------------------------ app
 
 
-def session_figures(app: FastAPI) -> tuple[int, dict[str, int], dict | None] | None:
+def session_figures(app: FastAPI) -> SessionFigures | None:
     """What ``/metrics`` shows of sessions and memory (``None`` before the lifespan ran)."""
     service = getattr(app.state, "sessions", None)
     if service is None:
@@ -107,13 +98,15 @@ def session_figures(app: FastAPI) -> tuple[int, dict[str, int], dict | None] | N
     return service.live_count(), service.memory_reserved(), budget
 
 
-def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, runtime: RuntimeClient | None = None
+) -> FastAPI:
     """Builds the service.
 
     Args:
       settings: service settings (default: from ``DATARAX_*`` environment variables).
       runtime: a device runtime to use instead of spawning ``RuntimeClient(settings)``
-        (tests pass a stand-in).
+        (tests pass a stand-in with its interface).
 
     Returns:
       The FastAPI app; its lifespan opens the store and starts the runtime.
@@ -131,9 +124,7 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         app.state.sessions = SessionService(store, rt, settings, telemetry)
         checks = app.state.compile_checks = CompileChecks(settings)
         await checks.start()
-        retention = asyncio.create_task(
-            job_history.retention_loop(store, settings.job_retention_days)
-        )
+        retention = asyncio.create_task(retention_loop(store, settings.job_retention_days))
         expiry = asyncio.create_task(app.state.sessions.expire_idle_loop())
         try:
             await rt.start()
@@ -179,7 +170,7 @@ def create_app(settings: Settings | None = None, *, runtime: _Runtime | None = N
         settings.auth_reads and settings.api_token and settings.api_token.get_secret_value()
     )
     telemetry.watch_jobs(
-        lambda top: job_history.job_gauges(app.state.store, top), name_jobs=not reads_need_token
+        lambda top: job_gauges(app.state.store, top), name_jobs=not reads_need_token
     )
     telemetry.watch_sessions(lambda: session_figures(app))
     install_error_handlers(app)

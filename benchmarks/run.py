@@ -484,6 +484,14 @@ def write_markdown(results: dict, path: Path) -> None:
         f"{a['concurrency']} concurrent | {a['reduce_rps']:.0f} vs {a['live_rps']:.0f} req/s "
         f"| {a['ratio']:.2f} | >= 0.8 | {_met(a['ratio'] >= 0.8)} |"
     )
+    if "startup" in r:
+        st = r["startup"]
+        lines.append(
+            f"| `datarax-serve` spawned until `GET /health/live` answers 200 (median of "
+            f"{st['starts']} starts) vs `import jax` alone in a fresh interpreter "
+            f"| {st['live_s']:.2f} s vs {st['import_jax_s']:.2f} s "
+            f"| {st['live_over_import_jax']:.2f} | <= {st['target_s']} s | {_met(st['met'])} |"
+        )
     b = r["npz_reduce"]
     lines.append(
         f"| 8 x 1,000,000 float32 npz reduce over HTTP (npz answer, read back by the client) "
@@ -564,6 +572,8 @@ def write_markdown(results: dict, path: Path) -> None:
         for row in r["jobs"]:
             figures = ", ".join(f"{k}={v}" for k, v in row.items() if k not in ("bench", "target"))
             lines.append(f"| {row['bench']} | {figures} | {row.get('target', '-')} |")
+    if "startup" in r:
+        lines += _startup_lines(r["startup"])
     if "heavy_work" in r:
         h = r["heavy_work"]
         lines += [
@@ -753,6 +763,28 @@ def _calibration_lines(cal: dict | None) -> list[str]:
     ]
 
 
+def _startup_lines(st: dict) -> list[str]:
+    return [
+        "",
+        "## HTTP process startup (`benchmarks/startup.py`)",
+        "",
+        "The real service (`python -m app.cli`, a free port, a fresh temporary database,",
+        "`JAX_PLATFORMS=cpu`) timed from just before its spawn until `GET /health/live`",
+        "first answers 200 (the HTTP side is up; its runtime process may still be importing",
+        "JAX), alternated with a fresh interpreter timing `import jax` alone: an HTTP",
+        "process that imports JAX cannot answer sooner than that. Target (issue 28): live",
+        f"within {st['target_s']} s.",
+        *(["", st["note"]] if st.get("note") else []),
+        "",
+        "| | median s | samples s |",
+        "|---|---|---|",
+        f"| spawn to `/health/live` 200 | {st['live_s']:.3f} "
+        f"| {', '.join(f'{x:.3f}' for x in st['live_samples_s'])} |",
+        f"| `import jax` alone | {st['import_jax_s']:.3f} "
+        f"| {', '.join(f'{x:.3f}' for x in st['import_jax_samples_s'])} |",
+    ]
+
+
 def _production_memory_lines(rows: list | None) -> list[str]:
     if not rows:
         return []
@@ -808,6 +840,9 @@ def _run_only(names: list[str], args: argparse.Namespace) -> None:
     if "heavy_work" in names:
         results["heavy_work"] = bench_heavy_work()
         print("heavy_work", results["heavy_work"], flush=True)
+    if "startup" in names:
+        results["startup"] = bench_startup(args.note)
+        print("startup", results["startup"], flush=True)
     write_markdown(results, args.out)
     print(f"wrote {args.out}")
 
@@ -831,6 +866,13 @@ def bench_heavy_work() -> dict:
     return heavy_work.run()
 
 
+def bench_startup(note: str = "") -> dict:
+    """``benchmarks.startup``: spawn to the first `/health/live` 200 beside `import jax`."""
+    from benchmarks import startup  # noqa: PLC0415
+
+    return {**startup.run(), "note": note} if note else startup.run()
+
+
 def bench_calibration() -> dict:
     """``benchmarks.calibrate``: step_s against published measured runs."""
     from benchmarks import calibrate  # noqa: PLC0415
@@ -850,9 +892,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        help="comma-separated: real_runs, calibration, production_memory, heavy_work; run "
+        help="comma-separated: real_runs, calibration, production_memory, heavy_work, "
+        "startup; run "
         "just these and write --out with "
         "the other results it already holds",
+    )
+    parser.add_argument(
+        "--note", default="", help="startup: the machine's state, written beside its numbers"
     )
     args = parser.parse_args()
     if args.rewrite:
@@ -862,6 +908,9 @@ def main() -> None:
         _run_only(args.only.split(","), args)
         return
     results: dict = {"machine": machine()}
+    # First, while no other server runs: a start competes for the cores with nothing else.
+    results["startup"] = bench_startup(args.note)
+    print("startup", results["startup"], flush=True)
     with running_server() as base, httpx.Client(base_url=base, timeout=300) as client:
         results["reduce_vs_live"] = bench_reduce_vs_live(base, args.seconds, args.concurrency)
         print("reduce_vs_live", results["reduce_vs_live"], flush=True)

@@ -1,11 +1,20 @@
-"""Test set-up: 8 simulated CPU devices, fixed before JAX initialises its backends."""
+"""Test set-up: 8 simulated CPU devices, fixed before JAX initialises its backends; libtpu
+shared with the host's other test processes; and, under pytest-xdist (``make test``), the
+tests that share a fixture built once per module kept on one worker, the longest first."""
 
 import os
+from collections import defaultdict
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
+# libtpu (the TPU topology tests load it here, in subprocesses and in compile workers)
+# takes the host-wide /tmp/libtpu_lockfile and refuses to start beside its holder unless
+# told otherwise. Several test processes load it at once under pytest-xdist, beside a test
+# (tests/e2e/test_libtpu_sharing.py) whose own process holds that lock on purpose.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -27,3 +36,95 @@ def require_devices(n: int) -> None:
 def eight_devices():
     require_devices(NUM_DEVICES)
     return jax.devices()[:NUM_DEVICES]
+
+
+# ------------------------------------------------------------------ pytest-xdist
+# ``make test`` runs ``--dist loadgroup --no-loadscope-reorder``: xdist hands out whole
+# groups, in the order of the first test of each. A group is a test module (its tests keep
+# their order, and a fixture built once per module is built once), or what an explicit
+# ``xdist_group`` mark names. Groups go out longest first, by the seconds each module took
+# the last time it ran (kept in pytest's cache); without that record, modules holding a
+# ``slow`` test go first. So no long module starts near the end while the others idle.
+
+SECONDS_KEY = "datarax/seconds_per_module"
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (on xdist's workers, which all collect and sort the same
+    way): groups every test by its module unless it is marked, and orders the groups."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_module(item.nodeid)))
+    cache = getattr(config, "cache", None)
+    seconds: dict[str, float] = (cache.get(SECONDS_KEY, {}) if cache else {}) or {}
+    groups = [_group(item) for item in items]
+    first: dict[str, int] = {}
+    modules: dict[str, set[str]] = defaultdict(set)
+    slow: set[str] = set()
+    for index, (item, name) in enumerate(zip(items, groups, strict=True)):
+        first.setdefault(name, index)
+        modules[name].add(_module(item.nodeid))
+        if item.get_closest_marker("slow") is not None:
+            slow.add(name)
+    # A module not in the record (new, or renamed): as long as the longest if it is slow.
+    unknown_slow = max(seconds.values(), default=1.0)
+
+    def cost(name: str) -> float:
+        return sum(
+            seconds.get(module, unknown_slow if name in slow else 0.0) for module in modules[name]
+        )
+
+    rank = {name: (-cost(name), first[name]) for name in first}
+    ordered = sorted(zip(items, groups, strict=True), key=lambda pair: rank[pair[1]])
+    items[:] = [item for item, _ in ordered]
+
+
+def _group(item: pytest.Item) -> str:
+    """The xdist group of ``item``, as xdist names it."""
+    names = {
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
+    }
+    return "_".join(sorted(names))
+
+
+_busy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+_module_seconds: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Seconds per module (for the next run's order) and, on xdist's controller, each
+    worker's busy seconds and tests (for the summary)."""
+    _module_seconds[_module(report.nodeid)] += report.duration
+    node = getattr(report, "node", None)
+    if node is None:
+        return
+    busy = _busy[node.gateway.id]
+    busy[0] += report.duration
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        busy[1] += 1
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    cache = getattr(session.config, "cache", None)
+    if cache is None or hasattr(session.config, "workerinput") or not _module_seconds:
+        return  # xdist's workers report to the controller, which keeps the record
+    kept = cache.get(SECONDS_KEY, {}) or {}
+    kept.update({module: round(s, 2) for module, s in _module_seconds.items()})
+    cache.set(SECONDS_KEY, kept)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's type
+    if _busy:
+        split = ", ".join(
+            f"{worker} {seconds:.0f} s / {tests:.0f} tests"
+            for worker, (seconds, tests) in sorted(_busy.items())
+        )
+        terminalreporter.write_line(f"time per xdist worker (setup + call + teardown): {split}")

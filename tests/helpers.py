@@ -188,9 +188,24 @@ def api(tmp_path_factory: pytest.TempPathFactory):
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port of 127.0.0.1 that the kernel hands to no other ``bind(0)`` for a minute.
+
+    The server binds the port seconds later (after its imports), and several test
+    processes (pytest-xdist workers) pick ports meanwhile: a port that is merely closed
+    could be picked again. So one connection is made to it and closed from the accepting
+    side first, which leaves that side in TIME_WAIT on the port: a later ``bind(0)`` and
+    outgoing connections skip it, while the server, which binds with ``SO_REUSEADDR``
+    (uvicorn does), takes it.
+    """
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            accepted, _ = listener.accept()
+            accepted.close()
+    return port
 
 
 def pid_alive(pid: int) -> bool:

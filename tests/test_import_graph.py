@@ -298,3 +298,91 @@ def test_client_imports_no_service_and_no_jax():
         or (target.startswith("datarax.") and not target.startswith("datarax.client"))
     ]
     assert not bad, bad
+
+
+CONNECTION_METHODS = frozenset(
+    {
+        "write",
+        "read",
+        "execute",
+        "execute_here",
+        "write_here",
+        "write_grouped",
+        "write_grouped_here",
+    }
+)
+"""``Store`` methods that hand a function the raw connection: for ``app/storage/`` only."""
+
+
+def _names_a_store(node: ast.expr) -> bool:
+    """``store``, ``_store``, or an attribute so named (``self.store``, ``app.state.store``)."""
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+    return name in ("store", "_store")
+
+
+def _connection_uses(path: Path) -> list[str]:
+    """Where ``path`` passes a lambda or one of its functions to a connection method of
+    something named a store, or takes such a method to call it elsewhere."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    functions = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in CONNECTION_METHODS
+            and _names_a_store(node.value)
+            and id(node) not in called
+        ):  # ``write = store.write_grouped_here``: the method handed on, called elsewhere
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} takes .{node.attr}")
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in CONNECTION_METHODS
+            and _names_a_store(node.func.value)
+        ):
+            continue
+        if any(
+            isinstance(arg, ast.Lambda) or (isinstance(arg, ast.Name) and arg.id in functions)
+            for arg in node.args
+        ):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} calls .{node.func.attr}(fn)")
+    return found
+
+
+def test_no_module_outside_storage_holds_a_connection():
+    # One package owns the database: outside app/storage/ nothing imports sqlite3 or runs
+    # its own function over the store's connection; it calls typed per-table functions.
+    outside = {
+        name: path
+        for name, path in _sources().items()
+        if not (name == "app.storage" or name.startswith("app.storage."))
+    }
+    graph = _graph()
+    bad = [f"{name} imports sqlite3" for name in outside if "sqlite3" in graph[name]]
+    bad += [use for path in outside.values() for use in _connection_uses(path)]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("entry", ["app.main", "app.cli"])
+def test_the_http_process_imports_no_jax(entry):
+    # The HTTP process reduces NumPy arrays only (datarax.distributed.reductions); JAX,
+    # flax and optax belong to the runtime process. Checked on a real import in a fresh
+    # interpreter with the service's environment.
+    code = (
+        f"import sys, {entry}\n"
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'flax', 'optax'})\n"
+        "assert not bad, f'{bad} loaded'\n"
+        "print('ok')\n"
+    )
+    import os  # here, not at the top: this test is one appended block
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "DATARAX_PLATFORMS": "cpu"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

@@ -12,7 +12,8 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query
 from fastapi.openapi.utils import get_openapi
-from pydantic.json_schema import models_json_schema
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from app.codecs.media import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE
 from app.core.errors import PROBLEM_MEDIA_TYPE
@@ -44,7 +45,9 @@ MeshId = Annotated[
 """The ``{mesh_id}`` path parameter of every route under a plan."""
 
 
-def optional_query_doc(name: str, description: str, examples: list[str] | None = None) -> dict:
+def optional_query_doc(
+    name: str, description: str, examples: list[str] | None = None
+) -> dict[str, Any]:
     """The OpenAPI entry FastAPI writes for ``Annotated[str | None, Query(...)] = None``."""
     schema: dict[str, Any] = {
         "anyOf": [{"type": "string"}, {"type": "null"}],
@@ -115,7 +118,7 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
             routes=app.routes,
             tags=app.openapi_tags,
         )
-        models = [
+        models: list[tuple[type[BaseModel], JsonSchemaMode]] = [
             (m, "validation")
             for m in (
                 Problem,

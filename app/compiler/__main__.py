@@ -1,5 +1,5 @@
 """``python -m app.compiler``: the compile worker, started and supervised by
-:class:`app.services.compile_checks.CompileChecks`, never by hand::
+:class:`app.workers.compile_worker.CompileWorker` for the compile checks, never by hand::
 
     python -m app.compiler --platform cpu --memory-mb 16384 --cpu-devices 8
     python -m app.compiler --platform cuda              # live plans on a GPU host
@@ -106,7 +106,7 @@ def memory_limits(platform: str, memory_mb: int) -> dict[int, tuple[int, int]]:
     ``cpu``: ``RLIMIT_AS`` at ``memory_mb`` (0: none). GPU platforms: none; CUDA maps
     address ranges as large as the GPUs' memory (and the host's, for unified addressing)
     and fails to start under an address-space cap, so the supervisor caps the worker's
-    resident memory instead (:class:`app.services.compile_checks.CompileChecks`).
+    resident memory instead (:meth:`app.workers.compile_worker.CompileWorker.watch_rss`).
     """
     if platform != "cpu" or memory_mb <= 0:
         return {}

@@ -31,7 +31,7 @@ import numpy as np
 try:  # bfloat16 and friends: a numpy dtype only once ml_dtypes (a jax dependency) is imported
     import ml_dtypes as _ml_dtypes  # noqa: F401
 
-    _EXTRA_DTYPES = ("bfloat16",)
+    _EXTRA_DTYPES: tuple[str, ...] = ("bfloat16",)
 except ImportError:  # pragma: no cover - ml_dtypes ships with jax
     _EXTRA_DTYPES = ()
 
@@ -135,14 +135,14 @@ def encode_message(header: Mapping[str, Any], arrays: Mapping[str, Any] | None =
 # ------------------------------------------------------------------------------ decoding
 
 
-def header_length(prefix: bytes) -> int:
+def header_length(prefix: bytes | bytearray) -> int:
     (length,) = _LENGTH.unpack(prefix)
     if length > MAX_HEADER_BYTES:
         raise ChannelError(f"header length {length} exceeds {MAX_HEADER_BYTES}: corrupt stream")
     return length
 
 
-def decode_header(raw: bytes) -> tuple[dict[str, Any], int]:
+def decode_header(raw: bytes | bytearray) -> tuple[dict[str, Any], int]:
     """Parses a header; returns it and the number of array bytes that follow it."""
     try:
         header = json.loads(raw.decode())
@@ -175,7 +175,6 @@ def decode_arrays(specs: list[dict[str, Any]], body: bytearray | bytes) -> Array
         name, dtype_name, shape, nbytes = (
             spec.get(k) for k in ("name", "dtype", "shape", "nbytes")
         )
-        start, offset = offset, offset + nbytes
         if not isinstance(name, str) or name in arrays:
             raise ArrayError("invalid_array", f"array name {name!r} is missing or repeated")
         if dtype_name not in ALLOWED_DTYPES:
@@ -194,6 +193,8 @@ def decode_arrays(specs: list[dict[str, Any]], body: bytearray | bytes) -> Array
                 "invalid_array",
                 f"array {name!r}: {nbytes} bytes do not hold shape {shape} of {dtype_name}",
             )
+        # Only now is nbytes known to be a count (a missing one fails the check above).
+        start, offset = offset, offset + count * dtype.itemsize
         arrays[name] = np.frombuffer(body, dtype=dtype, count=count, offset=start).reshape(
             tuple(shape)
         )

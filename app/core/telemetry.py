@@ -41,7 +41,6 @@ another client does on the devices, no command of this runtime does either.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -56,7 +55,6 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.version import versions
 
@@ -161,9 +159,9 @@ class _SessionCollector(Collector):
             "Bytes sessions may reserve in each memory pool of a kind (host, device)",
             labels=["kind"],
         )
-        for kind, size in sorted((budgets or {}).items()):
-            if size is not None:
-                budget.add_metric([kind], float(size))
+        for kind, limit in sorted((budgets or {}).items()):
+            if limit is not None:
+                budget.add_metric([kind], float(limit))
         yield budget
 
 
@@ -277,37 +275,3 @@ class Telemetry:
     def watch_runtime(self, restarts: Callable[[], int], ready: Callable[[], bool]) -> None:
         """Exports the runtime's restart count and readiness, read at every scrape."""
         self.registry.register(_RuntimeCollector(restarts, ready))
-
-
-class RequestMetricsMiddleware:
-    """Pure ASGI middleware counting requests and latency per route template.
-
-    The router stores the matched route in ``scope["route"]`` (the same dict this
-    middleware passed on), so the template is read after the app has run.
-    """
-
-    def __init__(self, app: ASGIApp, telemetry: Telemetry):
-        self.app = app
-        self.telemetry = telemetry
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or UNMATCHED_ROUTE
-            self.telemetry.observe_request(
-                scope.get("method", ""), template, status, time.perf_counter() - start
-            )

@@ -9,7 +9,8 @@ the HTTP process, and imports nothing of the HTTP side. The HTTP process reaches
 - :mod:`app.runtime.environment`: the process's environment and settings (light: the HTTP
   process imports it to spawn the runtime).
 - :mod:`app.runtime.devices`: ``ping``, ``devices``, ``mesh_grid``; memory budgets.
-- :mod:`app.runtime.sessions`: training sessions and their steps.
+- :mod:`app.runtime.sessions`: training sessions (create, info, delete).
+- :mod:`app.runtime.steps`: their training steps, compiled and admitted.
 - :mod:`app.runtime.admission`: memory admission of sessions and steps.
 - :mod:`app.runtime.compile_cache`: JAX's persistent cache and the compiled-step cache.
 - :mod:`app.runtime.group`: the multi-host command fan-out.

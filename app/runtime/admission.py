@@ -48,7 +48,11 @@ def pool_of(device: Any) -> Pool:
 def pool_budget(pool: Pool, budgets: Mapping[str, int | None]) -> int:
     """Bytes ``pool`` may hold: ``budgets[kind]``, the host's when the kind has none."""
     value = budgets.get(pool[0])
-    return int(value if value is not None else budgets["host"])
+    if value is None:
+        value = budgets["host"]
+    if value is None:  # no budget for the kind nor the host: a caller's bug
+        raise TypeError(f"no memory budget for {pool[0]!r} pools nor the host")
+    return int(value)
 
 
 def session_need(

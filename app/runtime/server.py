@@ -62,7 +62,11 @@ LOCAL: set[str] = set()
 """Commands that run on this runtime only; every other one reaches every process of a
 multi-host group (:mod:`app.runtime.group`)."""
 
-BUILTIN_MODULES: tuple[str, ...] = ("app.runtime.devices", "app.runtime.sessions")
+BUILTIN_MODULES: tuple[str, ...] = (
+    "app.runtime.devices",
+    "app.runtime.sessions",
+    "app.runtime.steps",
+)
 """Command modules every runtime loads: what the service needs."""
 
 
@@ -195,7 +199,7 @@ def handle_in_group(
     Returns:
       The framed reply, and whether the group is still consistent (False: exit now).
     """
-    if not fans_out(header, arrays):
+    if isinstance(arrays, ArrayError) or not fans_out(header, arrays):
         return handle(header, arrays), True
     seq = group.publish(header, arrays)
     reply, out_arrays = execute(header, arrays)

@@ -5,14 +5,11 @@ here, in the runtime; the HTTP process keeps only metadata. After a runtime rest
 parameters are gone and the commands answer 410 ``session_lost`` (no checkpoint restore:
 a silently restored older state would make step counts lie).
 
-Compiled steps are cached (:class:`app.runtime.compile_cache.CompiledSteps`) by everything
-that changes the compiled program: mesh devices and axes, model features, optimizer and
-learning rate, loss, strategy, parameter sharding, and the batch's shapes and dtypes.
-Sessions and steps are admitted against the memory budgets first
-(:mod:`app.runtime.admission`); a step is compiled from shapes before that, so that XLA's
-``memory_analysis()`` of it decides, and it runs only once admitted.
+Sessions are admitted against the memory budgets first (:mod:`app.runtime.admission`).
+Their steps are in :mod:`app.runtime.steps`, which keeps its compiled steps in
+:data:`COMPILED` (keyed by :attr:`Session.key_prefix` and the batch's shapes).
 
-Commands: ``session_create``, ``session_info``, ``session_delete``, ``session_step``.
+Commands: ``session_create``, ``session_info``, ``session_delete``.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ import functools
 import gc
 import logging
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,45 +32,32 @@ from jax.sharding import PartitionSpec as P
 
 from app.core.errors import (
     DevicesChanged,
-    InsufficientMemory,
-    InvalidBatch,
     InvalidStrategy,
     SessionLost,
 )
 from app.runtime.admission import (
     Pool,
     admit,
-    compiled_step_need,
-    per_device_step_need,
     replicated_session_need,
     session_need,
-    step_need,
 )
-from app.runtime.compile_cache import CompiledSteps, compiled_peak
+from app.runtime.compile_cache import CompiledSteps
 from app.runtime.devices import memory_budgets
 from app.runtime.environment import settings
 from app.runtime.server import command
 from datarax.distributed import (
     place_model_state_on_shards,
-    reduce_gradients_across_devices,
-    spmd_train_step,
 )
-from datarax.distributed.cost import memory_estimate
 from datarax.distributed.global_arrays import global_array_from_host
 from datarax.distributed.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
-from datarax.distributed.multihost import fetch_global, owns_devices_of, place_global_batch
-from datarax.distributed.planning import PlanError, nearest_valid_sizes, spec_shard_counts
+from datarax.distributed.multihost import owns_devices_of
+from datarax.distributed.planning import PlanError, spec_shard_counts
 from datarax.distributed.sharding import path_to_str
-from datarax.distributed.train_step import compiled_collective_step
 from datarax.models import (
-    LOSS_FNS,
     MLP,
     ActivationLayout,
     Transformer,
     make_optimizer,
-    synthetic_batch,
-    synthetic_tokens,
-    transformer_loss,
 )
 
 COLLECTIVE_AXIS = "batch"
@@ -216,14 +199,17 @@ def donates(mesh: Mesh) -> bool:
     return mesh.devices.flat[0].platform != "cpu"
 
 
-def _budgets(payload: Mapping[str, Any]) -> Mapping[str, int | None]:
+def memory_budget_of(payload: Mapping[str, Any]) -> Mapping[str, int | None]:
+    """The budgets a command admits against: the leader's (``payload["memory_budget"]``),
+    else this process's own."""
     budgets = payload.get("memory_budget")
     if budgets is None:  # a caller without the leader's numbers: one process, local ones
         return memory_budgets(settings())
     return budgets
 
 
-def _reservations() -> list[dict[Pool, int]]:
+def reservations() -> list[dict[Pool, int]]:
+    """What the live sessions of this runtime hold, pool by pool."""
     return [s.reserved for s in SESSIONS.values()]
 
 
@@ -258,7 +244,7 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
     opt_name, lr = opt.get("name", "adam"), float(opt.get("learning_rate", 1e-3))
     reserved = session_need(mesh, features, rule, opt_name, donates(mesh))
     what = f"a session of MLP {list(features)} ({rule}, {opt_name})"
-    admit(what, reserved, _budgets(payload), _reservations())
+    admit(what, reserved, memory_budget_of(payload), reservations())
     model = MLP(features, rngs=nnx.Rngs(int(payload.get("seed", 0))))
     tx = make_optimizer(opt_name, lr)
     session = Session(
@@ -338,6 +324,8 @@ def _create_transformer(payload: dict[str, Any]) -> tuple[dict, dict]:
         spec = model_spec(payload["model"])
     except PlanError as error:
         raise InvalidStrategy(str(error)) from None
+    if not isinstance(spec, TransformerSpec):  # session_create sends only transformers here
+        raise InvalidStrategy(f"not a transformer: {payload['model']!r}")
     strategy = payload.get("strategy", "spmd")
     rule = payload.get("param_sharding", "replicate")
     if strategy != "spmd" or rule != "replicate":
@@ -352,7 +340,7 @@ def _create_transformer(payload: dict[str, Any]) -> tuple[dict, dict]:
     param_bytes = spec.param_count() * DTYPE_BYTES[spec.param_dtype]
     reserved = replicated_session_need(mesh, param_bytes, opt_name, donates(mesh))
     what = f"a session of transformer {spec.param_count():,} parameters ({opt_name})"
-    admit(what, reserved, _budgets(payload), _reservations())
+    admit(what, reserved, memory_budget_of(payload), reservations())
     sharding = batch_sharding(mesh, "spmd", payload["mesh"].get("batch_axes"))
     batch_axes = [a for a in (sharding.spec[0:1] or [None]) if a is not None]
     flat = [a for entry in batch_axes for a in (entry if isinstance(entry, tuple) else (entry,))]
@@ -419,9 +407,10 @@ def _ensure_on_mesh(mesh: Mesh):
     return fix
 
 
-def _session(payload: Mapping[str, Any]) -> Session:
+def session_of(payload: Mapping[str, Any]) -> Session:
+    """The session ``payload["id"]``; 410 ``session_lost`` when this runtime has none."""
     sid = payload.get("id")
-    session = SESSIONS.get(sid)
+    session = SESSIONS.get(sid) if isinstance(sid, str) else None
     if session is None:
         raise SessionLost(
             f"session {sid!r} is not in this runtime (it was restarted); create a new session"
@@ -436,7 +425,7 @@ def session_info(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     Raises:
       SessionLost: no such session in this runtime.
     """
-    s = _session(payload)
+    s = session_of(payload)
     if not s.participates:
         return {"id": s.id, "step": s.step, "last_loss": None, "params": []}, {}
     model, _ = nnx.merge(s.graphdef, s.state)
@@ -451,324 +440,8 @@ def session_info(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
 @command("session_delete")
 def session_delete(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
     """Drops session ``payload["id"]`` and its reservation: ``{"deleted": existed}``."""
-    existed = SESSIONS.pop(payload.get("id"), None) is not None
+    sid = payload.get("id")
+    existed = isinstance(sid, str) and SESSIONS.pop(sid, None) is not None
     if existed:
         release_freed_memory()
     return {"deleted": existed}, {}
-
-
-# ------------------------------------------------------------------------------ steps
-
-
-def check_batch(s: Session, batch: Mapping[str, np.ndarray]) -> None:
-    """Validates a client batch before anything changes.
-
-    Args:
-      s: the session.
-      batch: ``inputs`` [B, F_in] numeric; ``targets`` [B, F_out] (mse) or [B] integer
-        class ids in ``[0, F_out)`` (cross_entropy).
-
-    Raises:
-      InvalidBatch: ``missing_inputs``, ``missing_targets``, ``batch_shape_mismatch``,
-        ``invalid_targets``, ``invalid_inputs`` or ``batch_not_divisible``.
-    """
-    if "inputs" not in batch:
-        raise InvalidBatch("the batch has no 'inputs'; send 'inputs' [B, F]", code="missing_inputs")
-    if "targets" not in batch:
-        raise InvalidBatch(
-            "the batch has no 'targets'; send 'targets' with the inputs", code="missing_targets"
-        )
-    x, y = batch["inputs"], batch["targets"]
-    if s.spec is not None:
-        _check_tokens(s, x, y)
-        return
-    f_in, f_out = s.features[0], s.features[-1]
-    if x.ndim != 2 or x.shape[1] != f_in:
-        raise InvalidBatch(
-            f"inputs have shape {list(x.shape)}; the model takes [B, {f_in}]",
-            code="batch_shape_mismatch",
-        )
-    want = (x.shape[0],) if s.loss == "cross_entropy" else (x.shape[0], f_out)
-    if tuple(y.shape) != want:
-        raise InvalidBatch(
-            f"targets have shape {list(y.shape)}; loss {s.loss!r} needs {list(want)}",
-            code="batch_shape_mismatch",
-        )
-    if s.loss == "cross_entropy":
-        if not np.issubdtype(y.dtype, np.integer):
-            raise InvalidBatch(
-                f"targets must be integer class ids, got dtype {y.dtype}", code="invalid_targets"
-            )
-        if y.size and (y.min() < 0 or y.max() >= f_out):
-            raise InvalidBatch(
-                f"target class ids must be in [0, {f_out}), got [{y.min()}, {y.max()}]",
-                code="invalid_targets",
-            )
-    if not np.issubdtype(x.dtype, np.number):
-        raise InvalidBatch(f"inputs must be numeric, got dtype {x.dtype}", code="invalid_inputs")
-    check_divisible(s, x.shape[0])
-
-
-def _check_tokens(s: Session, x: np.ndarray, y: np.ndarray) -> None:
-    """A transformer session's batch: int token ids ``[B, seq_len]`` in ``[0, vocab)``."""
-    assert s.spec is not None
-    seq, vocab = s.spec.seq_len, s.spec.vocab
-    for name, a in (("inputs", x), ("targets", y)):
-        if a.ndim != 2 or a.shape[1] != seq or a.shape[0] != x.shape[0]:
-            raise InvalidBatch(
-                f"{name} have shape {list(a.shape)}; the transformer takes [B, {seq}] token ids",
-                code="batch_shape_mismatch",
-            )
-        if not np.issubdtype(a.dtype, np.integer):
-            raise InvalidBatch(
-                f"{name} must be integer token ids, got dtype {a.dtype}",
-                code="invalid_inputs" if name == "inputs" else "invalid_targets",
-            )
-        if a.size and (a.min() < 0 or a.max() >= vocab):
-            raise InvalidBatch(
-                f"{name} token ids must be in [0, {vocab}), got [{a.min()}, {a.max()}]",
-                code="invalid_inputs" if name == "inputs" else "invalid_targets",
-            )
-    check_divisible(s, x.shape[0])
-
-
-def check_divisible(s: Session, rows: int) -> None:
-    """Raises InvalidBatch ``batch_not_divisible`` unless ``rows`` splits evenly over the
-    session's data shards (naming the nearest valid sizes)."""
-    shards = row_shards(s.batch_sharding)
-    if rows < 1 or rows % shards:
-        low, high = nearest_valid_sizes(max(rows, 0), shards)
-        nearest = f"sizes: {low} or {high}" if low != high else f"size: {low}"
-        raise InvalidBatch(
-            f"batch size {rows} is not divisible by {shards} data shards; nearest valid {nearest}",
-            code="batch_not_divisible",
-        )
-
-
-def _host_batch(s: Session, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    if s.spec is not None:
-        return {k: np.ascontiguousarray(batch[k], dtype=np.int32) for k in ("inputs", "targets")}
-    x = np.ascontiguousarray(batch["inputs"], dtype=np.float32)
-    y = batch["targets"]
-    y = y.astype(np.int32) if s.loss == "cross_entropy" else y.astype(np.float32)
-    return {"inputs": x, "targets": y}
-
-
-def _make_collective(loss_fn):
-    def step(model: nnx.Module, optimizer: nnx.Optimizer, batch: Any) -> jax.Array:
-        loss, grads = nnx.value_and_grad(lambda m: loss_fn(m, batch))(model)
-        grads = reduce_gradients_across_devices(grads, "mean", axis_name=COLLECTIVE_AXIS)
-        optimizer.update(model, grads)
-        return loss
-
-    return step
-
-
-_COLLECTIVE_FNS = {name: _make_collective(fn) for name, fn in LOSS_FNS.items()}
-
-
-def _spmd_program(graphdef: Any, loss_name: str):
-    loss_fn = transformer_loss if loss_name == NEXT_TOKEN else LOSS_FNS[loss_name]
-
-    def program(state: Any, batch: Any) -> tuple[Any, jax.Array]:
-        model, optimizer = nnx.merge(graphdef, state)
-        loss = spmd_train_step(model, optimizer, loss_fn, batch)
-        _, new_state = nnx.split((model, optimizer))
-        return new_state, loss
-
-    return program
-
-
-def _host_batch_bytes(s: Session, size: int) -> int:
-    if s.spec is not None:
-        return size * s.spec.seq_len * 8  # int32 inputs and targets
-    return size * (s.features[0] + _target_width(s)) * 4
-
-
-def _step_need(s: Session, size: int) -> dict[Pool, int]:
-    """A step's estimated need (before XLA's figure is known): the MLP's arithmetic, or the
-    transformer's activations and temporaries by ``cost.memory_estimate``."""
-    if s.spec is None:
-        return step_need(s.mesh, row_shards(s.batch_sharding), s.features, size)
-    shards = row_shards(s.batch_sharding)
-    estimate = memory_estimate(s.spec, {"data": shards}, size)
-    per_device = estimate["activations"] + estimate["temporaries"] + estimate["batch"]
-    return per_device_step_need(s.mesh, per_device, _host_batch_bytes(s, size))
-
-
-def _target_width(s: Session) -> int:
-    return 1 if s.loss == "cross_entropy" else s.features[-1]
-
-
-def _abstract_batch(s: Session, size: int) -> dict[str, jax.ShapeDtypeStruct]:
-    """The step's batch as shapes, dtypes and sharding, as ``_host_batch`` and
-    ``synthetic_batch`` make it (float32 inputs; int32 class ids or float32 targets; a
-    transformer's int32 token ids)."""
-    if s.spec is not None:
-        tokens = jax.ShapeDtypeStruct((size, s.spec.seq_len), np.int32, sharding=s.batch_sharding)
-        return {"inputs": tokens, "targets": tokens}
-    targets = (
-        jax.ShapeDtypeStruct((size,), np.int32, sharding=s.batch_sharding)
-        if s.loss == "cross_entropy"
-        else jax.ShapeDtypeStruct((size, s.features[-1]), np.float32, sharding=s.batch_sharding)
-    )
-    inputs = jax.ShapeDtypeStruct((size, s.features[0]), np.float32, sharding=s.batch_sharding)
-    return {"inputs": inputs, "targets": targets}
-
-
-def _whole_group(mesh: Mesh) -> bool:
-    """Whether the mesh has devices on every process, so every process compiles the same
-    step and reads the same figures (and so admits alike); else they use the estimate."""
-    return {d.process_index for d in mesh.devices.flat} == set(range(jax.process_count()))
-
-
-def _quote_xla(figures: Mapping[str, int]) -> str:
-    return (
-        f"XLA's compiled step: {figures['peak']:,} bytes per device; arguments "
-        f"{figures['argument']:,} + outputs {figures['output']:,} - aliased "
-        f"{figures['alias']:,} + temporaries {figures['temp']:,}, XLA's peak "
-        f"{figures['xla_peak']:,}"
-    )
-
-
-def _is_oom(error: BaseException) -> bool:
-    text = str(error)
-    return "RESOURCE_EXHAUSTED" in text or "HbmOom" in text or "Out of memory" in text
-
-
-def _compile(s: Session, batch: Mapping[str, Any]) -> Any:
-    if s.strategy == "collective":
-        # shard_map brings its own one-axis mesh; no context mesh around it.
-        devices = tuple(s.mesh.devices.flat)
-        fn = compiled_collective_step(_COLLECTIVE_FNS[s.loss], s.graphdef, COLLECTIVE_AXIS, devices)
-        return fn.lower(s.state, batch).compile()
-    replicated = NamedSharding(s.mesh, P())
-    fn = jax.jit(
-        _spmd_program(s.graphdef, s.loss),
-        out_shardings=(s.state_shardings, replicated),
-        donate_argnums=(0,) if donates(s.mesh) else (),
-    )
-    with jax.set_mesh(s.mesh):
-        return fn.lower(s.state, batch).compile()
-
-
-def _compiled(s: Session, batch: Mapping[str, Any]) -> tuple[Any, bool, float]:
-    """The session's step executable for this batch (placed arrays or ``ShapeDtypeStruct``s
-    with the batch sharding): ``(executable, cache hit, compile s)``.
-
-    Raises:
-      InsufficientMemory: XLA refuses to compile the step for memory (TPU compiles check
-        HBM), quoting its text.
-    """
-    shapes = tuple((k, v.shape, str(v.dtype)) for k, v in sorted(batch.items()))
-    key = (*s.key_prefix, shapes)
-    cached = COMPILED.get(key)
-    if cached is not None:
-        return cached, True, 0.0
-    start = time.perf_counter()
-    try:
-        executable = _compile(s, batch)
-    except Exception as error:
-        if not _is_oom(error):
-            raise
-        raise InsufficientMemory(
-            f"XLA refuses to compile the step for memory: {str(error).strip()[:600]}. "
-            "Use a smaller batch or model, or shard the parameters"
-        ) from None
-    COMPILED.put(key, executable)
-    seconds = time.perf_counter() - start
-    log.info(
-        "compiled the step of session %s in %.3f s",
-        s.id,
-        seconds,
-        extra={"session": s.id, "compile_s": round(seconds, 6)},
-    )
-    return executable, False, seconds
-
-
-@command("session_step")
-def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
-    """Runs ``steps`` training steps.
-
-    Batch: ``arrays`` inputs/targets (the same batch for every step) or
-    ``payload["synthetic"]`` {seed, batch_size} (one batch per step number).
-
-    Answers ``{"step", "losses", "timing": {"compile_s", "run_s", "cache_hit"},
-    "examples_per_s"}``.
-
-    Raises:
-      SessionLost: no such session in this runtime.
-      InvalidBatch: a batch the session cannot take (nothing changed).
-      InsufficientMemory: the step does not fit (nothing changed): by XLA's figure for the
-        compiled step (compiled from shapes before anything runs) where every process
-        holds devices of the mesh, else by the estimate of its batch and activations.
-    """
-    s = _session(payload)
-    steps = int(payload["steps"])
-    synthetic = payload.get("synthetic")
-    if synthetic is not None:
-        size = int(synthetic["batch_size"])
-        check_divisible(s, size)
-    else:
-        check_batch(s, arrays)
-        size = int(arrays["inputs"].shape[0])
-    # Admission before anything runs: with XLA's figure for the compiled step where this
-    # process can have it (the step is compiled from shapes, before any batch is placed),
-    # else with the estimate.
-    executable, hit, compile_s = None, True, 0.0
-    need = _step_need(s, size)
-    what = f"a step of batch size {size}"
-    if s.participates and _whole_group(s.mesh):
-        executable, hit, compile_s = _compiled(s, _abstract_batch(s, size))
-        figures = compiled_peak(executable)
-        if figures is not None:
-            host_bytes = _host_batch_bytes(s, size)
-            need = compiled_step_need(s.mesh, figures["peak"], s.reserved, host_bytes)
-            what += f" ({_quote_xla(figures)})"
-    admit(what, need, _budgets(payload), _reservations())
-    if not s.participates:  # multi-host: the processes that own the mesh run the steps
-        s.step += steps
-        return {
-            "step": s.step,
-            "losses": [],
-            "timing": {"compile_s": 0.0, "run_s": 0.0, "cache_hit": True},
-            "examples_per_s": None,
-        }, {}
-    seed = int(synthetic.get("seed", 0)) if synthetic is not None else 0
-
-    def host_batch(i: int) -> dict[str, np.ndarray]:
-        # Synthetic batches are made one step at a time (step i's depends only on the
-        # seed and the step number), so K steps never hold K batches.
-        if synthetic is None:
-            return _host_batch(s, arrays)
-        if s.spec is not None:
-            return synthetic_tokens(s.spec, size, seed, s.step + i)
-        return synthetic_batch(s.features, s.loss, size, seed, s.step + i)
-
-    # Multi-host: every process holds the whole batch (generated alike, or sent by the
-    # leader) and places only the rows its devices hold.
-    first = place_global_batch(host_batch(0), s.batch_sharding)
-    if executable is None:
-        executable, hit, compile_s = _compiled(s, first)
-
-    start = time.perf_counter()
-    state, losses = s.state, []
-    for i in range(steps):
-        batch = first if i == 0 or synthetic is None else None
-        if batch is None:
-            batch = place_global_batch(host_batch(i), s.batch_sharding)
-        state, loss = executable(state, batch)
-        losses.append(loss)
-    # Replicated spmd losses are read from a local shard; per-device collective losses
-    # are gathered (every process runs this line, so the gather lines up).
-    values = [float(np.mean(fetch_global(v))) for v in losses]
-    run_s = time.perf_counter() - start
-    s.state = state
-    s.step += steps
-    s.last_loss = values[-1]
-    return {
-        "step": s.step,
-        "losses": values,
-        "timing": {"compile_s": compile_s, "run_s": run_s, "cache_hit": hit},
-        "examples_per_s": steps * size / run_s if run_s > 0 else None,
-    }, {}

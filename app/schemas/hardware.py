@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag
+from pydantic.config import JsonDict
 
 from app.schemas.base import JsonInt, OptimizerField, Strict
 from datarax.distributed.planning import MAX_AXIS_NAME_LENGTH, MAX_BATCH_ELEMENTS
@@ -55,7 +56,7 @@ RematTensor = Literal[
 ]
 RematPlace = Literal["device", "offload", "remat"]
 
-HARDWARE_PLAN_EXAMPLE = {
+HARDWARE_PLAN_EXAMPLE: JsonDict = {
     "hardware": "tpu-v5e",
     "topology": "16x16",
     "slices": 2,
@@ -65,7 +66,7 @@ HARDWARE_PLAN_EXAMPLE = {
     "batch_axes": ["data", "fsdp"],
 }
 
-RECOMMENDATION_EXAMPLE = {
+RECOMMENDATION_EXAMPLE: JsonDict = {
     "hardware": "tpu-v5e",
     "topology": "4x4",
     "slices": 2,
@@ -161,22 +162,22 @@ def model_tag(value: Any) -> str | None:
     return getattr(value, "kind", None)
 
 
-def model_union(mlp: type[BaseModel]) -> Any:
-    """The ``model`` field's type: ``mlp`` (this request's MLP), a transformer, or a named
-    model, told apart by ``kind`` or ``name`` (:func:`model_tag`)."""
-    return Annotated[
-        Annotated[mlp, Tag("mlp")]
-        | Annotated[TransformerModel, Tag("transformer")]
-        | Annotated[NamedModel, Tag("named")],
-        Discriminator(
-            model_tag,
-            custom_error_type="invalid_model",
-            custom_error_message="model needs a kind ('mlp' or 'transformer') or a name",
-        ),
-    ]
+MODEL_DISCRIMINATOR = Discriminator(
+    model_tag,
+    custom_error_type="invalid_model",
+    custom_error_message="model needs a kind ('mlp' or 'transformer') or a name",
+)
+"""Tells the members of a ``model`` field apart by ``kind`` or ``name`` (:func:`model_tag`).
+Each request spells its union out (an MLP of its own, a transformer, a named model) so
+that the type checker sees the classes, not a type built at run time."""
 
-
-HardwareModel = model_union(HardwareMlpModel)
+HardwareModel = Annotated[
+    Annotated[HardwareMlpModel, Tag("mlp")]
+    | Annotated[TransformerModel, Tag("transformer")]
+    | Annotated[NamedModel, Tag("named")],
+    MODEL_DISCRIMINATOR,
+]
+"""A hardware plan's model: an MLP, a transformer, or a named model."""
 
 _HARDWARE = Field(max_length=64, description="a catalog name of GET /v1/hardware")
 _TOPOLOGY = Field(

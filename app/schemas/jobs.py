@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
@@ -24,7 +25,19 @@ JOB_NAME_RULE = (
     "1-128 of letters, digits, '.', '_' and '-', starting with a letter or digit, "
     "not ending with '.'"
 )
-SOURCE_PATTERN = r"^[A-Za-z0-9._:-]{0,128}$"
+SOURCE_CHARS = r"[A-Za-z0-9._:-]{0,128}"
+"""What a source name is (the one rule: the request models, the ``?source=`` query and the
+decoder's plain-form check all use it): 0-128 of ASCII letters, digits, ``.``, ``_``,
+``:`` and ``-``."""
+SOURCE_PATTERN = rf"^{SOURCE_CHARS}$"
+_SOURCE_NAME = re.compile(SOURCE_CHARS)
+
+
+def is_source_name(text: str) -> bool:
+    """Whether ``text`` is a valid ``source`` (:data:`SOURCE_CHARS`, the whole string)."""
+    return _SOURCE_NAME.fullmatch(text) is not None
+
+
 MAX_STEP = 2**63 - 1
 """Steps are SQLite integers: 0 .. 2**63 - 1."""
 MAX_SOURCES = 4096
@@ -51,8 +64,8 @@ Sources = Annotated[
     Field(ge=1, le=MAX_SOURCES, description="how many sources push parts of each step"),
 ]
 
-JOB_POINT_EXAMPLE = {**METRICS_REQUEST_EXAMPLE, "step": 10}
-JOB_PART_EXAMPLE = {
+JOB_POINT_EXAMPLE: dict[str, Any] = {**METRICS_REQUEST_EXAMPLE, "step": 10}
+JOB_PART_EXAMPLE: dict[str, Any] = {
     "metrics": {"loss": [0.9, 1.1], "lr": 0.001},
     "step": 10,
     "source": "host-0",
@@ -68,7 +81,9 @@ class JobMetricsRequest(MetricsReduceRequest):
         extra="forbid", json_schema_extra={"examples": [JOB_POINT_EXAMPLE, JOB_PART_EXAMPLE]}
     )
 
-    metrics: dict[str, NumberList | Tensor | StrictFloat | StrictInt] = Field(
+    # Wider than the reduce body's (a job point takes scalars too). Overridden in place so
+    # the field keeps its position: properties and validation errors stay in body order.
+    metrics: dict[str, NumberList | Tensor | StrictFloat | StrictInt] = Field(  # type: ignore[assignment]
         description="name -> stacked per-device values (leading axis = this source's "
         "devices), or a scalar every device agrees on"
     )

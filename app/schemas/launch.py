@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 from app.schemas.base import Strict
 
-LAUNCH_EXAMPLE = {"target": "jobset", "image": "us-docker.pkg.dev/my-project/maxtext:latest",
-                  "queue": "tpu-queue"}  # fmt: skip
+LAUNCH_EXAMPLE: JsonDict = {
+    "target": "jobset",
+    "image": "us-docker.pkg.dev/my-project/maxtext:latest",
+    "queue": "tpu-queue",
+}
 
 
 class LaunchRequest(Strict):

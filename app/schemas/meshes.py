@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    Tag,
+    field_validator,
+    model_validator,
+)
+from pydantic.config import JsonDict
 
 from app.schemas.base import JsonInt, OptimizerName, OptimizerSpec, Strict
 from app.schemas.hardware import (
+    MODEL_DISCRIMINATOR,
     AxisName,
     BatchAxes,
     BatchDim,
@@ -15,7 +25,6 @@ from app.schemas.hardware import (
     NamedModel,
     Remat,
     TransformerModel,
-    model_union,
 )
 
 MAX_PLAN_DEVICES = 262_144
@@ -28,7 +37,7 @@ MAX_MAXTEXT_KEY = 64
 MAX_MAXTEXT_TEXT = 256
 """Longest string value of a MaxText key (a model name, a remat policy, a dtype)."""
 
-PLAN_REQUEST_EXAMPLE = {
+PLAN_REQUEST_EXAMPLE: JsonDict = {
     "axes": {"data": -1, "model": 4},
     "batch_shape": [256, 1024],
     "batch_axes": ["data"],
@@ -64,7 +73,20 @@ class MlpModel(Strict):
     )
 
 
-PlanModel = model_union(MlpModel)
+PlanModel = Annotated[
+    Annotated[MlpModel, Tag("mlp")]
+    | Annotated[TransformerModel, Tag("transformer")]
+    | Annotated[NamedModel, Tag("named")],
+    MODEL_DISCRIMINATOR,
+]
+"""A plan's model: the built-in MLP, a transformer, or a named model."""
+
+
+def _hardware_field(name: str) -> Any:
+    """The hardware plan request's field ``name`` (default, bounds, description), reused as
+    this model's. Typed ``Any``, as pydantic's ``Field()`` is, so it can stand as a default."""
+    return HardwarePlanRequest.model_fields[name]
+
 
 _PLAIN_ONLY = ("axes", "num_devices", "platform", "param_sharding")
 _HARDWARE_ONLY = ("topology", "slices", "hosts", "ici", "dcn", "allow_split_physical_axes")
@@ -145,16 +167,14 @@ class MeshPlanRequest(Strict):
         description="plan over all devices of this catalog hardware (GET /v1/hardware) in "
         "JAX's device order; then give ici (not axes or num_devices)",
     )
-    topology: str | None = HardwarePlanRequest.model_fields["topology"]
-    slices: JsonInt = HardwarePlanRequest.model_fields["slices"]
-    hosts: JsonInt | None = HardwarePlanRequest.model_fields["hosts"]
+    topology: str | None = _hardware_field("topology")
+    slices: JsonInt = _hardware_field("slices")
+    hosts: JsonInt | None = _hardware_field("hosts")
     ici: dict[AxisName, JsonInt] | None = Field(
         None, description=HardwarePlanRequest.model_fields["ici"].description
     )
-    dcn: dict[AxisName, JsonInt] | None = HardwarePlanRequest.model_fields["dcn"]
-    allow_split_physical_axes: StrictBool = HardwarePlanRequest.model_fields[
-        "allow_split_physical_axes"
-    ]
+    dcn: dict[AxisName, JsonInt] | None = _hardware_field("dcn")
+    allow_split_physical_axes: StrictBool = _hardware_field("allow_split_physical_axes")
     maxtext: dict[Annotated[str, Field(max_length=MAX_MAXTEXT_KEY)], Any] | None = Field(
         None,
         max_length=512,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app.codecs.json_arrays import OIP_DTYPES
 from app.schemas.base import JsonInt, Strict
-from datarax.distributed.metrics import NAN_POLICIES, REDUCE_OPS
+from datarax.distributed.reductions import NAN_POLICIES, REDUCE_OPS
 
 OIP_DATATYPES = tuple(OIP_DTYPES)
 
@@ -35,7 +35,7 @@ NumberList = Annotated[
     WithJsonSchema({"type": "array", "items": {"$ref": "#/components/schemas/NestedNumber"}}),
 ]
 
-METRICS_REQUEST_EXAMPLE = {
+METRICS_REQUEST_EXAMPLE: dict[str, Any] = {
     "metrics": {
         "loss": [0.9, 1.1, 1.0, 1.0],
         "accuracy": {"shape": [4], "datatype": "FP32", "data": [0.5, 0.6, 0.7, 0.8]},

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, Tag
 
 from app.schemas.base import JsonInt, OptimizerName, Strict
-from app.schemas.hardware import model_union
+from app.schemas.hardware import MODEL_DISCRIMINATOR, NamedModel, TransformerModel
 from app.schemas.meshes import ParamLayout
 from app.schemas.metrics import NumberList, Tensor
 
@@ -32,7 +32,12 @@ class SessionModel(Strict):
     )
 
 
-SessionModelField = model_union(SessionModel)
+SessionModelField = Annotated[
+    Annotated[SessionModel, Tag("mlp")]
+    | Annotated[TransformerModel, Tag("transformer")]
+    | Annotated[NamedModel, Tag("named")],
+    MODEL_DISCRIMINATOR,
+]
 """The built-in MLP, or a transformer (explicit or named): data parallel, next-token loss,
 synthetic batches of token ids or ``inputs``/``targets`` ``[B, seq_len]`` ids."""
 

@@ -18,7 +18,12 @@ import numpy as np
 
 from app.core.errors import InvalidRequest, ServiceError
 from app.schemas.base import optimizer_name
-from app.schemas.hardware import HardwareMlpModel, HardwarePlanRequest, RecommendationRequest
+from app.schemas.hardware import (
+    HardwareMlpModel,
+    HardwareModel,
+    HardwarePlanRequest,
+    RecommendationRequest,
+)
 from app.schemas.meshes import MAX_PLAN_DEVICES, MeshPlanRequest, MlpModel
 from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
 from datarax.distributed.cost import axis_roles, estimate_step, param_specs
@@ -110,15 +115,17 @@ def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
     The body's schema has already refused the plain-plan fields (``axes``,
     ``num_devices``, ``platform``, ``param_sharding``) and required ``ici``.
     """
-    model = body.model
-    if isinstance(model, MlpModel):
+    model: HardwareModel | None
+    if isinstance(body.model, MlpModel):
         model = HardwareMlpModel(
             kind="mlp",
-            features=model.features,
-            dtype=model.dtype,
-            remat=model.remat,
-            loss=model.loss,
+            features=body.model.features,
+            dtype=body.model.dtype,
+            remat=body.model.remat,
+            loss=body.model.loss,
         )
+    else:
+        model = body.model
     optimizer = optimizer_name(body.optimizer)
     if body.hardware is None or body.ici is None:  # the schema checks it; -O keeps this
         raise InvalidRequest("a hardware plan needs hardware and ici")

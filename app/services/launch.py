@@ -9,6 +9,7 @@ import orjson
 
 from app.core.errors import MeshNotFound, from_library
 from app.schemas.launch import LaunchRequest
+from app.storage import plans as stored_plans
 from app.storage.db import Store
 from datarax.distributed.launch import launch_config, plan_summary
 from datarax.distributed.planning import PlanError
@@ -17,7 +18,7 @@ from datarax.distributed.planning import PlanError
 async def _summary(store: Store, mesh_id: str) -> dict[str, Any]:
     # The stored summary (no device grid, no shards): a few KB even for 65,536 devices,
     # whose whole plan is ~12 MB of JSON.
-    text = await store.get_plan_summary(mesh_id)
+    text = await stored_plans.get_plan_summary(store, mesh_id)
     if text is None:
         raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
     return plan_summary(orjson.loads(text))

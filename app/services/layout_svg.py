@@ -43,24 +43,30 @@ overlaps another.
 
 from __future__ import annotations
 
-import colorsys
 import math
-import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from app.core.errors import InvalidParameter
+from app.services.layout_cells import (
+    MAX_CELLS,
+    MAX_COLUMNS,
+    MIXED,
+    RAMP,
+    WRAP,
+    Cell,
+    Colours,
+    block_cells,
+    device_cells,
+    grid_row_labels,
+    grid_shape,
+    plural,
+    ramp,
+)
+from app.services.layout_scope import SCOPE_PARAMS, scope_text, select_positions
 
-MAX_CELLS = 256
-MAX_COLUMNS = 32
-MAX_BLOCKS = 64
-BLOCK_COLUMNS = 8
-WRAP = 16
-WRAP_1D = WRAP
-MAX_LEGEND = 16
 MIN_FONT = 10
 
 CELL_W = 66
@@ -75,38 +81,6 @@ CHAR_W = 0.6  # monospace advance per font-size unit, for layout and the overlap
 FONT = "font-family='monospace'"
 SLICE_STROKE = "stroke='#c62828' stroke-width='3'"
 HOST_STROKE = "stroke='#424242' stroke-width='2' stroke-dasharray='4 2'"
-MIXED = "#d9d9d9"
-SCOPE_PARAMS = ("slice", "host", "process", "positions")
-_RANGE = re.compile(r"^(\d{1,9})(?:-(\d{1,9}))?$")
-
-# Viridis, sampled at 9 stops: perceptually even and readable on white.
-_RAMP = [
-    (0x44, 0x01, 0x54),
-    (0x47, 0x2C, 0x7A),
-    (0x3B, 0x51, 0x8B),
-    (0x2C, 0x71, 0x8E),
-    (0x21, 0x90, 0x8C),
-    (0x27, 0xAD, 0x81),
-    (0x5C, 0xC8, 0x63),
-    (0xAA, 0xDC, 0x32),
-    (0xFD, 0xE7, 0x25),
-]
-
-
-def _palette(i: int) -> str:
-    """Distinct pastel colours: hues stepped by the golden angle (used for <= 16 slices)."""
-    hue = (i * 0.618033988749895) % 1.0
-    r, g, b = colorsys.hls_to_rgb(hue, 0.78, 0.6)
-    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
-
-
-def _ramp(t: float) -> str:
-    """The colour at ``t`` in [0, 1] on the viridis ramp."""
-    t = min(max(t, 0.0), 1.0) * (len(_RAMP) - 1)
-    i = min(int(t), len(_RAMP) - 2)
-    f = t - i
-    a, b = _RAMP[i], _RAMP[i + 1]
-    return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(a, b, strict=True))
 
 
 def _text_colour(fill: str) -> str:
@@ -114,7 +88,9 @@ def _text_colour(fill: str) -> str:
     return "#000000" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "#ffffff"
 
 
-def _t(x: float, y: float, text: str, *, size: int = 11, anchor: str = "middle", extra: str = ""):
+def _t(
+    x: float, y: float, text: str, *, size: int = 11, anchor: str = "middle", extra: str = ""
+) -> str:
     return (
         f"<text x='{x:.1f}' y='{y:.1f}' font-size='{size}' text-anchor='{anchor}' {FONT}"
         f"{(' ' + extra) if extra else ''}>{escape(text)}</text>"
@@ -137,11 +113,6 @@ def _text_width(text: str, size: int) -> float:
     return len(text) * size * CHAR_W
 
 
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """``1 device``, ``2 devices``, ``65,536 devices``."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
-
-
 def format_rate(bytes_per_s: float) -> str:
     """Bytes per second with SI prefixes, 3 significant digits: ``6.25 GB/s`` (the
     dashboard's ``rate()`` writes the same text)."""
@@ -153,299 +124,12 @@ def format_rate(bytes_per_s: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _span(lo: Any, hi: Any) -> str:
-    return str(lo) if lo == hi else f"{lo}\u2013{hi}"
-
-
-@dataclass
-class _Cell:
-    """One drawn cell (a device or a block) at grid position (row, col)."""
-
-    row: int
-    col: int
-    fill: str
-    lines: list[str]
-    tip: str
-    slice: Any = None
-    host: Any = None
-    href: str | None = None
-
-
-@dataclass
-class _Colours:
-    """Batch slice -> fill colour, categorical for few slices, a ramp for many."""
-
-    keys: Mapping[tuple[int, int] | None, int]  # slice -> number of holders, first-seen order
-    low: int  # the ramp's ends: the batch rows of the scope drawn
-    high: int
-    categorical: bool = field(init=False)
-    table: dict[tuple[int, int] | None, str] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.categorical = len(self.keys) <= MAX_LEGEND
-        # Categorical colours follow first appearance; ramp colours are made on demand.
-        self.table = {k: _palette(i) for i, k in enumerate(self.keys)} if self.categorical else {}
-
-    def colour(self, key: tuple[int, int] | None) -> str:
-        if key not in self.table:
-            start = (key[0] if key else 0) - self.low
-            self.table[key] = _ramp(start / max(self.high - self.low - 1, 1))
-        return self.table[key]
-
-    def of(self, keys: Sequence[tuple[int, int] | None]) -> str:
-        """The fill of a cell holding these slices (a block may hold several)."""
-        distinct = set(keys)
-        if len(distinct) == 1 or not self.categorical:
-            return self.colour(min(distinct, key=lambda k: k or (0, 0)))
-        return MIXED
-
-
-# ------------------------------------------------------------------------------ scope
-
-
-def parse_scope(params: Mapping[str, str | None]) -> dict[str, tuple[int, int]]:
-    """``{"slice": "3", "positions": "0-1023"}`` -> ``{"slice": (3, 3), "positions": (0,
-    1023)}``; absent or empty values are left out.
-
-    Raises:
-      InvalidParameter: a value that is not ``N`` or ``N-M`` with ``N <= M`` (422
-        ``validation_error``, naming the query parameter).
-    """
-    scope: dict[str, tuple[int, int]] = {}
-    for name in SCOPE_PARAMS:
-        value = params.get(name)
-        if value is None or value == "":
-            continue
-        match = _RANGE.match(value)
-        if not match:
-            raise InvalidParameter(
-                ("query", name), f"{value!r} is not a number N or a range N-M, e.g. 3 or 0-3"
-            )
-        lo = int(match.group(1))
-        hi = int(match.group(2)) if match.group(2) is not None else lo
-        if hi < lo:
-            raise InvalidParameter(("query", name), f"the range {value!r} ends before it starts")
-        scope[name] = (lo, hi)
-    return scope
-
-
-def _scope_query(scope: Mapping[str, tuple[int, int]]) -> str:
-    parts = []
-    for k in SCOPE_PARAMS:
-        if k in scope:
-            lo, hi = scope[k]
-            parts.append(f"{k}={lo}" if lo == hi else f"{k}={lo}-{hi}")
-    return "&".join(parts)
-
-
-def _select(shards: Sequence[Mapping[str, Any]], scope: Mapping[str, tuple[int, int]]):
-    """The positions (mesh order) of the devices in ``scope``."""
-    n = len(shards)
-    lo, hi = scope.get("positions", (0, n - 1))
-    positions = range(max(lo, 0), min(hi, n - 1) + 1)
-    keyed = [(k, "process_index" if k == "process" else k) for k in ("slice", "host", "process")]
-    tests = [(field_, scope[k]) for k, field_ in keyed if k in scope]
-    if not tests:
-        return list(positions)
-    out = []
-    for p in positions:
-        shard = shards[p]
-        for field_, (a, b) in tests:
-            v = shard.get(field_, 0 if field_ == "process_index" else None)
-            if v is None or not a <= v <= b:
-                break
-        else:
-            out.append(p)
-    return out
-
-
-def _scope_text(scope: Mapping[str, tuple[int, int]]) -> str:
-    one = {"slice": "slice", "host": "host", "process": "process", "positions": "position"}
-    many = {"slice": "slices", "host": "hosts", "process": "processes", "positions": "positions"}
-    return ", ".join(
-        f"{(one if scope[k][0] == scope[k][1] else many)[k]} {_span(*scope[k])}"
-        for k in SCOPE_PARAMS
-        if k in scope
-    )
-
-
-# ------------------------------------------------------------------------------ cells
-
-
-def _grid_shape(sizes: Sequence[int]) -> tuple[int, int, bool]:
-    """(rows, columns, wrapped) of the device grid over all devices."""
-    n = math.prod(sizes)
-    if len(sizes) == 1:
-        if n > WRAP:
-            return math.ceil(n / WRAP), WRAP, True
-        return 1, n, False
-    return n // sizes[-1], sizes[-1], False
-
-
-def _row_labels(sizes: Sequence[int], wrapped: bool, rows: int) -> list[str]:
-    """The label of each row of the whole-plan device grid: its leading coordinates."""
-    if len(sizes) == 1:
-        return [str(r) if wrapped else "" for r in range(rows)]
-    labels = []
-    for r in range(rows):
-        rem, coord = r, []
-        for size in reversed(sizes[:-1]):
-            coord.append(rem % size)
-            rem //= size
-        labels.append(",".join(str(c) for c in reversed(coord)))
-    return labels
-
-
 def _axis_text(name: str, size: int, detail: Mapping[str, Mapping[str, Any]]) -> str:
     link = detail.get(name, {}).get("link")
     return f"{name}={size}" + (f" ({link})" if link else "")
 
 
-def _device_cells(shards, positions, names, colours, cols) -> list[_Cell]:
-    cells = []
-    for i, p in enumerate(positions):
-        shard = shards[p]
-        key = _slice_key(shard)
-        coords = shard.get("coords") or {}
-        coord_text = "(" + ",".join(str(coords.get(a, "?")) for a in names) + ")"
-        lines = [str(shard.get("device")), coord_text]
-        where = []
-        if "slice" in shard:
-            where.append(f"s{shard['slice']}")
-        if "host" in shard:
-            where.append(f"h{shard['host']}")
-        if where:
-            lines.append(" ".join(where))
-        tip = f"device {shard.get('device')} {coord_text}"
-        if key is not None:
-            tip += f" batch[{key[0]}:{key[1]}] replica {shard.get('replica')}"
-        if "physical" in shard:
-            tip += f" physical {shard['physical']}"
-            if "core" in shard:
-                tip += f" core {shard['core']}"
-        if where:
-            tip += f" slice {shard.get('slice', '-')} host {shard.get('host', '-')}"
-        cells.append(
-            _Cell(i // cols, i % cols, colours.of([key]), lines, tip, shard.get("slice"),
-                  (shard.get("slice"), shard.get("host")) if "host" in shard else None)
-        )  # fmt: skip
-    return cells
-
-
-def _slice_key(shard: Mapping[str, Any]) -> tuple[int, int] | None:
-    index = shard.get("index") or []
-    return (int(index[0][0]), int(index[0][1])) if index else None
-
-
-@dataclass(frozen=True)
-class _Unit:
-    """How a scope splits into groups: the unit's words, its filter, each member's key."""
-
-    word: str  # "slice"
-    words: str  # "slices"
-    param: str  # the scope filter a block of this unit sets
-    keys: list[Any]  # per member position: an int group key (for positions units: the row)
-
-
-def _block_unit(shards, positions, names, sizes) -> _Unit:
-    """The first unit that splits the scope into more than one group."""
-    first = shards[positions[0]]
-    for field_, word, words, param in (
-        ("slice", "slice", "slices", "slice"),
-        ("host", "host", "hosts", "host"),
-        ("process_index", "process", "processes", "process"),
-    ):
-        if field_ == "process_index" and "host" in first:
-            continue  # hardware plans: a host is a process
-        if field_ not in first and field_ != "process_index":
-            continue
-        keys = [int(shards[p].get(field_, 0)) for p in positions]
-        if len(set(keys)) > 1:
-            return _Unit(word, words, param, keys)
-    # Rows of the shortest prefix of the mesh axes that splits the scope (row-major, so a
-    # row is a contiguous range of positions).
-    for k in range(1, len(sizes)):
-        trailing = math.prod(sizes[k:])
-        keys = [p // trailing for p in positions]
-        if keys[0] != keys[-1]:
-            lead = names[:k]
-            word = lead[0] if k == 1 else "(" + ",".join(lead) + ")"
-            return _Unit(f"row of {word}", f"rows of {word}", "positions", keys)
-    chunk = math.ceil(len(positions) / MAX_BLOCKS)
-    return _Unit("run", "runs", "positions", [i // chunk for i in range(len(positions))])
-
-
-def _row_name(unit: _Unit, sizes: Sequence[int], row: int) -> str:
-    """The leading coordinates of a row: ``data=5`` or ``(data,fsdp)=(5,3)``."""
-    word = unit.word.removeprefix("row of ")
-    k = 1 if not word.startswith("(") else word.count(",") + 1
-    coord, rem = [], row
-    for size in reversed(sizes[:k]):
-        coord.append(rem % size)
-        rem //= size
-    coord.reverse()
-    return f"{word}={coord[0]}" if k == 1 else f"{word}=(" + ",".join(map(str, coord)) + ")"
-
-
-def _block_cells(shards, positions, slice_keys, names, sizes, colours, scope):
-    """Blocks of the scope: (how they were made, the cells)."""
-    unit = _block_unit(shards, positions, names, sizes)
-    members: dict[Any, list[int]] = {}
-    for p, key in zip(positions, unit.keys, strict=True):
-        members.setdefault(key, []).append(p)
-    keys = sorted(members)
-    merge = math.ceil(len(keys) / MAX_BLOCKS)
-    groups = [keys[i : i + merge] for i in range(0, len(keys), merge)]
-    cols = min(BLOCK_COLUMNS, max(1, math.ceil(math.sqrt(len(groups)))))
-    cells = []
-    for b, group in enumerate(groups):
-        pos = [p for key in group for p in members[key]]
-        held = [slice_keys[p] for p in pos]
-        distinct = set(held)
-        lo = min((k[0] for k in distinct if k), default=None)
-        hi = max((k[1] for k in distinct if k), default=None)
-        first = shards[pos[0]]
-        if unit.param == "positions":
-            span = (min(pos), max(pos))
-            if unit.word == "run":
-                name = f"positions {_span(*span)}"
-            else:
-                a, z = _row_name(unit, sizes, group[0]), _row_name(unit, sizes, group[-1])
-                name = a if a == z else f"{a}\u2013{z.split('=', 1)[1]}"
-        else:
-            span = (group[0], group[-1])
-            label = unit.word if len(group) == 1 else unit.words
-            name = f"{label} {_span(*span)}"
-            if unit.param == "host" and "slice" in first and "slice" not in scope:
-                name = f"s{first['slice']} {name}"
-        hosts = (
-            {shards[p]["host"] for p in pos} if "host" in first and unit.param != "host" else set()
-        )
-        counts = [plural(len(pos), "device")]
-        if len(hosts) > 1:
-            counts.append(plural(len(hosts), "host"))
-        batch_text = f"batch [{lo}, {hi})" if lo is not None else "whole batch"
-        tip = (
-            f"{name}: {plural(len(pos), 'device')} (positions {min(pos)}..{max(pos)} in mesh order)"
-        )
-        if len(hosts) > 1:
-            tip += f", {plural(len(hosts), 'host')}"
-        tip += f", {batch_text}, {plural(len(distinct), 'distinct slice')}; click to open"
-        sub = {**scope, unit.param: span}
-        slices = {shards[p].get("slice") for p in pos}
-        cells.append(
-            _Cell(b // cols, b % cols, colours.of(held), [name, *counts, batch_text], tip,
-                  min(slices, key=str) if len(slices) == 1 else tuple(sorted(slices, key=str)),
-                  (first.get("slice"), first["host"]) if unit.param == "host" else None,
-                  "?" + _scope_query(sub))
-        )  # fmt: skip
-    how = unit.words if merge == 1 else f"{merge} {unit.words} each"
-    if unit.word == "run":
-        how = f"runs of {math.ceil(len(positions) / MAX_BLOCKS):,} devices"
-    return f"one per {unit.word}" if merge == 1 and unit.word != "run" else how, cells
-
-
-def _boundaries(cells: list[_Cell], x0: float, y0: float, w: int, h: int) -> list[str]:
+def _boundaries(cells: list[Cell], x0: float, y0: float, w: int, h: int) -> list[str]:
     """Lines in the gaps between neighbouring cells of different slices or hosts."""
     at = {(c.row, c.col): c for c in cells}
     out = []
@@ -471,9 +155,6 @@ def _boundaries(cells: list[_Cell], x0: float, y0: float, w: int, h: int) -> lis
     return out
 
 
-# ------------------------------------------------------------------------------ picture
-
-
 def render_layout_svg(
     plan: Mapping[str, Any], scope: Mapping[str, tuple[int, int]] | None = None
 ) -> str:
@@ -482,7 +163,8 @@ def render_layout_svg(
     Args:
       plan: the stored plan JSON; hardware fields (``axes_detail``, per-shard ``slice``,
         ``host``, ``physical``) are drawn when present and optional otherwise.
-      scope: the devices to draw (see :func:`parse_scope`); None or empty: all of them.
+      scope: the devices to draw (:func:`~app.services.layout_scope.parse_scope`); None or
+        empty: all of them.
 
     Returns:
       A standalone SVG document, about 1,200 x 900 px at most for block pictures.
@@ -506,7 +188,7 @@ def render_layout_svg(
     ]
     holders = Counter(slice_keys)  # first-seen order
 
-    positions = _select(shards, scope) if scope else list(range(n))
+    positions = select_positions(shards, scope) if scope else list(range(n))
     if scope and not positions:
         name = next(k for k in SCOPE_PARAMS if k in scope)
         slices = plan.get("slices")
@@ -515,31 +197,31 @@ def render_layout_svg(
             hint += f", slices 0-{int(slices) - 1}"
         if plan.get("hosts"):
             hint += f", hosts 0-{int(plan['hosts']) - 1}"
-        raise InvalidParameter(("query", name), f"{_scope_text(scope)} selects no device; {hint}")
+        raise InvalidParameter(("query", name), f"{scope_text(scope)} selects no device; {hint}")
 
     # The ramp spans the batch rows of the scope: a slice of a pod is not one flat colour.
     low, high = 0, batch_size
     if scope and batch_size:
         held = [k for k in {slice_keys[p] for p in positions} if k]
         low, high = min(k[0] for k in held), max(k[1] for k in held)
-    colours = _Colours(holders, low, high)
+    colours = Colours(holders, low, high)
 
     whole_grid = not scope
-    rows, cols, wrapped = _grid_shape(sizes)
+    rows, cols, wrapped = grid_shape(sizes)
     blocks = len(positions) > MAX_CELLS or (whole_grid and cols > MAX_COLUMNS)
     how = ""
     if blocks:
-        how, cells = _block_cells(shards, positions, slice_keys, names, sizes, colours, scope)
+        how, cells = block_cells(shards, positions, slice_keys, names, sizes, colours, scope)
         most = max(len(c.lines) for c in cells)
         w, h, left = BLOCK_W, BLOCK_H + PITCH * max(0, most - 3), MARGIN
     elif whole_grid:
-        cells = _device_cells(shards, positions, names, colours, cols)
-        row_labels = _row_labels(sizes, wrapped, max(c.row for c in cells) + 1)
+        cells = device_cells(shards, positions, names, colours, cols)
+        row_labels = grid_row_labels(sizes, wrapped, max(c.row for c in cells) + 1)
         widest = max((_text_width(t, 11) for t in row_labels), default=0)
         w, h, left = CELL_W, CELL_H, math.ceil(MARGIN + widest + 14)
     else:
         wrap = sizes[-1] if sizes[-1] <= MAX_COLUMNS else WRAP
-        cells = _device_cells(shards, positions, names, colours, min(wrap, len(positions)))
+        cells = device_cells(shards, positions, names, colours, min(wrap, len(positions)))
         w, h, left = CELL_W, CELL_H, MARGIN
     grid_rows = max((c.row for c in cells), default=-1) + 1
     grid_cols = max((c.col for c in cells), default=-1) + 1
@@ -561,7 +243,7 @@ def render_layout_svg(
         )  # fmt: skip
     if scope:
         header.append(
-            (f"showing {_scope_text(scope)}: {len(positions):,} of {plural(n, 'device')}", 12,
+            (f"showing {scope_text(scope)}: {len(positions):,} of {plural(n, 'device')}", 12,
              "font-weight='bold'")
         )  # fmt: skip
     if blocks:
@@ -659,8 +341,8 @@ def render_layout_svg(
             )
     else:
         y += LINE
-        ticks = [i / (len(_RAMP) - 1) for i in range(len(_RAMP))]
-        stops = "".join(f"<stop offset='{t:.3f}' stop-color='{_ramp(t)}'/>" for t in ticks)
+        ticks = [i / (len(RAMP) - 1) for i in range(len(RAMP))]
+        stops = "".join(f"<stop offset='{t:.3f}' stop-color='{ramp(t)}'/>" for t in ticks)
         legend.append(
             f"<defs><linearGradient id='batch-ramp'>{stops}</linearGradient></defs>"
             f"<rect x='{MARGIN}' y='{y - 10}' width='240' height='12' fill='url(#batch-ramp)' "
@@ -704,7 +386,7 @@ def render_layout_svg(
     height = math.ceil(y + MARGIN)
     caption = f"{title}: {shape_text} ({plural(n, 'device')})"
     if scope:
-        caption += f", {_scope_text(scope)}"
+        caption += f", {scope_text(scope)}"
     head = [
         "<?xml version='1.0' encoding='UTF-8'?>",
         f"<svg xmlns='http://www.w3.org/2000/svg' xmlns:xlink='http://www.w3.org/1999/xlink' "

@@ -43,6 +43,7 @@ from app.services.plans import (
     live_devices,
     render_plan,
 )
+from app.storage import plans as stored_plans
 from app.storage.db import Store
 from app.workers.runtime_client import RuntimeClient
 from datarax.distributed.planning import PlanError, resolve_axes
@@ -179,14 +180,14 @@ async def create_plan(
             client_gone,
         )
         check_answer_size(len(rendered.body), "the plan")  # refused: nothing stored
-        await store.insert_plan(
-            plan_id, created_at, body.name, False, rendered.body, rendered.summary
+        await stored_plans.insert_plan(
+            store, plan_id, created_at, body.name, False, rendered.body, rendered.summary
         )
         return CreatedPlan(id=plan_id, body=rendered.body, live=False)
     request = plan_request(body)
     devices: Devices | None = None  # abstract: built with the plan, off the event loop
     if body.num_devices is not None:
-        axes = resolve_axes(body.axes, body.num_devices, exact=True)
+        axes = resolve_axes(request.axes, body.num_devices, exact=True)
     else:
         info = runtime.device_info()
         if info is None:
@@ -195,7 +196,7 @@ async def create_plan(
                 "shortly, or send num_devices for an abstract plan"
             )
         available = len(info["devices"])
-        axes = resolve_axes(body.axes, available, exact=False)
+        axes = resolve_axes(request.axes, available, exact=False)
         check_plan_request(request, axes)
         answer, _ = await runtime.call("mesh_grid", {"axes": axes})
         devices = live_devices(axes, answer, available)
@@ -217,7 +218,9 @@ async def create_plan(
     )
     check_answer_size(len(rendered.body), "the plan")  # refused: nothing stored
     live = devices is not None
-    await store.insert_plan(plan_id, created_at, body.name, live, rendered.body, rendered.summary)
+    await stored_plans.insert_plan(
+        store, plan_id, created_at, body.name, live, rendered.body, rendered.summary
+    )
     return CreatedPlan(id=plan_id, body=rendered.body, live=live)
 
 
@@ -232,7 +235,9 @@ async def list_plans(
     Raises:
       AnswerTooLarge: the page's plans add up to more than ``max_bytes``.
     """
-    bodies, total = await store.list_plans(limit, offset, summary=summary, max_bytes=max_bytes)
+    bodies, total = await stored_plans.list_plans(
+        store, limit, offset, summary=summary, max_bytes=max_bytes
+    )
     if bodies is None:
         raise AnswerTooLarge(
             f"these {limit} plans in full pass the answer limit of {max_bytes} bytes "
@@ -251,7 +256,7 @@ async def get_plan(store: Store, mesh_id: str) -> str:
     Raises:
       MeshNotFound: no plan with that id.
     """
-    return _found(await store.get_plan(mesh_id), mesh_id)
+    return _found(await stored_plans.get_plan(store, mesh_id), mesh_id)
 
 
 def _found(text: str | None, mesh_id: str) -> str:
@@ -262,7 +267,7 @@ def _found(text: str | None, mesh_id: str) -> str:
 
 async def delete_plan(store: Store, mesh_id: str) -> None:
     """Forgets a plan. Raises MeshNotFound when there is none."""
-    if not await store.delete_plan(mesh_id):
+    if not await stored_plans.delete_plan(store, mesh_id):
         raise MeshNotFound(f"no mesh plan with id {mesh_id!r}")
     for key in [k for k in _SVG_CACHE if k.startswith(mesh_id + "?")]:
         _SVG_CACHE.pop(key, None)
@@ -281,14 +286,14 @@ async def get_plan_summary(store: Store, mesh_id: str) -> str:
     Raises:
       MeshNotFound: no plan with that id.
     """
-    return _found(await store.get_plan_summary(mesh_id), mesh_id)
+    return _found(await stored_plans.get_plan_summary(store, mesh_id), mesh_id)
 
 
 async def layout_svg(
     store: Store, mesh_id: str, scope: dict[str, tuple[int, int]] | None = None
 ) -> str:
     """The plan's layout picture (SVG text) of ``scope`` (see
-    :func:`app.services.layout_svg.parse_scope`; None: every device), drawn off the event
+    :func:`app.services.layout_scope.parse_scope`; None: every device), drawn off the event
     loop once per plan and scope (plans are immutable; the last ``_SVG_CACHE_ENTRIES``
     pictures are kept)."""
     key = mesh_id + "?" + repr(sorted((scope or {}).items()))

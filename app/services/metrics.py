@@ -1,11 +1,13 @@
 """Metric reductions as plain functions: a request body in, reduced values out. No HTTP here.
 
 ``decode_metrics_body`` turns a JSON or npz body into a :class:`MetricsInput`;
-``reduce_metrics`` and ``collect_metrics`` run the library's reductions on it; the jobs
-service stores what ``reduce_metrics`` gives.
+``reduce_metrics`` and ``collect_metrics`` run the library's reductions on it. The jobs
+service (:mod:`app.services.jobs.decode`) shares the plain-form check, the npz decoding
+and the device count.
 
-Speed: a JSON body in the common form (see :func:`plain_metrics_fields`) skips pydantic;
-any other body is validated by the request models, which give every error.
+Speed: a JSON body in the common form (see :func:`plain_metrics_fields`, the one such
+check of every metrics body: reduce, collect and job points) skips pydantic; any other
+body is validated by the request models, which give every error.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -34,8 +36,10 @@ from app.core.errors import (
     ReservedMetricName,
     UnsupportedMediaType,
 )
+from app.schemas.jobs import MAX_SOURCES, MAX_STEP, is_source_name
 from app.schemas.metrics import MetricsCollectRequest, MetricsReduceRequest
-from datarax.distributed.metrics import reduce_custom, split_by_device
+from datarax.distributed.reductions import reduce_custom, split_by_device
+from datarax.distributed.typing import NanPolicy, ReduceOp
 
 WEIGHTS_ARRAY = "_weights"
 """Name of the weights array inside an npz body."""
@@ -52,11 +56,10 @@ class MetricsInput:
     reduce: dict[str, str]
     weights: np.ndarray | None
     nan_policy: str
-    step: int | None = None
 
 
 _REDUCE_MEMBERS = frozenset({"metrics", "reduce", "weights", "nan_policy"})
-_JOB_MEMBERS = _REDUCE_MEMBERS | {"step"}
+_POINT_MEMBERS = _REDUCE_MEMBERS | {"step", "source", "sources"}
 _TENSOR_FIELDS = frozenset({"shape", "datatype", "data"})
 
 
@@ -81,25 +84,28 @@ def _plain_tensor(value: Any) -> bool:
     )
 
 
-def plain_metrics_fields(data: Any, *, options: bool, step: bool) -> dict[str, Any] | None:
+def plain_metrics_fields(data: Any, *, options: bool, point: bool = False) -> dict[str, Any] | None:
     """The fields of a metrics request in its common form, or None to use the models.
 
     Accepts only what ``MetricsReduceRequest`` (``options``), ``JobMetricsRequest``
-    (``options`` and ``step``) or ``MetricsCollectRequest`` (neither: other members are
+    (``options`` and ``point``) or ``MetricsCollectRequest`` (neither: other members are
     ignored) accept *unchanged*: ``metrics`` maps names to lists or exact OIP tensor
-    objects, ``reduce`` maps names to strings, ``weights`` is a list of numbers or null,
-    ``nan_policy`` a string, ``step`` an int >= 0. Anything else (a missing or extra
-    member, a coercible string, a bool weight) returns None, and the pydantic model then
-    gives the answer and its exact error.
+    objects (a job point also to plain numbers), ``reduce`` maps names to strings,
+    ``weights`` is a list of numbers or null, ``nan_policy`` a string; a job point's
+    ``step`` an int in ``0 .. MAX_STEP``, ``source`` a source name
+    (:func:`app.schemas.jobs.is_source_name`), ``sources`` an int in ``1 ..
+    MAX_SOURCES``. Anything else (a missing or extra member, a coercible string, a bool
+    weight) returns None, and the pydantic model then gives the answer and its exact error.
 
     Args:
       data: the parsed JSON body.
       options: accept ``reduce``, ``weights`` and ``nan_policy`` (extra members forbidden).
-      step: require ``step``.
+      point: a job point (``step`` required; ``source``, ``sources`` and scalar metrics
+        accepted).
 
     Returns:
-      ``{"metrics", "reduce", "weights", "nan_policy", "step"}`` with the defaults filled
-      in, or None.
+      ``{"metrics", "reduce", "weights", "nan_policy"}`` with the defaults filled in (a
+      job point's also ``step``, ``source`` and ``sources``), or None.
     """
     if type(data) is not dict:
         return None
@@ -107,18 +113,19 @@ def plain_metrics_fields(data: Any, *, options: bool, step: bool) -> dict[str, A
     if type(metrics) is not dict:
         return None
     for value in metrics.values():
-        if type(value) is not list and not _plain_tensor(value):
+        if type(value) is list or (point and _plain_number(value)):
+            continue
+        if not _plain_tensor(value):
             return None
     fields: dict[str, Any] = {
         "metrics": metrics,
         "reduce": {},
         "weights": None,
         "nan_policy": "propagate",
-        "step": None,
     }
     if not options:
         return fields
-    if not data.keys() <= (_JOB_MEMBERS if step else _REDUCE_MEMBERS):
+    if not data.keys() <= (_POINT_MEMBERS if point else _REDUCE_MEMBERS):
         return None
     reduce = data.get("reduce", {})
     if type(reduce) is not dict or not all(type(op) is str for op in reduce.values()):
@@ -131,13 +138,31 @@ def plain_metrics_fields(data: Any, *, options: bool, step: bool) -> dict[str, A
     nan_policy = data.get("nan_policy", "propagate")
     if type(nan_policy) is not str:
         return None
-    if step:
-        value = data.get("step")
-        if type(value) is not int or value < 0:
-            return None
-        fields["step"] = value
     fields.update(reduce=reduce, weights=weights, nan_policy=nan_policy)
+    if point:
+        step = data.get("step")
+        source = data.get("source", "")
+        sources = data.get("sources", 1)
+        if (
+            type(step) is not int
+            or not 0 <= step <= MAX_STEP
+            or type(source) is not str
+            or not is_source_name(source)
+            or type(sources) is not int
+            or not 1 <= sources <= MAX_SOURCES
+        ):
+            return None
+        fields.update(step=step, source=source, sources=sources)
     return fields
+
+
+def library_options(
+    reduce: Mapping[str, str], nan_policy: str
+) -> tuple[dict[str, ReduceOp], NanPolicy]:
+    """A request's ``reduce`` and ``nan_policy`` as the library's types. They pass
+    unchanged: the library checks the names itself and answers ``unknown_reduce_op`` or
+    ``invalid_nan_policy``, the problems the API documents."""
+    return cast("dict[str, ReduceOp]", dict(reduce)), cast("NanPolicy", nan_policy)
 
 
 def decode_weights(weights: Any) -> np.ndarray | None:
@@ -160,7 +185,7 @@ def split_npz_metrics(
     return metrics, arrays.get(WEIGHTS_ARRAY)
 
 
-def check_stackable(metrics: Mapping[str, np.ndarray], lead: int = 1) -> None:
+def check_stackable(metrics: Mapping[str, np.ndarray | np.generic], lead: int = 1) -> None:
     """Refuses metrics that cannot gain one more leading axis: a job stores its points
     stacked ``[P, n_devices, ...]``, so a point's metric has at most ``MAX_ARRAY_DIMS -
     1`` dimensions (63; numpy's limit is 64).
@@ -212,30 +237,51 @@ def parse_reduce_query(text: str | None) -> dict[str, str]:
 
 
 @functools.cache
-def _model_members(model: type[BaseModel]) -> tuple[bool, bool]:
-    """(takes reduce/weights/nan_policy, takes step) for a metrics request model."""
-    return "reduce" in model.model_fields, "step" in model.model_fields
+def _takes_options(model: type[BaseModel]) -> bool:
+    """Whether a metrics request model takes reduce/weights/nan_policy."""
+    return "reduce" in model.model_fields
 
 
-def _json_metrics_input(body: bytes, model: type[BaseModel]) -> MetricsInput:
+def _json_metrics_input(
+    body: bytes, model: type[MetricsReduceRequest] | type[MetricsCollectRequest]
+) -> MetricsInput:
     data = loads_body(body)
-    options, step = _model_members(model)
-    fields = plain_metrics_fields(data, options=options, step=step)
+    fields = plain_metrics_fields(data, options=_takes_options(model))
     if fields is None:
         parsed = validate_model(data, model)
         fields = {
-            "metrics": parsed.metrics,  # type: ignore[attr-defined]
+            "metrics": parsed.metrics,
             "reduce": getattr(parsed, "reduce", None) or {},
             "weights": getattr(parsed, "weights", None),
             "nan_policy": getattr(parsed, "nan_policy", "propagate"),
-            "step": getattr(parsed, "step", None),
         }
     return MetricsInput(
         metrics=decode_json_arrays(fields["metrics"], what="metric"),
         reduce=dict(fields["reduce"]),
         weights=decode_weights(fields["weights"]),
         nan_policy=fields["nan_policy"],
-        step=fields["step"],
+    )
+
+
+def decode_npz_metrics(
+    body: bytes,
+    *,
+    max_bytes: int,
+    reduce_query: str | None = None,
+    nan_policy_query: str | None = None,
+) -> MetricsInput:
+    """An npz metrics body (``_weights`` beside the metrics; options from the query).
+
+    Raises:
+      ServiceError: ``invalid_npz``, ``invalid_tensor``, ``unsupported_datatype``,
+        ``payload_too_large``, ``validation_error`` (``reduce``).
+    """
+    metrics, weights = split_npz_metrics(load_npz(body, max_bytes=max_bytes))
+    return MetricsInput(
+        metrics=metrics,
+        reduce=parse_reduce_query(reduce_query),
+        weights=weights,
+        nan_policy=nan_policy_query or "propagate",
     )
 
 
@@ -248,7 +294,6 @@ def decode_metrics_body(
     max_bytes: int,
     reduce_query: str | None = None,
     nan_policy_query: str | None = None,
-    step_query: int | None = None,
 ) -> MetricsInput:
     """Decodes a JSON or npz metrics body (plain function: no I/O).
 
@@ -258,7 +303,7 @@ def decode_metrics_body(
         header, for the 415 message.
       model: the request model a JSON body must satisfy.
       max_bytes: the largest decompressed npz accepted.
-      reduce_query, nan_policy_query, step_query: npz bodies' options.
+      reduce_query, nan_policy_query: npz bodies' options.
 
     Raises:
       ServiceError: ``unsupported_media_type``, ``invalid_json``, ``validation_error``,
@@ -268,15 +313,15 @@ def decode_metrics_body(
     if is_json_media(media):
         return _json_metrics_input(body, model)
     if media == NPZ_MEDIA_TYPE:
-        metrics, weights = split_npz_metrics(load_npz(body, max_bytes=max_bytes))
-        return MetricsInput(
-            metrics=metrics,
-            reduce=parse_reduce_query(reduce_query),
-            weights=weights,
-            nan_policy=nan_policy_query or "propagate",
-            step=step_query,
+        return decode_npz_metrics(
+            body, max_bytes=max_bytes, reduce_query=reduce_query, nan_policy_query=nan_policy_query
         )
-    raise UnsupportedMediaType(
+    raise unsupported_media(content_type)
+
+
+def unsupported_media(content_type: str | None) -> UnsupportedMediaType:
+    """The 415 of a metrics body that is neither JSON nor npz."""
+    return UnsupportedMediaType(
         f"Content-Type {content_type!r} is not accepted; send {JSON_MEDIA_TYPE} or {NPZ_MEDIA_TYPE}"
     )
 
@@ -289,8 +334,9 @@ def reduce_metrics(data: MetricsInput) -> tuple[dict[str, Any], int]:
     Raises:
       MetricsError: with the library's codes.
     """
+    ops, nan_policy = library_options(data.reduce, data.nan_policy)
     reduced = reduce_custom(
-        data.metrics, reduce_fn=data.reduce, weights=data.weights, nan_policy=data.nan_policy
+        data.metrics, reduce_fn=ops, weights=data.weights, nan_policy=nan_policy
     )
     return reduced, num_devices_of(data.metrics)
 
@@ -317,7 +363,7 @@ def reduced_npz_arrays(reduced: dict[str, Any], num_devices: int) -> dict[str, A
     return {**reduced, NUM_DEVICES_ARRAY: np.int64(num_devices)}
 
 
-def num_devices_of(metrics: dict[str, np.ndarray]) -> int:
+def num_devices_of(metrics: Mapping[str, np.ndarray | np.generic]) -> int:
     """The leading (device) axis size; 0 when no metric has one."""
     for value in metrics.values():
         if value.ndim >= 1:

@@ -195,6 +195,8 @@ def shards_json(
         ranges = np.zeros((n, 0), dtype=np.int64)
         replicas = np.arange(n, dtype=np.int64)  # no batch: every device holds "the same" []
     else:
+        if spec is None:
+            raise ValueError("a batch shape needs its partition spec")
         ndim = len(batch_shape)
         ranges = shard_index_ranges(axes, spec, batch_shape).reshape(n, 2 * ndim)
         replicas = replica_ids(axes, spec, shape=batch_shape)
@@ -341,7 +343,7 @@ def render_plan(
         params, param_warnings = param_layouts(request.features, axes, request.param_sharding)
         warnings.extend(param_warnings)
     if hardware is not None and hardware.params is not None:
-        params = list(hardware.params)
+        params = [dict(layout) for layout in hardware.params]
     memory: dict[str, Any] = memory_per_device(params, request.optimizer, batch_block)
     if hardware is not None and hardware.memory is not None:
         memory = dict(hardware.memory)

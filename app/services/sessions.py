@@ -46,6 +46,8 @@ from app.core.ids import new_session_id, utc_now
 from app.core.settings import Settings
 from app.core.telemetry import Telemetry
 from app.schemas.sessions import SessionCreateRequest, StepRequest
+from app.storage import plans as stored_plans
+from app.storage import sessions as stored_sessions
 from app.storage.db import Store
 from app.workers.runtime_client import RuntimeClient
 from datarax.distributed.model_specs import model_spec
@@ -132,15 +134,16 @@ def decode_step_body(
         parsed = parse_json_model(body, StepRequest)
         steps = steps_query if steps_query is not None else parsed.steps
         _check_steps(steps, settings.max_steps_per_call, ("body", "steps"))
-        if (parsed.batch is None) == (parsed.synthetic is None):
+        batch, synthetic = parsed.batch, parsed.synthetic
+        if synthetic is not None and batch is None:
+            return {"steps": steps, "synthetic": synthetic.model_dump()}, {}
+        if batch is None or synthetic is not None:
             raise InvalidParameter(
                 ("body",), "send exactly one of 'batch' (inputs and targets) or 'synthetic'"
             )
-        if parsed.synthetic is not None:
-            return {"steps": steps, "synthetic": parsed.synthetic.model_dump()}, {}
-        raw = {"inputs": parsed.batch.inputs}
-        if parsed.batch.targets is not None:
-            raw["targets"] = parsed.batch.targets
+        raw = {"inputs": batch.inputs}
+        if batch.targets is not None:
+            raw["targets"] = batch.targets
         return {"steps": steps}, decode_json_arrays(raw, what="batch field")
     if media == NPZ_MEDIA_TYPE:
         steps = 1 if steps_query is None else steps_query
@@ -272,9 +275,11 @@ class SessionService:
         Raises:
           MeshNotFound: ``mesh_id`` names no plan.
         """
-        if mesh_id is not None and await self.store.get_plan(mesh_id) is None:
+        if mesh_id is not None and await stored_plans.get_plan(self.store, mesh_id) is None:
             raise MeshNotFound(f"no mesh plan with id {mesh_id!r}")
-        texts, total = await self.store.list_sessions(min(limit, MAX_LIST_LIMIT), offset, mesh_id)
+        texts, total = await stored_sessions.list_sessions(
+            self.store, min(limit, MAX_LIST_LIMIT), offset, mesh_id
+        )
         items = []
         for text in texts:
             record = json.loads(text)
@@ -292,7 +297,7 @@ class SessionService:
 
     async def record(self, session_id: str) -> dict[str, Any]:
         """The stored record. Raises SessionNotFound."""
-        text = await self.store.get_session(session_id)
+        text = await stored_sessions.get_session(self.store, session_id)
         if text is None:
             raise SessionNotFound(f"no session with id {session_id!r}")
         return json.loads(text)
@@ -304,7 +309,7 @@ class SessionService:
           MeshNotFound, PlanNotLive, WorkerLost, and the runtime's errors
           (``invalid_strategy``, ``insufficient_memory``, ...).
         """
-        text = await self.store.get_plan(mesh_id)
+        text = await stored_plans.get_plan(self.store, mesh_id)
         if text is None:
             raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; create one with POST /v1/meshes")
         plan = json.loads(text)
@@ -369,7 +374,9 @@ class SessionService:
             "loss_history": [],
             "loss_history_stride": 1,
         }
-        await self.store.insert_session(session_id, mesh_id, created_at, json.dumps(record))
+        await stored_sessions.insert_session(
+            self.store, session_id, mesh_id, created_at, json.dumps(record)
+        )
         self._epochs[session_id] = self.runtime.restarts
         self._last_used[session_id] = time.monotonic()
         self._reserved[session_id] = dict(result.get("reserved") or {})
@@ -402,7 +409,7 @@ class SessionService:
 
     async def delete(self, session_id: str) -> None:
         """Forgets the session and frees its arrays when the runtime is up."""
-        if not await self.store.delete_session(session_id):
+        if not await stored_sessions.delete_session(self.store, session_id):
             raise SessionNotFound(f"no session with id {session_id!r}")
         self._epochs.pop(session_id, None)
         self._last_used.pop(session_id, None)
@@ -461,5 +468,5 @@ class SessionService:
             record.update(loss_history=history, loss_history_stride=stride)
             if result["step"] > record["step"]:
                 record.update(step=result["step"], last_loss=finite_or_none(losses[-1]))
-            await self.store.update_session(session_id, json.dumps(record))
+            await stored_sessions.update_session(self.store, session_id, json.dumps(record))
         return result

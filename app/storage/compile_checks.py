@@ -1,37 +1,128 @@
 """Compile checks and their result cache, in the service's SQLite file (own tables).
 
-Two tables beside :mod:`app.storage.db`'s, in the same database file and through the same
-connection (a :class:`~app.storage.db.Store` on the same path shares it: the file is opened in
-SQLite's exclusive locking mode, which allows one connection only; storage faults answer
-as the store's do):
+Two tables beside the others, in the same database file:
 
 - ``compile_checks``: one row per check, its JSON as last answered (terminal states are
   written once; queued/compiling ones are rewritten as they change);
 - ``compile_results``: XLA's figures by cache key (everything that changes the program,
   plus the jax and libtpu versions), so a repeat check answers at once.
 
-Every call runs its blocking sqlite work in a worker thread.
+The typed functions take the :class:`~app.storage.db.Store` first, like every table's.
+Their statements stand alone, so each runs in autocommit mode (:meth:`Store.execute`).
+
+Why :class:`CompileStore` opens a second ``Store`` on the file: the compile-check service
+(:class:`app.services.compile_checks.CompileChecks`) is built from the settings alone and
+opens and closes its tables in its own ``start()``/``stop()``, also in tests that run it
+without the app's store. The compile worker is another process, but it never touches the
+database: only the HTTP process does. A second ``Store`` on the same file costs nothing:
+it shares the first one's connection, lock and fault state (the file is opened in
+SQLite's exclusive locking mode, which allows one connection only), so storage faults
+answer as the service store's do, and the file closes with the last of them.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from app.storage.db import Store
 from app.storage.migrations import COMPILE_CHECKS_SCHEMA
 
-T = TypeVar("T")
-
-
 UNFINISHED = ("queued", "compiling")
+"""The states of a check that has not ended."""
+
+
+def create_tables(store: Store) -> None:
+    """Creates the two tables when missing (blocking: at startup or in a worker thread)."""
+    store.execute_here(lambda c: c.executescript(COMPILE_CHECKS_SCHEMA))
+
+
+async def fail_unfinished(store: Store, reason: str) -> int:
+    """Marks the checks a previous service process left queued or compiling as failed
+    (``compile_failed`` with ``reason``); answers how many."""
+
+    def fix(conn: sqlite3.Connection) -> int:
+        rows = conn.execute(
+            "SELECT id, body FROM compile_checks WHERE status IN (?, ?)", UNFINISHED
+        ).fetchall()
+        for cid, body in rows:
+            check = json.loads(body)
+            check.update(status="failed", error={"code": "compile_failed", "detail": reason})
+            check.pop("position", None)
+            check.pop("phase", None)
+            conn.execute(
+                "UPDATE compile_checks SET status = 'failed', body = ? WHERE id = ?",
+                (json.dumps(check), cid),
+            )
+        return len(rows)
+
+    return await store.execute(fix)
+
+
+async def put_check(store: Store, check: dict[str, Any]) -> None:
+    """Stores a check's JSON, or replaces its status and body when it is stored already."""
+    row = (check["id"], check["mesh_id"], check["created_at"], check["status"], json.dumps(check))
+    await store.execute(
+        lambda c: c.execute(
+            "INSERT INTO compile_checks (id, mesh_id, created_at, status, body) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+            "status = excluded.status, body = excluded.body",
+            row,
+        )
+    )
+
+
+async def get_check(store: Store, cid: str) -> dict[str, Any] | None:
+    """The check's JSON as last stored, or None."""
+    row = await store.execute(
+        lambda c: c.execute("SELECT body FROM compile_checks WHERE id = ?", (cid,)).fetchone()
+    )
+    return None if row is None else json.loads(row[0])
+
+
+async def list_checks(
+    store: Store, mesh_id: str, limit: int, offset: int
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of one plan's checks, newest first (ids sort by time), and how many it has."""
+
+    def read(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
+        rows = conn.execute(
+            "SELECT body FROM compile_checks WHERE mesh_id = ? ORDER BY id DESC LIMIT ? OFFSET ?",
+            (mesh_id, limit, offset),
+        ).fetchall()
+        total = conn.execute(
+            "SELECT count(*) FROM compile_checks WHERE mesh_id = ?", (mesh_id,)
+        ).fetchone()[0]
+        return [json.loads(r[0]) for r in rows], int(total)
+
+    return await store.execute(read)
+
+
+async def get_result(store: Store, key: str) -> dict[str, Any] | None:
+    """The cached compile result of ``key``, or None."""
+    row = await store.execute(
+        lambda c: c.execute("SELECT result FROM compile_results WHERE key = ?", (key,)).fetchone()
+    )
+    return None if row is None else json.loads(row[0])
+
+
+async def put_result(store: Store, key: str, created_at: str, result: dict[str, Any]) -> None:
+    """Caches a compile result under ``key`` (replacing one stored before)."""
+    row = (key, created_at, json.dumps(result))
+    await store.execute(
+        lambda c: c.execute(
+            "INSERT OR REPLACE INTO compile_results (key, created_at, result) VALUES (?, ?, ?)",
+            row,
+        )
+    )
 
 
 class CompileStore:
-    """The two tables; ``open()`` creates them."""
+    """The compile-check service's own :class:`Store` on the file (see the module
+    docstring for why it has one); ``open()`` creates the two tables. Its methods are the
+    module's functions over that store."""
 
     def __init__(self, path: Path | str):
         self.path = str(path)
@@ -43,7 +134,7 @@ class CompileStore:
         store = Store(self.path)
         store.open()
         try:
-            store.execute_here(lambda c: c.executescript(COMPILE_CHECKS_SCHEMA))
+            create_tables(store)
         except BaseException:
             store.close()
             raise
@@ -54,75 +145,33 @@ class CompileStore:
         if store is not None:
             store.close()
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    @property
+    def store(self) -> Store:
+        """The open store.
+
+        Raises:
+          RuntimeError: not open (before ``open()`` or after ``close()``).
+        """
         if self._store is None:
             raise RuntimeError("the compile store is not open")
-        return await self._store.execute(fn)
+        return self._store
 
     async def fail_unfinished(self, reason: str) -> int:
-        """Marks checks a previous service process left queued or compiling as failed."""
-
-        def fix(conn: sqlite3.Connection) -> int:
-            rows = conn.execute(
-                "SELECT id, body FROM compile_checks WHERE status IN (?, ?)", UNFINISHED
-            ).fetchall()
-            for cid, body in rows:
-                check = json.loads(body)
-                check.update(status="failed", error={"code": "compile_failed", "detail": reason})
-                check.pop("position", None)
-                check.pop("phase", None)
-                conn.execute(
-                    "UPDATE compile_checks SET status = 'failed', body = ? WHERE id = ?",
-                    (json.dumps(check), cid),
-                )
-            return len(rows)
-
-        return await self._run(fix)
+        return await fail_unfinished(self.store, reason)
 
     async def put_check(self, check: dict[str, Any]) -> None:
-        text = json.dumps(check)
-        await self._run(
-            lambda c: c.execute(
-                "INSERT INTO compile_checks (id, mesh_id, created_at, status, body) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                "status = excluded.status, body = excluded.body",
-                (check["id"], check["mesh_id"], check["created_at"], check["status"], text),
-            )
-        )
+        await put_check(self.store, check)
 
     async def get_check(self, cid: str) -> dict[str, Any] | None:
-        row = await self._run(
-            lambda c: c.execute("SELECT body FROM compile_checks WHERE id = ?", (cid,)).fetchone()
-        )
-        return None if row is None else json.loads(row[0])
+        return await get_check(self.store, cid)
 
-    async def list_checks(self, mesh_id: str, limit: int, offset: int) -> tuple[list[dict], int]:
-        def read(conn: sqlite3.Connection) -> tuple[list[dict], int]:
-            rows = conn.execute(
-                "SELECT body FROM compile_checks WHERE mesh_id = ? ORDER BY id DESC "
-                "LIMIT ? OFFSET ?",
-                (mesh_id, limit, offset),
-            ).fetchall()
-            total = conn.execute(
-                "SELECT count(*) FROM compile_checks WHERE mesh_id = ?", (mesh_id,)
-            ).fetchone()[0]
-            return [json.loads(r[0]) for r in rows], int(total)
-
-        return await self._run(read)
+    async def list_checks(
+        self, mesh_id: str, limit: int, offset: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        return await list_checks(self.store, mesh_id, limit, offset)
 
     async def get_result(self, key: str) -> dict[str, Any] | None:
-        row = await self._run(
-            lambda c: c.execute(
-                "SELECT result FROM compile_results WHERE key = ?", (key,)
-            ).fetchone()
-        )
-        return None if row is None else json.loads(row[0])
+        return await get_result(self.store, key)
 
     async def put_result(self, key: str, created_at: str, result: dict[str, Any]) -> None:
-        text = json.dumps(result)
-        await self._run(
-            lambda c: c.execute(
-                "INSERT OR REPLACE INTO compile_results (key, created_at, result) VALUES (?, ?, ?)",
-                (key, created_at, text),
-            )
-        )
+        await put_result(self.store, key, created_at, result)

@@ -1,4 +1,10 @@
-"""Persistence: plans, job metric points and session metadata in one SQLite file.
+"""The storage engine: one SQLite file, its connection, its faults and its transactions.
+
+The tables' statements live beside this module, one module per table family (see
+:mod:`app.storage`); every schema and migration in :mod:`app.storage.migrations`. The
+methods here that take a function over the raw ``sqlite3.Connection``
+(:meth:`Store.write`, :meth:`Store.read`, ...) are for those modules only: callers
+outside :mod:`app.storage` use the typed per-table functions.
 
 Durability: the database runs in WAL mode with ``synchronous=FULL``, so every commit
 fsyncs the WAL before ``commit()`` returns. The service answers 2xx only after the
@@ -51,7 +57,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import anyio.to_thread
 
@@ -462,6 +468,11 @@ class Store:
             self._succeeded()
         return result
 
+    def write_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """:meth:`write` for a caller already in a worker thread (or at startup): blocks
+        until the durable commit."""
+        return self._write(fn)
+
     async def _in_thread(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn)
 
@@ -499,7 +510,7 @@ class Store:
                     self._commit_group(self._conn, group)
         if mine.error is not None:
             raise mine.error
-        return mine.result  # type: ignore[return-value]
+        return cast(T, mine.result)  # the result of ``fn``, set by the group's commit
 
     def _commit_group(self, conn: sqlite3.Connection, group: list[_GroupedWrite]) -> None:
         """One transaction for ``group`` (the lock held). A write that raises a
@@ -549,141 +560,6 @@ class Store:
     def execute_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """:meth:`execute` for a caller already in a worker thread (or at startup)."""
         return self._run(fn)
-
-    # ---------------------------------------------------------------------------- plans
-
-    def insert_plan_sync(
-        self,
-        plan_id: str,
-        created_at: str,
-        name: str | None,
-        live: bool,
-        body: str,
-        summary: str | None = None,
-    ) -> None:
-        """Stores a plan: its full JSON text and a summary (without per-device fields)."""
-        self._write(
-            lambda c: c.execute(
-                "INSERT INTO plans (id, created_at, name, live, body, summary) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (plan_id, created_at, name, int(live), body, body if summary is None else summary),
-            )
-        )
-
-    async def insert_plan(
-        self,
-        plan_id: str,
-        created_at: str,
-        name: str | None,
-        live: bool,
-        body: str,
-        summary: str | None = None,
-    ) -> None:
-        await self._in_thread(
-            lambda: self.insert_plan_sync(plan_id, created_at, name, live, body, summary)
-        )
-
-    async def get_plan(self, plan_id: str) -> str | None:
-        """The stored plan JSON text, or None."""
-
-        def read(c: sqlite3.Connection) -> str | None:
-            row = c.execute("SELECT body FROM plans WHERE id = ?", (plan_id,)).fetchone()
-            return None if row is None else row[0]
-
-        return await self._in_thread(lambda: self._run(read))
-
-    async def get_plan_summary(self, plan_id: str) -> str | None:
-        """The stored plan's summary JSON text (every member but the per-device ones), or
-        None."""
-
-        def read(c: sqlite3.Connection) -> str | None:
-            row = c.execute("SELECT summary FROM plans WHERE id = ?", (plan_id,)).fetchone()
-            return None if row is None else row[0]
-
-        return await self._in_thread(lambda: self._run(read))
-
-    async def list_plans(
-        self, limit: int, offset: int, *, summary: bool = False, max_bytes: int | None = None
-    ) -> tuple[list[str] | None, int]:
-        """Plan JSON texts (or summaries), newest first (insertion order), and the total;
-        None instead of the texts as soon as they would pass ``max_bytes``."""
-        column = "summary" if summary else "body"
-
-        def read(c: sqlite3.Connection) -> tuple[list[str] | None, int]:
-            total = c.execute("SELECT COUNT(*) FROM plans").fetchone()[0]
-            cursor = c.execute(
-                f"SELECT {column} FROM plans ORDER BY rowid DESC LIMIT ? OFFSET ?", (limit, offset)
-            )
-            texts, size = [], 0
-            for (text,) in cursor:  # row by row: stop before holding too much
-                size += len(text)
-                if max_bytes is not None and size > max_bytes:
-                    cursor.close()
-                    return None, int(total)
-                texts.append(text)
-            return texts, int(total)
-
-        return await self._in_thread(lambda: self._run(read))
-
-    async def delete_plan(self, plan_id: str) -> bool:
-        """Deletes a plan; False when there was none."""
-
-        def delete(c: sqlite3.Connection) -> bool:
-            return c.execute("DELETE FROM plans WHERE id = ?", (plan_id,)).rowcount > 0
-
-        return await self._in_thread(lambda: self._write(delete))
-
-    # ----------------------------------------------------------------------- job points
-    # The job tables' SQL is app/storage/jobs.py; app/services/jobs.py runs it through
-    # write() and read().
-
-    # ------------------------------------------------------------------------- sessions
-
-    async def insert_session(self, session_id: str, mesh_id: str, created_at: str, body: str):
-        await self._in_thread(
-            lambda: self._write(
-                lambda c: c.execute(
-                    "INSERT INTO sessions (id, mesh_id, created_at, body) VALUES (?, ?, ?, ?)",
-                    (session_id, mesh_id, created_at, body),
-                )
-            )
-        )
-
-    async def update_session(self, session_id: str, body: str) -> bool:
-        def update(c: sqlite3.Connection) -> bool:
-            cur = c.execute("UPDATE sessions SET body = ? WHERE id = ?", (body, session_id))
-            return cur.rowcount > 0
-
-        return await self._in_thread(lambda: self._write(update))
-
-    async def get_session(self, session_id: str) -> str | None:
-        def read(c: sqlite3.Connection) -> str | None:
-            row = c.execute("SELECT body FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            return None if row is None else row[0]
-
-        return await self._in_thread(lambda: self._run(read))
-
-    async def delete_session(self, session_id: str) -> bool:
-        def delete(c: sqlite3.Connection) -> bool:
-            return c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
-
-        return await self._in_thread(lambda: self._write(delete))
-
-    async def list_sessions(
-        self, limit: int, offset: int, mesh_id: str | None = None
-    ) -> tuple[list[str], int]:
-        """Session JSON texts, newest first, and the total (of ``mesh_id``'s, when given)."""
-        where, args = ("WHERE mesh_id = ?", (mesh_id,)) if mesh_id is not None else ("", ())
-
-        def read(c: sqlite3.Connection) -> tuple[list[str], int]:
-            total = c.execute(f"SELECT COUNT(*) FROM sessions {where}", args).fetchone()[0]
-            rows = c.execute(
-                f"SELECT body FROM sessions {where} ORDER BY rowid DESC LIMIT ? OFFSET ?",
-                (*args, limit, offset),
-            ).fetchall()
-            return [row[0] for row in rows], int(total)
-
-        return await self._in_thread(lambda: self._run(read))
 
 
 def _now() -> str:

@@ -28,9 +28,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.storage.jobs import scalar_values, write_rollups
 from app.storage.part_blobs import decode_part, encode_part, row_hashes
 from app.storage.parts import COVERAGE_BITS, _steps_of, encode_coverage
+from app.storage.rollups import scalar_values, write_rollups
 
 SCHEMA_VERSION = 4
 """``PRAGMA user_version`` of a current file. 1 (written as 0 by SQLite): plans,

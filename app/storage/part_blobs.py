@@ -30,7 +30,7 @@ def _part_header(names: Sequence[str], arrays: Sequence[np.ndarray]) -> bytes:
     return _PART_MAGIC + len(header).to_bytes(4, "little") + header
 
 
-def encode_part(arrays: Mapping[str, np.ndarray]) -> bytes:
+def encode_part(arrays: Mapping[str, np.ndarray | np.generic]) -> bytes:
     """One part's arrays -> the stored bytes (compact: no per-array archive entries)."""
     values = [np.asarray(v) for v in arrays.values()]  # tobytes(): C order, 0-d kept
     return b"".join([_part_header(list(arrays), values), *(v.tobytes() for v in values)])

@@ -48,12 +48,21 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
+import orjson
 
-from app.core.errors import PartMismatch, SourcesMismatch, StepConflict
+from app.codecs.json_arrays import encode_json
+from app.core.errors import PartMismatch, SourcesMismatch, StepConflict, from_library
 from app.storage.part_blobs import decode_part, encode_part, row_hashes
+from app.storage.reduced_text import object_texts, scalar_floats
+from datarax.distributed.errors import MetricsError
+from datarax.distributed.merge import merge_steps
+from datarax.distributed.typing import NanPolicy, ReduceOp
+
+WEIGHTS_ARRAY = "_weights"
+"""A part's weights, stored beside its metrics (``[n_devices]``; stacked ``[P, n_devices]``)."""
 
 COVERAGE_BITS = 12
 """``job_coverage`` counts, per block of 4,096 steps, how many sources hold each step
@@ -94,8 +103,8 @@ _IN_CHUNK = 500
 
 
 class MergedStep(NamedTuple):
-    """What the service's merge of a step's parts gives: reduced JSON text, scalars,
-    device count. (A tuple: a merge makes one per completed step.)"""
+    """A completed step's merge: reduced JSON text, scalars, device count. (A tuple: a
+    merge makes one per completed step.)"""
 
     reduced: str
     values: dict[str, float]
@@ -104,7 +113,45 @@ class MergedStep(NamedTuple):
 
 MergeRows = Callable[[list[tuple[str, dict[str, np.ndarray]]], str], list[MergedStep]]
 """Merges the parts of k steps: ``[(source, {name: [k, n_devices, ...]})]`` in source
-order, and their signature (reduce options), into k points."""
+order, and their signature (reduce options), into k points (:func:`merge_rows`)."""
+
+
+def signature_options(signature: str) -> tuple[dict[str, ReduceOp], NanPolicy]:
+    """(reduce ops, NaN policy) of a part signature (JSON: metrics, reduce, nan_policy), as
+    the library's types: the push that stored it had them checked by the library."""
+    meta = orjson.loads(signature)
+    return cast("dict[str, ReduceOp]", meta["reduce"]), cast("NanPolicy", meta["nan_policy"])
+
+
+def merge_rows(parts: list[tuple[str, dict[str, np.ndarray]]], signature: str) -> list[MergedStep]:
+    """Merges k steps' parts (``[(source, {name: [k, n_devices, ...]})]``, source order)
+    exactly as one push of every device, with the library's pure
+    :func:`datarax.distributed.merge.merge_steps`; the points' text as a batch of
+    complete steps stores it (:func:`app.storage.reduced_text.object_texts`).
+
+    Raises:
+      ServiceError: the library's metric codes.
+    """
+    ops, nan_policy = signature_options(signature)
+    metrics = [{n: a for n, a in arrays.items() if n != WEIGHTS_ARRAY} for _, arrays in parts]
+    weights = [arrays.get(WEIGHTS_ARRAY) for _, arrays in parts]
+    try:
+        merged = merge_steps(metrics, ops, weights=weights, nan_policy=nan_policy)
+    except MetricsError as err:
+        raise from_library(err) from None
+    if merged.columns is not None:
+        names = list(merged.columns)
+        columns = [merged.columns[n] for n in names]
+        texts = object_texts(names, columns)
+        rows = zip(*(column.tolist() for column in columns), strict=True)
+        return [
+            MergedStep(text, dict(zip(names, row, strict=True)), merged.num_devices)
+            for text, row in zip(texts, rows, strict=True)
+        ]
+    return [
+        MergedStep(encode_json(reduced).decode(), scalar_floats(reduced), merged.num_devices)
+        for reduced in merged.reduced
+    ]
 
 
 @dataclass
@@ -286,7 +333,7 @@ def push_segment(
     job: str,
     segment: PartSegment,
     now: str,
-    merge: MergeRows,
+    merge: MergeRows | None,
     stored_points: dict[int, tuple[int, str, str]],
 ) -> tuple[list[int], list[tuple[int, dict[str, float]]], list[tuple]]:
     """Stores one source's parts (call inside a transaction) and merges the steps they
@@ -418,7 +465,7 @@ def push_segment(
     ).fetchall()
     held = [_steps_of(_segment_steps_blob(conn, row[0])) for row in others]
     completed, rollup, point_rows = _merge_completed(
-        conn, job, segment, new_steps, done, columns, others, held, merge, now
+        conn, job, segment, new_steps, done, columns, others, held, merge or merge_rows, now
     )
     for step, row in zip(completed, point_rows, strict=True):
         segment.complete[step] = (row[2], now)

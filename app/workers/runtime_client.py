@@ -1,11 +1,12 @@
 """The HTTP process's handle on the runtime process that owns the devices.
 
 :class:`RuntimeClient` spawns ``python -m app.runtime`` (see :mod:`app.runtime`), talks to
-it over a ``socketpair`` with the framing of :mod:`app.core.channel`, and supervises it: when the
-runtime exits for any reason (an XLA abort, ``kill -9``, a timeout kill) it is marked not
-ready, the call in flight fails with :class:`~app.core.errors.WorkerLost`, and a fresh runtime is
-started after a backoff (0.5 s doubling to 10 s; back to 0.5 s once a runtime has lived
-30 s). Everything here is asyncio; nothing blocks the event loop, and nothing imports JAX.
+it over a ``socketpair`` with the framing of :mod:`app.core.channel`, and supervises it
+(with :mod:`app.workers.supervisor`, as the compile worker is): when the runtime exits for
+any reason (an XLA abort, ``kill -9``, a timeout kill) it is marked not ready, the call in
+flight fails with :class:`~app.core.errors.WorkerLost`, and a fresh runtime is started
+after a backoff (0.5 s doubling to 10 s; back to 0.5 s once a runtime has lived 30 s).
+Everything here is asyncio; nothing blocks the event loop, and nothing imports JAX.
 
 Errors: every call raises :class:`~app.core.errors.ServiceError` subclasses only:
 ``WorkerLost`` (503), ``StepTimeout`` (504), ``ArrayNotAccepted`` (422, before anything is
@@ -36,7 +37,6 @@ import socket
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,25 +49,25 @@ from app.core.errors import from_reply as error_from_reply
 from app.core.logs import REQUEST_ID
 from app.core.settings import Settings
 from app.runtime.environment import runtime_environment, runtime_platforms
+from app.workers.supervisor import PROJECT_ROOT, Backoff, Child, describe_exit
 
 log = logging.getLogger("datarax.runtime")
-
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(eq=False)
 class _Worker:
-    proc: asyncio.subprocess.Process
+    child: Child
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     started_at: float
     lost: bool = False
 
+    @property
+    def proc(self) -> asyncio.subprocess.Process:
+        return self.child.proc
+
     def signal_group(self, signum: int) -> None:
-        # start_new_session: the process group id is the worker's pid.
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signum)
+        self.child.signal_group(signum)
 
 
 @dataclass
@@ -191,18 +191,13 @@ class RuntimeClient:
             # loaded libtpu would print libtpu's failure-signal stack trace for a SIGTERM
             # it got while JAX was starting (see app.runtime.__main__._quiet_signals).
             self._lose(worker)
-            for signum, grace in (
-                (None, self.EOF_GRACE_S),
-                (signal.SIGTERM, self.STOP_GRACE_S),
-                (signal.SIGKILL, None),
-            ):
-                if signum is not None:
-                    worker.signal_group(signum)
-                try:
-                    await asyncio.wait_for(worker.proc.wait(), grace)
-                    break
-                except TimeoutError:
-                    continue
+            await worker.child.stop(
+                [
+                    (None, self.EOF_GRACE_S),  # stdin is /dev/null: EOF is the closed channel
+                    (signal.SIGTERM, self.STOP_GRACE_S),
+                    (signal.SIGKILL, None),
+                ]
+            )
         for task in list(self._tasks):
             task.cancel()
 
@@ -215,7 +210,7 @@ class RuntimeClient:
                 platforms, why = runtime_platforms(self._settings, os.environ)
                 log.info("runtime platforms: JAX_PLATFORMS=%s (%s)", platforms, why)
             env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p
+                p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p
             )
             secrets = {k for k, v in self._settings if isinstance(v, SecretStr)}
             args = [
@@ -226,33 +221,25 @@ class RuntimeClient:
                 f"--settings-json={self._settings.model_dump_json(exclude=secrets)}",
                 *(f"--command-module={m}" for m in self._command_modules),
             ]
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                *args,
-                pass_fds=[fd],
-                start_new_session=True,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-            )
+            child = await Child.spawn([sys.executable, *args], env=env, pass_fds=[fd])
         except BaseException:
             parent_sock.close()
             raise
         finally:
             child_sock.close()
         reader, writer = await asyncio.open_unix_connection(sock=parent_sock)
-        worker = _Worker(proc, reader, writer, asyncio.get_running_loop().time())
+        worker = _Worker(child, reader, writer, asyncio.get_running_loop().time())
         self._worker = worker
-        log.info("runtime process %d started", proc.pid)
+        log.info("runtime process %d started", child.pid)
         return worker
 
     async def _supervise(self) -> None:
         loop = asyncio.get_running_loop()
-        backoff = self.BACKOFF_INITIAL_S
+        backoff = Backoff(self.BACKOFF_INITIAL_S, self.BACKOFF_MAX_S, self.HEALTHY_AFTER_S)
         first = True
         while not self._stopping:
             if not first:
-                await asyncio.sleep(backoff)
-                backoff = min(2 * backoff, self.BACKOFF_MAX_S)
+                await backoff.sleep()
                 self._restarts += 1
             first = False
             try:
@@ -266,14 +253,13 @@ class RuntimeClient:
             returncode = await worker.proc.wait()
             self._lose(worker)
             worker.signal_group(signal.SIGKILL)  # anything it left in its process group
-            if loop.time() - worker.started_at >= self.HEALTHY_AFTER_S:
-                backoff = self.BACKOFF_INITIAL_S
+            backoff.lived(loop.time() - worker.started_at)
             if not self._stopping:
                 log.warning(
                     "runtime process %d exited (%s); restarting in %.1f s",
                     worker.proc.pid,
-                    f"signal {-returncode}" if returncode < 0 else f"code {returncode}",
-                    backoff,
+                    describe_exit(returncode),
+                    backoff.delay_s,
                 )
 
     async def _handshake(self, worker: _Worker) -> None:

@@ -204,7 +204,7 @@ def retry_delay(attempt: int, retry_after: str | None, backoff_s: float) -> floa
             when = email.utils.parsedate_to_datetime(retry_after)
             if when is not None:
                 return min(MAX_BACKOFF_S, max(0.0, when.timestamp() - time.time()))
-    return min(MAX_BACKOFF_S, backoff_s * (2**attempt))
+    return min(MAX_BACKOFF_S, backoff_s * 2.0**attempt)
 
 
 def raise_for_problem(status: int, headers: Mapping[str, str], content: bytes) -> None:

@@ -1,7 +1,8 @@
 """Sums and means over the leading (device) axis that never wrap and never overflow where
-the true result is representable. NumPy only; private to
-:mod:`datarax.distributed._reduce_kernels`, which decides when they are needed and turns
-an overflow into ``MetricsError("integer_overflow")``.
+the true result is representable. NumPy only; private to the kernels
+(:mod:`datarax.distributed._numpy_kernels`, and :mod:`datarax.distributed._reduce_kernels`
+for JAX integer sums), which decide when they are needed and turn an overflow into
+``MetricsError("integer_overflow")``.
 
 Integers: NumPy sums ``int8``..``int64`` in ``int64`` and ``uint8``..``uint64`` in
 ``uint64``, modulo 2**64: ``[2**63 - 1, 1]`` sums to ``-2**63``. A modular sum is still
@@ -73,7 +74,7 @@ def int_sum_may_overflow(x: np.ndarray, low: int | None = None, high: int | None
         return False
     least = int(np.minimum.reduce(x, axis=None))
     most = int(np.maximum.reduce(x, axis=None))
-    return n * most > high or n * least < low
+    return bool(n * most > high or n * least < low)
 
 
 def _split_sums(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

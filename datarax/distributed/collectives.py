@@ -39,7 +39,9 @@ def _check_axis_name(axis_name: Any) -> None:
         )
 
 
-def _map_collective(lax_name: str, tree: PyTree, axis_name: str, what: str, **kwargs: Any) -> Any:
+def _map_collective(
+    lax_name: str, tree: PyTree, axis_name: str, what: str, **kwargs: Any
+) -> PyTree:
     """Applies ``jax.lax.<lax_name>`` to every ``jax.Array`` leaf of ``tree``."""
     _check_axis_name(axis_name)
 
@@ -49,7 +51,8 @@ def _map_collective(lax_name: str, tree: PyTree, axis_name: str, what: str, **kw
         return x
 
     try:
-        return jax.tree_util.tree_map(one, tree, is_leaf=lambda x: x is None)
+        mapped: PyTree = jax.tree_util.tree_map(one, tree, is_leaf=lambda x: x is None)
+        return mapped
     except UnboundAxisError:
         raise
     except NameError as err:

@@ -59,8 +59,9 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from jax.tree_util import PyTreeDef
 
-from datarax.distributed.cost import _role_axes, axis_roles, param_specs
+from datarax.distributed.axis_roles import axis_roles, param_specs, role_axes
 from datarax.distributed.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 from datarax.distributed.planning import PlanError
 from datarax.models import ActivationLayout, make_optimizer, transformer_loss_fn
@@ -84,6 +85,11 @@ COLLECTIVE_KINDS: tuple[str, ...] = (
     "collective-permute",
 )
 """Collective ops counted in the compiled HLO (async ``-start`` forms count once)."""
+
+Params = dict[str, jax.Array]
+"""Flat parameters (or a batch) by name, e.g. ``{"layers/0/kernel": [F, H] float32}``."""
+StepLoss = Callable[[Params, Params], jax.Array]
+"""``loss(params, batch) -> scalar`` of a compiled step."""
 
 _JNP_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _LEARNING_RATE = 1e-3
@@ -193,11 +199,14 @@ def _param_tree(spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str]) -> dict[s
 def _opt_state_tree(params: dict[str, Any], optimizer: Any, mesh: Mesh) -> Any:
     """The optimizer state's shapes, each moment sharded like its parameter."""
     shapes = jax.eval_shape(optimizer.init, params)
-    params_def = jax.tree.structure(params)
+    params_def: PyTreeDef = jax.tree.structure(params)
     replicated = NamedSharding(mesh, P())
 
     def is_params_like(node: Any) -> bool:
-        return isinstance(node, dict) and jax.tree.structure(node) == params_def
+        if not isinstance(node, dict):
+            return False
+        node_def: PyTreeDef = jax.tree.structure(node)
+        return bool(node_def == params_def)
 
     def place(node: Any) -> Any:
         if is_params_like(node):
@@ -214,7 +223,7 @@ def _batch_tree(
     spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str], global_batch: int
 ) -> dict[str, Any]:
     axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-    batch_axes = _role_axes(axes, roles, "data") + _role_axes(axes, roles, "fsdp")
+    batch_axes = role_axes(axes, roles, "data") + role_axes(axes, roles, "fsdp")
     shards = math.prod(axes[a] for a in batch_axes)
     if global_batch % shards:
         raise PlanError(
@@ -243,15 +252,15 @@ def _activation_layout(mesh: Mesh, roles: Mapping[str, str]) -> ActivationLayout
     """The plan's activation layout: batch over the data then fsdp axes, tensor-split
     dimensions over the tensor axes (:class:`datarax.models.ActivationLayout`)."""
     axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-    batch = _role_axes(axes, roles, "data") + _role_axes(axes, roles, "fsdp")
-    return ActivationLayout(mesh, batch, _role_axes(axes, roles, "tensor"))
+    batch = role_axes(axes, roles, "data") + role_axes(axes, roles, "fsdp")
+    return ActivationLayout(mesh, batch, role_axes(axes, roles, "tensor"))
 
 
-def _mlp_loss(spec: MLPSpec, constrain: ActivationLayout) -> Callable[[dict, dict], jax.Array]:
+def _mlp_loss(spec: MLPSpec, constrain: ActivationLayout) -> StepLoss:
     dtype = _JNP_DTYPES[spec.dtype]
     n = len(spec.features) - 1
 
-    def forward(params: dict, inputs: jax.Array) -> jax.Array:
+    def forward(params: Params, inputs: jax.Array) -> jax.Array:
         x = constrain(inputs.astype(dtype))
         for i in range(n):
             x = x @ params[f"layers/{i}/kernel"] + params[f"layers/{i}/bias"]
@@ -264,18 +273,19 @@ def _mlp_loss(spec: MLPSpec, constrain: ActivationLayout) -> Callable[[dict, dic
     if spec.remat == "full":
         forward = jax.checkpoint(forward)
 
-    def loss(params: dict, batch: dict) -> jax.Array:
+    def loss(params: Params, batch: Params) -> jax.Array:
         out = forward(params, batch["inputs"]).astype(jnp.float32)
         if spec.loss == "cross_entropy":
-            return optax.softmax_cross_entropy_with_integer_labels(out, batch["targets"]).mean()
+            losses: jax.Array = optax.softmax_cross_entropy_with_integer_labels(
+                out, batch["targets"]
+            )
+            return losses.mean()
         return jnp.mean((out - batch["targets"]) ** 2)
 
     return loss
 
 
-def step_loss(
-    spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str] | None = None
-) -> Callable[[dict, dict], jax.Array]:
+def step_loss(spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str] | None = None) -> StepLoss:
     """``loss(params, batch)`` of the step: the MLP, or :mod:`datarax.models`'
     transformer (:func:`datarax.models.transformer_loss_fn`), with activations pinned to
     the plan's layout."""
@@ -324,7 +334,7 @@ def abstract_train_step(
     batch = _batch_tree(spec, mesh, roles, global_batch)
     loss_fn = step_loss(spec, mesh, roles)
 
-    def step(params: dict, opt_state: Any, batch: dict) -> tuple[dict, Any, jax.Array]:
+    def step(params: Params, opt_state: Any, batch: Params) -> tuple[Params, Any, jax.Array]:
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss

@@ -63,7 +63,8 @@ def _is_array(x: Any) -> bool:
 def _local_dim0_blocks(sharding: NamedSharding, shards: int) -> int:
     """How many distinct dimension-0 shards this process's devices hold."""
     index_map = sharding.addressable_devices_indices_map((shards,))
-    return len({idx[0].start or 0 for idx in index_map.values()})
+    # None: the device holds the whole array, i.e. the block that starts at 0
+    return len({0 if idx is None else idx[0].start or 0 for idx in index_map.values()})
 
 
 def place_batch_on_shards(batch: PyTree, sharding: NamedSharding) -> PyTree:
@@ -114,7 +115,8 @@ def place_batch_on_shards(batch: PyTree, sharding: NamedSharding) -> PyTree:
             return jax.make_array_from_process_local_data(sharding, np.asarray(leaf), global_shape)
         return jax.device_put(leaf, sharding)
 
-    return jax.tree_util.tree_map_with_path(place, batch)
+    placed: PyTree = jax.tree_util.tree_map_with_path(place, batch)
+    return placed
 
 
 def model_state_shardings(
@@ -182,14 +184,15 @@ def place_model_state_on_shards(
     shardings, _ = model_state_shardings(state, mesh, param_sharding)
     # One process: device_put. Several: every process holds the same state (same seed,
     # same code) and fills only its own shards, with no cross-process traffic.
-    return jax.tree.map(global_array_from_host, state, shardings)
+    placed: PyTree = jax.tree.map(global_array_from_host, state, shardings)
+    return placed
 
 
 def place_nnx_state_on_shards(
-    state: nnx.State,
+    state: nnx.State[Any, Any],
     mesh: Mesh,
     filter_sharding: nnx.StateSharding | Mapping[Any, P | Sharding],
-) -> nnx.State:
+) -> nnx.State[Any, Any]:
     """Places an NNX state with shardings chosen by NNX filters (upstream's API).
 
     Each variable takes the sharding of the first filter that matches it, as
@@ -254,9 +257,11 @@ def reduce_gradient_tree(gradients: PyTree, reduce_type: GradientReduction = "me
     """
     kind = reduce_type.lower() if isinstance(reduce_type, str) else reduce_type
     if kind == "mean":
-        return jax.tree.map(jnp.mean, gradients)
+        means: PyTree = jax.tree.map(jnp.mean, gradients)
+        return means
     if kind == "sum":
-        return jax.tree.map(jnp.sum, gradients)
+        sums: PyTree = jax.tree.map(jnp.sum, gradients)
+        return sums
     raise ValueError(
         f"Unsupported reduce_type {reduce_type!r}: reduce_type must be 'mean' or 'sum'"
     )

@@ -4,7 +4,7 @@
 - :func:`place_on_device`, :func:`distribute_batch`: ``jax.device_put`` of a pytree onto
   one device or a sharding (non-array leaves such as strings pass through).
 - :func:`get_batch_size_recommendation`: the batch size at which a chip's matmuls stop
-  being memory-bound, from its datasheet (see ``_CHIPS``).
+  being memory-bound, from its catalog entry (:mod:`datarax.distributed.hardware`).
 - :func:`prefetch_to_device`: a bounded two-stage background queue (read ahead on the
   host, place on the device) so that host-to-device transfer overlaps compute.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import math
 import queue
+import re
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
 from datarax.distributed.global_arrays import global_array_from_host
+from datarax.distributed.hardware import Hardware, get_hardware
 from datarax.distributed.typing import PyTree
 
 __all__ = [
@@ -76,24 +78,37 @@ class BatchSizeRecommendation:
     notes: str = ""
 
 
-# (peak dense bf16 FLOP/s, memory bandwidth bytes/s, datasheet). Critical batch size =
-# FLOP/s / bytes/s, the roofline argument of "How to Scale Your Model", ch. 1
-# (https://jax-ml.github.io/scaling-book/roofline/), which finds 240 for TPU v5e.
-_CHIPS: dict[HardwareType, tuple[float, float, str]] = {
-    HardwareType.TPU_V5E: (197e12, 819e9, "https://cloud.google.com/tpu/docs/v5e"),
-    HardwareType.TPU_V5P: (459e12, 2765e9, "https://cloud.google.com/tpu/docs/v5p"),
-    HardwareType.TPU_V4: (275e12, 1200e9, "https://cloud.google.com/tpu/docs/v4"),
-    HardwareType.H200: (989e12, 4.8e12, "https://www.nvidia.com/en-us/data-center/h200/"),
-    HardwareType.H100: (989e12, 3.35e12, "https://www.nvidia.com/en-us/data-center/h100/"),
-    HardwareType.A100: (312e12, 2039e9, "https://www.nvidia.com/en-us/data-center/a100/"),
-    HardwareType.V100: (125e12, 900e9, "https://www.nvidia.com/en-us/data-center/v100/"),
+# The catalog entry of each chip (datarax.distributed.hardware, the one place chip figures
+# live). Critical batch size = peak bf16 FLOP/s / HBM bytes/s, the roofline argument of
+# "How to Scale Your Model", ch. 1 (https://jax-ml.github.io/scaling-book/roofline/),
+# which finds 240 for TPU v5e.
+_CATALOG_NAME: dict[HardwareType, str] = {
+    HardwareType.TPU_V5E: "tpu-v5e",
+    HardwareType.TPU_V5P: "tpu-v5p",
+    HardwareType.TPU_V4: "tpu-v4",
+    HardwareType.H200: "h200-sxm",
+    HardwareType.H100: "h100-sxm",
+    HardwareType.A100: "a100-sxm",
+    HardwareType.V100: "v100-sxm",
 }
+
+_URL = re.compile(r"https://[^\s),;]+")
+
+
+def _datasheet(entry: Hardware) -> str:
+    """The first address the entry cites for its bandwidth or peak (its datasheet)."""
+    for figure in ("hbm_bytes_per_s", "peak_bf16_flops"):
+        found = _URL.search(entry.sources.get(figure, ""))
+        if found:
+            return found.group(0)
+    return f"datarax.distributed.hardware entry {entry.name!r}"
+
 
 # Where the datasheet ratio and upstream datarax's table (src/datarax/distributed/
 # device_placement.py, _BATCH_SIZE_RECOMMENDATIONS) differ only by rounding, upstream's
 # critical batch size is kept, so code and tests written for upstream see its numbers:
 #   TPU v5e: 197e12 / 819e9 = 240.5; upstream (and the scaling book, with 820 GB/s) 240.
-#   H100:    989e12 / 3.35e12 = 295.2; upstream 298 (about 1e15 / 3.35e12).
+#   H100:    989.5e12 / 3.35e12 = 295.4; upstream 298 (about 1e15 / 3.35e12).
 # The datasheet figure stays in the recommendation's notes. Chips whose upstream value is
 # a different estimate, not a rounding (v5p 480 vs 166, v4 192 vs 230, A100 240 vs 154,
 # V100 96 vs 139), keep the datasheet ratio (docs/UPSTREAM.md).
@@ -117,7 +132,8 @@ _FALLBACK: dict[HardwareType, BatchSizeRecommendation] = {
 def _recommendation(hardware: HardwareType) -> BatchSizeRecommendation:
     if hardware in _FALLBACK:
         return _FALLBACK[hardware]
-    flops, bandwidth, source = _CHIPS[hardware]
+    entry = get_hardware(_CATALOG_NAME[hardware])
+    flops, bandwidth, source = entry.peak_bf16_flops, entry.hbm_bytes_per_s, _datasheet(entry)
     ratio = flops / bandwidth
     critical = _UPSTREAM_CRITICAL.get(hardware, math.ceil(ratio))
     kept = f"; {critical} as upstream datarax" if hardware in _UPSTREAM_CRITICAL else ""
@@ -169,7 +185,8 @@ def _put(data: PyTree, sharding: Sharding) -> PyTree:
             return leaf
         return global_array_from_host(leaf, sharding)
 
-    return jax.tree.map(put, data)
+    placed: PyTree = jax.tree.map(put, data)
+    return placed
 
 
 class DevicePlacement:
@@ -277,7 +294,8 @@ class DevicePlacement:
                 spec[batch_axis] = mesh_axis
             return global_array_from_host(leaf, NamedSharding(mesh, PartitionSpec(*spec)))
 
-        return jax.tree.map(put, data)
+        placed: PyTree = jax.tree.map(put, data)
+        return placed
 
     def prefetch_to_device(
         self,
@@ -503,7 +521,8 @@ class DevicePrefetcher(Iterator[PyTree]):
         if isinstance(item, _Failure):
             self.close()
             raise item.error
-        return item
+        placed: PyTree = item
+        return placed
 
     def close(self) -> None:
         """Stops both threads and drops what they hold; later ``next()`` stops."""

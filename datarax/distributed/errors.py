@@ -7,6 +7,8 @@ keeps JAX out of that process. :mod:`datarax.distributed.planning` and
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PlanError(ValueError):
     """A plan that cannot work.
@@ -24,7 +26,7 @@ class PlanError(ValueError):
         self.code = code
         self.message = message
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         # The default reduce would call PlanError(message) and lose the code.
         return (type(self), (self.code, self.message))
 

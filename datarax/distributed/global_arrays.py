@@ -82,9 +82,10 @@ def global_array_from_host(value: jax.typing.ArrayLike, sharding: Sharding) -> j
     Returns:
       ``jax.Array`` with ``sharding``, shape and dtype of ``value``.
     """
-    if sharding.is_fully_addressable:
-        return jax.device_put(value, sharding)
-    if isinstance(value, jax.Array) and not value.is_fully_addressable:
-        return jax.device_put(value, sharding)
+    if sharding.is_fully_addressable or (
+        isinstance(value, jax.Array) and not value.is_fully_addressable
+    ):
+        placed: jax.Array = jax.device_put(value, sharding)
+        return placed
     host = np.asarray(value)
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])

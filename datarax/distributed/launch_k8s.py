@@ -84,10 +84,15 @@ GKE_ACCELERATORS: Mapping[str, str] = {
     "h200-sxm": "nvidia-h200-141gb",
     "b200": "nvidia-b200",
     "gb200-nvl72": "nvidia-gb200",
+    "a100-sxm": "nvidia-a100-80gb",
+    "v100-sxm": "nvidia-tesla-v100",
 }
 """Catalog name -> GKE node label value (``cloud.google.com/gke-tpu-accelerator`` on TPU,
 ``cloud.google.com/gke-accelerator`` on GPU), as xpk ``367c838``'s
-``system_characteristics.py`` names them (h100-sxm: the A3 High ``a3-highgpu-8g``)."""
+``system_characteristics.py`` names them (h100-sxm: the A3 High ``a3-highgpu-8g``); xpk
+has no A100 80GB or V100 system, so those two are Compute Engine's GPU type names, which
+GKE puts in that label (https://cloud.google.com/compute/docs/gpus: ``nvidia-a100-80gb``,
+``nvidia-tesla-v100``)."""
 
 _TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 _TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
@@ -271,4 +276,5 @@ def jobset_manifest(
 
 def to_yaml(manifest: Mapping[str, Any]) -> str:
     """``manifest`` as YAML (PyYAML's ``safe_dump``, keys in the manifest's order)."""
-    return yaml.safe_dump(dict(manifest), sort_keys=False, default_flow_style=False)
+    text: str = yaml.safe_dump(dict(manifest), sort_keys=False, default_flow_style=False)
+    return text

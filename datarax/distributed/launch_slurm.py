@@ -280,7 +280,7 @@ def process_env(plan: Mapping[str, Any], *, name: str | None = None) -> dict[str
     n = layout.hosts
     if layout.kind == "tpu":
         local_ids: list[int] | None = None
-        rule = {
+        rule: dict[str, Any] = {
             "process_id": f"slice * {layout.hosts_per_slice} + worker",
             "ranges": {"slice": [0, layout.slices - 1], "worker": [0, layout.hosts_per_slice - 1]},
             "hostname": _hostname(label, layout, "{slice}", "{worker}"),

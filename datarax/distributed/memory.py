@@ -16,8 +16,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from datarax.distributed.param_sharding import param_partition_spec
 from datarax.distributed.planning import shard_shape
-from datarax.distributed.sharding import param_partition_spec
 
 __all__ = [
     "BYTES_PER_ELEMENT",

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-from datarax.distributed._reduce_kernels import MetricsError
-from datarax.distributed.metrics import reduce_custom
+from datarax.distributed.errors import MetricsError
+from datarax.distributed.reductions import reduce_custom
 from datarax.distributed.typing import NanPolicy, ReduceOp
 
 
@@ -167,4 +168,86 @@ def merge_parts(parts: Sequence[PartialMetrics]) -> PartialMetrics:
     return PartialMetrics(merged, weights=weights)
 
 
-__all__ = ["PartialMetrics", "merge_parts"]
+@dataclass(frozen=True)
+class MergedSteps:
+    """Several steps merged at once (:func:`merge_steps`).
+
+    Attributes:
+      count: how many steps.
+      num_devices: devices of each merged step, every part's together (0 when every
+        metric is a 0-d value).
+      columns: name -> ``[count]`` float64 reduced values, when the steps took the
+        stacked path (every value one number); else None.
+      reduced: otherwise, per step, the reduced values as :func:`reduce_custom` gives them.
+    """
+
+    count: int
+    num_devices: int
+    columns: dict[str, NDArray[np.float64]] | None = None
+    reduced: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _stackable(parts: Sequence[Mapping[str, np.ndarray]], nan_policy: str) -> bool:
+    """Unweighted float64 ``[k, n_devices]`` metrics with NaN policy ``propagate``: one
+    stacked reduction over the concatenated devices gives every step's values."""
+    return nan_policy == "propagate" and all(
+        a.dtype == np.float64 and a.ndim == 2 for arrays in parts for a in arrays.values()
+    )
+
+
+def merge_steps(
+    parts: Sequence[Mapping[str, np.ndarray]],
+    reduce_fn: Mapping[str, ReduceOp],
+    *,
+    weights: Sequence[np.ndarray | None] | None = None,
+    nan_policy: NanPolicy = "propagate",
+) -> MergedSteps:
+    """Merges and reduces the parts of ``k`` steps, each exactly as one push of every device.
+
+    A pure function of its arrays (what a store of multi-host history calls when steps
+    complete). Unweighted float64 ``[k, n_devices]`` metrics with ``propagate`` are
+    concatenated along the device axis and reduced in one stacked call; anything else
+    step by step through :func:`merge_parts` and :meth:`PartialMetrics.reduce`. Both give
+    the values one push of every device would.
+
+    Args:
+      parts: per source, in the order to concatenate: name -> ``[k, n_devices, ...]``
+        (``[k]``: a value every device agrees on). Every part names the same metrics.
+      reduce_fn: name -> operation; unlisted metrics use ``mean``.
+      weights: per part, ``[k, n_devices]`` weights or None (``mean`` only).
+      nan_policy: as for :func:`reduce_custom`.
+
+    Returns:
+      The merged steps: :attr:`MergedSteps.columns` on the stacked path, else
+      :attr:`MergedSteps.reduced`.
+
+    Raises:
+      MetricsError: the library's codes (``part_mismatch``, ``invalid_weights``, ...).
+    """
+    if not parts:
+        raise MetricsError("empty_metrics", "merge_steps needs at least one part")
+    names = list(parts[0])
+    count = int(parts[0][names[0]].shape[0]) if names else 0
+    given = list(weights) if weights is not None else [None] * len(parts)
+    if count and all(w is None for w in given) and _stackable(parts, nan_policy):
+        joined = {n: np.concatenate([arrays[n] for arrays in parts], axis=1) for n in names}
+        ops: dict[str, ReduceOp] = {n: reduce_fn.get(n, "mean") for n in names}
+        reduced = reduce_custom({n: v.T for n, v in joined.items()}, dict(ops))
+        columns = {n: np.asarray(reduced[n], dtype=np.float64) for n in names}
+        return MergedSteps(count, int(joined[names[0]].shape[1]), columns=columns)
+    steps: list[dict[str, Any]] = []
+    devices = 0
+    for j in range(count):
+        loaded = [
+            PartialMetrics(
+                {n: a[j] for n, a in arrays.items()}, weights=None if w is None else w[j]
+            )
+            for arrays, w in zip(parts, given, strict=True)
+        ]
+        merged = merge_parts(loaded)
+        steps.append(merged.reduce(reduce_fn, nan_policy=nan_policy))
+        devices = merged.num_devices
+    return MergedSteps(count, devices, reduced=steps)
+
+
+__all__ = ["MergedSteps", "PartialMetrics", "merge_parts", "merge_steps"]

@@ -56,6 +56,12 @@ An empty tree (no leaves at all) is ``empty_metrics``, so a service can turn it 
 Per-device views: :func:`collect_from_devices` (upstream datarax's shape: a dict whose
 stacked values become per-device lists) and :func:`split_by_device` (one pytree per
 device, what ``POST /v1/metrics/collect`` answers).
+
+A process that reduces only NumPy arrays (the service's HTTP process) imports
+:func:`~datarax.distributed.reductions.reduce_custom` and
+:func:`~datarax.distributed.reductions.split_by_device` from
+:mod:`datarax.distributed.reductions` instead: the same answers for NumPy input, without
+importing JAX. Both run one implementation (the JAX backend here hands NumPy leaves to it).
 """
 
 from __future__ import annotations
@@ -66,33 +72,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from datarax.distributed._reduce_kernels import (
-    NAN_POLICIES,
-    REDUCE_OPS,
-    _apply,
-    _check_finite,
-    _check_nan_policy,
-    _check_nonempty,
-    _check_op,
-    _check_weights,
-    _device_count,
-    _flat_numpy_dict,
-    _flatten,
-    _is_array,
-    _list_to_array,
-    _lists_to_arrays,
-    _plain_numpy_ops,
-    _reduce_array,
-    _reduce_numpy_dict,
-    _validate,
-    named_error,
-)
+from datarax.distributed._reduce_kernels import JAX_REDUCER
 from datarax.distributed.collectives import (
     all_gather,
     reduce_mean_collective,
     reduce_sum_collective,
 )
 from datarax.distributed.errors import MetricsError, UnboundAxisError
+from datarax.distributed.reductions import (
+    NAN_POLICIES,
+    REDUCE_OPS,
+    check_nan_policy,
+    check_op,
+    list_to_array,
+)
 from datarax.distributed.typing import NanPolicy, PyTree, ReduceOp
 
 __all__ = [
@@ -150,21 +143,20 @@ def reduce_over_devices(
       >>> reduce_over_devices(np.array([[1.0, 2.0], [3.0, 4.0]]), "max")
       array([3., 4.])
     """
-    _check_nan_policy(nan_policy)
-    _check_op(op)
+    check_nan_policy(nan_policy)
+    check_op(op)
     if weights is not None and op != "mean":
         raise MetricsError(
             "invalid_weights",
             f"weights apply only to op='mean', got op={op!r}; drop the weights or use mean.",
         )
-    values = _list_to_array("values", values)
-    if not _is_array(values) or values.ndim == 0:
+    values = list_to_array("values", values)
+    if not isinstance(values, (np.ndarray, jax.Array)) or values.ndim == 0:
         return values
-    named = [("values", values)]
-    w = _check_weights(weights, _device_count(named))
+    w = JAX_REDUCER.check_weights(weights, JAX_REDUCER.device_count([("values", values)]))
     if nan_policy == "raise":
-        _check_finite("values", values)
-    return _reduce_array(values, op, w, nan_policy)
+        JAX_REDUCER.check_finite("values", values)
+    return JAX_REDUCER.reduce_array(values, op, w, nan_policy)
 
 
 def reduce_mean(
@@ -194,8 +186,8 @@ def reduce_mean(
       >>> reduce_mean({"loss": np.array([1.0, 3.0])}, weights=[3, 1])
       {'loss': np.float64(1.5)}
     """
-    prepared, w = _validate(metrics, weights, nan_policy)
-    return _apply(prepared, "mean", w, nan_policy)
+    prepared, w = JAX_REDUCER.validate(metrics, weights, nan_policy)
+    return JAX_REDUCER.apply(prepared, "mean", w, nan_policy)
 
 
 def reduce_sum(metrics: PyTree, *, nan_policy: NanPolicy = "propagate") -> PyTree:
@@ -212,20 +204,20 @@ def reduce_sum(metrics: PyTree, *, nan_policy: NanPolicy = "propagate") -> PyTre
       MetricsError: as :func:`reduce_mean`, without the weights codes; and
         ``integer_overflow`` for an integer sum whose exact value does not fit its dtype.
     """
-    prepared, w = _validate(metrics, None, nan_policy)
-    return _apply(prepared, "sum", w, nan_policy)
+    prepared, w = JAX_REDUCER.validate(metrics, None, nan_policy)
+    return JAX_REDUCER.apply(prepared, "sum", w, nan_policy)
 
 
 def reduce_max(metrics: PyTree, *, nan_policy: NanPolicy = "propagate") -> PyTree:
     """Maximum over the device axis of every stacked metric; see :func:`reduce_sum`."""
-    prepared, w = _validate(metrics, None, nan_policy)
-    return _apply(prepared, "max", w, nan_policy)
+    prepared, w = JAX_REDUCER.validate(metrics, None, nan_policy)
+    return JAX_REDUCER.apply(prepared, "max", w, nan_policy)
 
 
 def reduce_min(metrics: PyTree, *, nan_policy: NanPolicy = "propagate") -> PyTree:
     """Minimum over the device axis of every stacked metric; see :func:`reduce_sum`."""
-    prepared, w = _validate(metrics, None, nan_policy)
-    return _apply(prepared, "min", w, nan_policy)
+    prepared, w = JAX_REDUCER.validate(metrics, None, nan_policy)
+    return JAX_REDUCER.apply(prepared, "min", w, nan_policy)
 
 
 def reduce_custom(
@@ -264,49 +256,7 @@ def reduce_custom(
       ... )
       {'loss': np.float64(2.0), 'step': np.int64(10)}
     """
-    ops = _plain_numpy_ops(metrics, reduce_fn, weights, nan_policy)
-    if ops is not None:
-        return _reduce_numpy_dict(metrics, ops, None, nan_policy)
-    _check_nan_policy(nan_policy)
-    reduce_fn = {} if reduce_fn is None else reduce_fn
-    if not isinstance(reduce_fn, Mapping):
-        raise MetricsError(
-            "unknown_reduce_op",
-            f"reduce_fn must map metric names to ops, got {type(reduce_fn).__name__}; "
-            'pass e.g. {"loss": "mean", "step": "max"}.',
-        )
-    for name, op in reduce_fn.items():
-        if op is not None and not callable(op):
-            _check_op(op, name)
-    if not isinstance(metrics, Mapping):
-        if not reduce_fn:
-            return reduce_mean(metrics, weights=weights, nan_policy=nan_policy)
-        raise MetricsError(
-            "unknown_metric",
-            f"reduce_fn names {sorted(map(str, reduce_fn))} but metrics is a "
-            f"{type(metrics).__name__}, not a mapping of names; pass a dict of metrics.",
-        )
-    missing = [k for k in reduce_fn if k not in metrics]
-    if missing:
-        raise MetricsError(
-            "unknown_metric",
-            f"reduce_fn names {missing}, which are not in metrics "
-            f"(available: {sorted(map(str, metrics))}); fix the names or drop them.",
-        )
-    prepared, w = _validate(metrics, weights, nan_policy)
-    ops = {k: reduce_fn.get(k, "mean") for k in prepared}
-    if _flat_numpy_dict(prepared) and (w is None or type(w) is np.ndarray):
-        if all(type(op) is str for op in ops.values()):
-            return _reduce_numpy_dict(prepared, ops, w, nan_policy)
-    out: dict[str, Any] = {}
-    for k, v in prepared.items():
-        try:
-            out[k] = v if ops[k] is None else _apply(v, ops[k], w, nan_policy)
-        except MetricsError as err:
-            if err.code != "integer_overflow":
-                raise
-            raise named_error(err, str(k)) from None
-    return out
+    return JAX_REDUCER.reduce_custom(metrics, reduce_fn, weights, nan_policy)
 
 
 def collect_from_devices(metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -340,7 +290,7 @@ def collect_from_devices(metrics: Mapping[str, Any]) -> dict[str, Any]:
             "[n_devices], or use split_by_device for any pytree."
         )
     return {
-        name: list(value) if _is_array(value) and value.ndim >= 1 else value
+        name: list(value) if JAX_REDUCER.is_array(value) and value.ndim >= 1 else value
         for name, value in metrics.items()
     }
 
@@ -368,26 +318,4 @@ def split_by_device(metrics: PyTree) -> list[PyTree]:
       >>> split_by_device({"loss": np.array([0.9, 1.1])})
       [{'loss': np.float64(0.9)}, {'loss': np.float64(1.1)}]
     """
-    prepared = _lists_to_arrays(metrics)
-    named, treedef = _flatten(prepared)
-    _check_nonempty(named, metrics)
-    n = _device_count(named)
-    if n is None:
-        raise MetricsError(
-            "empty_metrics",
-            f"no metric has a device axis (received {metrics!r}); stack each metric as "
-            "[n_devices, ...].",
-        )
-    leaves = [leaf for _, leaf in named]
-    if treedef is None:  # a flat {str: np.ndarray}; keys sorted as tree_unflatten gives them
-        keys = sorted(prepared)
-        return [
-            {k: x[i] if x.ndim >= 1 else x for k, x in zip(keys, leaves, strict=True)}
-            for i in range(n)
-        ]
-    return [
-        jax.tree_util.tree_unflatten(
-            treedef, [x[i] if _is_array(x) and x.ndim >= 1 else x for x in leaves]
-        )
-        for i in range(n)
-    ]
+    return JAX_REDUCER.split_by_device(metrics)

@@ -34,7 +34,9 @@ def _src(commit: str, name: str, card: str) -> str:
     return f"{_MT}/{commit}/MaxText/configs/models/{name}.yml; {card}"
 
 
-def _llama(layers: int, d: int, f: int, heads: int, kv: int, vocab: int, seq: int) -> dict:
+def _llama(
+    layers: int, d: int, f: int, heads: int, kv: int, vocab: int, seq: int
+) -> dict[str, Any]:
     return {
         "kind": "transformer",
         "layers": layers,

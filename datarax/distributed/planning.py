@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import TypeGuard
 
 import numpy as np
 
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_AXIS_NAME_LENGTH",
     "MAX_BATCH_ELEMENTS",
     "AxesLike",
+    "SpecEntry",
     "PlanCancelled",
     "PlanError",
     "batch_partition_spec",
@@ -61,6 +63,9 @@ __all__ = [
     "shard_shape",
     "spec_shard_counts",
 ]
+
+type SpecEntry = str | tuple[str, ...] | None
+"""One ``PartitionSpec`` entry: no axis, one axis name, or several."""
 
 AxesLike = Mapping[str, int] | Sequence[tuple[str, int]]
 """Ordered mesh axes: ``{"data": 2, "model": 4}`` or ``[("data", 2), ("model", 4)]``."""
@@ -87,21 +92,21 @@ class PlanCancelled(Exception):
 # ---------------------------------------------------------------------------- validation
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int | np.integer]:
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
 def _axes_items(axes: AxesLike) -> list[tuple[object, object]]:
     """Returns ``axes`` as a list of (name, size) pairs, checking only the container."""
     if isinstance(axes, Mapping):
-        return list(axes.items())
+        return [(name, size) for name, size in axes.items()]
     if isinstance(axes, str | bytes) or not isinstance(axes, Sequence):
         raise PlanError(
             "invalid_axis_name",
             f"axes must be a mapping such as {{'data': 2, 'model': 4}} or a list of "
             f"(name, size) pairs, got {axes!r}",
         )
-    items = []
+    items: list[tuple[object, object]] = []
     for entry in axes:
         if isinstance(entry, str | bytes) or not isinstance(entry, Sequence) or len(entry) != 2:
             raise PlanError(
@@ -113,12 +118,14 @@ def _axes_items(axes: AxesLike) -> list[tuple[object, object]]:
     return items
 
 
-def _check_names(names: Sequence[object]) -> None:
+def _check_names(names: Sequence[object]) -> list[str]:
+    """The names, checked: distinct identifiers of at most ``MAX_AXIS_NAME_LENGTH``."""
     if not names:
         raise PlanError(
             "invalid_axis_name", "axes is empty; give at least one axis, e.g. {'data': -1}"
         )
     seen: set[str] = set()
+    checked: list[str] = []
     for name in names:
         if isinstance(name, str) and len(name) > MAX_AXIS_NAME_LENGTH:
             raise PlanError(
@@ -138,24 +145,27 @@ def _check_names(names: Sequence[object]) -> None:
                 f"axis name {name!r} appears more than once; give each axis a distinct name",
             )
         seen.add(name)
+        checked.append(name)
+    return checked
 
 
 def _mesh_axes(axes: Mapping[str, int]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """Checks already-resolved axes (no ``-1``) and returns (names, sizes)."""
     items = _axes_items(axes)
-    names = [name for name, _ in items]
-    _check_names(names)
-    for name, size in items:
+    names = _check_names([name for name, _ in items])
+    sizes: list[int] = []
+    for name, size in zip(names, (size for _, size in items), strict=True):
         if not _is_int(size) or size < 1:
             raise PlanError(
                 "invalid_axis_size",
                 f"axis {name!r} has size {size!r}; a resolved mesh needs integer sizes >= 1 "
                 f"(pass the axes through resolve_axes first to fill in a -1)",
             )
-    return tuple(names), tuple(int(size) for _, size in items)
+        sizes.append(int(size))
+    return tuple(names), tuple(sizes)
 
 
-def _spec_groups(names: Sequence[str], spec: Sequence) -> tuple[tuple[str, ...], ...]:
+def _spec_groups(names: Sequence[str], spec: Sequence[object]) -> tuple[tuple[str, ...], ...]:
     """Normalises a spec to one tuple of axis names per entry, checking every name."""
     if isinstance(spec, str | bytes):
         raise PlanError(
@@ -172,16 +182,17 @@ def _spec_groups(names: Sequence[str], spec: Sequence) -> tuple[tuple[str, ...],
         ) from None
     known = set(names)
     used: set[str] = set()
-    groups = []
+    groups: list[tuple[str, ...]] = []
     for dim, entry in enumerate(entries):
         if entry is None:
-            group: tuple = ()
+            group: tuple[object, ...] = ()
         elif isinstance(entry, str):
             group = (entry,)
         elif isinstance(entry, tuple | list):
             group = tuple(entry)
         else:
             group = (entry,)
+        checked: list[str] = []
         for axis in group:
             if not isinstance(axis, str) or axis not in known:
                 raise PlanError(
@@ -196,7 +207,8 @@ def _spec_groups(names: Sequence[str], spec: Sequence) -> tuple[tuple[str, ...],
                     f"each mesh axis may split at most one dimension, once",
                 )
             used.add(axis)
-        groups.append(group)
+            checked.append(axis)
+        groups.append(tuple(checked))
     return tuple(groups)
 
 
@@ -308,22 +320,23 @@ def resolve_axes(axes: AxesLike, num_devices: int, *, exact: bool = True) -> dic
         )
     num_devices = int(num_devices)
     items = _axes_items(axes)
-    _check_names([name for name, _ in items])
-    for name, size in items:
+    names = _check_names([name for name, _ in items])
+    resolved: dict[str, int] = {}
+    for name, size in zip(names, (size for _, size in items), strict=True):
         if not _is_int(size) or (size < 1 and size != _AUTO):
             raise PlanError(
                 "invalid_axis_size",
                 f"axis {name!r} has size {size!r}; sizes must be integers >= 1, or -1 for one "
                 f"axis that takes the devices the others leave",
             )
-    auto = [name for name, size in items if size == _AUTO]
+        resolved[name] = int(size)
+    auto = [name for name, size in resolved.items() if size == _AUTO]
     if len(auto) > 1:
         raise PlanError(
             "multiple_auto_axes",
             f"axes {', '.join(map(repr, auto))} are all -1; at most one axis may be -1 "
             f"(it takes the devices the others leave), give the others explicit sizes",
         )
-    resolved = {name: int(size) for name, size in items}
     if auto:
         others = math.prod(size for name, size in resolved.items() if name != auto[0])
         if num_devices % others or num_devices < others:
@@ -353,7 +366,7 @@ def resolve_axes(axes: AxesLike, num_devices: int, *, exact: bool = True) -> dic
 
 def batch_partition_spec(
     axes: Mapping[str, int], batch_axes: Sequence[str] | None, ndim: int
-) -> tuple:
+) -> tuple[SpecEntry, ...]:
     """The spec of a batch whose dimension 0 is split over ``batch_axes``.
 
     Args:
@@ -380,7 +393,7 @@ def batch_partition_spec(
             f"dimension that batch_axes split)",
         )
     if batch_axes is None:
-        chosen: tuple = ("data",) if "data" in names else ()
+        chosen: tuple[str, ...] = ("data",) if "data" in names else ()
     elif isinstance(batch_axes, str):
         chosen = (batch_axes,)
     else:
@@ -400,7 +413,7 @@ def batch_partition_spec(
     return (first,) + (None,) * (int(ndim) - 1)
 
 
-def spec_shard_counts(axes: Mapping[str, int], spec: Sequence) -> tuple[int, ...]:
+def spec_shard_counts(axes: Mapping[str, int], spec: Sequence[object]) -> tuple[int, ...]:
     """Number of shards each spec entry splits its dimension into.
 
     Args:
@@ -443,7 +456,7 @@ def nearest_valid_sizes(size: int, shards: int) -> tuple[int, int]:
 
 
 def shard_shape(
-    axes: Mapping[str, int], spec: Sequence, shape: Sequence[int], *, what: str = "batch"
+    axes: Mapping[str, int], spec: Sequence[object], shape: Sequence[int], *, what: str = "batch"
 ) -> tuple[int, ...]:
     """The shape of the block each device holds.
 
@@ -469,7 +482,7 @@ def shard_shape(
 
 
 def check_divisible(
-    axes: Mapping[str, int], spec: Sequence, shape: Sequence[int], *, what: str = "batch"
+    axes: Mapping[str, int], spec: Sequence[object], shape: Sequence[int], *, what: str = "batch"
 ) -> None:
     """Checks that every split dimension of ``shape`` divides evenly, as JAX requires.
 
@@ -527,7 +540,7 @@ def _mixed_radix(coords: np.ndarray, columns: Sequence[int], sizes: Sequence[int
 
 
 def shard_index_ranges(
-    axes: Mapping[str, int], spec: Sequence, shape: Sequence[int], *, what: str = "batch"
+    axes: Mapping[str, int], spec: Sequence[object], shape: Sequence[int], *, what: str = "batch"
 ) -> np.ndarray:
     """The ``[start, stop)`` range of every dimension each device holds.
 
@@ -569,7 +582,7 @@ def shard_index_ranges(
 
 
 def replica_ids(
-    axes: Mapping[str, int], spec: Sequence, *, shape: Sequence[int] | None = None
+    axes: Mapping[str, int], spec: Sequence[object], *, shape: Sequence[int] | None = None
 ) -> np.ndarray:
     """Each device's rank among the devices that hold the same slice.
 

@@ -77,7 +77,7 @@ class SearchSpaceTooLarge(PlanError):
         self.limit = limit
         self.suggestions = suggestions
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[SearchSpaceTooLarge], tuple[int, int, list[dict[str, Any]]]]:
         return (type(self), (self.count, self.limit, self.suggestions))
 
 
@@ -356,6 +356,10 @@ def _counts(rejected: Mapping[str, int]) -> str:
     return ", ".join(f"{code}: {n}" for code, n in sorted(rejected.items()))
 
 
+type _Ranked = tuple[float, dict[str, int], dict[str, int], dict[str, Any]]
+"""One priced candidate: ``(step_s, ici, dcn, estimate)``."""
+
+
 @dataclass
 class _Cluster:
     """One cluster's fixed facts, and its ICI layouts cached per factorisation."""
@@ -375,7 +379,15 @@ class _Cluster:
     """Candidates left to price, over the search and its explaining re-searches."""
 
     @classmethod
-    def of(cls, hw, names, topology, slices, hosts, allow_split) -> _Cluster:
+    def of(
+        cls,
+        hw: Hardware,
+        names: list[str],
+        topology: str | None,
+        slices: int,
+        hosts: int | None,
+        allow_split: bool,
+    ) -> _Cluster:
         # One layout of ONE slice / domain checks topology / slices / hosts with the
         # planner's own codes; the whole cluster (up to millions of devices) is never
         # laid out here, so its size is known, and bounded, before any work.
@@ -404,6 +416,8 @@ class _Cluster:
                     hw, ici=whole, dcn={names[0]: -1}, hosts=hosts, topology=topology,
                     slices=slices,
                 )  # fmt: skip
+            if not isinstance(hosts, int):  # the planner refused it just above
+                raise PlanError("invalid_host_count", f"hosts is {hosts!r}; give hosts=<n>")
             per_domain_hosts = per_domain // per_host
             probe = plan_hardware_devices(hw, ici=whole, hosts=per_domain_hosts)
             where = {"hosts": hosts}
@@ -418,8 +432,13 @@ class _Cluster:
             allow_split=bool(allow_split),
         )
 
-    def search_space(self, names: Sequence[str] | None = None, n_dcn: int | None = None,
-                     fixed_ici=None, fixed_dcn=None) -> int:  # fmt: skip
+    def search_space(
+        self,
+        names: Sequence[str] | None = None,
+        n_dcn: int | None = None,
+        fixed_ici: Mapping[str, int] | None = None,
+        fixed_dcn: Mapping[str, int] | None = None,
+    ) -> int:
         """Candidates of this cluster, or of it with other axes / slices / fixed sizes."""
         names = self.names if names is None else names
         return search_space(
@@ -521,7 +540,9 @@ class _Cluster:
                 self.inner[ici_sizes] = err.code
         return self.inner[ici_sizes]
 
-    def rank(self, spec: ModelSpec, global_batch: int, optimizer: str, keep: int = 1):
+    def rank(
+        self, spec: ModelSpec, global_batch: int, optimizer: str, keep: int = 1
+    ) -> tuple[int, dict[str, int], list[_Ranked], float, int]:
         """``(considered, rejected by code, the best ``keep`` survivors best first,
         smallest total bytes of the candidates that did not fit, survivors in all)``.
 
@@ -529,7 +550,7 @@ class _Cluster:
         the search space (~5 KB per priced candidate otherwise)."""
         rejected: dict[str, int] = {}
         # max-heap of the best `keep` by (step_s, total bytes, enumeration order), negated
-        best: list[tuple[float, int, int, tuple]] = []
+        best: list[tuple[float, int, int, _Ranked]] = []
         survivors = 0
         smallest = math.inf
         dcn_options = [
@@ -579,7 +600,14 @@ class _Cluster:
         ranked = [item for *_, item in sorted(best, reverse=True)]
         return considered, rejected, ranked, smallest, survivors
 
-    def plan_request(self, spec, ici, dcn, global_batch, optimizer) -> dict[str, Any]:
+    def plan_request(
+        self,
+        spec: ModelSpec,
+        ici: Mapping[str, int],
+        dcn: Mapping[str, int],
+        global_batch: int,
+        optimizer: str,
+    ) -> dict[str, Any]:
         """A ``POST /v1/meshes`` body for one candidate."""
         roles = axis_roles(list(ici))
         request: dict[str, Any] = {
@@ -596,7 +624,14 @@ class _Cluster:
         request["optimizer"] = optimizer
         return request
 
-    def explain(self, spec, global_batch, optimizer, rejected, smallest) -> str:
+    def explain(
+        self,
+        spec: ModelSpec,
+        global_batch: int,
+        optimizer: str,
+        rejected: Mapping[str, int],
+        smallest: float,
+    ) -> str:
         """Why nothing fits, and what would: more devices, remat, a smaller batch."""
         counts = _counts(rejected)
         devices = self.n_ici * self.n_dcn

@@ -35,11 +35,15 @@ __all__ = [
 ]
 
 LossFn = Callable[[nnx.Module, PyTree], jax.Array]
+Optimizer = nnx.Optimizer[nnx.Module]
+"""An NNX optimizer over a module's parameters (``nnx.Optimizer(model, tx, wrt=...)``)."""
+StepFn = Callable[[nnx.Module, Optimizer, PyTree], jax.Array]
+"""A per-device training step ``step_fn(model, optimizer, batch) -> loss``."""
 
 
 @functools.partial(nnx.jit, static_argnums=(2,))
 def spmd_train_step(
-    model: nnx.Module, optimizer: nnx.Optimizer, loss_fn: LossFn, batch: PyTree
+    model: nnx.Module, optimizer: Optimizer, loss_fn: LossFn, batch: PyTree
 ) -> jax.Array:
     """One SPMD training step: ``nnx.value_and_grad`` then ``optimizer.update``.
 
@@ -57,16 +61,17 @@ def spmd_train_step(
     Returns:
       The scalar loss before the update, float32.
     """
+    loss: jax.Array
     loss, grads = nnx.value_and_grad(lambda m: loss_fn(m, batch))(model)
     optimizer.update(model, grads)
     return loss
 
 
 def collective_pmap(
-    step_fn: Callable[[nnx.Module, nnx.Optimizer, PyTree], jax.Array],
+    step_fn: StepFn,
     axis_name: str = "batch",
     mesh: Mesh | None = None,
-) -> Callable[[nnx.Module, nnx.Optimizer, PyTree], jax.Array]:
+) -> StepFn:
     """The guide's ``jax.pmap(train_step, axis_name="batch")``, working with NNX.
 
     ``step_fn(model, optimizer, batch)`` is the guide's per-device function: it sees the
@@ -89,7 +94,7 @@ def collective_pmap(
       arrays; its leading dimension must divide by the device count.
     """
 
-    def run(model: nnx.Module, optimizer: nnx.Optimizer, batch: PyTree) -> jax.Array:
+    def run(model: nnx.Module, optimizer: Optimizer, batch: PyTree) -> jax.Array:
         devices = _devices_of(mesh)
         graphdef, state = nnx.split((model, optimizer))
         compiled = compiled_collective_step(step_fn, graphdef, axis_name, devices)
@@ -109,8 +114,8 @@ def _devices_of(mesh: Mesh | None) -> tuple[jax.Device, ...]:
 
 @functools.lru_cache(maxsize=64)
 def compiled_collective_step(
-    step_fn: Callable, graphdef: Any, axis_name: str, devices: tuple[jax.Device, ...]
-) -> Callable:
+    step_fn: StepFn, graphdef: Any, axis_name: str, devices: tuple[jax.Device, ...]
+) -> Callable[[PyTree, PyTree], tuple[PyTree, jax.Array]]:
     """The jitted ``shard_map`` program behind :func:`collective_pmap`, cached.
 
     ``(state, batch) -> (new_state, losses [n_devices])`` for ``state`` from

@@ -36,6 +36,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.lax import PrecisionLike
 from jax.sharding import PartitionSpec as P
 
 __all__ = ["attention", "blockwise_attention", "dot_attention", "flash_attention"]
@@ -94,7 +95,9 @@ def _kv_blocks(x: jax.Array, block: int) -> jax.Array:
     return x.reshape(b, s // block, block, kv, hd).transpose(1, 0, 2, 3, 4)
 
 
-def _block_scores(qg, kj, j, block, precision):
+def _block_scores(
+    qg: jax.Array, kj: jax.Array, j: jax.Array, block: int, precision: PrecisionLike
+) -> tuple[jax.Array, jax.Array]:
     """Scaled, causally masked float32 scores of all queries against key block ``j``."""
     s, hd = qg.shape[1], qg.shape[-1]
     scores = jnp.einsum(
@@ -104,13 +107,17 @@ def _block_scores(qg, kj, j, block, precision):
     return jnp.where(visible, scores, _MASKED), visible
 
 
-def _blockwise_forward(qg, k, v, block, precision):
+def _blockwise_forward(
+    qg: jax.Array, k: jax.Array, v: jax.Array, block: int, precision: PrecisionLike
+) -> tuple[jax.Array, jax.Array]:
     b, s, kv, g, hd = qg.shape
     m0 = jnp.full((b, kv, g, s), _MASKED, jnp.float32)
     l0 = jnp.zeros((b, kv, g, s), jnp.float32)
     acc0 = jnp.zeros((b, kv, g, s, hd), jnp.float32)
 
-    def body(carry, xs):
+    def body(
+        carry: tuple[jax.Array, jax.Array, jax.Array], xs: tuple[jax.Array, jax.Array, jax.Array]
+    ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], None]:
         m, denom, acc = carry
         kj, vj, j = xs
         scores, _ = _block_scores(qg, kj, j, block, precision)
@@ -133,23 +140,31 @@ def _blockwise_forward(qg, k, v, block, precision):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _blockwise(qg, k, v, block, precision):
+def _blockwise(
+    qg: jax.Array, k: jax.Array, v: jax.Array, block: int, precision: PrecisionLike
+) -> jax.Array:
     return _blockwise_forward(qg, k, v, block, precision)[0]
 
 
-def _blockwise_fwd(qg, k, v, block, precision):
+def _blockwise_fwd(
+    qg: jax.Array, k: jax.Array, v: jax.Array, block: int, precision: PrecisionLike
+) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     out, lse = _blockwise_forward(qg, k, v, block, precision)
     return out, (qg, k, v, out, lse)
 
 
-def _blockwise_bwd(block, precision, residuals, d_out):
+def _blockwise_bwd(
+    block: int, precision: PrecisionLike, residuals: tuple[jax.Array, ...], d_out: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     qg, k, v, out, lse = residuals
     hd = qg.shape[-1]
     d_out = d_out.astype(qg.dtype)
     # D_i = rowsum(dO * O): the softmax Jacobian's diagonal term (FlashAttention-2, alg. 2)
     delta = jnp.einsum("bskgd,bskgd->bkgs", d_out.astype(jnp.float32), out.astype(jnp.float32))
 
-    def body(dq, xs):
+    def body(
+        dq: jax.Array, xs: tuple[jax.Array, jax.Array, jax.Array]
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         kj, vj, j = xs
         scores, visible = _block_scores(qg, kj, j, block, precision)
         p = jnp.where(visible, jnp.exp(scores - lse[..., None]), 0.0)
@@ -212,6 +227,8 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
 
     _, s, h, hd = q.shape
     n = _splash_block(s)
+    if n is None:  # flash_attention takes this path only for such lengths
+        raise ValueError(f"sequence length {s} is not a multiple of one of {_SPLASH_BLOCKS}")
     sizes = splash.BlockSizes(
         block_q=n, block_kv=n, block_kv_compute=n, block_q_dkv=n, block_kv_dkv=n,
         block_kv_dkv_compute=n, block_q_dq=n, block_kv_dq=n,
@@ -220,13 +237,13 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     kernel = splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1)
     # the kernel takes one example, heads first, and does not scale the scores
     scaled = (q / math.sqrt(hd)).astype(q.dtype)
-    out = jax.vmap(kernel)(
+    out: jax.Array = jax.vmap(kernel)(
         scaled.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     )
     return out.transpose(0, 2, 1, 3).astype(q.dtype)
 
 
-def _tpu_flash(q, k, v, layout):
+def _tpu_flash(q: jax.Array, k: jax.Array, v: jax.Array, layout: Any) -> jax.Array:
     mesh = getattr(layout, "mesh", None)
     if mesh is None or mesh.devices.size == 1:
         return _splash(q, k, v)
@@ -243,7 +260,8 @@ def platform_of(layout: Any) -> str:
     """``tpu``, ``gpu`` or ``cpu``: the platform of the layout's mesh, else JAX's default."""
     mesh = getattr(layout, "mesh", None)
     if mesh is not None:
-        return mesh.devices.flat[0].platform
+        platform: str = mesh.devices.flat[0].platform
+        return platform
     return jax.default_backend()
 
 

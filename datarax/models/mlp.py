@@ -7,13 +7,14 @@ building a model: :func:`datarax.distributed.memory.mlp_param_shapes`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from flax.typing import Dtype
 
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "sgd")
 
@@ -21,7 +22,9 @@ OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "sgd")
 class MLP(nnx.Module):
     """A multi-layer perceptron: ``features = [in, hidden..., out]``."""
 
-    def __init__(self, features: Sequence[int], *, rngs: nnx.Rngs, dtype=jnp.float32):
+    def __init__(
+        self, features: Sequence[int], *, rngs: nnx.Rngs, dtype: Dtype = jnp.float32
+    ) -> None:
         features = [int(f) for f in features]
         if len(features) < 2 or any(f < 1 for f in features):
             raise ValueError(
@@ -45,16 +48,17 @@ class MLP(nnx.Module):
         return x
 
 
-def mse_loss(model: nnx.Module, batch: dict) -> jax.Array:
+def mse_loss(model: nnx.Module, batch: Mapping[str, jax.Array]) -> jax.Array:
     """Mean squared error; ``targets: [B, out]`` float."""
-    preds = model(batch["inputs"])
+    preds: jax.Array = model(batch["inputs"])
     return jnp.mean((preds - batch["targets"]) ** 2)
 
 
-def cross_entropy_loss(model: nnx.Module, batch: dict) -> jax.Array:
+def cross_entropy_loss(model: nnx.Module, batch: Mapping[str, jax.Array]) -> jax.Array:
     """Softmax cross-entropy; ``targets: [B]`` integer class ids."""
-    logits = model(batch["inputs"])
-    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
+    logits: jax.Array = model(batch["inputs"])
+    losses: jax.Array = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
+    return losses.mean()
 
 
 LOSS_FNS = {"mse": mse_loss, "cross_entropy": cross_entropy_loss}

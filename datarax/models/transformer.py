@@ -61,6 +61,16 @@ JNP_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.f
 Constrain = Callable[..., jax.Array]
 """``constrain(x, tensor_dim=None) -> x`` pinning an activation's layout (or not)."""
 
+
+def _transformer_spec(spec: TransformerSpec | Mapping[str, Any]) -> TransformerSpec:
+    """``spec`` resolved (:func:`~datarax.distributed.model_specs.model_spec`); it must be
+    a transformer."""
+    resolved = model_spec(spec)
+    if not isinstance(resolved, TransformerSpec):
+        raise ValueError(f"the model is a {resolved.kind}; these functions take a transformer")
+    return resolved
+
+
 _NORM_EPS = 1e-6
 
 
@@ -107,11 +117,12 @@ class ActivationLayout:
     def __call__(self, x: jax.Array, tensor_dim: int | None = None) -> jax.Array:
         """``x`` with dimension 0 on the batch axes and ``tensor_dim`` (where the tensor
         axes divide it) on the tensor axes; the other dimensions whole."""
-        spec: list = [None] * x.ndim
+        spec: list[str | tuple[str, ...] | None] = [None] * x.ndim
         spec[0] = self.batch
         if tensor_dim is not None and self.t > 1 and x.shape[tensor_dim] % self.t == 0:
             spec[tensor_dim] = self.tensor
-        return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
+        pinned: jax.Array = jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
+        return pinned
 
 
 # --------------------------------------------------------------------------------- remat
@@ -283,9 +294,9 @@ def transformer_forward(
     Returns:
       ``[B, S, vocab]`` float32 logits (vocab over the tensor axes).
     """
-    spec = model_spec(spec)
-    _check_params(spec, params)
-    compute = _Compute(spec, constrain)
+    resolved = _transformer_spec(spec)
+    _check_params(resolved, params)
+    compute = _Compute(resolved, constrain)
     x = compute.hidden(params, jnp.asarray(tokens))
     return compute.logits(x, compute.unembedding(params)).astype(jnp.float32)
 
@@ -304,7 +315,9 @@ def _cross_entropy_head(
     3 x 8192 tokens per chip: ~20 GiB of logit buffers instead of ~12).
     """
 
-    def forward(x: jax.Array, w: jax.Array, targets: jax.Array):
+    def forward(
+        x: jax.Array, w: jax.Array, targets: jax.Array
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array, jax.Array]]:
         # every [tokens, vocab] op reads the compute-dtype logits and converts inside the
         # fusion; a float32 copy of the logits (or a gather from one) would be 2x their size
         logits = logits_fn(x, w)
@@ -314,7 +327,9 @@ def _cross_entropy_head(
         label = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
         return jnp.sum(lse - label.astype(jnp.float32)), (x, w, targets, lse)
 
-    def backward(residuals, g: jax.Array):
+    def backward(
+        residuals: tuple[jax.Array, jax.Array, jax.Array, jax.Array], g: jax.Array
+    ) -> tuple[jax.Array, jax.Array, None]:
         x, w, targets, lse = residuals
         logits = logits_fn(x, w)
         vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
@@ -376,7 +391,7 @@ def tiled_cross_entropy(
     if tiles == 1:
         return head(x, w, targets)
 
-    def chunk_loss(total: jax.Array, chunk: tuple[jax.Array, jax.Array]):
+    def chunk_loss(total: jax.Array, chunk: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, None]:
         xc, tc = chunk
         return total + head(xc, w, tc), None
 
@@ -399,15 +414,15 @@ def transformer_loss_fn(
       ``loss(params, batch)`` with ``params`` as :func:`transformer_forward` takes them
       and ``batch = {"inputs": [B, S] int32, "targets": [B, S] int32}``.
     """
-    spec = model_spec(spec)
-    compute = _Compute(spec, constrain)
+    resolved = _transformer_spec(spec)
+    compute = _Compute(resolved, constrain)
 
     def loss(params: Mapping[str, jax.Array], batch: Mapping[str, jax.Array]) -> jax.Array:
-        _check_params(spec, params)
+        _check_params(resolved, params)
         x = compute.hidden(params, batch["inputs"])
         w = compute.unembedding(params)
         targets = batch["targets"]
-        total = tiled_cross_entropy(x, w, targets, spec.vocab_tiling, compute.logits, compute.c)
+        total = tiled_cross_entropy(x, w, targets, resolved.vocab_tiling, compute.logits, compute.c)
         return total / targets.size
 
     return loss
@@ -493,7 +508,7 @@ class Transformer(nnx.Module):
         return transformer_forward(self.spec, self.param_arrays(), tokens, constrain=self.constrain)
 
 
-def _to_nnx(tree: dict[str, Any]) -> nnx.Dict:
+def _to_nnx(tree: dict[str, Any]) -> nnx.Dict[Any]:
     return nnx.Dict({k: _to_nnx(v) if isinstance(v, dict) else v for k, v in tree.items()})
 
 

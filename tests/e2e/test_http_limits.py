@@ -68,7 +68,7 @@ def settled_rss(pid: int) -> int:
     deadline = time.monotonic() + 5
     last = rss(pid)
     while time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.1)  # the interval between two samples of a settling figure
         now = rss(pid)
         if abs(now - last) < MIB:
             return now

@@ -150,8 +150,13 @@ def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
     sources, steps, per_batch = 64, 100, 25
     db = tmp_path / "multi.sqlite"
 
-    async def push_all(base_url: str, first_step: int, stop_after: int | None) -> set:
-        acknowledged: set[tuple[int, int]] = set()
+    async def push_all(
+        base_url: str,
+        first_step: int,
+        stop_after: int | None,
+        acknowledged: set[tuple[int, int]] | None = None,
+    ) -> set:
+        acknowledged = set() if acknowledged is None else acknowledged  # read by the test
 
         async def source(api: AsyncClient, index: int) -> None:
             for start in range(first_step, first_step + steps, per_batch):
@@ -186,13 +191,18 @@ def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
             )
             assert retry["unchanged"] == 25 and retry["created"] == 0
 
-        # Second round of steps, killed mid-way.
+        # Second round of steps, killed mid-way: once a quarter of its parts are stored.
         box: dict[str, set] = {}
+        progress: set[tuple[int, int]] = set()
         thread = threading.Thread(
-            target=lambda: box.setdefault("ack", asyncio.run(push_all(first.base_url, 100, None)))
+            target=lambda: box.setdefault(
+                "ack", asyncio.run(push_all(first.base_url, 100, None, progress))
+            )
         )
         thread.start()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while len(progress) < sources * steps // 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
         first.kill()
         thread.join(timeout=120)
     second_round = box.get("ack", set())

@@ -52,7 +52,7 @@ def _probe(base_url: str, started, done, latencies) -> None:
             start = time.perf_counter()
             assert live.get("/health/live").status_code == 200
             latencies.append(time.perf_counter() - start)
-            time.sleep(0.005)
+            time.sleep(0.005)  # a probe's pace (a liveness checker's), not a wait for anything
 
 
 def _probe_while(service: ServiceProcess, read) -> tuple[list[float], httpx.Response]:

@@ -67,7 +67,7 @@ def test_idle_sessions_expire_and_free_their_slot(server):
         assert time.monotonic() < deadline, "the idle session never expired"
         answer = client.post(f"/v1/sessions/{busy}/steps", json=step)  # steps do
         assert answer.status_code == 200, answer.text
-        time.sleep(0.2)
+        time.sleep(0.2)  # the idle one needs IDLE_S of wall time: poll it, keep busy in use
     assert_problem(client.get(f"/v1/sessions/{idle}"), 410, "session_expired")
     assert_problem(client.post(f"/v1/sessions/{idle}/steps", json=step), 410, "session_expired")
     assert client.get(f"/v1/sessions/{busy}").status_code == 200

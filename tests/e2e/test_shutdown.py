@@ -10,6 +10,7 @@ runs longer than the grace period (``DATARAX_SHUTDOWN_GRACE_S``):
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import threading
@@ -48,12 +49,50 @@ def _read_all(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time ``pid`` has used so far, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_until_computing(pid: int, seconds: float, timeout: float = 60.0) -> None:
+    """Until process ``pid`` (the idle runtime) has used ``seconds`` of CPU more than now:
+    then the call that makes it compute has reached it."""
+    deadline = time.monotonic() + timeout
+    start = _cpu_seconds(pid)
+    while _cpu_seconds(pid) - start < seconds:
+        assert time.monotonic() < deadline, f"the runtime did not start computing in {timeout} s"
+        time.sleep(0.02)
+
+
+def _read_by_server(port: int, sock: socket.socket) -> bool:
+    """Whether the server has accepted ``sock``'s connection and read what was sent on it:
+    its answer (or its close) is here already, or the server's end in ``/proc/net/tcp`` has
+    a socket inode (0 until ``accept()``) and an empty receive queue."""
+    if select.select([sock], [], [], 0)[0]:
+        return True
+    local = f"0100007F:{port:04X}"  # 127.0.0.1, as the kernel writes it
+    remote = f"0100007F:{sock.getsockname()[1]:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local and fields[2] == remote:
+            return int(fields[9]) != 0 and int(fields[4].split(":")[1], 16) == 0
+    return False
+
+
+def _wait_read_by_server(port: int, sock: socket.socket, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not _read_by_server(port, sock):
+        assert time.monotonic() < deadline, f"the server did not read the request in {timeout} s"
+        time.sleep(0.01)
+
+
 @pytest.mark.slow
 def test_sigterm_refuses_new_connections_and_answers_503_after_the_grace_period(tmp_path):
     env = {"DATARAX_SHUTDOWN_GRACE_S": str(GRACE_S), "DATARAX_MAX_STEPS_PER_CALL": str(MAX_STEPS)}
     server = ServiceProcess(tmp_path / "datarax.sqlite", tmp_path / "server.log", env=env)
     with server:
-        server.wait_ready()
+        runtime_pid = int(server.wait_ready()["runtime_pid"])
         with server.client(timeout=120) as client:
             plan = client.post("/v1/meshes", json={"axes": {"data": 8}})
             assert plan.status_code == 201, plan.text
@@ -79,10 +118,11 @@ def test_sigterm_refuses_new_connections_and_answers_503_after_the_grace_period(
 
         caller = threading.Thread(target=long_call, daemon=True)
         caller.start()
-        time.sleep(min(1.0, long_steps * per_step / 4))  # the call is in the runtime now
+        # The call is in the runtime once the idle runtime computes (a few steps' CPU).
+        _wait_until_computing(runtime_pid, min(0.5, max(0.1, 4 * per_step)))
         assert "long" not in answers, answers
         waiting = _raw_request(server.port)
-        time.sleep(0.2)  # its bytes are in the server's buffer
+        _wait_read_by_server(server.port, waiting)  # its request is the server's now
 
         signalled = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)

@@ -98,5 +98,5 @@ async def get_prometheus_metrics(request: Request, telemetry: TelemetryDep) -> R
     """The service's counters plus the HTTP process's own (CPU, memory, open files), in
     the Prometheus text format or OpenMetrics, negotiated on Accept by prometheus-client."""
     await telemetry.refresh()  # per-job gauges, read from the store in a thread
-    encoder, content_type = choose_encoder(request.headers.get("accept"))
+    encoder, content_type = choose_encoder(request.headers.get("accept", ""))
     return Response(encoder(telemetry.registry), media_type=content_type)

@@ -1,4 +1,4 @@
-"""``/v1/jobs``: job metric history. HTTP only (app.services.jobs does the work)."""
+"""``/v1/jobs``: job metric history. HTTP only (the app.services.jobs package does the work)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ from app.schemas.jobs import (
     JobPointCreated,
     JobSummary,
 )
-from app.services import jobs
+from app.services.jobs import history, push, summaries
+from app.services.jobs.decode import decode_point
+from app.services.jobs.limits import PointLimits
 
 router = APIRouter(tags=["jobs"])
 Endpoint = Callable[..., Awaitable[Response]]
@@ -72,10 +74,10 @@ def _only_query(request: Request, *allowed: str) -> None:
             )
 
 
-def _limits(settings: Any) -> jobs.PointLimits:
+def _limits(settings: Any) -> PointLimits:
     """The caps every push path checks: ``DATARAX_MAX_POINT_VALUES``, and
     ``DATARAX_MAX_ANSWER_MB`` (a stored point must fit in an answer)."""
-    return jobs.PointLimits(
+    return PointLimits(
         max_values=settings.max_point_values, max_answer_bytes=settings.max_answer_bytes
     )
 
@@ -103,7 +105,7 @@ async def list_jobs(
     """Every job with its points, first and last step, ``last_push_at``, ``finished``, and
     the newest incomplete multi-source step with the sources that lag."""
     _only_query(request, "limit", "offset")
-    return json_response(await jobs.list_jobs(store, limit, offset))
+    return json_response(await summaries.list_jobs(store, limit, offset))
 
 
 @router.get(
@@ -115,7 +117,7 @@ async def list_jobs(
 async def get_job(job: JobName, request: Request, store: StoreDep) -> Response:
     """The job's entry of ``GET /v1/jobs``; 404 ``job_not_found``."""
     _only_query(request)
-    return json_response(await jobs.get_job(store, job))
+    return json_response(await summaries.get_job(store, job))
 
 
 @router.patch(
@@ -134,7 +136,7 @@ async def update_job(
     """``{"finished": true}`` marks the job finished (dashboards and the stale-job gauge
     leave it out); ``false`` reopens it."""
     _only_query(request)
-    return json_response(await jobs.set_finished(store, job, body.finished))
+    return json_response(await summaries.set_finished(store, job, body.finished))
 
 
 @router.delete(
@@ -148,7 +150,7 @@ async def update_job(
 async def delete_job(job: JobName, request: Request, store: StoreDep) -> Response:
     """Deletes the job's history (points, parts, rollups) durably; 404 ``job_not_found``."""
     _only_query(request)
-    await jobs.delete_job(store, job)
+    await summaries.delete_job(store, job)
     return Response(status_code=204)
 
 
@@ -190,8 +192,8 @@ async def push_job_metrics(
     state = request.app.state
     settings, store, telemetry = state.settings, state.store, state.telemetry
     body = await read_body(request)
-    point = await run_for_body(
-        lambda: jobs.decode_single(
+    batch = await run_for_body(
+        lambda: decode_point(
             body,
             media_type(request),
             request.headers.get("content-type"),
@@ -205,7 +207,7 @@ async def push_job_metrics(
         ),
         len(body),
     )
-    answer = await jobs.push_single(store, job, point)
+    answer = await push.push_single(store, job, batch)
     telemetry.count_reduction("job")
     telemetry.job_points.inc(answer.stored)
     return json_response(answer.body, 201 if answer.created else 200)
@@ -261,7 +263,7 @@ async def push_job_metrics_batch(
     if media == NPZ_MEDIA_TYPE:
         _only_query(request, "reduce", "nan_policy", "source", "sources")
         body = await read_body(request)
-        answer = await jobs.push_npz_batch(
+        answer = await push.push_npz_batch(
             store,
             job,
             body,
@@ -275,7 +277,7 @@ async def push_job_metrics_batch(
     else:
         require_json(request)
         _only_query(request)
-        answer = await jobs.push_batch(store, job, await read_body(request), _limits(settings))
+        answer = await push.push_batch(store, job, await read_body(request), _limits(settings))
     telemetry.count_reduction("job")
     telemetry.job_points.inc(answer.stored)
     return json_response(answer.body, 201 if answer.created else 200)
@@ -298,10 +300,10 @@ async def get_job_metrics(
     until_step: StepQuery = None,
     # The last step is MAX_STEP: nothing comes after it (and after_step + 1 must fit SQLite).
     after_step: Annotated[int | None, Query(ge=0, le=MAX_STEP - 1)] = None,
-    limit: Annotated[int, Query(ge=1, le=jobs.MAX_PAGE)] = jobs.DEFAULT_PAGE,
+    limit: Annotated[int, Query(ge=1, le=history.MAX_PAGE)] = history.DEFAULT_PAGE,
     max_points: Annotated[
         int | None,
-        Query(ge=2, le=jobs.MAX_BUCKETS, description="downsample above this many points"),
+        Query(ge=2, le=history.MAX_BUCKETS, description="downsample above this many points"),
     ] = None,
     include_partial: bool = False,
 ) -> Response:
@@ -327,7 +329,7 @@ async def get_job_metrics(
         "include_partial",
     )
     return json_response(
-        await jobs.history(
+        await history.history(
             store,
             job,
             since_step=since_step,

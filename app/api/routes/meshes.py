@@ -21,7 +21,7 @@ from app.schemas.meshes import (
 )
 from app.services import meshes
 from app.services.heavy_work import heavy_work
-from app.services.layout_svg import parse_scope
+from app.services.layout_scope import parse_scope
 
 router = APIRouter(tags=["meshes"])
 

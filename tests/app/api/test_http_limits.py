@@ -1,8 +1,9 @@
 """The HTTP limits in process: :class:`app.api.http_limits.AnswerLimitMiddleware` over every
-method, status and body shape (declared length, streamed under and over the limit),
-:class:`app.api.http_limits.HeaderLimitMiddleware` on the app as ``create_app`` builds it, and
-the negotiation caches, which must keep only short values. The real server's protocol-level
-head limit is tested end to end in ``tests/e2e/test_http_limits.py``.
+method, status and body shape (declared length, streamed under and over the limit), and
+:class:`app.api.http_limits.HeaderLimitMiddleware` on the app as ``create_app`` builds it.
+The real server's protocol-level head limit is tested end to end in
+``tests/e2e/test_http_limits.py``; the negotiation caches in ``test_http_cache.py`` and
+``test_routing.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.api import http_cache, routing
 from app.api.http_limits import AnswerLimitMiddleware
 from app.api.middleware import install_error_handlers
 from app.core.answer_limit import ANSWER_LIMIT, check_answer_size
@@ -146,90 +146,3 @@ def test_heads_under_the_limits_pass(service):
     answer = service.get("/v1/hardware", headers={"accept-encoding": "gzip, " + "x" * 6000})
     assert answer.status_code == 200
     assert answer.headers.get("content-encoding") == "gzip"
-
-
-# --------------------------------------------------------------------- parse caches
-
-LONG = "z" * (http_cache.MAX_CACHED_HEADER + 1)
-
-
-def test_accept_encoding_cache_keeps_only_short_values():
-    cache = http_cache._accepts_gzip_cached
-    cache.cache_clear()
-    assert http_cache.accepts_gzip(b"gzip, " + LONG.encode()) is True
-    assert http_cache.accepts_gzip(b"br, " + LONG.encode()) is False
-    assert cache.cache_info().currsize == 0
-    assert http_cache.accepts_gzip(b"gzip, br") is True
-    assert http_cache.accepts_gzip(b"gzip;q=0, *") is False
-    assert cache.cache_info().currsize == 2
-
-
-def test_media_type_and_accept_caches_keep_only_short_values(service):
-    routing._parse_media_type_cached.cache_clear()
-    routing._prefers_npz_cached.cache_clear()
-    for i in range(5):
-        answer = service.post(
-            "/v1/metrics/reduce",
-            content=b'{"metrics": {"loss": [1.0, 2.0]}}',
-            headers={
-                "content-type": f"application/json; x={i}{LONG}",
-                "accept": f"application/json, text/x-{i}{LONG}",
-            },
-        )
-        assert answer.status_code == 200, answer.text
-    assert routing._parse_media_type_cached.cache_info().currsize == 0
-    assert routing._prefers_npz_cached.cache_info().currsize == 0
-    long_npz = "application/x-npz, " + LONG
-    assert routing._prefers_npz(long_npz) is True  # the uncached parse answers alike
-
-
-@pytest.mark.parametrize(
-    ("header", "matches"),
-    [
-        (b'"abc"', True),
-        (b'W/"abc.gz"', True),
-        (b"*", True),
-        (b'"x", "abc"', True),
-        (b'"x"', False),
-        (b'"x", ' * 1000 + b'"abc"', False),  # past MAX_IF_NONE_MATCH: names nothing
-        (b"", False),
-    ],
-    ids=["exact", "weak-gz", "star", "second", "other", "too-long", "empty"],
-)
-def test_if_none_match_is_bounded(header, matches):
-    assert http_cache.etag_matches(header, "abc") is matches
-
-
-@pytest.mark.parametrize(
-    ("value", "gzip"),
-    [
-        (b"gzip, " + b"x" * 5000, True),  # the leading item counts
-        (b"br, " + b"x" * 5000 + b", gzip", False),  # past the first KiB: not read
-        (b"," * 65_000, False),  # a 64 KiB list of empty items
-        (b" ," * 30_000 + b"gzip", False),
-        (b"gzip;q=0.5," * 3000, True),
-        (b"gzip" + b";q=1" * 16_000, False),  # one item longer than a KiB: nothing
-    ],
-    ids=["gzip-first", "gzip-late", "commas", "spaces", "repeated", "one-long-item"],
-)
-def test_long_accept_encoding_reads_its_first_kib(value, gzip):
-    assert http_cache.accepts_gzip(value) is gzip
-    part = http_cache.negotiated_part(value)
-    assert len(part) <= http_cache.MAX_NEGOTIATED and value.startswith(part)
-
-
-def test_long_accept_reads_its_first_kib(service):
-    body = b'{"metrics": {"loss": [1.0, 2.0]}}'
-    headers = {"content-type": "application/json"}
-    for accept, npz in [
-        ("application/x-npz, " + "t/x," * 1500, True),
-        ("t/x," * 1500 + "application/x-npz", False),
-        ("," * 7000, False),
-    ]:
-        answer = service.post(
-            "/v1/metrics/reduce", content=body, headers={**headers, "accept": accept}
-        )
-        assert answer.status_code == 200, answer.text
-        assert answer.headers["content-type"].startswith(
-            "application/x-npz" if npz else "application/json"
-        ), accept[:40]

@@ -35,8 +35,8 @@ from app.core.errors import ServiceError, WorkerLost
 from app.core.settings import Settings
 from app.runtime import group as groups
 from app.runtime.group import CommandGroup
-from tests.app.runtime.support import READY_S, RuntimeHandle, pid_gone
 from tests.helpers import PROJECT_ROOT, free_port
+from tests.runtime_support import READY_S, RuntimeHandle, pid_gone
 
 HEARTBEAT_S = 4.0
 LOST_MARGIN_S = 3.0

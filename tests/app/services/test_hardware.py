@@ -22,7 +22,7 @@ from datarax.distributed.topology import plan_hardware_devices
 
 def test_catalog_functions():
     names = [item["name"] for item in list_hardware()["items"]]
-    assert len(names) == 9 and "gb200-nvl72" in names
+    assert len(names) == 11 and "gb200-nvl72" in names
     assert hardware_entry("cpu")["kind"] == "cpu"
     with pytest.raises(ServiceError, match="no hardware named") as info:
         hardware_entry("nope")

@@ -1,4 +1,5 @@
-"""The SQLite store: durability settings, round trips, concurrency."""
+"""The storage engine: durability settings, one connection per file, transactions,
+concurrency and storage faults."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 
 from app.core.errors import StepConflict, StorageUnavailable
 from app.storage import jobs as store_jobs
-from app.storage.db import SCHEMA_VERSION, Store, StoreClosed
+from app.storage import plans, sessions
+from app.storage.db import Store, StoreClosed
 
 
 @pytest.fixture
@@ -32,31 +34,6 @@ def test_wal_and_full_sync(store):
     # FAST: freed pages are not rewritten just to zero them (2 = FAST; this SQLite
     # build's default is 1, which rewrote every page a merged step's parts freed).
     assert store._run(lambda c: c.execute("PRAGMA secure_delete").fetchone()[0]) == 2
-
-
-def test_plans_round_trip_and_order(store):
-    async def main():
-        for i in range(5):
-            await store.insert_plan(
-                f"m_{i}", "2026-01-01T00:00:00Z", f"n{i}", i % 2 == 0, f'{{"i":{i}}}'
-            )
-        bodies, total = await store.list_plans(2, 1)
-        assert total == 5 and bodies == ['{"i":3}', '{"i":2}']
-        await store.insert_plan("m_s", "t", None, False, '{"big":1}', '{"small":1}')
-        assert (await store.list_plans(1, 0, summary=True))[0] == ['{"small":1}']
-        assert (await store.list_plans(1, 0))[0] == ['{"big":1}']
-        assert await store.get_plan("m_4") == '{"i":4}'
-        assert await store.delete_plan("m_4") is True
-        assert await store.delete_plan("m_4") is False
-        assert await store.get_plan("m_4") is None
-
-    anyio.run(main)
-
-
-def test_duplicate_plan_id_is_refused(store):
-    store.insert_plan_sync("m_1", "t", None, False, "{}")
-    with pytest.raises(sqlite3.IntegrityError):
-        store.insert_plan_sync("m_1", "t", None, False, "{}")
 
 
 def _point(step: int, reduced: str) -> store_jobs.PushItem:
@@ -91,24 +68,13 @@ def test_job_points_are_written_once_and_read_in_step_order(store):
     anyio.run(main)
 
 
-def test_sessions_table(store):
-    async def main():
-        await store.insert_session("s_1", "m_1", "t", '{"step":0}')
-        assert await store.update_session("s_1", '{"step":3}') is True
-        assert await store.get_session("s_1") == '{"step":3}'
-        assert await store.delete_session("s_1") is True
-        assert await store.update_session("s_1", "{}") is False
-
-    anyio.run(main)
-
-
 def test_concurrent_writers_from_threads(store):
     errors: list[BaseException] = []
 
     def writer(t: int) -> None:
         try:
             for i in range(50):
-                store.insert_plan_sync(f"m_{t}_{i}", "t", None, False, "{}")
+                plans.insert_plan_sync(store, f"m_{t}_{i}", "t", None, False, "{}")
         except BaseException as exc:  # noqa: BLE001 - collected and re-raised below
             errors.append(exc)
 
@@ -140,12 +106,12 @@ def test_reopen_keeps_data(tmp_path):
     path = tmp_path / "db.sqlite"
     first = Store(path)
     first.open()
-    first.insert_plan_sync("m_1", "t", "x", True, '{"id":"m_1"}')
+    plans.insert_plan_sync(first, "m_1", "t", "x", True, '{"id":"m_1"}')
     first.close()
     second = Store(path)
     second.open()
     try:
-        assert anyio.run(second.get_plan, "m_1") == '{"id":"m_1"}'
+        assert anyio.run(plans.get_plan, second, "m_1") == '{"id":"m_1"}'
     finally:
         second.close()
 
@@ -153,7 +119,7 @@ def test_reopen_keeps_data(tmp_path):
 def test_closed_store_refuses(tmp_path):
     s = Store(tmp_path / "db.sqlite")
     with pytest.raises(StoreClosed):
-        s.insert_plan_sync("m", "t", None, False, "{}")
+        plans.insert_plan_sync(s, "m", "t", None, False, "{}")
     assert s.ping() is False
 
 
@@ -166,77 +132,9 @@ def test_failed_write_rolls_back_and_the_store_stays_usable(store):
 
     with pytest.raises(RuntimeError):
         store._write(bad)
-    assert anyio.run(store.get_plan, "m_x") is None
-    store.insert_plan_sync("m_y", "t", None, False, "{}")
-    assert anyio.run(store.get_plan, "m_y") == "{}"
-
-
-# The schema of app/storage/db.py at version 1 (commit 6a03617), as files written then hold it.
-V1_SCHEMA = """
-CREATE TABLE plans (id TEXT PRIMARY KEY, created_at TEXT NOT NULL, name TEXT,
-    live INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL, summary TEXT NOT NULL);
-CREATE TABLE job_points (job TEXT NOT NULL, step INTEGER NOT NULL, reduced TEXT NOT NULL,
-    received_at TEXT NOT NULL, PRIMARY KEY (job, step));
-CREATE TABLE sessions (id TEXT PRIMARY KEY, mesh_id TEXT NOT NULL, created_at TEXT NOT NULL,
-    body TEXT NOT NULL);
-CREATE INDEX sessions_by_mesh ON sessions (mesh_id);
-"""
-
-
-def test_a_version_1_file_is_migrated_in_place_and_keeps_its_data(tmp_path):
-    path = tmp_path / "v1.sqlite"
-    old = sqlite3.connect(path)
-    old.executescript(V1_SCHEMA)
-    old.execute("PRAGMA journal_mode = WAL")
-    old.execute("INSERT INTO plans VALUES ('m_1', 't', 'p', 1, '{\"id\":\"m_1\"}', '{}')")
-    rows = [("old", s, f'{{"loss":{s / 2},"v":[1,2]}}', "2026-01-01T00:00:00Z") for s in range(40)]
-    old.executemany("INSERT INTO job_points VALUES (?, ?, ?, ?)", rows)
-    old.commit()
-    old.close()
-    check = sqlite3.connect(path)  # closed: the store locks the file exclusively
-    assert check.execute("PRAGMA user_version").fetchone()[0] == 0
-    check.close()
-
-    store = Store(path)
-    store.open()
-    try:
-        assert store.schema_version == SCHEMA_VERSION
-        assert anyio.run(store.get_plan, "m_1") == '{"id":"m_1"}'
-        job = anyio.run(store.read, lambda c: store_jobs.get_job(c, "old"))
-        assert (job.points, job.first_step, job.last_step) == (40, 0, 39)
-        page, _ = anyio.run(
-            store.read, lambda c: store_jobs.history_page(c, "old", 0, 100, 100, False)
-        )
-        assert [p.reduced for p in page] == [r[2] for r in rows]
-        # Rollups were derived from the old points: a downsampled read sees them all.
-        width, buckets = anyio.run(store.read, lambda c: store_jobs.downsample(c, "old", 0, 39, 2))
-        assert sum(b.metrics["loss"][0] for b in buckets) == 40 and "v" not in buckets[0].metrics
-        assert buckets[-1].metrics["loss"][5] == 19.5
-        # An old point, pushed again with the same values, is a no-op; other values conflict.
-        same = [_point(3, rows[3][2])]
-        anyio.run(store.write, lambda c: store_jobs.push(c, "old", same, "t", _no_merge))
-        assert same[0].created is False
-        with pytest.raises(StepConflict):
-            anyio.run(
-                store.write,
-                lambda c: store_jobs.push(c, "old", [_point(3, '{"loss":9}')], "t", _no_merge),
-            )
-    finally:
-        store.close()
-    # Opening again is a no-op (already current).
-    again = Store(path)
-    again.open()
-    assert again.schema_version == SCHEMA_VERSION
-    again.close()
-
-
-def test_a_file_from_a_newer_schema_is_refused(tmp_path):
-    path = tmp_path / "new.sqlite"
-    conn = sqlite3.connect(path)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    conn.close()
-    with pytest.raises(RuntimeError, match="newer"):
-        Store(path).open()
+    assert anyio.run(plans.get_plan, store, "m_x") is None
+    plans.insert_plan_sync(store, "m_y", "t", None, False, "{}")
+    assert anyio.run(plans.get_plan, store, "m_y") == "{}"
 
 
 # ------------------------------------------------------- one connection, no -shm, faults
@@ -250,7 +148,7 @@ def test_no_shared_memory_wal_index_is_created_or_mapped(store):
     """WAL in exclusive locking mode keeps the wal-index in heap memory: no ``-shm`` file
     exists or is mapped, so nothing can SIGBUS the process when storage fails."""
     for i in range(50):
-        store.insert_plan_sync(f"m_{i}", "t", None, False, "{}" + " " * 4000)
+        plans.insert_plan_sync(store, f"m_{i}", "t", None, False, "{}" + " " * 4000)
     assert store._run(lambda c: c.execute("PRAGMA locking_mode").fetchone()[0]) == "exclusive"
     assert store._run(lambda c: c.execute("PRAGMA mmap_size").fetchone()[0]) == 0
     assert store._run(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0]) == "wal"
@@ -267,9 +165,9 @@ def test_stores_on_one_file_share_its_one_connection(tmp_path):
     second = Store(tmp_path / "sub" / ".." / "db.sqlite")  # another spelling, same file
     second.open()
     assert first._conn is second._conn and first._lock is second._lock
-    second.insert_plan_sync("m_1", "t", None, False, "{}")
+    plans.insert_plan_sync(second, "m_1", "t", None, False, "{}")
     second.close()
-    assert anyio.run(first.get_plan, "m_1") == "{}"  # still open for the other store
+    assert anyio.run(plans.get_plan, first, "m_1") == "{}"  # still open for the other store
     first.close()
     reader = sqlite3.connect(path, timeout=0.1)  # closed with the last store: unlocked
     assert reader.execute("SELECT count(*) FROM plans").fetchone()[0] == 1
@@ -277,7 +175,7 @@ def test_stores_on_one_file_share_its_one_connection(tmp_path):
 
 
 def test_another_process_cannot_use_the_file_while_the_store_holds_it(store):
-    store.insert_plan_sync("m_1", "t", None, False, "{}")
+    plans.insert_plan_sync(store, "m_1", "t", None, False, "{}")
     reader = sqlite3.connect(store.path, timeout=0.1)
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         reader.execute("SELECT count(*) FROM plans").fetchone()
@@ -327,12 +225,12 @@ def test_an_unwritable_wal_is_storage_unavailable_until_a_write_succeeds(
     from app.storage import db as store_module
 
     monkeypatch.setattr(store_module, "PROBE_INTERVAL_S", 0.0)
-    store.insert_plan_sync("m_1", "t", None, False, '{"id":"m_1"}')
+    plans.insert_plan_sync(store, "m_1", "t", None, False, '{"id":"m_1"}')
     assert store.health() is None
     wal = Path(f"{store.path}-wal")
     chattr("+", wal)
     with pytest.raises(StorageUnavailable) as refused:
-        store.insert_plan_sync("m_2", "t", None, False, "{}")
+        plans.insert_plan_sync(store, "m_2", "t", None, False, "{}")
     assert refused.value.status == 503 and "Retry-After" in refused.value.headers
     fault = store.fault
     assert fault is not None and fault.kind == "unavailable" and "IOERR" in fault.reason
@@ -345,23 +243,23 @@ def test_an_unwritable_wal_is_storage_unavailable_until_a_write_succeeds(
 
     anyio.run(grouped)
     with pytest.raises(StorageUnavailable):
-        anyio.run(store.insert_session, "s_1", "m_1", "t", "{}")
+        anyio.run(sessions.insert_session, store, "s_1", "m_1", "t", "{}")
     # A transaction that writes nothing proves nothing: the fault stays.
-    assert anyio.run(store.delete_plan, "m_missing") is False
+    assert anyio.run(plans.delete_plan, store, "m_missing") is False
     assert store.fault is not None
     assert store.health() is not None  # the probe fails too
     checked = store.fault.checked_at
     assert store.health().checked_at > checked
-    assert anyio.run(store.get_plan, "m_1") == '{"id":"m_1"}'  # reads still work
+    assert anyio.run(plans.get_plan, store, "m_1") == '{"id":"m_1"}'  # reads still work
     chattr("-", wal)
     assert store.health() is None  # the probe write succeeds: the fault is over
-    store.insert_plan_sync("m_3", "t", None, False, "{}")
+    plans.insert_plan_sync(store, "m_3", "t", None, False, "{}")
     # A constraint violation is the caller's error, not a storage fault.
     with pytest.raises(sqlite3.IntegrityError):
-        store.insert_plan_sync("m_3", "t", None, False, "{}")
+        plans.insert_plan_sync(store, "m_3", "t", None, False, "{}")
     assert store.fault is None
-    bodies, total = anyio.run(store.list_plans, 10, 0)
-    assert total == 2 and anyio.run(store.get_plan, "m_2") is None
+    bodies, total = anyio.run(plans.list_plans, store, 10, 0)
+    assert total == 2 and anyio.run(plans.get_plan, store, "m_2") is None
 
 
 async def _push_refused(store, step):

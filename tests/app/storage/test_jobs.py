@@ -1,14 +1,16 @@
-"""The job tables: rollup segments, downsampled reads against a brute-force answer."""
+"""The job tables' writes: grouped commits, retries against older digests, migrated
+parts completing, pushes mixing whole steps and parts, and the typed functions the
+services call."""
 
 from __future__ import annotations
 
 import json
-import math
 
-import anyio
 import numpy as np
 import pytest
 
+from app.services.jobs.decode import PointInput
+from app.services.jobs.rows import build_items
 from app.storage import jobs as store_jobs
 from app.storage import migrations
 from app.storage import parts as store_parts
@@ -21,144 +23,6 @@ def store(tmp_path):
     s.open()
     yield s
     s.close()
-
-
-def _items(steps, values):
-    return [
-        store_jobs.PushItem(
-            step=int(step),
-            source="",
-            sources=1,
-            digest=str(step),
-            num_devices=1,
-            reduced=json.dumps({"loss": None if math.isnan(v) else v, "vec": [1, 2]}),
-            values={"loss": float(v)},
-        )
-        for step, v in zip(steps, values, strict=True)
-    ]
-
-
-@pytest.mark.parametrize(
-    ("low", "high", "top"),
-    [(0, 0, 0), (3, 70000, 4), (17, 300, 1), (256, 511, 2), (5, 4100, 3)],
-    ids=["one-step", "all-levels", "level-1", "aligned", "level-3"],
-)
-def test_segments_cover_the_range_exactly_once(low, high, top):
-    covered = []
-    for level, first, last in store_jobs._segments(low, high, top):
-        size = 16**level
-        covered += [(first * size, (last + 1) * size - 1)]
-    assert covered[0][0] == low and covered[-1][1] == high
-    assert all(a[1] + 1 == b[0] for a, b in zip(covered, covered[1:], strict=False))
-    assert len(covered) <= 2 * top + 1
-
-
-def test_downsampled_buckets_equal_brute_force(store):
-    rng = np.random.default_rng(0)
-    steps = np.sort(rng.choice(np.arange(20000), size=6000, replace=False))
-    values = rng.normal(size=steps.size)
-    values[rng.choice(steps.size, 50, replace=False)] = np.nan  # NaN steps count nowhere
-    items = _items(steps, values)
-    for start in range(0, len(items), 1000):  # several batches: blocks merge across them
-        chunk = items[start : start + 1000]
-        anyio.run(store.write, lambda c, b=chunk: store_jobs.push(c, "j", b, "t", None))
-    for low, high, max_points in [(0, 19999, 100), (123, 17777, 37), (5000, 5100, 10)]:
-        width, buckets = anyio.run(
-            store.read,
-            lambda c, a=low, b=high, m=max_points: store_jobs.downsample(c, "j", a, b, m),
-        )
-        assert len(buckets) <= max_points
-        for bucket in buckets:
-            inside = (steps >= bucket.start) & (steps <= bucket.end)
-            assert bucket.start >= low and bucket.end <= high
-            assert bucket.end - bucket.start + 1 <= width
-            kept = values[inside]
-            finite = kept[np.isfinite(kept)]
-            n, total, lo, hi, last_step, last = bucket.metrics["loss"]
-            assert n == finite.size
-            assert total == pytest.approx(finite.sum())
-            assert (lo, hi) == (finite.min(), finite.max())
-            assert last_step == steps[inside][-1]
-            expected_last = kept[-1]
-            assert (last is None) if np.isnan(expected_last) else last == expected_last
-        # buckets tile the range's points
-        assert (
-            sum(b.metrics["loss"][0] for b in buckets)
-            == np.isfinite(values[(steps >= low) & (steps <= high)]).sum()
-        )
-
-
-def test_missing_sources_are_named_when_the_names_tell_them():
-    assert store_jobs.missing_sources(["host-0", "host-2"], 4) == ["host-1", "host-3"]
-    assert store_jobs.missing_sources(["0"], 2) == ["1"]
-    assert store_jobs.missing_sources(["a", "b"], 3) is None
-    assert store_jobs.missing_sources(["h-0", "g-1"], 3) is None
-    assert sorted(["host-10", "host-2"], key=store_jobs.source_order) == ["host-2", "host-10"]
-
-
-@pytest.mark.parametrize(
-    ("received", "sources"),
-    [
-        (["h0", "h00"], 3),  # both read as index 0: two names, one index
-        (["h00"], 3),
-        (["h1", "h01", "h001"], 5),
-        (["host-07"], 8),
-        (["0", "00"], 3),
-        (["h3"], 3),  # an index not below sources
-    ],
-    ids=["h0-h00", "h00", "h1-h01-h001", "leading-zero", "0-00", "out-of-range"],
-)
-def test_missing_sources_are_unknown_when_names_are_not_canonical(received, sources):
-    assert store_jobs.missing_sources(received, sources) is None
-
-
-def test_missing_sources_always_count_what_is_missing():
-    rng = np.random.default_rng(3)
-    for _ in range(500):
-        sources = int(rng.integers(1, 12))
-        names = [f"h{int(i)}" for i in rng.integers(0, 12, size=int(rng.integers(1, 6)))]
-        names += [f"h0{int(i)}" for i in rng.integers(0, 3, size=int(rng.integers(0, 2)))]
-        received = list(dict.fromkeys(names))  # distinct, as stored
-        missing = store_jobs.missing_sources(received, sources)
-        if missing is not None:
-            assert len(missing) == sources - len(received), (received, sources, missing)
-            assert not set(missing) & set(received)
-
-
-@pytest.mark.parametrize(
-    "steps",
-    [[0], [4095], [0, 1, 2, 4095], list(range(2047)), list(range(2048)), list(range(4096))],
-    ids=["first", "last", "edges", "sparse-most", "dense-least", "full"],
-)
-def test_coverage_blocks_round_trip_and_are_stored_sparse_when_smaller(steps):
-    counts = np.zeros(4096, dtype="<u2")
-    counts[steps] = np.arange(1, len(steps) + 1) % 65535 + 1
-    blob = store_parts.encode_coverage(counts)
-    assert np.array_equal(store_parts.decode_coverage(blob), counts)
-    assert len(blob) == min(4 * len(steps), 8192) if len(steps) < 2048 else len(blob) == 8192
-    # A dense block written before the sparse encoding reads unchanged.
-    assert np.array_equal(store_parts.decode_coverage(counts.tobytes()), counts)
-
-
-def test_a_history_page_stops_within_its_byte_budget(store):
-    texts = [json.dumps({"v": [k + 10] * 100}) for k in range(50)]  # all one length
-    store._write(
-        lambda c: store_jobs.push(
-            c, "bytes", [_point(s, t) for s, t in enumerate(texts)], "t0", None
-        )
-    )
-    size = len(texts[0]) + store_jobs.POINT_OVERHEAD
-    budget = size * 7 + 5
-    entries, more = store._run(
-        lambda c: store_jobs.history_page(c, "bytes", 0, 10**9, 1000, False, budget)
-    )
-    assert [e.step for e in entries] == list(range(7)) and more is True
-    whole, more = store._run(lambda c: store_jobs.history_page(c, "bytes", 0, 10**9, 1000, False))
-    assert len(whole) == 50 and more is False
-    one, more = store._run(  # a point larger than the budget alone is still read
-        lambda c: store_jobs.history_page(c, "bytes", 0, 10**9, 1000, False, 10)
-    )
-    assert [e.step for e in one] == [0] and more is True
 
 
 def _point(step: int, reduced: str) -> store_jobs.PushItem:
@@ -217,12 +81,11 @@ def test_a_version_3_file_with_pending_parts_completes_them_after_migration(tmp_
     import sqlite3
 
     from app.codecs.npz import encode_npz
-    from app.services import jobs
     from app.storage.part_blobs import encode_part
 
     def part(source, loss):
-        point = jobs.PointInput(7, {"loss": np.array(loss)}, {}, None, "propagate", source, 3)
-        return jobs.build_items([point])
+        point = PointInput(7, {"loss": np.array(loss)}, {}, None, "propagate", source, 3)
+        return build_items([point])
 
     path = tmp_path / "v3.sqlite"
     store = Store(path)
@@ -260,18 +123,18 @@ def test_a_version_3_file_with_pending_parts_completes_them_after_migration(tmp_
         job = store._run(lambda c: store_jobs.get_job(c, "old"))
         assert (job.incomplete_step, job.received_sources) == (7, ["host-0", "host-1"])
         retry = part("host-1", [3.0, 4.0])
-        store._write(lambda c: store_jobs.push(c, "old", retry, "t1", jobs._merge_rows))
+        store._write(lambda c: store_jobs.push(c, "old", retry, "t1", store_parts.merge_rows))
         assert retry[0].created is False and retry[0].complete is False
         assert retry[0].missing == ["host-2"]
         changed = part("host-1", [3.0, 5.0])
         with pytest.raises(Exception, match="stored with other content"):
-            store._write(lambda c: store_jobs.push(c, "old", changed, "t1", jobs._merge_rows))
+            store._write(lambda c: store_jobs.push(c, "old", changed, "t1", store_parts.merge_rows))
         last = part("host-2", [5.0, 6.0])
-        store._write(lambda c: store_jobs.push(c, "old", last, "t2", jobs._merge_rows))
+        store._write(lambda c: store_jobs.push(c, "old", last, "t2", store_parts.merge_rows))
         assert last[0].complete and json.loads(last[0].step_reduced) == {"loss": 3.5}
         late = part("host-3", [5.0, 6.0])
         with pytest.raises(Exception, match="already has all 3 sources"):
-            store._write(lambda c: store_jobs.push(c, "old", late, "t3", jobs._merge_rows))
+            store._write(lambda c: store_jobs.push(c, "old", late, "t3", store_parts.merge_rows))
         open_parts = store._run(
             lambda c: c.execute(
                 "SELECT COUNT(*) FROM job_segments WHERE pending > 0 OR arrays IS NOT NULL"
@@ -283,63 +146,86 @@ def test_a_version_3_file_with_pending_parts_completes_them_after_migration(tmp_
 
 
 def test_a_step_stored_with_an_older_digest_is_compared_by_its_values(store):
-    from app.services import jobs
 
     def point(loss):
-        return jobs.build_items(
-            [jobs.PointInput(3, {"loss": np.array(loss)}, {}, None, "propagate")]
-        )
+        return build_items([PointInput(3, {"loss": np.array(loss)}, {}, None, "propagate")])
 
     first = point([1.0, 3.0])
     first[0].digest = "0" * 32  # a blake2b digest, as stored before 2026-12-01
-    store._write(lambda c: store_jobs.push(c, "old-digest", first, "t0", jobs._merge_rows))
+    store._write(lambda c: store_jobs.push(c, "old-digest", first, "t0", store_parts.merge_rows))
     retry = point([1.0, 3.0])
     assert retry[0].digest.startswith("r") and len(retry[0].digest) == 17
-    store._write(lambda c: store_jobs.push(c, "old-digest", retry, "t1", jobs._merge_rows))
+    store._write(lambda c: store_jobs.push(c, "old-digest", retry, "t1", store_parts.merge_rows))
     assert retry[0].created is False and retry[0].complete
     with pytest.raises(Exception, match="stored with other content"):
         other = point([1.0, 5.0])
-        store._write(lambda c: store_jobs.push(c, "old-digest", other, "t2", jobs._merge_rows))
-
-
-def test_the_jobs_list_finds_a_straggling_step_without_reading_the_complete_ones(store):
-    from app.services import jobs
-
-    def parts(source, steps):
-        points = [
-            jobs.PointInput(
-                s, {"loss": np.array([float(s), 1.0])}, {}, None, "propagate", source, 2
-            )
-            for s in steps
-        ]
-        return jobs.build_items(points)
-
-    every = list(range(0, 300))
-    store._write(
-        lambda c: store_jobs.push(c, "late", parts("host-0", every), "t0", jobs._merge_rows)
-    )
-    behind = [s for s in every if s != 5]
-    store._write(
-        lambda c: store_jobs.push(c, "late", parts("host-1", behind), "t1", jobs._merge_rows)
-    )
-    statements: list[str] = []
-    store._conn.set_trace_callback(statements.append)
-    try:
-        job = store._run(lambda c: store_jobs.get_job(c, "late"))
-    finally:
-        store._conn.set_trace_callback(None)
-    assert (job.incomplete_step, job.received_sources, job.points) == (5, ["host-0"], 299)
-    # The 299 complete steps between are not read to find it.
-    assert not [s for s in statements if "job_points" in s], statements
+        store._write(
+            lambda c: store_jobs.push(c, "old-digest", other, "t2", store_parts.merge_rows)
+        )
 
 
 def test_a_push_holding_a_step_whole_and_as_a_part_is_refused(store):
     from app.core.errors import SourcesMismatch
-    from app.services import jobs
 
-    whole = jobs.PointInput(9, {"loss": np.array([1.0, 2.0])}, {}, None, "propagate")
-    part = jobs.PointInput(9, {"loss": np.array([3.0])}, {}, None, "propagate", "host-0", 2)
-    items = jobs.build_items([whole, part])
+    whole = PointInput(9, {"loss": np.array([1.0, 2.0])}, {}, None, "propagate")
+    part = PointInput(9, {"loss": np.array([3.0])}, {}, None, "propagate", "host-0", 2)
+    items = build_items([whole, part])
     with pytest.raises(SourcesMismatch):
-        store._write(lambda c: store_jobs.push(c, "mixed", items, "t0", jobs._merge_rows))
+        store._write(lambda c: store_jobs.push(c, "mixed", items, "t0", store_parts.merge_rows))
     assert store._run(lambda c: store_jobs.get_job(c, "mixed")) is None  # nothing stored
+
+
+def _columns(steps, loss) -> store_jobs.PointColumns:
+    values = {"loss": np.asarray(loss, dtype=np.float64)}
+    texts = [json.dumps({"loss": v}) for v in loss]
+    return store_jobs.PointColumns(
+        steps=list(steps),
+        digests=[f"d{s}" for s in steps],
+        reduced=texts,
+        values=values,
+        num_devices=2,
+    )
+
+
+def test_a_batch_of_columns_is_stored_straight_or_as_items_on_a_retry(store):
+    batch = store_jobs.PushBatch(columns=_columns([1, 2, 3], [1.0, 2.0, 3.0]))
+    first = store_jobs.store_batch_here(store, "c", batch)
+    assert (first.points, first.created, first.completed, first.items) == (3, 3, 3, [])
+    retry = store_jobs.store_batch_here(store, "c", batch)
+    assert (retry.created, retry.completed, len(retry.items)) == (0, 0, 3)
+    assert retry.received_at == first.received_at  # the stored time, not the retry's
+    job = store._run(lambda c: store_jobs.get_job(c, "c"))
+    assert (job.points, job.first_step, job.last_step) == (3, 1, 3)
+
+
+def test_parts_as_one_segment_complete_with_the_other_source(store):
+    def segment(source, loss):
+        return store_parts.PartSegment(
+            source=source,
+            sources=2,
+            signature='{"metrics":{"loss":[]},"nan_policy":"propagate","reduce":{"loss":"sum"}}',
+            num_devices=1,
+            steps=[0, 1],
+            columns={"loss": np.asarray(loss, dtype=np.float64).reshape(2, 1)},
+        )
+
+    half = store_jobs.store_batch_here(store, "s", store_jobs.PushBatch(parts=segment("a", [1, 2])))
+    assert (half.points, half.created, half.completed) == (2, 2, 0)
+    done = store_jobs.store_batch_here(store, "s", store_jobs.PushBatch(parts=segment("b", [3, 4])))
+    assert (done.created, done.completed) == (2, 2)
+    page, _ = store._run(lambda c: store_jobs.history_page(c, "s", 0, 10, 10, False))
+    assert [json.loads(p.reduced) for p in page] == [{"loss": 4.0}, {"loss": 6.0}]
+
+
+def test_the_typed_writes_run_in_the_stores_transactions(store):
+    import anyio
+
+    items = [_point(0, '{"a":1}'), _point(1, '{"a":2}')]
+    outcome = anyio.run(store_jobs.store_points, store, "t", items)
+    assert (outcome.points, outcome.created, outcome.completed) == (2, 2, 2)
+    assert all(i.created and i.complete for i in outcome.items)
+    assert anyio.run(store_jobs.mark_finished, store, "t", True) is True
+    assert anyio.run(store_jobs.mark_finished, store, "nope", True) is False
+    assert anyio.run(store_jobs.expire_pushed_before, store, "0000") == []
+    assert anyio.run(store_jobs.expire_pushed_before, store, "9999") == ["t"]
+    assert anyio.run(store_jobs.remove_job, store, "t") is False  # expired already

@@ -80,7 +80,7 @@ def test_device_placement_class_methods():
     [
         # Upstream datarax's values where the datasheet ratio differs only by rounding:
         (HardwareType.TPU_V5E, 240, 256),  # 197e12 / 819e9 = 240.5 (scaling book: 240)
-        (HardwareType.H100, 298, 320),  # 989e12 / 3.35e12 = 295.2
+        (HardwareType.H100, 298, 320),  # 989.5e12 / 3.35e12 = 295.4
         (HardwareType.H200, 207, 256),
         (HardwareType.A100, 154, 192),
     ],
@@ -95,7 +95,7 @@ def test_batch_size_recommendation_from_datasheets(hardware, critical, optimal):
 
 def test_batch_size_notes_keep_the_datasheet_derivation():
     assert (
-        "= 295.2; 298 as upstream datarax" in get_batch_size_recommendation(HardwareType.H100).notes
+        "= 295.4; 298 as upstream datarax" in get_batch_size_recommendation(HardwareType.H100).notes
     )
     assert (
         "= 240.5; 240 as upstream datarax"

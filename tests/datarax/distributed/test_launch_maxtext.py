@@ -27,7 +27,6 @@ from datarax.distributed.launch_maxtext import (
     parse_maxtext_args,
     plan_request_from_maxtext,
 )
-from datarax.distributed.named_models import MODELS, named_model
 from datarax.distributed.planning import PlanError
 from datarax.distributed.topology import plan_hardware_devices
 
@@ -291,66 +290,3 @@ def test_env_per_generation_carries_its_source(hardware, var, where):
     if var == "XLA_FLAGS":
         assert "--xla_gpu_enable_latency_hiding_scheduler=true" in out["env"][var]
         assert "xla_dump_to" not in out["env"][var]
-
-
-def test_every_named_model_has_maxtext_figures():
-    assert set(MAXTEXT_MODELS) == set(MODELS)
-    for name, entry in MAXTEXT_MODELS.items():
-        ours = named_model(name)
-        pairs = entry.get("layers_per_decoder_layer", 1)
-        assert entry["base_num_decoder_layers"] * pairs == ours["layers"], name
-        assert entry["base_emb_dim"] == ours["d_model"] and entry["vocab_size"] == ours["vocab"]
-        assert entry["logits_via_embedding"] == ours["tied_embeddings"], name
-
-
-REFUSALS = [
-    ("pipeline", {"ici_pipeline_parallelism": 2}, "invalid_maxtext_config", "ici_pipeline"),
-    ("expert", {"dcn_expert_parallelism": 2}, "invalid_maxtext_config", "dcn_expert"),
-    ("context", {"ici_context_parallelism": 4}, "invalid_maxtext_config", "ici_context"),
-    ("typo", {"ici_fdsp_parallelism": 4}, "invalid_maxtext_config", "ici_fdsp"),
-    ("bad-size", {"ici_tensor_parallelism": 0}, "invalid_maxtext_config", "ici_tensor"),
-    ("custom-mesh", {"custom_mesh": "hybrid_ring_64x4"}, "invalid_maxtext_config", "custom_mesh"),
-    ("slices", {"num_slices": 4}, "invalid_maxtext_config", "num_slices"),
-    ("model-name", {"model_name": "qwen3-8b"}, "invalid_maxtext_config", "qwen3-8b"),
-    ("override", {"model_name": "llama2-7b", "base_emb_dim": 1024}, "invalid_maxtext_config",
-     "override_model_config"),
-    ("mlp", {"base_emb_dim": 1024, "mlp_activations": ["silu", "silu"]},
-     "invalid_maxtext_config", "mlp_activations"),
-    ("attention", {"base_emb_dim": 1024, "attention": "paged"}, "invalid_maxtext_config",
-     "attention"),
-    ("remat", {"base_emb_dim": 1024, "remat_policy": "everything"}, "invalid_maxtext_config",
-     "remat_policy"),
-    ("batch", {"per_device_batch_size": 0.1}, "invalid_maxtext_config", "per_device_batch_size"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("keys", "code", "named"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS]
-)
-def test_refusals_name_the_key(keys, code, named):
-    with pytest.raises(PlanError) as error:
-        plan_request_from_maxtext(keys, hardware="tpu-v5e", topology="4x4", slices=2)
-    assert error.value.code == code and named in error.value.message
-
-
-def test_unknown_keys_are_ignored_and_noted():
-    notes: list[str] = []
-    body = plan_request_from_maxtext(
-        {"steps": 10, "run_name": "x", "ici_sequence_parallelism": 2, "dcn_data_parallelism": 4},
-        hardware="tpu-v5e",
-        topology="2x2",
-        notes=notes,
-    )
-    assert body["slices"] == 4 and "model" not in body and "batch_shape" not in body
-    assert any("'run_name'" in n and "'steps'" in n for n in notes)
-    assert any("ici_sequence_parallelism" in n for n in notes)
-    assert _layout(body).axes["data"] == 4 and _layout(body).axes["fsdp"] == 4
-
-
-def test_parse_maxtext_args():
-    parsed = parse_maxtext_args(["a=1", "b=0.5", "c=true", "d=[x,y]", "e=bf16", "f=''", "g=1e-5"])
-    assert parsed == {"a": 1, "b": 0.5, "c": True, "d": ["x", "y"], "e": "bf16", "f": "",
-                      "g": 1e-5}  # fmt: skip
-    with pytest.raises(PlanError) as error:
-        parse_maxtext_args(["novalue"])
-    assert error.value.code == "invalid_maxtext_config"

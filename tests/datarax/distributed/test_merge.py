@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from datarax.distributed.merge import PartialMetrics, merge_parts
-from datarax.distributed.metrics import MetricsError, reduce_custom
+from datarax.distributed.errors import MetricsError
+from datarax.distributed.merge import PartialMetrics, merge_parts, merge_steps
+from datarax.distributed.reductions import reduce_custom
 
 OPS = ["mean", "sum", "max", "min"]
 POLICIES = ["propagate", "omit"]
@@ -81,3 +82,40 @@ def test_mismatched_parts_are_refused_with_a_code(other, code):
     with pytest.raises(MetricsError) as info:
         merge_parts([])
     assert info.value.code == "empty_metrics"
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("form", ["stacked", "weighted", "omit", "float32"], ids=lambda form: form)
+def test_merged_steps_reduce_like_each_steps_concatenation(op, form):
+    rng = np.random.default_rng(11)
+    sizes, steps = [2, 3], 4
+    dtype = np.float32 if form == "float32" else np.float64
+    loss = rng.normal(size=(steps, sum(sizes))).astype(dtype)
+    loss[1, 3] = np.nan
+    weights = rng.uniform(0.5, 2.0, size=(steps, sum(sizes))) if form == "weighted" else None
+    policy = "omit" if form == "omit" else "propagate"
+    ops = {"loss": op if weights is None else "mean"}
+    parts = [{"loss": block} for block in np.split(loss, np.cumsum(sizes)[:-1], axis=1)]
+    split_weights = (
+        None if weights is None else list(np.split(weights, np.cumsum(sizes)[:-1], axis=1))
+    )
+    merged = merge_steps(parts, ops, weights=split_weights, nan_policy=policy)
+    assert merged.count == steps and merged.num_devices == sum(sizes)
+    assert (merged.columns is not None) == (form == "stacked")
+    for k in range(steps):
+        want = reduce_custom(
+            {"loss": loss[k]},
+            ops,
+            weights=None if weights is None else weights[k],
+            nan_policy=policy,
+        )["loss"]
+        got = merged.columns["loss"][k] if merged.columns is not None else merged.reduced[k]["loss"]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_merged_steps_refuse_what_a_merge_refuses():
+    with pytest.raises(MetricsError) as err:
+        merge_steps([{"x": np.ones((1, 2))}, {"x": np.ones((1, 2, 3))}], {}, nan_policy="omit")
+    assert err.value.code == "part_mismatch"
+    with pytest.raises(MetricsError):
+        merge_steps([], {})

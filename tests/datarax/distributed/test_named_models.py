@@ -10,13 +10,10 @@ import pytest
 from datarax.distributed.cost import estimate_step, hardware_memory, memory_estimate
 from datarax.distributed.hardware import HARDWARE, get_hardware
 from datarax.distributed.model_specs import (
-    MAXTEXT_REMAT,
-    REMAT_TENSORS,
     TransformerSpec,
     model_spec,
 )
 from datarax.distributed.named_models import MODELS, models_json
-from datarax.distributed.planning import PlanError
 from datarax.distributed.topology import plan_hardware_devices
 
 # Parameter counts the model cards and papers publish (billions).
@@ -60,62 +57,6 @@ def test_the_catalog_lists_what_the_issue_asks_for():
     items = models_json()
     assert [item["name"] for item in items] == list(MODELS)
     assert all(item["source"] for item in items)
-
-
-def test_fields_beside_a_name_override_the_entry():
-    spec = model_spec({"name": "llama2-7b", "seq_len": 2048, "remat": "full"})
-    assert (spec.seq_len, spec.remat, spec.d_model) == (2048, "full", 4096)
-    assert spec.to_json()["name"] == "llama2-7b"
-    # the resolved spec round-trips: a plan stores it and a compile check takes it back
-    assert model_spec(spec.to_json()) == spec
-
-
-@pytest.mark.parametrize(
-    ("model", "code", "says"),
-    [
-        ({"name": "llama9"}, "unknown_model", "GET /v1/models"),
-        ({"name": "llama2-7b", "remat": "most"}, "invalid_model", "minimal"),
-        ({"name": "llama2-7b", "remat_custom": {"context": "offload"}}, "invalid_model", "custom"),
-        (
-            {"name": "llama2-7b", "remat": "custom", "remat_custom": {"ctx": "offload"}},
-            "invalid_model",
-            "decoder_layer_input",
-        ),
-        (
-            {"name": "llama2-7b", "remat": "custom", "remat_custom": {"context": "disk"}},
-            "invalid_model",
-            "offload",
-        ),
-        ({"name": "llama2-7b", "vocab_tiling": 0}, "invalid_model", "vocab_tiling"),
-        ({"name": "llama2-7b", "vocab_tiling": 3}, "invalid_model", "divide seq_len"),
-        ({"name": "llama2-7b", "attention": "ring"}, "invalid_model", "flash"),
-        ({"name": "llama2-7b", "param_dtype": "int8"}, "invalid_model", "float32"),
-    ],
-    ids=["name", "remat", "custom-without-custom", "tensor", "place", "tiling", "tiling-3",
-         "attention",
-         "param-dtype"],
-)  # fmt: skip
-def test_bad_model_fields_carry_codes(model, code, says):
-    with pytest.raises(PlanError) as err:
-        model_spec(model)
-    assert err.value.code == code
-    assert says in err.value.message
-
-
-def test_remat_places_follow_maxtext():
-    assert model_spec({"name": "llama2-7b"}).remat_places() is None  # no checkpoint at all
-    full = model_spec({"name": "llama2-7b", "remat": "full"}).remat_places()
-    assert {n for n, w in full.items() if w != "remat"} == {"decoder_layer_input"}
-    kept = model_spec({"name": "llama2-7b", "remat": "save_dot_except_mlp"}).remat_places()
-    assert {n for n, w in kept.items() if w == "device"} == {
-        "decoder_layer_input", "query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj",
-    }  # fmt: skip
-    off = model_spec({"name": "llama2-7b", "remat": "qkv_proj_offloaded"}).remat_places()
-    assert {n for n, w in off.items() if w == "offload"} == {"query_proj", "key_proj", "value_proj"}
-    custom = model_spec(OFFLOADED_8B).remat_places()
-    assert custom["decoder_layer_input"] == "offload" and custom["mlpwi_0"] == "remat"
-    assert set(custom) == set(REMAT_TENSORS)
-    assert {"none", "minimal", "full", "custom"} <= set(MAXTEXT_REMAT)
 
 
 def test_policies_order_memory_as_maxtext_says():

@@ -92,32 +92,6 @@ def test_dim0_shard_count():
 
 # ---------------------------------------------------------------- named parameter rules
 
-RULE_CASES = [
-    ("replicate", (16, 64), {"model": 4}, (None, None), None),
-    ("model", (16, 64), {"data": 2, "model": 4}, (None, "model"), None),
-    ("model", (64,), {"model": 4}, ("model",), None),
-    ("model", (16, 6), {"model": 4}, ("model", None), None),
-    ("model", (6, 6), {"model": 4}, (None, None), "divisible"),
-    ("model", (16, 64), {"data": 8}, (None, None), "no 'model' axis"),
-    ("fsdp", (16, 64), {"data": 4, "fsdp": 2}, ("fsdp", None), None),
-    ("fsdp", (3, 64), {"fsdp": 2}, (None, "fsdp"), None),
-    ("fsdp", (), {"fsdp": 2}, (), None),
-]
-
-
-@pytest.mark.parametrize(
-    ("rule", "shape", "axes", "spec", "warning"),
-    RULE_CASES,
-    ids=[f"{c[0]}-{c[1]}-{'x'.join(c[2])}" for c in RULE_CASES],
-)
-def test_param_partition_spec(rule, shape, axes, spec, warning):
-    got, warn = param_partition_spec(shape, axes, rule, "p")
-    assert got == spec
-    if warning is None:
-        assert warn is None
-    else:
-        assert warning in warn
-
 
 def test_param_partition_spec_agrees_with_jax_placement():
     require_devices(8)
@@ -125,8 +99,3 @@ def test_param_partition_spec_agrees_with_jax_placement():
     spec, _ = param_partition_spec((16, 64), dict(mesh.shape), "model")
     x = jax.device_put(np.zeros((16, 64)), NamedSharding(mesh, P(*spec)))
     assert {s.data.shape for s in x.addressable_shards} == {(16, 16)}
-
-
-def test_unknown_rule_is_value_error():
-    with pytest.raises(ValueError, match="unknown param_sharding"):
-        param_partition_spec((4, 4), {"model": 2}, "tensor")

@@ -35,10 +35,7 @@ from datarax.distributed.hardware import get_hardware
 from datarax.distributed.planning import PlanError
 from datarax.distributed.topology import (
     MULTI_SLICE_ID_STRIDE,
-    format_tpu_topology,
-    parse_tpu_topology,
     plan_hardware_devices,
-    tpu_slice_order,
 )
 
 # ------------------------------------------------------------------- libtpu subprocess
@@ -450,14 +447,6 @@ def test_65536_device_plan_is_consistent():
 # ------------------------------------------------------------------- parsing, refusals
 
 
-def test_parse_and_format_topology():
-    hw, shape = parse_tpu_topology("v5e:16x16")
-    assert (hw.name, shape) == ("tpu-v5e", (16, 16, 1))
-    assert parse_tpu_topology("4x4x8", "tpu-v5p")[1] == (4, 4, 8)
-    assert format_tpu_topology("tpu-v6e", (16, 16, 1)) == "v6e:16x16"
-    assert format_tpu_topology("tpu-v4", (2, 2, 1)) == "v4:2x2x1"
-
-
 # (id, hardware, keyword arguments, code)
 BAD_REQUESTS = [
     ("unknown-hardware", "tpu-v9", {"topology": "2x2", "ici": {"d": 4}}, "unknown_hardware"),
@@ -501,9 +490,3 @@ def test_refusals_carry_codes(hardware, kwargs, code):
         plan_hardware_devices(hardware, **kwargs)
     assert caught.value.code == code
     assert str(caught.value) == caught.value.message and len(caught.value.message) > 20
-
-
-def test_tpu_slice_order_is_a_permutation_of_chips():
-    order, split = tpu_slice_order("tpu-v5p", (4, 4, 8), (8, 2, 8), allow_split_physical_axes=True)
-    assert split and order.shape == (8, 2, 8)
-    assert sorted(order.ravel().tolist()) == list(range(128))

@@ -23,8 +23,6 @@ from datarax.distributed.train_step import spmd_train_step
 from datarax.models import (
     ActivationLayout,
     Transformer,
-    blockwise_attention,
-    dot_attention,
     synthetic_tokens,
     transformer_loss,
     transformer_loss_fn,
@@ -72,25 +70,6 @@ def reference(params, batch, layout):
 
 def test_flash_fallback_equals_dot_attention(params, batch, layout, reference):
     _assert_same(_loss_and_grads({**SMALL, "attention": "flash"}, params, batch, layout), reference)
-
-
-def test_blockwise_attention_equals_dot_for_several_blocks_and_grads():
-    keys = jax.random.split(jax.random.key(1), 3)
-    q = jax.random.normal(keys[0], (2, 64, 8, 16))
-    k, v = (jax.random.normal(key, (2, 64, 2, 16)) for key in keys[1:])
-    highest = jax.lax.Precision.HIGHEST
-    want = dot_attention(q, k, v, precision=highest)
-    for block in (8, 16, 64):
-        got = blockwise_attention(q, k, v, precision=highest, block=block)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"block {block}")
-
-    def total(fn):
-        return jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums=(0, 1, 2))
-
-    dots = total(lambda *a: dot_attention(*a, precision=highest))(q, k, v)
-    blocks = total(lambda *a: blockwise_attention(*a, precision=highest, block=16))(q, k, v)
-    for got, want, name in zip(blocks, dots, "qkv", strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"d{name}")
 
 
 def _sub_jaxprs(value):

@@ -1,0 +1,103 @@
+"""Pushing job metrics: a decoded batch -> its rows -> one transaction -> the answer.
+
+Rules:
+
+- A step is written once. The same content again (same arrays, dtypes, reduce ops,
+  weights and NaN policy: compared by a digest of what was pushed) is a no-op answered
+  200; other content is 409 ``step_conflict``. A job retrying after a lost answer gets
+  200, never a duplicate.
+- ``sources > 1``: each source pushes the stacked metrics of its own devices; the step is
+  stored (``complete``) when every source's part has arrived, reduced over all devices
+  at once (:func:`datarax.distributed.merge.merge_steps`, sources in natural order of
+  their names). Parts are rows of their own, so no push ever rewrites another's data.
+- A batch is all or nothing: one transaction.
+
+Memory and time per request: a batch holds at most 1,000 points and the body limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import orjson
+
+from app.codecs.json_arrays import encode_json
+from app.core.threads import run_for_body
+from app.services.jobs.decode import JobBatch, decode_batch, decode_npz_batch
+from app.services.jobs.limits import DEFAULT_LIMITS, PointLimits
+from app.services.jobs.rows import rows_of
+from app.storage import jobs as store_jobs
+from app.storage.db import Store
+
+
+@dataclass(frozen=True)
+class PushAnswer:
+    """A push's answer body, whether it stored anything new (201 or 200), and how many
+    points or parts it newly wrote."""
+
+    created: bool
+    body: bytes
+    stored: int = 0
+
+
+async def push_single(store: Store, job: str, batch: JobBatch) -> PushAnswer:
+    """One step (or one source's part of it): the answer echoes the stored point."""
+    rows = await run_for_body(lambda: rows_of(batch), 64 * 1024 + len(batch) * 1024)
+    outcome = await store_jobs.store_points(store, job, rows.items)
+    (item,) = outcome.items
+    reduced = item.step_reduced.encode() if item.complete and item.step_reduced else b"null"
+    missing = b"null" if item.missing is None else encode_json(item.missing)
+    body = b"".join(
+        (
+            b'{"job":',
+            encode_json(job),
+            b',"step":%d,"source":' % item.step,
+            encode_json(item.source),
+            b',"sources":%d,"complete":%s,"reduced":'
+            % (item.sources, b"true" if item.complete else b"false"),
+            reduced,
+            b',"received_at":',
+            encode_json(item.received_at),
+            b',"num_devices":%d,"missing_sources":' % item.num_devices,
+            missing,
+            b"}",
+        )
+    )
+    return PushAnswer(created=item.created, body=body, stored=int(item.created))
+
+
+def _store_batch(store: Store, job: str, batch: JobBatch) -> PushAnswer:
+    """Reduces and stores a decoded batch in the calling worker thread; the answer counts
+    what was new."""
+    outcome = store_jobs.store_batch_here(store, job, rows_of(batch))
+    answer = {
+        "job": job,
+        "points": outcome.points,
+        "created": outcome.created,
+        "unchanged": outcome.points - outcome.created,
+        "completed_steps": outcome.completed,
+        "received_at": outcome.received_at,
+    }
+    return PushAnswer(
+        created=outcome.created > 0, body=orjson.dumps(answer), stored=outcome.created
+    )
+
+
+async def push_batch(
+    store: Store, job: str, body: bytes, limits: PointLimits = DEFAULT_LIMITS
+) -> PushAnswer:
+    """A JSON batch body, all or nothing. Decoded and stored in one worker thread (one hop
+    off the event loop, not two)."""
+    return await anyio.to_thread.run_sync(
+        lambda: _store_batch(store, job, decode_batch(body, limits))
+    )
+
+
+async def push_npz_batch(store: Store, job: str, body: bytes, **options: Any) -> PushAnswer:
+    """An npz batch body (:func:`~app.services.jobs.decode.decode_npz_batch` takes the
+    options), all or nothing; one worker thread."""
+    return await anyio.to_thread.run_sync(
+        lambda: _store_batch(store, job, decode_npz_batch(body, **options))
+    )

@@ -1,0 +1,89 @@
+"""The jobs list and each job's summary: its points and step range, whether it is
+finished, the newest step still missing sources; and the gauges the telemetry shows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from app.core.errors import JobNotFound
+from app.storage import history as store_history
+from app.storage import jobs as store_jobs
+from app.storage.db import Store
+from app.storage.parts import missing_sources
+
+
+def _summary(row: store_history.JobRow) -> dict[str, Any]:
+    missing: list[str] | None = None
+    count = 0
+    if row.incomplete_step is not None and row.incomplete_sources:
+        missing = missing_sources(row.received_sources, row.incomplete_sources)
+        count = row.incomplete_sources - len(row.received_sources)
+    return {
+        "job": row.job,
+        "points": row.points,
+        "first_step": row.first_step,
+        "last_step": row.last_step,
+        "last_push_at": row.last_push_at,
+        "finished": row.finished,
+        "created_at": row.created_at,
+        "incomplete_step": row.incomplete_step,
+        "lagging_sources": missing,
+        "missing_count": count,
+    }
+
+
+def _not_found(job: str) -> JobNotFound:
+    return JobNotFound(f"no job named {job!r}; GET /v1/jobs lists them")
+
+
+async def list_jobs(store: Store, limit: int, offset: int) -> bytes:
+    """``{"items": [...], "total"}``, most recently pushed first."""
+    rows, total = await store_history.read_jobs(store, limit, offset)
+    return orjson.dumps({"items": [_summary(r) for r in rows], "total": total})
+
+
+async def get_job(store: Store, job: str) -> bytes:
+    """One job's summary; 404 ``job_not_found``."""
+    row = await store_history.read_job(store, job)
+    if row is None:
+        raise _not_found(job)
+    return orjson.dumps(_summary(row))
+
+
+async def set_finished(store: Store, job: str, finished: bool) -> bytes:
+    """Marks the job finished (or reopens it); its summary after."""
+    if not await store_jobs.mark_finished(store, job, finished):
+        raise _not_found(job)
+    return await get_job(store, job)
+
+
+async def delete_job(store: Store, job: str) -> None:
+    """Deletes the job's history durably; 404 ``job_not_found``."""
+    if not await store_jobs.remove_job(store, job):
+        raise _not_found(job)
+
+
+def seconds_since(stamp: str, now: datetime) -> float:
+    """Seconds from an RFC 3339 UTC ``stamp`` to ``now`` (0 for a stamp in the future)."""
+    then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return max(0.0, (now - then).total_seconds())
+
+
+async def job_gauges(store: Store, top: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(seconds since the last push, per job; missing sources at the newest incomplete
+    step, per job), each at most ``top`` jobs plus ``"<other>"``: the stalest of the
+    unlisted unfinished jobs, and the sum of the unlisted jobs' stragglers."""
+    stale, pending = await store_history.read_gauges(store, top)
+    now = datetime.now(UTC)
+    seconds = {}
+    for job, stamp in stale:
+        if stamp is not None:
+            seconds[job or "<other>"] = seconds_since(stamp, now)
+    lagging = sorted(((sources - count, job) for job, _, sources, count in pending), reverse=True)
+    stragglers = {job: float(n) for n, job in lagging[:top]}
+    if len(lagging) > top:
+        stragglers["<other>"] = float(sum(n for n, _ in lagging[top:]))
+    return seconds, stragglers

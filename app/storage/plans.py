@@ -1,0 +1,115 @@
+"""The ``plans`` table: each mesh plan's JSON text and its summary, by plan id.
+
+A plan is written once and never changed; it is read back as the exact text the API
+answered when it was made, so reads serve it byte for byte without re-serialising. The
+summary is the same JSON without the per-device members (``device_grid``, ``shards``):
+a few KB where a 65,536-device plan is about 12 MB.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from app.storage.db import Store
+
+_INSERT = "INSERT INTO plans (id, created_at, name, live, body, summary) VALUES (?, ?, ?, ?, ?, ?)"
+
+
+def insert_plan_sync(
+    store: Store,
+    plan_id: str,
+    created_at: str,
+    name: str | None,
+    live: bool,
+    body: str,
+    summary: str | None = None,
+) -> None:
+    """Stores a plan (blocking: from a worker thread or at startup).
+
+    Args:
+      store: the open store.
+      plan_id: its id (``m_...``); a second plan with the same id is refused.
+      created_at: when it was made (UTC, ISO 8601).
+      name: the caller's name for it, if any.
+      live: True for a plan over the runtime's real devices.
+      body: its full JSON text.
+      summary: its JSON text without the per-device members; None stores ``body``.
+
+    Raises:
+      sqlite3.IntegrityError: ``plan_id`` is taken.
+      ServiceError: a storage fault (``storage_full``, ``storage_unavailable``).
+    """
+    row = (plan_id, created_at, name, int(live), body, body if summary is None else summary)
+    store.write_here(lambda c: c.execute(_INSERT, row))
+
+
+async def insert_plan(
+    store: Store,
+    plan_id: str,
+    created_at: str,
+    name: str | None,
+    live: bool,
+    body: str,
+    summary: str | None = None,
+) -> None:
+    """:func:`insert_plan_sync` in a worker thread; returns after the durable commit."""
+    row = (plan_id, created_at, name, int(live), body, body if summary is None else summary)
+    await store.write(lambda c: c.execute(_INSERT, row))
+
+
+def _column(c: sqlite3.Connection, column: str, plan_id: str) -> str | None:
+    row = c.execute(f"SELECT {column} FROM plans WHERE id = ?", (plan_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+async def get_plan(store: Store, plan_id: str) -> str | None:
+    """The stored plan's JSON text, or None."""
+    return await store.read(lambda c: _column(c, "body", plan_id))
+
+
+async def get_plan_summary(store: Store, plan_id: str) -> str | None:
+    """The stored plan's summary JSON text (every member but the per-device ones), or
+    None."""
+    return await store.read(lambda c: _column(c, "summary", plan_id))
+
+
+async def list_plans(
+    store: Store, limit: int, offset: int, *, summary: bool = False, max_bytes: int | None = None
+) -> tuple[list[str] | None, int]:
+    """A page of plans, newest first (insertion order), and how many there are.
+
+    Args:
+      store: the open store.
+      limit, offset: the page.
+      summary: the summaries instead of the full texts.
+      max_bytes: the most text the page may hold.
+
+    Returns:
+      The texts (None as soon as they would pass ``max_bytes``: the page is not read
+      further) and the total count of plans.
+    """
+    column = "summary" if summary else "body"
+
+    def read(c: sqlite3.Connection) -> tuple[list[str] | None, int]:
+        total = c.execute("SELECT COUNT(*) FROM plans").fetchone()[0]
+        cursor = c.execute(
+            f"SELECT {column} FROM plans ORDER BY rowid DESC LIMIT ? OFFSET ?", (limit, offset)
+        )
+        texts: list[str] = []
+        size = 0
+        for (text,) in cursor:  # row by row: stop before holding too much
+            size += len(text)
+            if max_bytes is not None and size > max_bytes:
+                cursor.close()
+                return None, int(total)
+            texts.append(text)
+        return texts, int(total)
+
+    return await store.read(read)
+
+
+async def delete_plan(store: Store, plan_id: str) -> bool:
+    """Deletes a plan; False when there was none."""
+    return await store.write(
+        lambda c: c.execute("DELETE FROM plans WHERE id = ?", (plan_id,)).rowcount > 0
+    )

@@ -1,0 +1,69 @@
+"""The plans table: round trips, page order, summaries and the byte budget of a page."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import anyio
+import pytest
+
+from app.storage import plans
+from app.storage.db import Store
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "sub" / "db.sqlite")
+    s.open()
+    yield s
+    s.close()
+
+
+def test_plans_round_trip_and_order(store):
+    async def main():
+        for i in range(5):
+            await plans.insert_plan(
+                store, f"m_{i}", "2026-01-01T00:00:00Z", f"n{i}", i % 2 == 0, f'{{"i":{i}}}'
+            )
+        bodies, total = await plans.list_plans(store, 2, 1)
+        assert total == 5 and bodies == ['{"i":3}', '{"i":2}']
+        await plans.insert_plan(store, "m_s", "t", None, False, '{"big":1}', '{"small":1}')
+        assert (await plans.list_plans(store, 1, 0, summary=True))[0] == ['{"small":1}']
+        assert (await plans.list_plans(store, 1, 0))[0] == ['{"big":1}']
+        assert await plans.get_plan(store, "m_4") == '{"i":4}'
+        assert await plans.delete_plan(store, "m_4") is True
+        assert await plans.delete_plan(store, "m_4") is False
+        assert await plans.get_plan(store, "m_4") is None
+
+    anyio.run(main)
+
+
+def test_duplicate_plan_id_is_refused(store):
+    plans.insert_plan_sync(store, "m_1", "t", None, False, "{}")
+    with pytest.raises(sqlite3.IntegrityError):
+        plans.insert_plan_sync(store, "m_1", "t", None, False, "{}")
+
+
+def test_a_plan_without_a_summary_is_its_own_summary(store):
+    async def main():
+        await plans.insert_plan(store, "m_1", "t", "n", True, '{"id":"m_1","shards":[]}')
+        plans.insert_plan_sync(store, "m_2", "t", None, False, '{"id":"m_2"}', '{"s":2}')
+        assert await plans.get_plan_summary(store, "m_1") == '{"id":"m_1","shards":[]}'
+        assert await plans.get_plan_summary(store, "m_2") == '{"s":2}'
+        assert await plans.get_plan(store, "m_2") == '{"id":"m_2"}'
+        assert await plans.get_plan_summary(store, "m_missing") is None
+
+    anyio.run(main)
+
+
+def test_a_page_past_its_byte_budget_is_none_and_still_counts_every_plan(store):
+    for i in range(4):
+        plans.insert_plan_sync(store, f"m_{i}", "t", None, False, "x" * 10, "s")
+    assert anyio.run(lambda: plans.list_plans(store, 3, 0, max_bytes=30)) == (["x" * 10] * 3, 4)
+    assert anyio.run(lambda: plans.list_plans(store, 3, 0, max_bytes=29)) == (None, 4)
+    # The budget counts the texts it reads: the summaries fit where the bodies do not.
+    assert anyio.run(lambda: plans.list_plans(store, 4, 0, summary=True, max_bytes=4)) == (
+        ["s"] * 4,
+        4,
+    )
+    assert anyio.run(lambda: plans.list_plans(store, 10, 4)) == ([], 4)
