@@ -119,7 +119,7 @@ test-tools: $(TEST_STAMP)
 # TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n + 1 < 8 ? n + 1 : 8 )))
 test: $(TEST_STAMP) test-tools
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: venv
 	$(VENV)/bin/ruff check datarax app tests benchmarks

@@ -9,7 +9,7 @@ Measured, each as the median of ``--repeats`` runs in this process:
 - ``datarax``: ``plan_hardware_devices("tpu-v5e", topology="16x16", slices=256, ...)``,
   the device order plus every device's id, slice, host and chip coordinates;
   ``datarax_split``: the same with ``ici={"data": 1, "fsdp": -1, "tensor": 4}`` and
-  ``allow_split_physical_axes=True`` (DESIGN.md's example request);
+  ``allow_split_physical_axes=True`` (the contract's example request);
 - ``plain_plan``: today's abstract plan of the same mesh shape without hardware
   (``resolve_axes`` + ``mesh_device_ids`` + ``shard_index_ranges`` + ``replica_ids`` of a
   ``[65536, 1024]`` batch), for scale;

@@ -39,12 +39,14 @@ def eight_devices():
 
 
 # ------------------------------------------------------------------ pytest-xdist
-# ``make test`` runs ``--dist loadgroup --no-loadscope-reorder``: xdist hands out whole
-# groups, in the order of the first test of each. A group is a test module (its tests keep
-# their order, and a fixture built once per module is built once), or what an explicit
-# ``xdist_group`` mark names. Groups go out longest first, by the seconds each module took
-# the last time it ran (kept in pytest's cache); without that record, modules holding a
-# ``slow`` test go first. So no long module starts near the end while the others idle.
+# ``make test`` runs ``--dist loadfile --no-loadscope-reorder``: xdist hands out whole test
+# modules (their tests keep their order, and a fixture built once per module is built
+# once), in the order of each module's first test. (``--dist loadgroup`` would group by
+# ``xdist_group`` marks, but xdist 3.8 names the groups by rewriting ``item._nodeid``, which
+# pytest 9.2 no longer reads: its groups are silently ignored.) Here the modules are put
+# longest first, by the seconds each took the last time it ran (kept in pytest's cache);
+# without that record, modules holding a ``slow`` test go first. So no long module starts
+# near the end while the other workers idle.
 
 SECONDS_KEY = "datarax/seconds_per_module"
 
@@ -53,46 +55,28 @@ def _module(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (on xdist's workers, which all collect and sort the same
-    way): groups every test by its module unless it is marked, and orders the groups."""
-    if not getattr(config.option, "loadgroup", False):
+    """On xdist's workers (which all collect, and sort, the same way): the modules longest
+    first, each module's tests together and in their order."""
+    if not hasattr(config, "workerinput"):
         return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(_module(item.nodeid)))
     cache = getattr(config, "cache", None)
     seconds: dict[str, float] = (cache.get(SECONDS_KEY, {}) if cache else {}) or {}
-    groups = [_group(item) for item in items]
+    modules = [_module(item.nodeid) for item in items]
     first: dict[str, int] = {}
-    modules: dict[str, set[str]] = defaultdict(set)
     slow: set[str] = set()
-    for index, (item, name) in enumerate(zip(items, groups, strict=True)):
-        first.setdefault(name, index)
-        modules[name].add(_module(item.nodeid))
+    for index, (item, module) in enumerate(zip(items, modules, strict=True)):
+        first.setdefault(module, index)
         if item.get_closest_marker("slow") is not None:
-            slow.add(name)
+            slow.add(module)
     # A module not in the record (new, or renamed): as long as the longest if it is slow.
     unknown_slow = max(seconds.values(), default=1.0)
-
-    def cost(name: str) -> float:
-        return sum(
-            seconds.get(module, unknown_slow if name in slow else 0.0) for module in modules[name]
-        )
-
-    rank = {name: (-cost(name), first[name]) for name in first}
-    ordered = sorted(zip(items, groups, strict=True), key=lambda pair: rank[pair[1]])
-    items[:] = [item for item, _ in ordered]
-
-
-def _group(item: pytest.Item) -> str:
-    """The xdist group of ``item``, as xdist names it."""
-    names = {
-        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-        for mark in item.iter_markers("xdist_group")
+    rank = {
+        module: (-seconds.get(module, unknown_slow if module in slow else 0.0), index)
+        for module, index in first.items()
     }
-    return "_".join(sorted(names))
+    ordered = sorted(zip(items, modules, strict=True), key=lambda pair: rank[pair[1]])
+    items[:] = [item for item, _ in ordered]
 
 
 _busy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])

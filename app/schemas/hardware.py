@@ -1,6 +1,6 @@
 """Hardware catalog entries, hardware plan requests, recommendation requests and answers.
 
-Field names follow DESIGN.md "Contract v1.1". This module imports only
+Field names follow the contract's v1.1 additions (docs/API.md). This module imports only
 :mod:`app.schemas.base`; :mod:`app.schemas.meshes` builds on it (a ``POST /v1/meshes`` body
 may carry the hardware fields).
 """

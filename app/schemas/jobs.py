@@ -1,5 +1,5 @@
-"""Job metric history requests and answers (DESIGN.md, "Job metric history at scale" and
-"Multi-host jobs: partial pushes merged per step")."""
+"""Job metric history requests and answers, multi-host partial pushes included (docs/API.md,
+"A job's metric history")."""
 
 from __future__ import annotations
 

@@ -278,7 +278,7 @@ def render_plan(
     should_stop: Callable[[], bool] | None = None,
     max_bytes: int | None = None,
 ) -> RenderedPlan:
-    """The plan as compact JSON text (see the module doc and DESIGN.md for the fields).
+    """The plan as compact JSON text (see the module doc and docs/API.md for the fields).
 
     Args:
       request: what was asked for.

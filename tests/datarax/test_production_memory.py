@@ -70,6 +70,7 @@ def _xla_figures(run: Mapping[str, Any], folder: Path | None, inputs: str) -> di
         return production_memory.compile_run(run)
     key = hashlib.sha256((inputs + json.dumps(run, sort_keys=True)).encode()).hexdigest()
     path = folder / f"{run['id']}-{key[:24]}.json"
+    folder.mkdir(parents=True, exist_ok=True)
     with _locked(folder / f"{run['id']}.lock"):
         with contextlib.suppress(FileNotFoundError, ValueError):
             return json.loads(path.read_text())
