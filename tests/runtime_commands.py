@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,11 +29,15 @@ def echo(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, 
 
 @command("sleep", local=True)
 def sleep(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
-    """Blocks the runtime for ``payload["seconds"]``; answers CLOCK_MONOTONIC times."""
+    """Blocks the runtime for ``payload["seconds"]`` (writing ``payload["started_file"]``, if
+    given, as it starts); answers CLOCK_MONOTONIC times."""
     seconds = payload.get("seconds", 0)
     if not isinstance(seconds, int | float) or seconds < 0:
         raise ValueError(f"'seconds' must be a non-negative number, got {seconds!r}")
     started = time.monotonic()
+    if signal_file := payload.get("started_file"):
+        # A test that must act while this call runs waits for the file, not a fixed time.
+        Path(signal_file).write_text(str(os.getpid()))
     time.sleep(seconds)
     return {"started": started, "finished": time.monotonic(), "tag": payload.get("tag")}, {}
 

@@ -101,7 +101,7 @@ def test_abandoned_work_stops_and_frees_its_slot(gone_after, shutting, code):
             if shutting:
 
                 async def later() -> None:
-                    await anyio.sleep(0.2)
+                    await _until(lambda: lane.admitted == 1)  # the work is running
                     flag["shutting"] = True
 
                 group.start_soon(later)

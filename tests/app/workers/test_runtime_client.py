@@ -106,11 +106,21 @@ def test_disallowed_dtype_is_refused_before_sending(shared_runtime, array):
 # ------------------------------------------------------------------ loss and recovery
 
 
-def test_kill_9_fails_the_call_in_flight_and_the_runtime_comes_back(start_runtime):
+async def _until_exists(path, timeout_s: float = 60.0) -> None:
+    """Polls for ``path`` (written by the runtime's test ``sleep`` command as it starts)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        await asyncio.sleep(0.01)
+
+
+def test_kill_9_fails_the_call_in_flight_and_the_runtime_comes_back(start_runtime, tmp_path):
     async def body(client: RuntimeClient) -> None:
         old = client.pid
-        in_flight = asyncio.create_task(client.call("sleep", {"seconds": 30}))
-        await asyncio.sleep(0.5)
+        started = tmp_path / "started"
+        payload = {"seconds": 30, "started_file": str(started)}
+        in_flight = asyncio.create_task(client.call("sleep", payload))
+        await _until_exists(started)  # the call is running in the runtime
         os.kill(old, signal.SIGKILL)
         with pytest.raises(WorkerLost) as info:
             await asyncio.wait_for(in_flight, 10)
@@ -190,12 +200,14 @@ def test_concurrent_calls_run_one_at_a_time_in_call_order(shared_runtime):
     shared_runtime.body(body)
 
 
-def test_cancelled_callers_leave_the_channel_in_sync(shared_runtime):
+def test_cancelled_callers_leave_the_channel_in_sync(shared_runtime, tmp_path):
     async def body(client: RuntimeClient) -> None:
         pid, restarts = client.pid, client.restarts
-        running = asyncio.create_task(client.call("sleep", {"seconds": 0.5, "tag": "a"}))
+        started = tmp_path / "started"
+        payload = {"seconds": 0.5, "tag": "a", "started_file": str(started)}
+        running = asyncio.create_task(client.call("sleep", payload))
         queued = asyncio.create_task(client.call("crash"))  # would kill the runtime if sent
-        await asyncio.sleep(0.2)
+        await _until_exists(started)  # "a" is running, "crash" waits behind it
         running.cancel()
         queued.cancel()
         for task in (running, queued):
