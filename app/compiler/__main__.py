@@ -332,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             log.error("compile worker: unreadable request line dropped")
             continue
+        if not isinstance(request, dict):  # valid JSON, but no request: nothing to answer
+            log.error("compile worker: request line that is not a JSON object dropped")
+            continue
         handle(request, send)
         _quiet_signals()
     return 0
