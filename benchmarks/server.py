@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -24,6 +25,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def spawn(
+    port: int, db: Path, env: dict[str, str] | None = None, stdout: Any = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
+    """``datarax-serve`` on ``127.0.0.1:port`` over the database ``db``, 8 simulated CPU
+    devices, in its own process group (stop it with :func:`stop`)."""
+    full_env = {
+        **os.environ,
+        "DATARAX_DB": str(db),
+        "DATARAX_CPU_DEVICES": "8",
+        "DATARAX_PLATFORMS": "cpu",
+        **(env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.STDOUT if stdout is not subprocess.DEVNULL else subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """SIGTERM to the service's process group (it and its runtime), then SIGKILL."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout)
+
+
 @contextlib.contextmanager
 def running_server(
     env: dict[str, str] | None = None, ready_timeout: float = 180.0
@@ -31,21 +67,8 @@ def running_server(
     """Yields the base URL of a fresh server; kills its process group on exit."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        full_env = {
-            **os.environ,
-            "DATARAX_DB": str(Path(tmp) / "bench.sqlite"),
-            "DATARAX_CPU_DEVICES": "8",
-            "DATARAX_PLATFORMS": "cpu",
-            "DATARAX_MAX_BODY_MB": "256",
-            **(env or {}),
-        }
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=full_env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        proc = spawn(
+            port, Path(tmp) / "bench.sqlite", {"DATARAX_MAX_BODY_MB": "256", **(env or {})}
         )
         base = f"http://127.0.0.1:{port}"
         try:
@@ -61,10 +84,4 @@ def running_server(
                 time.sleep(0.2)
             yield base
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            stop(proc, timeout=10)

@@ -13,10 +13,8 @@ Run alone: ``python -m benchmarks.startup``; ``make bench`` runs it as ``startup
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -24,26 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.server import ROOT, free_port
+from benchmarks.server import ROOT, free_port, spawn, stop
 
 TARGET_S = 1.5
 """Issue 28: ``/health/live`` answers within 1.5 s of start."""
 
 LIVE_TIMEOUT_S = 120.0
 POLL_S = 0.005
-
-
-def _service_env(port: int, db: Path) -> dict[str, str]:
-    """The environment of a CPU-host service (as ``tests/helpers.ServiceProcess`` sets it)."""
-    return {
-        **os.environ,
-        "DATARAX_HOST": "127.0.0.1",
-        "DATARAX_PORT": str(port),
-        "DATARAX_DB": str(db),
-        "DATARAX_CPU_DEVICES": "8",
-        "DATARAX_PLATFORMS": "cpu",
-        "JAX_PLATFORMS": "cpu",
-    }
 
 
 def _live(port: int) -> bool:
@@ -58,18 +43,6 @@ def _live(port: int) -> bool:
         conn.close()
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the service's process group (it and its runtime), then SIGKILL."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=15)
-
-
 def time_to_live() -> float:
     """Seconds from spawning the service until ``/health/live`` answers 200.
 
@@ -78,19 +51,10 @@ def time_to_live() -> float:
     """
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        env = _service_env(port, Path(tmp) / "startup.sqlite")
         log_path = Path(tmp) / "service.log"
         with log_path.open("wb") as log:
             start = time.perf_counter()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "app.cli"],
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            proc = spawn(port, Path(tmp) / "startup.sqlite", {"JAX_PLATFORMS": "cpu"}, log)
             try:
                 while not _live(port):
                     if proc.poll() is not None:
@@ -101,7 +65,7 @@ def time_to_live() -> float:
                     time.sleep(POLL_S)
                 return time.perf_counter() - start
             finally:
-                _stop(proc)
+                stop(proc)
 
 
 def import_jax_s() -> float:
