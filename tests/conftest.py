@@ -3,6 +3,7 @@ shared with the host's other test processes; and, under pytest-xdist (``make tes
 tests that share a fixture built once per module kept on one worker, the longest first."""
 
 import os
+import resource
 from collections import defaultdict
 
 os.environ["JAX_PLATFORMS"] = "cpu"
@@ -96,7 +97,28 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         busy[1] += 1
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and of its children it has reaped (servers,
+    subprocesses and compile workers the tests started and stopped)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_cpu: dict[str, float] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node) -> None:  # noqa: ANN001 - xdist's hook (controller)
+    cpu = getattr(node, "workeroutput", {}).get("cpu_s")
+    if cpu is not None:
+        _cpu[node.gateway.id] = cpu
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its CPU goes to the controller
+        workeroutput["cpu_s"] = _cpu_seconds()
     cache = getattr(session.config, "cache", None)
     if cache is None or hasattr(session.config, "workerinput") or not _module_seconds:
         return  # xdist's workers report to the controller, which keeps the record
@@ -112,3 +134,9 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest'
             for worker, (seconds, tests) in sorted(_busy.items())
         )
         terminalreporter.write_line(f"time per xdist worker (setup + call + teardown): {split}")
+    if _cpu:
+        split = ", ".join(f"{worker} {seconds:.0f} s" for worker, seconds in sorted(_cpu.items()))
+        terminalreporter.write_line(
+            f"CPU per xdist worker (its own and its reaped children's): {split}; "
+            f"{sum(_cpu.values()):.0f} CPU-s in all"
+        )
