@@ -115,9 +115,10 @@ test-tools: $(TEST_STAMP)
 
 # The suite runs on TEST_WORKERS pytest-xdist workers (default: one per core, at most 8, each
 # holds a few hundred MB to 2 GB), one test module per worker at a time, the longest modules
-# first (tests/conftest.py). The suite is CPU-bound: on 2 cores, 3 workers took 22 min 28 s
-# and 2,402 CPU-s where 2 took 19 min 17 s and 2,016 (fresh clones, one run each), and the
-# libtpu compiles crowded a service test past its response-time limit.
+# first (tests/conftest.py). The suite is CPU-bound, so more workers than cores buy nothing:
+# fresh clones on 2 cores took 22 min 28 s and 2,402 CPU-s with 3 workers, 19 min 17 s and
+# 2,016, then 23 min 20 s and 2,444 with 2 (this VM's noise is as large as the difference),
+# and with 3 the libtpu compiles once crowded a service test past its response-time limit.
 # TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 8 ? n : 8 )))
 test: $(TEST_STAMP) test-tools
