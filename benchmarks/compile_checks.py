@@ -311,12 +311,12 @@ def _end_to_end() -> list[dict[str, Any]]:
 
     from app.core.settings import Settings  # noqa: PLC0415
     from app.main import create_app  # noqa: PLC0415
-    from datarax.distributed.compile_step import (  # noqa: PLC0415
+    from datarax.hardware.topology import plan_hardware_devices  # noqa: PLC0415
+    from datarax.spmd.compile_step import (  # noqa: PLC0415
         abstract_train_step,
         mesh_from_ids,
         tpu_topology_devices,
     )
-    from datarax.distributed.topology import plan_hardware_devices  # noqa: PLC0415
 
     class _NoRuntime:
         ready, restarts, pid = False, 0, None
@@ -369,13 +369,13 @@ def _oom_bytes(text: str | None) -> int | None:
 
 
 def _estimate_rows() -> list[dict[str, Any]]:
-    from datarax.distributed.compile_step import (  # noqa: PLC0415
+    from datarax.estimate.cost import hardware_memory, memory_estimate  # noqa: PLC0415
+    from datarax.hardware.topology import plan_hardware_devices  # noqa: PLC0415
+    from datarax.spmd.compile_step import (  # noqa: PLC0415
         compile_train_step,
         mesh_from_ids,
         tpu_topology_devices,
     )
-    from datarax.distributed.cost import hardware_memory, memory_estimate  # noqa: PLC0415
-    from datarax.distributed.topology import plan_hardware_devices  # noqa: PLC0415
 
     rows = []
     for hardware, topology, slices, ici, dcn, model, batch in CASES:
@@ -419,13 +419,13 @@ def _estimate_rows() -> list[dict[str, Any]]:
 def _variation_rows() -> list[dict[str, Any]]:
     """Each of :data:`VARIATIONS` compiled, against the estimate with and without the
     transposed update (``update_layout_copies``)."""
-    from datarax.distributed.compile_step import (  # noqa: PLC0415
+    from datarax.estimate.cost import hardware_memory, memory_estimate  # noqa: PLC0415
+    from datarax.hardware.topology import plan_hardware_devices  # noqa: PLC0415
+    from datarax.spmd.compile_step import (  # noqa: PLC0415
         compile_train_step,
         mesh_from_ids,
         tpu_topology_devices,
     )
-    from datarax.distributed.cost import hardware_memory, memory_estimate  # noqa: PLC0415
-    from datarax.distributed.topology import plan_hardware_devices  # noqa: PLC0415
 
     rows = []
     for hardware, topology, ici, model, batch, optimizer in VARIATIONS:

@@ -2,7 +2,7 @@
 
 For each (mesh, model) case this compiles one real training step (forward, loss,
 gradients, optax adam update, parameters and optimizer state donated) with the exact
-parameter shardings the estimate assumes (``datarax.distributed.cost.param_specs``) and
+parameter shardings the estimate assumes (``datarax.estimate.cost.param_specs``) and
 compares:
 
 - memory per device: the estimate's ``params + optimizer + batch`` with XLA's
@@ -40,9 +40,9 @@ import optax  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from datarax.distributed.cost import axis_roles, estimate_step, memory_estimate, param_specs  # noqa: E402
-from datarax.distributed.hardware import AxisLink, get_hardware  # noqa: E402
-from datarax.distributed.model_specs import MLPSpec, TransformerSpec, model_spec  # noqa: E402
+from datarax.estimate.cost import axis_roles, estimate_step, memory_estimate, param_specs  # noqa: E402
+from datarax.estimate.model_specs import MLPSpec, TransformerSpec, model_spec  # noqa: E402
+from datarax.hardware.chips import AxisLink, get_hardware  # noqa: E402
 
 MLP_2 = {"kind": "mlp", "features": [512, 2048, 512], "dtype": "float32"}
 MLP_3 = {"kind": "mlp", "features": [256, 1024, 1024, 128], "dtype": "float32"}

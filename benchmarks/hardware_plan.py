@@ -33,14 +33,14 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from datarax.distributed.planning import (  # noqa: E402
+from datarax.hardware.topology import plan_hardware_devices  # noqa: E402
+from datarax.plan.layout import (  # noqa: E402
     batch_partition_spec,
     mesh_device_ids,
     replica_ids,
     resolve_axes,
     shard_index_ranges,
 )
-from datarax.distributed.topology import plan_hardware_devices  # noqa: E402
 
 SLICES = 256
 TOPOLOGY = "16x16"

@@ -173,13 +173,13 @@ RUNS: list[dict[str, Any]] = [
 def compile_run(run: Mapping[str, Any]) -> dict[str, Any]:
     """XLA's figures for the run (``compile_step.compile_train_step`` on libtpu's
     topology, in the plan's device order)."""
-    from datarax.distributed.compile_step import (  # noqa: PLC0415
+    from datarax.hardware.chips import get_hardware  # noqa: PLC0415
+    from datarax.hardware.topology import plan_hardware_devices  # noqa: PLC0415
+    from datarax.spmd.compile_step import (  # noqa: PLC0415
         compile_train_step,
         mesh_from_ids,
         tpu_topology_devices,
     )
-    from datarax.distributed.hardware import get_hardware  # noqa: PLC0415
-    from datarax.distributed.topology import plan_hardware_devices  # noqa: PLC0415
 
     hw = get_hardware(run["hardware"])
     layout = plan_hardware_devices(hw, ici=run["ici"], topology=run["topology"])
@@ -192,8 +192,8 @@ def compile_run(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def estimate(run: Mapping[str, Any]) -> dict[str, Any]:
-    from datarax.distributed.cost import hardware_memory, memory_estimate  # noqa: PLC0415
-    from datarax.distributed.hardware import get_hardware  # noqa: PLC0415
+    from datarax.estimate.cost import hardware_memory, memory_estimate  # noqa: PLC0415
+    from datarax.hardware.chips import get_hardware  # noqa: PLC0415
 
     hw = get_hardware(run["hardware"])
     return memory_estimate(run["model"], run["ici"], run["global_batch"], **hardware_memory(hw))

@@ -739,7 +739,7 @@ def _calibration_lines(cal: dict | None) -> list[str]:
         "`python -m benchmarks.calibrate` (run by `make bench`): each run of",
         "`benchmarks/calibration_runs.py` planned and estimated as a request would be, its",
         "measured step (logged, or from the source's tokens/s or TFLOP/s with the source's own",
-        "FLOP count) beside `step_s`. The constants of `datarax.distributed.step_time` are",
+        "FLOP count) beside `step_s`. The constants of `datarax.estimate.step_time` are",
         "fitted on the rows marked `fit`; the `held out` rows (every third run of each source",
         "and hardware) never enter the fit. Sources and commits are in each row's `source`.",
         "",

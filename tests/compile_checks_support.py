@@ -18,7 +18,7 @@ from app.schemas.hardware import HardwarePlanRequest
 from app.services.compile_checks import CompileChecks
 from app.services.hardware import render_hardware_plan
 from app.services.plans import PlanRequest, live_devices, render_plan
-from tests.datarax.distributed.test_compile_step import _require_libtpu
+from tests.datarax.spmd.test_compile_step import _require_libtpu
 from tests.helpers import make_settings
 
 # ~5 s to compile on the 2-core CI host: long enough to act on while it compiles.

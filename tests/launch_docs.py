@@ -15,8 +15,8 @@ from typing import Any
 
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import hardware_plan_request, render_hardware_plan
-from datarax.distributed.launch import launch_config, plan_summary
-from datarax.distributed.launch_k8s import to_yaml
+from datarax.launch.config import launch_config, plan_summary
+from datarax.launch.k8s import to_yaml
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "LAUNCH.md"
 

@@ -1,7 +1,7 @@
 """XLA's figures for the production-shaped runs of ``benchmarks/production_memory.py``,
 compiled once per suite (and per change of what they depend on) for every test that reads
 them: ``tests/datarax/test_production_memory.py`` compares all of them with the estimate,
-``tests/datarax/distributed/test_compile_step.py`` checks two of them in detail.
+``tests/datarax/spmd/test_compile_step.py`` checks two of them in detail.
 
 The figures are kept in pytest's cache (``.pytest_cache``; nothing is kept with
 ``-p no:cacheprovider``) under a key of everything they depend on: the run, the sources of

@@ -78,7 +78,7 @@ def local_rows(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[
     import jax
 
     from app.runtime.sessions import batch_sharding, mesh_from_plan
-    from datarax.distributed.global_arrays import process_local_rows
+    from datarax.spmd.global_arrays import process_local_rows
 
     sharding = batch_sharding(mesh_from_plan(payload), "spmd", None)
     rows = process_local_rows(sharding, (payload["rows"], 1))
@@ -95,8 +95,8 @@ def place_local(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple
 
     from app.runtime.sessions import batch_sharding, mesh_from_plan
     from datarax.distributed import place_batch_on_shards
-    from datarax.distributed.global_arrays import process_local_slice
-    from datarax.distributed.multihost import fetch_global
+    from datarax.spmd.global_arrays import process_local_slice
+    from datarax.spmd.multihost import fetch_global
 
     mesh = mesh_from_plan(payload)
     sharding = batch_sharding(mesh, "spmd", None)

@@ -370,7 +370,7 @@ def test_no_module_outside_storage_holds_a_connection():
 
 @pytest.mark.parametrize("entry", ["app.main", "app.cli"])
 def test_the_http_process_imports_no_jax(entry):
-    # The HTTP process reduces NumPy arrays only (datarax.distributed.reductions); JAX,
+    # The HTTP process reduces NumPy arrays only (datarax.metrics.reductions); JAX,
     # flax and optax belong to the runtime process. Checked on a real import in a fresh
     # interpreter with the service's environment.
     code = (

@@ -130,7 +130,7 @@ def _cap_memory(platform: str, memory_mb: int) -> None:
 def _devices(target: dict[str, Any]) -> Any:
     import jax  # noqa: PLC0415 - after _environment
 
-    from datarax.distributed.compile_step import tpu_topology_devices  # noqa: PLC0415
+    from datarax.spmd.compile_step import tpu_topology_devices  # noqa: PLC0415
 
     if target["kind"] == "cpu":
         return jax.devices("cpu")
@@ -177,11 +177,11 @@ def handle(request: dict[str, Any], send: Any) -> None:
     """Compiles one request's step and sends its phases and its result (or error)."""
     import numpy as np  # noqa: PLC0415
 
-    from datarax.distributed.compile_step import (  # noqa: PLC0415
+    from datarax.plan.layout import PlanError  # noqa: PLC0415
+    from datarax.spmd.compile_step import (  # noqa: PLC0415
         compile_train_step,
         mesh_from_ids,
     )
-    from datarax.distributed.planning import PlanError  # noqa: PLC0415
 
     cid = request.get("id")
 
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax  # noqa: PLC0415 - start JAX before "ready": checks then only compile
 
-    import datarax.distributed.compile_step  # noqa: PLC0415, F401
+    import datarax.spmd.compile_step  # noqa: PLC0415, F401
 
     ready: dict[str, Any] = {"ready": True, "platform": args.platform}
     if args.platform != "cpu":

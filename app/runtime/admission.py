@@ -17,7 +17,7 @@ So the need covers every device of the mesh (pools named globally), every proces
 every session's reservation (participating or not), and the budgets come from the command
 (the leader's, which the HTTP process adds), not from each host.
 
-Numbers are float32 bytes (:data:`datarax.distributed.memory.BYTES_PER_ELEMENT`), from the
+Numbers are float32 bytes (:data:`datarax.plan.memory.BYTES_PER_ELEMENT`), from the
 same layout arithmetic that mesh plans report.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.core.errors import InsufficientMemory
-from datarax.distributed.memory import BYTES_PER_ELEMENT, OPTIMIZER_STATE_FACTOR, param_layouts
+from datarax.plan.memory import BYTES_PER_ELEMENT, OPTIMIZER_STATE_FACTOR, param_layouts
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh

@@ -91,7 +91,7 @@ def process_id_of(settings: Settings) -> int | None:
         return settings.process_id
     if not settings.multihost:
         return None
-    from datarax.distributed.multihost import detect_process_id
+    from datarax.spmd.multihost import detect_process_id
 
     return detect_process_id()
 
@@ -201,7 +201,7 @@ def join_group(settings: Settings, command_modules: Iterable[str]) -> CommandGro
     """
     if not settings.multihost:
         return None
-    from datarax.distributed.multihost import coordination_client, initialize_distributed
+    from datarax.spmd.multihost import coordination_client, initialize_distributed
 
     initialize_distributed(
         settings.coordinator,

@@ -48,17 +48,17 @@ from app.runtime.server import command
 from datarax.distributed import (
     place_model_state_on_shards,
 )
-from datarax.distributed.global_arrays import global_array_from_host
-from datarax.distributed.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
-from datarax.distributed.multihost import owns_devices_of
-from datarax.distributed.planning import PlanError, spec_shard_counts
 from datarax.distributed.sharding import path_to_str
+from datarax.estimate.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
 from datarax.models import (
     MLP,
     ActivationLayout,
     Transformer,
     make_optimizer,
 )
+from datarax.plan.layout import PlanError, spec_shard_counts
+from datarax.spmd.global_arrays import global_array_from_host
+from datarax.spmd.multihost import owns_devices_of
 
 COLLECTIVE_AXIS = "batch"
 

@@ -46,16 +46,16 @@ from app.runtime.sessions import (
     session_of,
 )
 from datarax.distributed import reduce_gradients_across_devices, spmd_train_step
-from datarax.distributed.cost import memory_estimate
-from datarax.distributed.multihost import fetch_global, place_global_batch
-from datarax.distributed.planning import nearest_valid_sizes
-from datarax.distributed.train_step import compiled_collective_step
+from datarax.estimate.cost import memory_estimate
 from datarax.models import (
     LOSS_FNS,
     synthetic_batch,
     synthetic_tokens,
     transformer_loss,
 )
+from datarax.plan.layout import nearest_valid_sizes
+from datarax.spmd.multihost import fetch_global, place_global_batch
+from datarax.spmd.train_step import compiled_collective_step
 
 log = logging.getLogger("datarax.runtime")
 

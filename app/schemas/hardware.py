@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Ta
 from pydantic.config import JsonDict
 
 from app.schemas.base import JsonInt, OptimizerField, Strict
-from datarax.distributed.planning import MAX_AXIS_NAME_LENGTH, MAX_BATCH_ELEMENTS
+from datarax.plan.layout import MAX_AXIS_NAME_LENGTH, MAX_BATCH_ELEMENTS
 
 AxisName = Annotated[str, Field(min_length=1, max_length=MAX_AXIS_NAME_LENGTH)]
 """A mesh axis name: at most 64 characters (every device's ``coords`` repeats it, so a

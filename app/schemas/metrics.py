@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app.codecs.json_arrays import OIP_DTYPES
 from app.schemas.base import JsonInt, Strict
-from datarax.distributed.reductions import NAN_POLICIES, REDUCE_OPS
+from datarax.metrics.reductions import NAN_POLICIES, REDUCE_OPS
 
 OIP_DATATYPES = tuple(OIP_DTYPES)
 

@@ -1,6 +1,6 @@
 """Hardware as a service: the catalog, hardware plans and mesh recommendations.
 
-Plain functions over the library (:mod:`datarax.distributed.hardware`, ``topology``,
+Plain functions over the library (:mod:`datarax.hardware.chips`, ``topology``,
 ``cost``, ``recommend``); no HTTP and no device here. A hardware plan is abstract
 (``live: false``) over all the devices of the cluster the request names, in JAX's device
 order for that hardware; its JSON is :func:`app.services.plans.render_plan`'s with
@@ -26,17 +26,17 @@ from app.schemas.hardware import (
 )
 from app.schemas.meshes import MAX_PLAN_DEVICES, MeshPlanRequest, MlpModel
 from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
-from datarax.distributed.cost import axis_roles, estimate_step, param_specs
-from datarax.distributed.hardware import HARDWARE, get_hardware
-from datarax.distributed.model_specs import DTYPE_BYTES, model_spec
-from datarax.distributed.named_models import MODELS, models_json
-from datarax.distributed.planning import PlanCancelled, PlanError, check_batch_shape
-from datarax.distributed.recommend import SearchSpaceTooLarge, recommend_meshes
-from datarax.distributed.topology import (
+from datarax.estimate.cost import axis_roles, estimate_step, param_specs
+from datarax.estimate.model_specs import DTYPE_BYTES, model_spec
+from datarax.estimate.named_models import MODELS, models_json
+from datarax.estimate.recommend import SearchSpaceTooLarge, recommend_meshes
+from datarax.hardware.chips import HARDWARE, get_hardware
+from datarax.hardware.topology import (
     HardwareLayout,
     parse_tpu_topology,
     plan_hardware_devices,
 )
+from datarax.plan.layout import PlanCancelled, PlanError, check_batch_shape
 
 # Step-estimate members DESIGN v1.1 fixes, then the library's extras worth keeping.
 _ESTIMATE_KEYS = ("flops", "compute_s", "comm_s", "step_s", "mfu", "bottleneck", "collectives")

@@ -15,7 +15,7 @@ store, ``/health/ready`` and job pushes use:
   through Starlette's ``Request.is_disconnected``) and whether the service is shutting
   down (SIGTERM). Then it sets the work's cancel flag and cancels the wait; the work
   checks the flag between candidates / rows (``should_stop``) and ends with
-  :class:`~datarax.distributed.planning.PlanCancelled`, so its slot frees within
+  :class:`~datarax.plan.layout.PlanCancelled`, so its slot frees within
   ~0.1-0.25 s of the hang-up (measured, benchmarks/heavy_work.py) instead of after
   the whole search. A gone client's request answers
   499 ``request_abandoned`` (no one reads it; the access log shows it); one cut by
@@ -28,7 +28,7 @@ store, ``/health/ready`` and job pushes use:
   136 ms without the yield, ~11-30 ms with it (BENCHMARKS.md, "Heavy requests abandoned").
 
 Design choice: cooperative cancellation, not killed threads or processes. The work is
-plain library code (:mod:`datarax.distributed.recommend`,
+plain library code (:mod:`datarax.estimate.recommend`,
 :mod:`app.services.plans`); a flag checked between units of work costs nothing
 measurable and leaves no half-written state.
 """
@@ -45,7 +45,7 @@ import anyio
 import anyio.to_thread
 
 from app.core.errors import ServiceError
-from datarax.distributed.planning import PlanCancelled
+from datarax.plan.layout import PlanCancelled
 
 log = logging.getLogger("datarax.app")
 

@@ -1,4 +1,4 @@
-"""Launch configs of stored plans: the library's :func:`datarax.distributed.launch.launch_config`
+"""Launch configs of stored plans: the library's :func:`datarax.launch.config.launch_config`
 over the plan's stored summary."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from app.core.errors import MeshNotFound, from_library
 from app.schemas.launch import LaunchRequest
 from app.storage import plans as stored_plans
 from app.storage.db import Store
-from datarax.distributed.launch import launch_config, plan_summary
-from datarax.distributed.planning import PlanError
+from datarax.launch.config import launch_config, plan_summary
+from datarax.plan.layout import PlanError
 
 
 async def _summary(store: Store, mesh_id: str) -> dict[str, Any]:

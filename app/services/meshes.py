@@ -1,7 +1,7 @@
 """Mesh plans as a service: make (live or abstract), store, list, read, delete, draw.
 
 Plain async functions over the store and the runtime client; the arithmetic is
-:mod:`app.services.plans` and the library's :mod:`datarax.distributed.planning`.
+:mod:`app.services.plans` and the library's :mod:`datarax.plan.layout`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from app.services.plans import (
 from app.storage import plans as stored_plans
 from app.storage.db import Store
 from app.workers.runtime_client import RuntimeClient
-from datarax.distributed.planning import PlanError, resolve_axes
+from datarax.plan.layout import PlanError, resolve_axes
 
 MAX_MESH_AXES = 64
 """numpy's (and so JAX's) limit on array rank: a mesh's device grid has one dimension per axis."""
@@ -84,12 +84,12 @@ def plan_request(body: MeshPlanRequest) -> PlanRequest:
 
 def _from_maxtext(body: MeshPlanRequest) -> MeshPlanRequest:
     """The hardware plan request that MaxText's keys describe (the library's
-    :func:`datarax.distributed.launch_maxtext.plan_request_from_maxtext`).
+    :func:`datarax.launch.maxtext.plan_request_from_maxtext`).
 
     Raises:
       ServiceError: ``invalid_maxtext_config`` and the planner's codes.
     """
-    from datarax.distributed.launch_maxtext import plan_request_from_maxtext  # noqa: PLC0415
+    from datarax.launch.maxtext import plan_request_from_maxtext  # noqa: PLC0415
 
     try:
         request = plan_request_from_maxtext(

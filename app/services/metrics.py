@@ -38,8 +38,8 @@ from app.core.errors import (
 )
 from app.schemas.jobs import MAX_SOURCES, MAX_STEP, is_source_name
 from app.schemas.metrics import MetricsCollectRequest, MetricsReduceRequest
-from datarax.distributed.reductions import reduce_custom, split_by_device
 from datarax.distributed.typing import NanPolicy, ReduceOp
+from datarax.metrics.reductions import reduce_custom, split_by_device
 
 WEIGHTS_ARRAY = "_weights"
 """Name of the weights array inside an npz body."""

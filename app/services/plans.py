@@ -6,7 +6,7 @@ A plan is built in two steps:
    ``num_devices`` devices ``0..n-1`` row-major (all in process 0); a *live* plan gets the
    device ids in JAX's mesh order and their process indices from the runtime;
 2. :func:`render_plan` computes the batch layout, every device's shard (vectorised over
-   devices with :mod:`datarax.distributed.planning`), the parameter layouts and the memory
+   devices with :mod:`datarax.plan.layout`), the parameter layouts and the memory
    estimate, and writes the JSON text directly.
 
 Speed: a 65,536-device plan has 65,536 shard objects. Building them as dicts and calling
@@ -30,8 +30,7 @@ from typing import Any
 import numpy as np
 
 from app.core.errors import AnswerTooLarge, RuntimeFailed
-from datarax.distributed.memory import memory_per_device, param_layouts
-from datarax.distributed.planning import (
+from datarax.plan.layout import (
     PlanCancelled,
     batch_partition_spec,
     check_batch_shape,
@@ -41,6 +40,7 @@ from datarax.distributed.planning import (
     shard_index_ranges,
     shard_shape,
 )
+from datarax.plan.memory import memory_per_device, param_layouts
 
 # ------------------------------------------------------------------------------- plans
 

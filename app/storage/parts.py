@@ -58,8 +58,8 @@ from app.core.errors import PartMismatch, SourcesMismatch, StepConflict, from_li
 from app.storage.part_blobs import decode_part, encode_part, row_hashes
 from app.storage.reduced_text import object_texts, scalar_floats
 from datarax.distributed.errors import MetricsError
-from datarax.distributed.merge import merge_steps
 from datarax.distributed.typing import NanPolicy, ReduceOp
+from datarax.metrics.merge import merge_steps
 
 WEIGHTS_ARRAY = "_weights"
 """A part's weights, stored beside its metrics (``[n_devices]``; stacked ``[P, n_devices]``)."""
@@ -126,7 +126,7 @@ def signature_options(signature: str) -> tuple[dict[str, ReduceOp], NanPolicy]:
 def merge_rows(parts: list[tuple[str, dict[str, np.ndarray]]], signature: str) -> list[MergedStep]:
     """Merges k steps' parts (``[(source, {name: [k, n_devices, ...]})]``, source order)
     exactly as one push of every device, with the library's pure
-    :func:`datarax.distributed.merge.merge_steps`; the points' text as a batch of
+    :func:`datarax.metrics.merge.merge_steps`; the points' text as a batch of
     complete steps stores it (:func:`app.storage.reduced_text.object_texts`).
 
     Raises:

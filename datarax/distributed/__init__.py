@@ -31,61 +31,65 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from datarax.distributed import _moved
+
+_moved.install()
+
 _SUBMODULE_OF: dict[str, str] = {
-    "HARDWARE": "hardware",
-    "AxisLink": "hardware",
-    "Hardware": "hardware",
-    "HardwareLayout": "topology",
-    "estimate_step": "cost",
-    "get_hardware": "hardware",
-    "memory_estimate": "cost",
-    "model_spec": "model_specs",
-    "plan_hardware_devices": "topology",
-    "recommend_meshes": "recommend",
-    "PARAM_SHARDING_RULES": "sharding",
-    "BatchSizeRecommendation": "device_placement",
-    "DeviceMeshManager": "device_mesh",
-    "DevicePlacement": "device_placement",
-    "HardwareType": "device_placement",
-    "MeshRules": "sharding",
-    "MetricsError": "errors",
-    "PlanError": "errors",
-    "all_gather": "collectives",
-    "apply_sharding_rules": "sharding",
-    "batch_partition_spec": "planning",
-    "collect_from_devices": "metrics",
-    "collective_pmap": "train_step",
-    "create_data_parallel_sharding": "data_parallel",
-    "create_named_sharding": "sharding",
-    "data_parallel_rules": "sharding",
-    "data_parallel_train_step": "train_step",
-    "distribute_batch": "device_placement",
-    "fsdp_rules": "sharding",
-    "get_batch_size_recommendation": "device_placement",
-    "model_state_shardings": "data_parallel",
-    "param_partition_spec": "sharding",
-    "partition_spec_for_names": "sharding",
-    "place_batch_on_shards": "data_parallel",
-    "place_model_state_on_shards": "data_parallel",
-    "place_nnx_state_on_shards": "data_parallel",
-    "place_on_device": "device_placement",
-    "prefetch_to_device": "device_placement",
-    "reduce_custom": "metrics",
-    "reduce_gradient_tree": "data_parallel",
-    "reduce_gradients_across_devices": "collectives",
-    "reduce_max": "metrics",
-    "reduce_mean": "metrics",
-    "reduce_mean_collective": "collectives",
-    "reduce_min": "metrics",
-    "reduce_over_devices": "metrics",
-    "reduce_sum": "metrics",
-    "reduce_sum_collective": "collectives",
-    "resolve_axes": "planning",
-    "shard_index_ranges": "planning",
-    "split_by_device": "metrics",
-    "spmd_train_step": "train_step",
+    "HARDWARE": "datarax.hardware.chips",
+    "AxisLink": "datarax.hardware.chips",
+    "Hardware": "datarax.hardware.chips",
+    "HardwareLayout": "datarax.hardware.topology",
+    "estimate_step": "datarax.estimate.cost",
+    "get_hardware": "datarax.hardware.chips",
+    "memory_estimate": "datarax.estimate.cost",
+    "model_spec": "datarax.estimate.model_specs",
+    "plan_hardware_devices": "datarax.hardware.topology",
+    "recommend_meshes": "datarax.estimate.recommend",
+    "PARAM_SHARDING_RULES": "datarax.distributed.sharding",
+    "BatchSizeRecommendation": "datarax.distributed.device_placement",
+    "DeviceMeshManager": "datarax.distributed.device_mesh",
+    "DevicePlacement": "datarax.distributed.device_placement",
+    "HardwareType": "datarax.distributed.device_placement",
+    "MeshRules": "datarax.distributed.sharding",
+    "MetricsError": "datarax.distributed.errors",
+    "PlanError": "datarax.distributed.errors",
+    "all_gather": "datarax.spmd.collectives",
+    "apply_sharding_rules": "datarax.distributed.sharding",
+    "batch_partition_spec": "datarax.plan.layout",
+    "collect_from_devices": "datarax.distributed.metrics",
+    "collective_pmap": "datarax.spmd.train_step",
+    "create_data_parallel_sharding": "datarax.distributed.data_parallel",
+    "create_named_sharding": "datarax.distributed.sharding",
+    "data_parallel_rules": "datarax.distributed.sharding",
+    "data_parallel_train_step": "datarax.spmd.train_step",
+    "distribute_batch": "datarax.distributed.device_placement",
+    "fsdp_rules": "datarax.distributed.sharding",
+    "get_batch_size_recommendation": "datarax.distributed.device_placement",
+    "model_state_shardings": "datarax.distributed.data_parallel",
+    "param_partition_spec": "datarax.distributed.sharding",
+    "partition_spec_for_names": "datarax.distributed.sharding",
+    "place_batch_on_shards": "datarax.distributed.data_parallel",
+    "place_model_state_on_shards": "datarax.distributed.data_parallel",
+    "place_nnx_state_on_shards": "datarax.distributed.data_parallel",
+    "place_on_device": "datarax.distributed.device_placement",
+    "prefetch_to_device": "datarax.distributed.device_placement",
+    "reduce_custom": "datarax.distributed.metrics",
+    "reduce_gradient_tree": "datarax.distributed.data_parallel",
+    "reduce_gradients_across_devices": "datarax.spmd.collectives",
+    "reduce_max": "datarax.distributed.metrics",
+    "reduce_mean": "datarax.distributed.metrics",
+    "reduce_mean_collective": "datarax.spmd.collectives",
+    "reduce_min": "datarax.distributed.metrics",
+    "reduce_over_devices": "datarax.distributed.metrics",
+    "reduce_sum": "datarax.distributed.metrics",
+    "reduce_sum_collective": "datarax.spmd.collectives",
+    "resolve_axes": "datarax.plan.layout",
+    "shard_index_ranges": "datarax.plan.layout",
+    "split_by_device": "datarax.distributed.metrics",
+    "spmd_train_step": "datarax.spmd.train_step",
 }
-"""Each public name and the submodule that defines it."""
+"""Each public name and the module that defines it."""
 
 __all__ = [
     "HARDWARE",
@@ -145,7 +149,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULE_OF:
-        value = getattr(importlib.import_module(f"{__name__}.{_SUBMODULE_OF[name]}"), name)
+        value = getattr(importlib.import_module(_SUBMODULE_OF[name]), name)
         globals()[name] = value
         return value
     try:
@@ -161,13 +165,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from datarax.distributed.collectives import (
-        all_gather,
-        reduce_gradients_across_devices,
-        reduce_mean_collective,
-        reduce_sum_collective,
-    )
-    from datarax.distributed.cost import estimate_step, memory_estimate
     from datarax.distributed.data_parallel import (
         create_data_parallel_sharding,
         model_state_shardings,
@@ -186,7 +183,6 @@ if TYPE_CHECKING:
         place_on_device,
         prefetch_to_device,
     )
-    from datarax.distributed.hardware import HARDWARE, AxisLink, Hardware, get_hardware
     from datarax.distributed.metrics import (
         MetricsError,
         collect_from_devices,
@@ -198,14 +194,6 @@ if TYPE_CHECKING:
         reduce_sum,
         split_by_device,
     )
-    from datarax.distributed.model_specs import model_spec
-    from datarax.distributed.planning import (
-        PlanError,
-        batch_partition_spec,
-        resolve_axes,
-        shard_index_ranges,
-    )
-    from datarax.distributed.recommend import recommend_meshes
     from datarax.distributed.sharding import (
         PARAM_SHARDING_RULES,
         MeshRules,
@@ -216,8 +204,24 @@ if TYPE_CHECKING:
         param_partition_spec,
         partition_spec_for_names,
     )
-    from datarax.distributed.topology import HardwareLayout, plan_hardware_devices
-    from datarax.distributed.train_step import (
+    from datarax.estimate.cost import estimate_step, memory_estimate
+    from datarax.estimate.model_specs import model_spec
+    from datarax.estimate.recommend import recommend_meshes
+    from datarax.hardware.chips import HARDWARE, AxisLink, Hardware, get_hardware
+    from datarax.hardware.topology import HardwareLayout, plan_hardware_devices
+    from datarax.plan.layout import (
+        PlanError,
+        batch_partition_spec,
+        resolve_axes,
+        shard_index_ranges,
+    )
+    from datarax.spmd.collectives import (
+        all_gather,
+        reduce_gradients_across_devices,
+        reduce_mean_collective,
+        reduce_sum_collective,
+    )
+    from datarax.spmd.train_step import (
         collective_pmap,
         data_parallel_train_step,
         spmd_train_step,

@@ -6,8 +6,8 @@ Defined here: :func:`create_data_parallel_sharding`, :func:`place_batch_on_shard
 :func:`model_state_shardings`, :func:`place_model_state_on_shards`,
 :func:`place_nnx_state_on_shards`, :func:`reduce_gradient_tree`. Re-exported from the
 modules that own them: ``spmd_train_step`` and ``data_parallel_train_step``
-(:mod:`~datarax.distributed.train_step`), ``reduce_gradients_across_devices``
-(:mod:`~datarax.distributed.collectives`).
+(:mod:`~datarax.spmd.train_step`), ``reduce_gradients_across_devices``
+(:mod:`~datarax.spmd.collectives`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, Sharding
 from jax.sharding import PartitionSpec as P
 
-from datarax.distributed.collectives import reduce_gradients_across_devices
-from datarax.distributed.global_arrays import global_array_from_host
-from datarax.distributed.planning import nearest_valid_sizes
 from datarax.distributed.sharding import dim0_shard_count, param_partition_spec, path_to_str
-from datarax.distributed.train_step import data_parallel_train_step, spmd_train_step
 from datarax.distributed.typing import GradientReduction, PyTree
+from datarax.plan.layout import nearest_valid_sizes
+from datarax.spmd.collectives import reduce_gradients_across_devices
+from datarax.spmd.global_arrays import global_array_from_host
+from datarax.spmd.train_step import data_parallel_train_step, spmd_train_step
 
 __all__ = [
     "create_data_parallel_sharding",
@@ -77,7 +77,7 @@ def place_batch_on_shards(batch: PyTree, sharding: NamedSharding) -> PyTree:
     through ``jax.make_array_from_process_local_data``: the global leading dimension is
     the local one times ``shards / shards held here``, so a replicated batch stays whole.
     To give every process the whole batch instead, use
-    ``datarax.distributed.multihost.place_global_batch``.
+    ``datarax.spmd.multihost.place_global_batch``.
 
     Args:
       batch: a pytree, e.g. ``{"inputs": [B, F] float32, "targets": [B] int32}``.

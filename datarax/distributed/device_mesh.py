@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from datarax.distributed.planning import AxesLike, resolve_axes
+from datarax.plan.layout import AxesLike, resolve_axes
 
 
 class DeviceMeshManager:

@@ -4,7 +4,7 @@
 - :func:`place_on_device`, :func:`distribute_batch`: ``jax.device_put`` of a pytree onto
   one device or a sharding (non-array leaves such as strings pass through).
 - :func:`get_batch_size_recommendation`: the batch size at which a chip's matmuls stop
-  being memory-bound, from its catalog entry (:mod:`datarax.distributed.hardware`).
+  being memory-bound, from its catalog entry (:mod:`datarax.hardware.chips`).
 - :func:`prefetch_to_device`: a bounded two-stage background queue (read ahead on the
   host, place on the device) so that host-to-device transfer overlaps compute.
 
@@ -26,9 +26,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
-from datarax.distributed.global_arrays import global_array_from_host
-from datarax.distributed.hardware import Hardware, get_hardware
 from datarax.distributed.typing import PyTree
+from datarax.hardware.chips import Hardware, get_hardware
+from datarax.spmd.global_arrays import global_array_from_host
 
 __all__ = [
     "BatchSizeRecommendation",
@@ -78,7 +78,7 @@ class BatchSizeRecommendation:
     notes: str = ""
 
 
-# The catalog entry of each chip (datarax.distributed.hardware, the one place chip figures
+# The catalog entry of each chip (datarax.hardware.chips, the one place chip figures
 # live). Critical batch size = peak bf16 FLOP/s / HBM bytes/s, the roofline argument of
 # "How to Scale Your Model", ch. 1 (https://jax-ml.github.io/scaling-book/roofline/),
 # which finds 240 for TPU v5e.
@@ -101,7 +101,7 @@ def _datasheet(entry: Hardware) -> str:
         found = _URL.search(entry.sources.get(figure, ""))
         if found:
             return found.group(0)
-    return f"datarax.distributed.hardware entry {entry.name!r}"
+    return f"datarax.hardware.chips entry {entry.name!r}"
 
 
 # Where the datasheet ratio and upstream datarax's table (src/datarax/distributed/

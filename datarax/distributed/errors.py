@@ -1,7 +1,7 @@
 """The library's error types, in a module that imports neither JAX nor NumPy.
 
 The service's HTTP process turns these into problem answers; importing them from here
-keeps JAX out of that process. :mod:`datarax.distributed.planning` and
+keeps JAX out of that process. :mod:`datarax.plan.layout` and
 :mod:`datarax.distributed.metrics` raise them and export the same classes.
 """
 

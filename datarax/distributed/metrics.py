@@ -10,7 +10,7 @@ scalar, ``per_class: [n_devices, k]`` to ``[k]``. Two families:
 * Collective reductions (:func:`reduce_mean_collective`, :func:`reduce_sum_collective`,
   :func:`all_gather`) call ``lax.pmean``/``psum``/``all_gather`` and are only valid
   inside ``jax.pmap`` or ``jax.shard_map`` with a matching ``axis_name``; they live in
-  :mod:`datarax.distributed.collectives` and are re-exported here.
+  :mod:`datarax.spmd.collectives` and are re-exported here.
 
 The backend is chosen per leaf: ``np.ndarray`` in, NumPy out, computed with NumPy (no
 ``jnp``, no ``device_put``, so a process that only reduces NumPy arrays never starts a
@@ -27,7 +27,7 @@ NumPy/JAX do: ``int64`` for NumPy, JAX's default int for JAX); bools count as in
 ``mean`` keeps floating dtypes (float32 stays float32) and turns integers and bools into
 float64 (NumPy) or JAX's default float (float32 unless ``jax_enable_x64``).
 
-Numbers never wrap (see :mod:`datarax.distributed._exact_reductions`):
+Numbers never wrap (see :mod:`datarax.metrics._exact_reductions`):
 
 - Integer sums are exact or refused: a sum whose exact value does not fit the result
   dtype (``int64``/``uint64`` for NumPy, JAX's default int without x64) is a
@@ -58,9 +58,9 @@ stacked values become per-device lists) and :func:`split_by_device` (one pytree 
 device, what ``POST /v1/metrics/collect`` answers).
 
 A process that reduces only NumPy arrays (the service's HTTP process) imports
-:func:`~datarax.distributed.reductions.reduce_custom` and
-:func:`~datarax.distributed.reductions.split_by_device` from
-:mod:`datarax.distributed.reductions` instead: the same answers for NumPy input, without
+:func:`~datarax.metrics.reductions.reduce_custom` and
+:func:`~datarax.metrics.reductions.split_by_device` from
+:mod:`datarax.metrics.reductions` instead: the same answers for NumPy input, without
 importing JAX. Both run one implementation (the JAX backend here hands NumPy leaves to it).
 """
 
@@ -72,21 +72,21 @@ from typing import Any
 import jax
 import numpy as np
 
-from datarax.distributed._reduce_kernels import JAX_REDUCER
-from datarax.distributed.collectives import (
-    all_gather,
-    reduce_mean_collective,
-    reduce_sum_collective,
-)
 from datarax.distributed.errors import MetricsError, UnboundAxisError
-from datarax.distributed.reductions import (
+from datarax.distributed.typing import NanPolicy, PyTree, ReduceOp
+from datarax.metrics._reduce_kernels import JAX_REDUCER
+from datarax.metrics.reductions import (
     NAN_POLICIES,
     REDUCE_OPS,
     check_nan_policy,
     check_op,
     list_to_array,
 )
-from datarax.distributed.typing import NanPolicy, PyTree, ReduceOp
+from datarax.spmd.collectives import (
+    all_gather,
+    reduce_mean_collective,
+    reduce_sum_collective,
+)
 
 __all__ = [
     "NAN_POLICIES",

@@ -9,7 +9,7 @@ Two vocabularies:
   :func:`apply_sharding_rules`) turns a tensor's logical names into a ``PartitionSpec``;
   :func:`create_named_sharding` builds the ``NamedSharding``.
 - Named parameter rules (the service's ``param_sharding``): :func:`param_partition_spec`
-  in :mod:`datarax.distributed.param_sharding` (no JAX there), re-exported here.
+  in :mod:`datarax.plan.param_sharding` (no JAX there), re-exported here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 # The named parameter rules need no JAX (the HTTP process plans with them): their own module.
-from datarax.distributed.param_sharding import PARAM_SHARDING_RULES, param_partition_spec
+from datarax.plan.param_sharding import PARAM_SHARDING_RULES, param_partition_spec
 
 __all__ = [
     "PARAM_SHARDING_RULES",

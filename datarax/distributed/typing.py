@@ -3,7 +3,7 @@
 Array arguments are typed ``jax.typing.ArrayLike`` in and ``jax.Array`` out; the aliases
 here name trees *of* arrays, never an array itself. This module imports neither JAX nor
 NumPy at run time (the aliases are evaluated lazily), so JAX-free modules such as
-:mod:`datarax.distributed.reductions` can use them.
+:mod:`datarax.metrics.reductions` can use them.
 """
 
 from __future__ import annotations

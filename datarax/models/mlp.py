@@ -2,7 +2,7 @@
 
 Parameters are named ``layers/{i}/kernel`` ``[f_i, f_{i+1}]`` and ``layers/{i}/bias``
 ``[f_{i+1}]``, float32; ReLU between layers, none after the last. Their shapes without
-building a model: :func:`datarax.distributed.memory.mlp_param_shapes`.
+building a model: :func:`datarax.plan.memory.mlp_param_shapes`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The decoder-only transformer of :class:`~datarax.distributed.model_specs.TransformerSpec`.
+"""The decoder-only transformer of :class:`~datarax.estimate.model_specs.TransformerSpec`.
 
 One model, two faces: :func:`transformer_loss_fn` is the pure function over a flat
 ``{spec path: array}`` dict that compile checks lower from shapes
-(:mod:`datarax.distributed.compile_step`), and :class:`Transformer` is the NNX module a
+(:mod:`datarax.spmd.compile_step`), and :class:`Transformer` is the NNX module a
 user trains with ``nnx.Optimizer`` and :func:`transformer_loss`, over the same arrays.
 
 What the spec's fields do here:
@@ -41,7 +41,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from datarax.distributed.model_specs import TransformerSpec, model_spec
+from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.models.attention import attention
 
 __all__ = [
@@ -63,7 +63,7 @@ Constrain = Callable[..., jax.Array]
 
 
 def _transformer_spec(spec: TransformerSpec | Mapping[str, Any]) -> TransformerSpec:
-    """``spec`` resolved (:func:`~datarax.distributed.model_specs.model_spec`); it must be
+    """``spec`` resolved (:func:`~datarax.estimate.model_specs.model_spec`); it must be
     a transformer."""
     resolved = model_spec(spec)
     if not isinstance(resolved, TransformerSpec):
@@ -515,7 +515,7 @@ def _to_nnx(tree: dict[str, Any]) -> nnx.Dict[Any]:
 def transformer_loss(model: Transformer, batch: Mapping[str, jax.typing.ArrayLike]) -> jax.Array:
     """Mean next-token cross-entropy of ``model`` on ``batch``, float32.
 
-    The ``loss_fn(model, batch)`` of :func:`datarax.distributed.train_step.spmd_train_step`.
+    The ``loss_fn(model, batch)`` of :func:`datarax.spmd.train_step.spmd_train_step`.
 
     Args:
       model: a :class:`Transformer`.

@@ -14,18 +14,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from datarax.distributed._exact_reductions import (
-    int_mean_exact,
-    int_sum_exact,
-    int_sum_may_overflow,
-    scaled_mean,
-    scaled_sum,
-)
 from datarax.distributed.metrics import (
     reduce_custom,
     reduce_mean,
     reduce_over_devices,
     reduce_sum,
+)
+from datarax.metrics._exact_reductions import (
+    int_mean_exact,
+    int_sum_exact,
+    int_sum_may_overflow,
+    scaled_mean,
+    scaled_sum,
 )
 from tests.datarax.support import assert_metrics_error
 

@@ -24,7 +24,7 @@ import time
 import httpx
 import pytest
 
-from datarax.distributed.recommend import count_factorisations
+from datarax.estimate.recommend import count_factorisations
 from tests.helpers import ServiceProcess, assert_problem
 
 SEARCH_LIMIT = 200_000

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from tests.datarax.distributed.test_compile_step import _require_libtpu
+from tests.datarax.spmd.test_compile_step import _require_libtpu
 from tests.helpers import PROJECT_ROOT, ServiceProcess
 
 LIBTPU_ENV = (

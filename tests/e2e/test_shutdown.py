@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.datarax.distributed.test_compile_step import _require_libtpu
+from tests.datarax.spmd.test_compile_step import _require_libtpu
 from tests.helpers import ServiceProcess, assert_problem, pid_alive
 
 GRACE_S = 2.0

@@ -52,7 +52,7 @@ async def launch_plan(
     target does not apply, with the reason."""
     config = await launching.launch(store, mesh_id, body)
     if body.target == "jobset" and _wants_yaml(request):
-        from datarax.distributed.launch_k8s import to_yaml  # noqa: PLC0415
+        from datarax.launch.k8s import to_yaml  # noqa: PLC0415
 
         return Response(to_yaml(config["manifest"]), media_type=YAML)
     return json_response(json_text(config))

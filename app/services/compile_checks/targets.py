@@ -37,13 +37,13 @@ from app.core.settings import Settings
 from app.runtime.environment import runtime_platforms
 from app.schemas.base import optimizer_name
 from app.schemas.compile_checks import CompileCheckRequest
-from datarax.distributed.cost import hardware_memory, memory_estimate
-from datarax.distributed.hardware import HARDWARE, get_hardware
-from datarax.distributed.model_specs import TransformerSpec, model_spec
-from datarax.distributed.planning import PlanError
+from datarax.estimate.cost import hardware_memory, memory_estimate
+from datarax.estimate.model_specs import TransformerSpec, model_spec
+from datarax.hardware.chips import HARDWARE, get_hardware
+from datarax.plan.layout import PlanError
 
 PROGRAM_VERSION = 3
-"""Bumped when :mod:`datarax.distributed.compile_step` builds a different program, or a
+"""Bumped when :mod:`datarax.spmd.compile_step` builds a different program, or a
 result means something else (3: ``fits`` is judged here, null without a memory bound,
 where 2 answered true), so cached results of the old one are not answered."""
 

@@ -27,7 +27,7 @@ from app.storage.parts import (
     signature_options,
 )
 from datarax.distributed.errors import MetricsError
-from datarax.distributed.merge import PartialMetrics, merge_parts
+from datarax.metrics.merge import PartialMetrics, merge_parts
 
 DEFAULT_PAGE = 1000
 MAX_PAGE = store_history.MAX_PAGE

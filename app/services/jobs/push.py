@@ -8,7 +8,7 @@ Rules:
   200, never a duplicate.
 - ``sources > 1``: each source pushes the stacked metrics of its own devices; the step is
   stored (``complete``) when every source's part has arrived, reduced over all devices
-  at once (:func:`datarax.distributed.merge.merge_steps`, sources in natural order of
+  at once (:func:`datarax.metrics.merge.merge_steps`, sources in natural order of
   their names). Parts are rows of their own, so no push ever rewrites another's data.
 - A batch is all or nothing: one transaction.
 

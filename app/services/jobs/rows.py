@@ -25,7 +25,7 @@ from app.storage.part_blobs import encode_part
 from app.storage.parts import PartSegment
 from app.storage.reduced_text import object_texts, scalar_floats
 from datarax.distributed.errors import MetricsError
-from datarax.distributed.reductions import REDUCE_OPS, reduce_custom
+from datarax.metrics.reductions import REDUCE_OPS, reduce_custom
 
 
 def _library(point: PointInput, err: MetricsError) -> ServiceError:

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.datarax.distributed.test_compile_step import _require_libtpu
+from tests.datarax.spmd.test_compile_step import _require_libtpu
 from tests.helpers import PROJECT_ROOT
 
 LOAD_LIBTPU = "import jax\njax.devices()\n"

@@ -19,7 +19,7 @@ from app.core.channel import ArrayError
 from app.runtime import server
 from app.runtime.environment import runtime_environment
 from datarax.distributed.metrics import MetricsError
-from datarax.distributed.planning import PlanError
+from datarax.plan.layout import PlanError
 from tests.helpers import PROJECT_ROOT
 
 

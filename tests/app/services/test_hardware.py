@@ -16,8 +16,8 @@ from app.services.hardware import (
     recommend,
     render_hardware_plan,
 )
-from datarax.distributed.planning import PlanError
-from datarax.distributed.topology import plan_hardware_devices
+from datarax.hardware.topology import plan_hardware_devices
+from datarax.plan.layout import PlanError
 
 
 def test_catalog_functions():

@@ -13,7 +13,7 @@ from app.schemas.hardware import HardwarePlanRequest, RecommendationRequest
 from app.services import hardware
 from app.services.heavy_work import HeavyWork
 from app.services.plans import PlanRequest, abstract_devices, plan_size_floor, render_plan
-from datarax.distributed.planning import PlanCancelled
+from datarax.plan.layout import PlanCancelled
 
 MODEL = {
     "kind": "transformer",

@@ -18,7 +18,7 @@ from app.services.layout_scope import parse_scope
 from app.services.layout_svg import BLOCK_W, MIN_FONT, format_rate, render_layout_svg
 from app.services.meshes import plan_request
 from app.services.plans import abstract_devices, render_plan
-from datarax.distributed.planning import resolve_axes
+from datarax.plan.layout import resolve_axes
 
 NS = "{http://www.w3.org/2000/svg}"
 SLICE_COLOUR = "#c62828"

@@ -12,12 +12,12 @@ from jax.sharding import PartitionSpec as P
 from app.schemas.meshes import MeshPlanRequest
 from app.services.meshes import plan_request
 from app.services.plans import abstract_devices, render_plan
-from datarax.distributed.planning import PlanError
+from datarax.plan.layout import PlanError
 from tests.conftest import require_devices
 
 
 def _render(body: dict, n: int) -> dict:
-    from datarax.distributed.planning import resolve_axes
+    from datarax.plan.layout import resolve_axes
 
     request = plan_request(MeshPlanRequest.model_validate({**body, "num_devices": n}))
     axes = resolve_axes(request.axes, n, exact=True)

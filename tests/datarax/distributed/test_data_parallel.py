@@ -11,7 +11,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from datarax.distributed import collectives, data_parallel, train_step
+from datarax.distributed import data_parallel
 from datarax.distributed.data_parallel import (
     create_data_parallel_sharding,
     place_batch_on_shards,
@@ -22,6 +22,7 @@ from datarax.distributed.data_parallel import (
 from datarax.distributed.device_mesh import DeviceMeshManager
 from datarax.distributed.sharding import param_partition_spec
 from datarax.models import MLP
+from datarax.spmd import collectives, train_step
 from tests.conftest import require_devices
 from tests.datarax.support import placed_blocks
 

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 import datarax.distributed as dist
-from datarax.distributed import errors, metrics, planning
+from datarax.distributed import errors, metrics
+from datarax.plan import layout as planning
 
 
 def _fresh(code: str) -> str:

@@ -18,7 +18,9 @@ from typing import Any, Literal, TypeAliasType, get_args, get_origin
 import pytest
 
 import datarax.distributed.typing as dt
-from datarax.distributed import collectives, metrics, reductions
+from datarax.distributed import metrics
+from datarax.metrics import reductions
+from datarax.spmd import collectives
 
 ROOT = Path(__file__).resolve().parents[3]
 NoneType = type(None)

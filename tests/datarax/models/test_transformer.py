@@ -1,6 +1,6 @@
 """The transformer of datarax.models: its numerics on the 8 simulated CPU devices.
 
-The compile checks lower this very model (datarax.distributed.compile_step); here each
+The compile checks lower this very model (datarax.spmd.compile_step); here each
 option of the spec is checked against the plain program it must equal: ``flash`` (the
 CPU blockwise kernel) against ``dot``, vocabulary tiling against one tile, every remat
 policy against none, and the dtypes of parameters, gradients and Adam moments under mixed
@@ -18,8 +18,7 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
-from datarax.distributed.model_specs import REMAT_POLICIES, model_spec
-from datarax.distributed.train_step import spmd_train_step
+from datarax.estimate.model_specs import REMAT_POLICIES, model_spec
 from datarax.models import (
     ActivationLayout,
     Transformer,
@@ -27,6 +26,7 @@ from datarax.models import (
     transformer_loss,
     transformer_loss_fn,
 )
+from datarax.spmd.train_step import spmd_train_step
 from tests.datarax.support import data_mesh
 
 SMALL = {"kind": "transformer", "layers": 2, "d_model": 64, "d_ff": 128, "heads": 4,
@@ -137,7 +137,7 @@ def test_offloading_policies_move_the_named_tensors_to_host_memory(params, batch
     text = grad_jaxpr({**SMALL, "remat": "custom", "remat_custom": OFFLOADING})
     # the layer input [B, S, d] and the query/key projections [B, S, heads, hd] and
     # [B, S, kv_heads, hd] are put in host memory for the backward pass; on TPU XLA
-    # reports them as host_temp_size_in_bytes (tests/datarax/distributed/test_compile_step.py)
+    # reports them as host_temp_size_in_bytes (tests/datarax/spmd/test_compile_step.py)
     assert "MemorySpace.Host" in text
     for shape in ("f32<host>[8,32,64]", "f32<host>[8,32,4,16]", "f32<host>[8,32,2,16]"):
         assert shape in text, shape

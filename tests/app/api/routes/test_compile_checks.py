@@ -14,13 +14,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from datarax.distributed.compile_step import (
+from datarax.spmd.compile_step import (
     abstract_train_step,
     compiled_figures,
     mesh_from_ids,
     tpu_topology_devices,
 )
-from tests.datarax.distributed.test_compile_step import _require_libtpu
+from tests.datarax.spmd.test_compile_step import _require_libtpu
 from tests.helpers import StubRuntime, assert_problem, make_settings
 
 MODEL = {"kind": "mlp", "features": [512, 2048, 512], "dtype": "bfloat16"}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from datarax.distributed.hardware import HARDWARE
-from datarax.distributed.planning import batch_partition_spec, shard_index_ranges
-from datarax.distributed.topology import plan_hardware_devices
+from datarax.hardware.chips import HARDWARE
+from datarax.hardware.topology import plan_hardware_devices
+from datarax.plan.layout import batch_partition_spec, shard_index_ranges
 from tests.helpers import assert_problem
 
 DESIGN_NAMES = {

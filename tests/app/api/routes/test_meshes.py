@@ -12,8 +12,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from datarax.distributed.device_mesh import DeviceMeshManager
-from datarax.distributed.memory import mlp_param_shapes
 from datarax.distributed.sharding import param_partition_spec
+from datarax.plan.memory import mlp_param_shapes
 from tests.conftest import require_devices
 from tests.helpers import assert_problem
 

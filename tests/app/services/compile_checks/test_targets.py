@@ -17,7 +17,7 @@ from app.core.errors import CompileTargetUnavailable
 from app.core.host_memory import host_memory_bytes
 from app.services.compile_checks import targets as compile_checks
 from app.services.compile_checks.targets import cache_key
-from datarax.distributed.hardware import get_hardware
+from datarax.hardware.chips import get_hardware
 from tests.compile_checks_support import (
     GPUS,
     H200,

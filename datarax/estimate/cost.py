@@ -1,0 +1,314 @@
+"""Step estimates: FLOPs, per-device memory and collectives of one training step, priced
+on the catalog's hardware. Plain arithmetic; nothing touches a device.
+
+Parallelism is named by axis *roles*: ``data`` (batch split, parameters replicated,
+gradients all-reduced), ``fsdp`` (batch split and parameters, gradients and optimizer
+state sharded; parameters all-gathered where used, gradients reduce-scattered) and
+``tensor`` (Megatron-style: ``col`` parameters split their output dimension, ``row``
+ones their input, activations all-reduced after each ``row`` matmul). By default an
+axis's role is its name (``model`` means ``tensor``, ``batch`` means ``data``).
+
+FLOPs of one step (the ``flops`` field, "model FLOPs"):
+``6 * N * tokens + 12 * layers * seq_len * heads * head_dim * tokens``, where ``N`` is
+the parameters every token multiplies through (all but the embedding table and norm
+scales for the transformer; every parameter, biases included, for the MLP, which is the
+``6 * params * tokens`` of the scaling book) and the second term is attention's
+``QK^T`` and ``AV`` (forward ``4 * S * heads * head_dim`` per token and layer, backward
+twice that). The forward pass is one third of it, the backward two thirds; ``remat:
+full`` runs the forward again in the backward pass (those FLOPs count in ``compute_s``
+but not in ``flops`` or ``mfu``).
+
+Memory of one step (``memory_estimate``, in :mod:`datarax.estimate.memory`;
+axis roles and parameter shardings in :mod:`datarax.parallel.axis_roles`; both
+re-exported here).
+
+Collectives are priced with a ring (alpha-beta) model on the axis's link (``AxisLink``):
+over ``n`` devices, an all-gather or reduce-scatter of ``V`` bytes per device costs
+``(n - 1) / n * V / W + (n - 1) * alpha`` and an all-reduce twice that, where ``W`` is the
+axis's ``bytes_per_s`` (already summing the links a TPU axis uses in both ring
+directions) and ``alpha`` the link's per-step latency from the catalog. An axis split
+over both networks (``ici > 1`` and ``dcn > 1``) runs hierarchically: the ICI part over
+``V`` and the DCN part over ``V / ici`` (each device holds its ICI shard by then),
+pipelined, so it costs the slower of the two.
+
+Step time: ``roofline_s`` is the ideal step: within each of the forward and the backward
+pass, collectives run one after another and overlap perfectly with that pass's compute at
+100% of the compute dtype's peak, the passes in sequence: ``max(fwd_compute, fwd_comm) +
+max(bwd_compute, bwd_comm)`` (``phases`` holds those four figures, ``bottleneck`` says
+which side is longer). ``step_s`` predicts the measured wall time
+(:func:`datarax.estimate.step_time.predict_step`: achieved fractions of peak for
+matmuls and attention kernels, memory-bound work at HBM bandwidth, partly exposed
+collectives, host-offload transfers, remat recompute; calibrated on published runs, see
+BENCHMARKS.md) and ``mfu`` follows from it; ``breakdown`` and ``gap`` say what makes the
+difference.
+
+Example:
+  >>> from datarax.hardware.chips import AxisLink
+  >>> est = estimate_step(
+  ...     "tpu-v5p",
+  ...     [AxisLink("data", 16, 16, 1, "ici", 1.8e11)],
+  ...     {"kind": "mlp", "features": [4096, 16384, 4096], "dtype": "bfloat16"},
+  ...     global_batch=16 * 4096)
+  >>> est["bottleneck"], [c["kind"] for c in est["collectives"]]
+  ('compute', ['all-reduce'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from datarax.estimate.memory import hardware_memory, memory_estimate
+from datarax.estimate.model_specs import (
+    DTYPE_BYTES,
+    ModelSpec,
+    TransformerSpec,
+    model_spec,
+)
+from datarax.estimate.step_time import predict_step, recompute_flops_per_token
+from datarax.hardware.chips import AxisLink, Hardware, get_hardware
+from datarax.parallel.axis_roles import (
+    AXIS_ROLES,
+    axis_roles,
+    param_specs,
+    role_axes,
+    role_sizes,
+    tokens_per_device,
+)
+
+__all__ = [
+    "AXIS_ROLES",
+    "axis_roles",
+    "collective_seconds",
+    "estimate_step",
+    "hardware_memory",
+    "memory_estimate",
+    "param_specs",
+]
+
+
+def collective_seconds(
+    kind: str, bytes_per_device: float, link: AxisLink, hardware: Hardware
+) -> float:
+    """Ring alpha-beta time of one collective over ``link`` (see the module docstring).
+
+    Args:
+      kind: ``all-reduce``, ``all-gather`` or ``reduce-scatter``.
+      bytes_per_device: ``V``: the array one device holds whole (all-gather: after;
+        reduce-scatter and all-reduce: before).
+      link: the axis.
+      hardware: supplies latencies and the ICI figure when ``link.ici_bytes_per_s`` is
+        ``None``.
+    """
+    passes = 2 if kind == "all-reduce" else 1
+
+    def ring(n: int, volume: float, bandwidth: float, alpha: float) -> float:
+        if n <= 1:
+            return 0.0
+        return passes * ((n - 1) / n * volume / bandwidth + (n - 1) * alpha)
+
+    if link.dcn <= 1:
+        alpha = hardware.fast_link_latency_s
+        return ring(link.ici, bytes_per_device, link.bytes_per_s, alpha)
+    fast = link.ici_bytes_per_s or hardware.fast_link_bytes_per_s
+    ici_s = ring(link.ici, bytes_per_device, fast, hardware.fast_link_latency_s)
+    dcn_s = ring(
+        link.dcn, bytes_per_device / link.ici, link.bytes_per_s, hardware.slow_link_latency_s
+    )
+    return max(ici_s, dcn_s)
+
+
+def _tensor_activation_collectives(model: ModelSpec, tokens: int) -> list[tuple[str, str, int]]:
+    """``(phase, kind, elements)`` of the tensor axis's activation collectives."""
+    out: list[tuple[str, str, int]] = []
+    if isinstance(model, TransformerSpec):
+        d = model.d_model
+        # forward: embedding lookup (vocab-split) and each layer's o and down projections
+        out += [("forward", "all-reduce", tokens * d)] * (1 + 2 * model.layers)
+        # backward: gradients into each layer's attention and MLP inputs, and into the
+        # unembedding's input
+        out += [("backward", "all-reduce", tokens * d)] * (1 + 2 * model.layers)
+        if recompute_flops_per_token(model)[0] > 0:  # recomputed o/down all-reduce again
+            out += [("backward", "all-reduce", tokens * d)] * (2 * model.layers)
+        return out
+    widths = model.features
+    n_layers = len(widths) - 1
+    for i in range(n_layers):
+        if i % 2 == 1:  # row layer: its output is summed over the tensor axis
+            out.append(("forward", "all-reduce", tokens * widths[i + 1]))
+            if model.remat == "full":
+                out.append(("backward", "all-reduce", tokens * widths[i + 1]))
+        elif i > 0:  # col layer with an input gradient to sum
+            out.append(("backward", "all-reduce", tokens * widths[i]))
+    if n_layers % 2 == 1:  # the last layer is col: the loss needs the whole output
+        out.append(("forward", "all-gather", tokens * widths[-1]))
+        if model.remat == "full":
+            out.append(("backward", "all-gather", tokens * widths[-1]))
+    return out
+
+
+def estimate_step(
+    hardware: str | Hardware,
+    axes_detail: Sequence[AxisLink],
+    model: ModelSpec | Mapping[str, Any],
+    global_batch: int,
+    *,
+    roles: Mapping[str, str] | None = None,
+    optimizer: str = "adam",
+) -> dict[str, Any]:
+    """Estimates one training step of ``model`` on a mesh of ``hardware``.
+
+    Args:
+      hardware: catalog name or entry.
+      axes_detail: one :class:`AxisLink` per mesh axis, mesh order (a hardware plan's
+        ``axes_detail``).
+      model: a model spec or a plan request's ``model`` object (dtype default bfloat16).
+      global_batch: examples (MLP) or sequences (transformer) per step, split over the
+        ``data`` and ``fsdp`` axes.
+      roles: ``{axis: role}`` overriding the name-derived roles (see :func:`axis_roles`).
+      optimizer: ``adam``, ``adamw`` or ``sgd``.
+
+    Returns:
+      ``{"flops", "compute_s", "comm_s", "step_s", "roofline_s", "mfu", "roofline_mfu",
+      "peak_flops", "bottleneck", "collectives", "memory_per_device", "breakdown", "gap",
+      "phases", "tokens_per_device", "bottleneck_link"}``: ``step_s`` the predicted wall
+      time (``compute_s`` its matmul, attention and memory-bound parts), ``roofline_s``
+      the ideal (module docstring), ``mfu`` model FLOPs over ``peak_flops`` (the compute
+      dtype's) times ``step_s``;
+      ``collectives`` lists ``{"axis", "kind", "phase", "what", "count",
+      "bytes_per_device", "link", "seconds"}`` (one entry per axis, kind, phase and what
+      they move, ``count`` ops summed); ``bottleneck`` is ``compute`` or
+      ``communication`` (of the roofline); ``phases`` gives the roofline's
+      ``compute_s``/``comm_s`` of ``forward`` and ``backward``.
+
+    Raises:
+      PlanError: ``unknown_hardware``, ``invalid_model``, ``unknown_axis_role``,
+        ``batch_not_divisible``, ``tensor_not_divisible``, ``unknown_optimizer``.
+    """
+    hw = get_hardware(hardware)
+    model = model_spec(model)
+    links = {link.name: link for link in axes_detail}
+    axes = {link.name: link.size for link in axes_detail}
+    roles = axis_roles(list(axes), roles)
+    memory = memory_estimate(
+        model,
+        axes,
+        global_batch,
+        roles=roles,
+        optimizer=optimizer,
+        dcn_axes=[link.name for link in axes_detail if link.dcn > 1],
+        **hardware_memory(hw),
+    )
+    sizes = role_sizes(axes, roles)
+    n_devices = math.prod(axes.values())
+    tokens = tokens_per_device(model, global_batch, sizes["data"] * sizes["fsdp"])
+    global_tokens = global_batch * model.tokens_per_example
+    itemsize = DTYPE_BYTES[model.dtype]
+
+    flops = 6 * model.matmul_params() * global_tokens
+    flops += model.attention_flops_per_token() * global_tokens
+    param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
+
+    entries: dict[tuple[str, str, str, str], list[float]] = {}
+
+    # Parameter and gradient collectives are combined: XLA's all-gather, reduce-scatter
+    # and all-reduce combiners merge the ones of one scanned layer (and of the loose
+    # parameters) into one op, and PyTorch frameworks bucket gradients likewise, so the
+    # per-op latency is paid once per layer and phase, not once per parameter.
+    latency_ops: dict[tuple[str, str, str, str], int] = {}
+    free = dataclasses.replace(hw, fast_link_latency_s=0.0, slow_link_latency_s=0.0)
+
+    def add(axis: str, kind: str, phase: str, what: str, volume: float, count: int = 1) -> None:
+        link = links[axis]
+        if link.size <= 1 or volume <= 0:
+            return
+        key = (axis, kind, phase, what)
+        combined = what in ("params", "grads")
+        seconds = collective_seconds(kind, volume, link, free if combined else hw) * count
+        entry = entries.setdefault(key, [0, 0.0, 0.0])
+        entry[0] += count
+        entry[1] += volume * count
+        entry[2] += seconds
+        if combined:
+            latency_ops[key] = max(latency_ops.get(key, 0), count)
+
+    fsdp_axes = role_axes(axes, roles, "fsdp")
+    data_axes = role_axes(axes, roles, "data")
+    tensor_axes = role_axes(axes, roles, "tensor")
+    for group, _, shard, fsdp_split in param_specs(model, axes, roles):
+        whole = math.prod(shard) * param_itemsize  # bytes this device keeps
+        gathered = whole
+        for axis in fsdp_axes:
+            if fsdp_split:
+                gathered = whole * axes[axis]
+                add(axis, "all-gather", "forward", "params", gathered, group.repeat)
+                add(axis, "all-gather", "backward", "params", gathered, group.repeat)
+                add(axis, "reduce-scatter", "backward", "grads", gathered, group.repeat)
+            else:
+                add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
+        for axis in data_axes:
+            add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
+    for axis in tensor_axes:
+        for phase, kind, elements in _tensor_activation_collectives(model, tokens):
+            add(axis, kind, phase, "activations", elements * itemsize)
+    for (axis, kind, phase, what), ops in latency_ops.items():
+        # one combined op per layer, plus one for the unstacked parameters
+        extra = 1 if isinstance(model, TransformerSpec) else 0
+        entries[(axis, kind, phase, what)][2] += (ops + extra) * collective_seconds(
+            kind, 0.0, links[axis], hw
+        )
+
+    collectives: list[dict[str, Any]] = [
+        {
+            "axis": axis,
+            "kind": kind,
+            "phase": phase,
+            "what": what,
+            "count": int(count),
+            "bytes_per_device": int(volume),
+            "link": links[axis].link,
+            "seconds": seconds,
+        }
+        for (axis, kind, phase, what), (count, volume, seconds) in entries.items()
+    ]
+    comm = {"forward": 0.0, "backward": 0.0}
+    for entry in collectives:
+        comm[entry["phase"]] += entry["seconds"]
+    predicted = predict_step(
+        model,
+        hw,
+        sizes,
+        tokens=tokens,
+        param_bytes=memory["params"],
+        collectives=collectives,
+        host_offload_bytes=memory["host_offload_bytes"],
+        optimizer=optimizer,
+    )
+    parts = predicted["breakdown"]
+    compute_s = parts["matmul_s"] + parts["attention_s"] + parts["memory_bound_s"]
+    step_s = predicted["step_s"]
+    peak = hw.peak_flops(model.dtype)
+    roof = predicted["roofline_phases"]
+    comm_bound = any(phase["comm_s"] > phase["compute_s"] for phase in roof.values())
+    slowest = max(collectives, key=lambda e: e["seconds"], default=None)
+    return {
+        "flops": float(flops),
+        "compute_s": compute_s,
+        "comm_s": comm["forward"] + comm["backward"],
+        "step_s": step_s,
+        "roofline_s": predicted["roofline_s"],
+        "mfu": flops / (n_devices * peak * step_s),
+        "roofline_mfu": flops / (n_devices * peak * predicted["roofline_s"]),
+        "peak_flops": peak,
+        "bottleneck": "communication" if comm_bound else "compute",
+        "bottleneck_link": slowest["link"] if comm_bound and slowest else None,
+        "collectives": collectives,
+        "memory_per_device": memory,
+        "breakdown": parts,
+        "gap": predicted["gap"],
+        "predicted_components": predicted["components"],
+        "phases": roof,
+        "tokens_per_device": tokens,
+    }

@@ -1,0 +1,679 @@
+"""Mesh recommendations: every (ici, dcn) factorisation of a cluster, priced and ranked.
+
+For a hardware entry, a TPU topology and slice count (or GPU hosts), a model and a
+global batch, :func:`recommend_meshes` enumerates every ordered factorisation of one
+slice's / NVLink domain's devices over the requested axes (``ici``) and of the slices /
+domains over the same axes (``dcn``), lays each ``ici`` factorisation out once on one
+slice with :func:`datarax.hardware.topology.plan_hardware_devices` (JAX's device
+order; what JAX refuses is rejected with its code), prices every candidate with
+:func:`datarax.estimate.cost.estimate_step`, rejects what does not fit HBM or does
+not divide the batch (counted by code), and ranks the rest by estimated step time.
+
+Bounded before it starts: the search space (ICI factorisations x DCN factorisations,
+:func:`search_space`) is counted in closed form from the prime factors of the device
+counts, and the cluster is validated by laying out one slice / domain only, so a
+request for a million devices or millions of candidates is refused
+(``max_devices``, ``max_search_space``: :class:`SearchSpaceTooLarge` with the count and
+the request changes that would shrink it) in milliseconds. ``fixed_ici`` /
+``fixed_dcn`` pin some sizes and search only the rest. A running search checks
+``should_stop`` between candidates, so a caller can abandon it (a client gone).
+
+Each candidate's ``plan_request`` is a ``POST /v1/meshes`` body (DESIGN "Contract
+v1.1": ``hardware``, ``topology``/``slices`` or ``hosts``, ``ici``, ``dcn``,
+``batch_shape``, ``batch_axes``, ``model``, ``optimizer``).
+
+Example:
+  >>> out = recommend_meshes(
+  ...     "tpu-v5e", topology="4x4", slices=2, global_batch=64,
+  ...     model={"kind": "transformer", "layers": 4, "d_model": 1024, "d_ff": 4096,
+  ...            "heads": 8, "kv_heads": 8, "vocab": 32000, "seq_len": 2048})
+  >>> out["considered"], out["candidates"][0]["rank"]
+  (45, 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from datarax.estimate.cost import AXIS_ROLES, axis_roles, estimate_step
+from datarax.estimate.model_specs import ModelSpec, model_spec
+from datarax.hardware.chips import AxisLink, Hardware, get_hardware
+from datarax.hardware.topology import plan_hardware_devices
+from datarax.plan.layout import PlanCancelled, PlanError
+
+__all__ = [
+    "RANKING",
+    "SearchSpaceTooLarge",
+    "count_factorisations",
+    "factorisations",
+    "recommend_meshes",
+    "search_space",
+]
+
+
+class SearchSpaceTooLarge(PlanError):
+    """A recommendation whose search space passes the limit, refused before it starts.
+
+    Attributes:
+      count: candidates (ordered ``(ici, dcn)`` factorisations) the request would price.
+      limit: the most allowed.
+      suggestions: changes to the request that shrink the space, each ``{"change",
+        "request": {member: value}, "search_space": n}``, smallest change first.
+    """
+
+    def __init__(self, count: int, limit: int, suggestions: list[dict[str, Any]]):
+        shrink = "; ".join(f"{s['change']}: {s['search_space']}" for s in suggestions)
+        super().__init__(
+            "search_space_too_large",
+            f"the request spans {count} (ici, dcn) candidates; at most {limit} are searched "
+            f"(DATARAX_MAX_SEARCH_SPACE). Shrink it: {shrink or 'fewer devices'}",
+        )
+        self.count = count
+        self.limit = limit
+        self.suggestions = suggestions
+
+    def __reduce__(self) -> tuple[type[SearchSpaceTooLarge], tuple[int, int, list[dict[str, Any]]]]:
+        return (type(self), (self.count, self.limit, self.suggestions))
+
+
+def _prime_exponents(n: int) -> list[int]:
+    exponents = []
+    p = 2
+    while p * p <= n:
+        e = 0
+        while n % p == 0:
+            n //= p
+            e += 1
+        if e:
+            exponents.append(e)
+        p += 1 if p == 2 else 2
+    if n > 1:
+        exponents.append(1)
+    return exponents
+
+
+def count_factorisations(n: int, parts: int) -> int:
+    """``len(factorisations(n, parts))`` without listing them.
+
+    Each prime ``p`` with ``p**e`` in ``n`` spreads its ``e`` copies over the ``parts``
+    slots on its own ("stars and bars": ``C(e + parts - 1, parts - 1)`` ways), so the
+    count is the product over primes. ``parts == 0`` counts the empty tuple when
+    ``n == 1``.
+
+    >>> count_factorisations(4, 2), count_factorisations(16, 6), count_factorisations(1, 0)
+    (3, 126, 1)
+    """
+    if parts == 0:
+        return 1 if n == 1 else 0
+    return math.prod(math.comb(e + parts - 1, parts - 1) for e in _prime_exponents(n))
+
+
+def _fixed_sizes(
+    names: Sequence[str], n: int, fixed: Mapping[str, int] | None, what: str
+) -> dict[str, int]:
+    """``fixed`` checked against the axes and the devices it splits."""
+    fixed = dict(fixed or {})
+    for name, size in fixed.items():
+        if name not in names:
+            raise PlanError(
+                "invalid_axis_name",
+                f"fixed_{what} names {name!r}, which is not one of the axes {list(names)}",
+            )
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise PlanError(
+                "invalid_axis_size",
+                f"fixed_{what}[{name!r}] is {size!r}; give an integer >= 1",
+            )
+    product = math.prod(fixed.values())
+    if n % product or (len(fixed) == len(names) and product != n):
+        verb = "equal" if len(fixed) == len(names) else "divide"
+        unit = "devices of one slice or domain" if what == "ici" else "slices or domains"
+        raise PlanError(
+            "axes_product_mismatch",
+            f"fixed_{what} {fixed} multiplies to {product}, which does not {verb} the {n} {unit}",
+        )
+    return fixed
+
+
+def _count_with(n: int, names: Sequence[str], fixed: Mapping[str, int]) -> int:
+    return count_factorisations(n // math.prod(fixed.values()), len(names) - len(fixed))
+
+
+def _factorisations_with(
+    n: int, names: Sequence[str], fixed: Mapping[str, int]
+) -> list[tuple[int, ...]]:
+    """Every ordered factorisation of ``n`` over ``names`` whose ``fixed`` axes have the
+    fixed sizes, in the order of :func:`factorisations` over the free axes."""
+    free = [i for i, name in enumerate(names) if name not in fixed]
+    if not free:
+        return [tuple(fixed[name] for name in names)]
+    out = []
+    for sizes in factorisations(n // math.prod(fixed.values()), len(free)):
+        full = [fixed.get(name, 0) for name in names]
+        for i, size in zip(free, sizes, strict=True):
+            full[i] = size
+        out.append(tuple(full))
+    return out
+
+
+def search_space(
+    n_ici: int,
+    n_dcn: int,
+    names: Sequence[str],
+    fixed_ici: Mapping[str, int] | None = None,
+    fixed_dcn: Mapping[str, int] | None = None,
+) -> int:
+    """Candidates a recommendation prices: ICI factorisations x DCN factorisations.
+
+    >>> search_space(16, 64, ["data", "fsdp", "tensor", "batch", "replica", "model"])
+    58212
+    """
+    return _count_with(n_ici, names, dict(fixed_ici or {})) * _count_with(
+        n_dcn, names, dict(fixed_dcn or {})
+    )
+
+
+def factorisations(n: int, parts: int) -> list[tuple[int, ...]]:
+    """Every ordered tuple of ``parts`` positive ints whose product is ``n``.
+
+    >>> factorisations(4, 2)
+    [(1, 4), (2, 2), (4, 1)]
+    """
+    if parts == 1:
+        return [(n,)]
+    out = []
+    for first in range(1, n + 1):
+        if n % first == 0:
+            out += [(first, *rest) for rest in factorisations(n // first, parts - 1)]
+    return out
+
+
+def _check_axes(axes: Sequence[str]) -> list[str]:
+    if isinstance(axes, str) or not axes or len(set(axes)) != len(axes):
+        raise PlanError(
+            "invalid_axis_name",
+            f"axes must list distinct mesh axis names such as ['data', 'fsdp', 'tensor'], "
+            f"got {axes!r}",
+        )
+    axis_roles(list(axes))  # every axis needs a role: data, fsdp or tensor
+    return list(axes)
+
+
+def _links(hw: Hardware, inner: Sequence[AxisLink], dcn: Mapping[str, int]) -> list[AxisLink]:
+    """The candidate's ``axes_detail``: an axis with ``dcn > 1`` rides the slow network."""
+    out = []
+    for link in inner:
+        d = dcn[link.name]
+        if d == 1:
+            out.append(link)
+            continue
+        out.append(
+            AxisLink(
+                name=link.name,
+                size=link.ici * d,
+                ici=link.ici,
+                dcn=d,
+                link=hw.slow_link,
+                bytes_per_s=hw.slow_link_bytes_per_s_per_device,
+                ici_bytes_per_s=link.bytes_per_s if link.ici > 1 else None,
+            )
+        )
+    return out
+
+
+def recommend_meshes(
+    hardware: str | Hardware,
+    *,
+    model: ModelSpec | Mapping[str, Any],
+    global_batch: int,
+    topology: str | None = None,
+    slices: int = 1,
+    hosts: int | None = None,
+    axes: Sequence[str] = AXIS_ROLES,
+    top_k: int = 5,
+    optimizer: str = "adam",
+    allow_split_physical_axes: bool = False,
+    fixed_ici: Mapping[str, int] | None = None,
+    fixed_dcn: Mapping[str, int] | None = None,
+    max_search_space: int | None = None,
+    max_devices: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """Ranks every (ici, dcn) factorisation of a cluster for one training job.
+
+    Args:
+      hardware: catalog name or entry.
+      model: model spec or request object (dtype default bfloat16).
+      global_batch: examples or sequences per step.
+      topology: TPU slice shape (``"16x16"`` or ``"v5e:16x16"``); TPU only.
+      slices: TPU slices joined by DCN.
+      hosts: GPU/CPU hosts; they must fill whole NVLink domains.
+      axes: mesh axis names in order; each must have a role (``data``, ``fsdp``,
+        ``tensor``, or their aliases), see :func:`datarax.estimate.cost.axis_roles`.
+      top_k: candidates to return, >= 1.
+      optimizer: ``adam``, ``adamw`` or ``sgd``.
+      allow_split_physical_axes: as in JAX's ``create_device_mesh``; without it, ICI
+        factorisations JAX refuses count under ``physical_axes_split_required``.
+      fixed_ici: ``{axis: size}`` ICI sizes to keep as given; only the other axes are
+        searched (shrinks the search space).
+      fixed_dcn: the same for DCN (``{"fsdp": 1, "tensor": 1}``: DCN over ``data``
+        only, as MaxText's usual ``dcn_data_parallelism``).
+      max_search_space: most candidates to price; a larger space is refused before any
+        work with :class:`SearchSpaceTooLarge` (its count, the limit and what would
+        shrink it). The re-searches that explain a ``no_plan_fits`` (``remat: full``, a
+        smaller batch) price at most 3x this many more, then stop (the message says
+        which hints were not searched). ``None``: no limit.
+      max_devices: most devices the cluster may have (``too_many_devices`` beyond);
+        ``None``: no limit.
+      should_stop: called between candidates; when it answers true the search stops
+        with :class:`~datarax.plan.layout.PlanCancelled` (a client gone).
+
+    Returns:
+      ``{"candidates": [{"rank", "ici", "dcn", "step_estimate", "memory_per_device",
+      "plan_request"}], "considered": n, "rejected": {code: n}, "ranked_by", "note"?}``,
+      best first by :data:`RANKING`; ``note`` (only when fewer than ``top_k``
+      candidates survive) says how many did and why the others were rejected.
+
+    Raises:
+      PlanError: bad inputs (``unknown_hardware``, ``invalid_topology``,
+        ``missing_topology``, ``invalid_host_count``, ``invalid_model``,
+        ``invalid_axis_name``, ``unknown_axis_role``, ``invalid_top_k``,
+        ``too_many_devices``), or ``no_plan_fits`` when every candidate is rejected; its
+        message says what would fit (more devices, ``remat: full``, a smaller batch).
+      SearchSpaceTooLarge: ``search_space_too_large``, before any candidate is priced.
+      PlanCancelled: ``should_stop`` answered true.
+    """
+    hw = get_hardware(hardware)
+    spec = model_spec(model)
+    names = _check_axes(axes)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise PlanError("invalid_top_k", f"top_k must be a positive integer, got {top_k!r}")
+    cluster = _Cluster.of(hw, names, topology, slices, hosts, allow_split_physical_axes)
+    if max_devices is not None and cluster.n_ici * cluster.n_dcn > max_devices:
+        raise PlanError(
+            "too_many_devices",
+            f"the cluster has {cluster.n_ici * cluster.n_dcn} devices; plans and "
+            f"recommendations cover at most {max_devices}: use fewer slices or hosts",
+        )
+    cluster.fixed_ici = _fixed_sizes(names, cluster.n_ici, fixed_ici, "ici")
+    cluster.fixed_dcn = _fixed_sizes(names, cluster.n_dcn, fixed_dcn, "dcn")
+    count = cluster.search_space()
+    if max_search_space is not None and count > max_search_space:
+        raise SearchSpaceTooLarge(count, max_search_space, cluster.shrink(max_search_space))
+    cluster.should_stop = should_stop
+    # The explaining re-searches of no_plan_fits get 3x the search's own budget.
+    cluster.budget = None if max_search_space is None else count + 3 * max_search_space
+    considered, rejected, survivors, smallest, n_survivors = cluster.rank(
+        spec, global_batch, optimizer, keep=top_k
+    )
+    if not survivors:
+        raise PlanError(
+            "no_plan_fits",
+            cluster.explain(spec, global_batch, optimizer, rejected, smallest),
+        )
+    candidates = []
+    for rank, (_, ici, dcn, est) in enumerate(survivors[:top_k], start=1):
+        memory = est.pop("memory_per_device")
+        candidates.append(
+            {
+                "rank": rank,
+                "ici": ici,
+                "dcn": dcn,
+                "step_estimate": est,
+                "memory_per_device": memory,
+                "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
+            }
+        )
+    out = {
+        "candidates": candidates,
+        "considered": considered,
+        "rejected": rejected,
+        "ranked_by": RANKING,
+    }
+    if len(candidates) < top_k:
+        out["note"] = (
+            f"{len(candidates)} of the top_k {top_k} asked for: only {n_survivors} of the "
+            f"{considered} factorisations survive"
+            + (f" (rejected: {_counts(rejected)})" if rejected else "")
+        )
+    return out
+
+
+RANKING = (
+    "step_estimate.step_s (the predicted wall time of one step), fastest first; equal "
+    "times by the smaller memory_per_device.total, then by enumeration order (ici sizes "
+    "ascending over the axes in order, then dcn)"
+)
+"""How :func:`recommend_meshes` orders its candidates (its answer's ``ranked_by``)."""
+
+
+def _counts(rejected: Mapping[str, int]) -> str:
+    return ", ".join(f"{code}: {n}" for code, n in sorted(rejected.items()))
+
+
+type _Ranked = tuple[float, dict[str, int], dict[str, int], dict[str, Any]]
+"""One priced candidate: ``(step_s, ici, dcn, estimate)``."""
+
+
+@dataclass
+class _Cluster:
+    """One cluster's fixed facts, and its ICI layouts cached per factorisation."""
+
+    hw: Hardware
+    names: list[str]
+    where: dict[str, Any]
+    n_ici: int
+    n_dcn: int
+    per_domain_hosts: int
+    allow_split: bool
+    inner: dict[tuple[int, ...], tuple[AxisLink, ...] | str] = field(default_factory=dict)
+    fixed_ici: dict[str, int] = field(default_factory=dict)
+    fixed_dcn: dict[str, int] = field(default_factory=dict)
+    should_stop: Callable[[], bool] | None = None
+    budget: int | None = None
+    """Candidates left to price, over the search and its explaining re-searches."""
+
+    @classmethod
+    def of(
+        cls,
+        hw: Hardware,
+        names: list[str],
+        topology: str | None,
+        slices: int,
+        hosts: int | None,
+        allow_split: bool,
+    ) -> _Cluster:
+        # One layout of ONE slice / domain checks topology / slices / hosts with the
+        # planner's own codes; the whole cluster (up to millions of devices) is never
+        # laid out here, so its size is known, and bounded, before any work.
+        whole = {names[0]: -1, **dict.fromkeys(names[1:], 1)}
+        if hw.kind == "tpu":
+            plan_hardware_devices(hw, ici=whole, topology=topology, hosts=hosts)
+            if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
+                # the planner's own check and message
+                plan_hardware_devices(hw, ici=whole, topology=topology, slices=slices)
+            probe = plan_hardware_devices(hw, ici=whole, topology=topology, slices=1)
+            where: dict[str, Any] = {"topology": topology, "slices": slices}
+            n_ici, n_dcn, per_domain_hosts = probe.num_devices, int(slices), 0
+        else:
+            per_host = int(hw.devices_per_host)
+            per_domain = int(hw.fast_domain_devices or per_host)
+            valid = (
+                not isinstance(hosts, bool)
+                and isinstance(hosts, int)
+                and hosts >= 1
+                and (hosts * per_host) % per_domain == 0
+                and per_domain % per_host == 0
+            )
+            if not valid or topology is not None or slices != 1:
+                # the planner's own checks and messages (it fails before laying out)
+                plan_hardware_devices(
+                    hw, ici=whole, dcn={names[0]: -1}, hosts=hosts, topology=topology,
+                    slices=slices,
+                )  # fmt: skip
+            if not isinstance(hosts, int):  # the planner refused it just above
+                raise PlanError("invalid_host_count", f"hosts is {hosts!r}; give hosts=<n>")
+            per_domain_hosts = per_domain // per_host
+            probe = plan_hardware_devices(hw, ici=whole, hosts=per_domain_hosts)
+            where = {"hosts": hosts}
+            n_ici, n_dcn = probe.num_devices, hosts * per_host // per_domain
+        return cls(
+            hw=hw,
+            names=names,
+            where=where,
+            n_ici=n_ici,
+            n_dcn=n_dcn,
+            per_domain_hosts=per_domain_hosts,
+            allow_split=bool(allow_split),
+        )
+
+    def search_space(
+        self,
+        names: Sequence[str] | None = None,
+        n_dcn: int | None = None,
+        fixed_ici: Mapping[str, int] | None = None,
+        fixed_dcn: Mapping[str, int] | None = None,
+    ) -> int:
+        """Candidates of this cluster, or of it with other axes / slices / fixed sizes."""
+        names = self.names if names is None else names
+        return search_space(
+            self.n_ici,
+            self.n_dcn if n_dcn is None else n_dcn,
+            names,
+            {k: v for k, v in (self.fixed_ici if fixed_ici is None else fixed_ici).items()
+             if k in names},
+            {k: v for k, v in (self.fixed_dcn if fixed_dcn is None else fixed_dcn).items()
+             if k in names},
+        )  # fmt: skip
+
+    def shrink(self, limit: int) -> list[dict[str, Any]]:
+        """Changes to the request that shrink its search space, with the size each gives:
+        DCN over the first axis only, one more fixed ICI size, fewer axes, fewer slices
+        (TPU) or hosts (GPU)."""
+        out = []
+        others = [n for n in self.names[1:] if n not in self.fixed_dcn]
+        if others and self.n_dcn > 1:
+            fixed = {**self.fixed_dcn, **dict.fromkeys(others, 1)}
+            out.append(
+                {
+                    "change": f"dcn over {self.names[0]!r} only (fixed_dcn)",
+                    "request": {"fixed_dcn": fixed},
+                    "search_space": self.search_space(fixed_dcn=fixed),
+                }
+            )
+        free = [n for n in self.names if n not in self.fixed_ici]
+        left = self.n_ici // math.prod(self.fixed_ici.values())
+        if len(free) > 1 and left > 1:
+            # e.g. a tensor axis of 4 or 8: the largest divisor of what is left, up to 8
+            size = max(d for d in range(1, 9) if left % d == 0)
+            fixed = {**self.fixed_ici, free[-1]: size}
+            out.append(
+                {
+                    "change": f"fix the ici size of {free[-1]!r} (fixed_ici)",
+                    "request": {"fixed_ici": fixed},
+                    "search_space": self.search_space(fixed_ici=fixed),
+                }
+            )
+        for k in range(len(self.names) - 1, 0, -1):
+            count = self.search_space(names=self.names[:k])
+            if count <= limit or k == 1:
+                out.append(
+                    {
+                        "change": f"{k} axes",
+                        "request": {"axes": self.names[:k]},
+                        "search_space": count,
+                    }
+                )
+                break
+        fewer = self._fewer_domains(limit)
+        if fewer is not None:
+            out.append(fewer)
+        return out
+
+    def _fewer_domains(self, limit: int) -> dict[str, Any] | None:
+        """The most slices (TPU) or hosts (GPU) below the request's whose space fits."""
+        tried = set()
+        n = self.n_dcn
+        while n > 1:
+            n //= 2
+            tried.add(n)
+        tried |= {2**k for k in range(self.n_dcn.bit_length()) if 2**k < self.n_dcn}
+        for n in sorted(tried, reverse=True):
+            count = self.search_space(n_dcn=n, fixed_dcn={})
+            if count <= limit:
+                if self.hw.kind == "tpu":
+                    return {"change": f"{n} slices", "request": {"slices": n},
+                            "search_space": count}  # fmt: skip
+                hosts = n * self.n_ici // int(self.hw.devices_per_host)
+                return {"change": f"{hosts} hosts", "request": {"hosts": hosts},
+                        "search_space": count}  # fmt: skip
+        return None
+
+    def _spend(self, n: int) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise PlanCancelled("the recommendation search was abandoned")
+        if self.budget is not None:
+            self.budget -= n
+
+    def links(self, ici_sizes: tuple[int, ...]) -> tuple[AxisLink, ...] | str:
+        """The ICI axes of one slice / domain, or the code the planner refused it with."""
+        if ici_sizes not in self.inner:
+            ici = dict(zip(self.names, ici_sizes, strict=True))
+            try:
+                if self.hw.kind == "tpu":
+                    layout = plan_hardware_devices(
+                        self.hw,
+                        ici=ici,
+                        topology=self.where["topology"],
+                        slices=1,
+                        allow_split_physical_axes=self.allow_split,
+                    )
+                else:
+                    layout = plan_hardware_devices(self.hw, ici=ici, hosts=self.per_domain_hosts)
+                self.inner[ici_sizes] = layout.axes_detail
+            except PlanError as err:
+                self.inner[ici_sizes] = err.code
+        return self.inner[ici_sizes]
+
+    def rank(
+        self, spec: ModelSpec, global_batch: int, optimizer: str, keep: int = 1
+    ) -> tuple[int, dict[str, int], list[_Ranked], float, int]:
+        """``(considered, rejected by code, the best ``keep`` survivors best first,
+        smallest total bytes of the candidates that did not fit, survivors in all)``.
+
+        Only the best ``keep`` are held (a bounded heap), so memory does not grow with
+        the search space (~5 KB per priced candidate otherwise)."""
+        rejected: dict[str, int] = {}
+        # max-heap of the best `keep` by (step_s, total bytes, enumeration order), negated
+        best: list[tuple[float, int, int, _Ranked]] = []
+        survivors = 0
+        smallest = math.inf
+        dcn_options = [
+            dict(zip(self.names, f, strict=True))
+            for f in _factorisations_with(self.n_dcn, self.names, self.fixed_dcn)
+        ]
+        considered = 0
+        for ici_sizes in _factorisations_with(self.n_ici, self.names, self.fixed_ici):
+            considered += len(dcn_options)
+            self._spend(0)
+            inner = self.links(ici_sizes)
+            if isinstance(inner, str):
+                rejected[inner] = rejected.get(inner, 0) + len(dcn_options)
+                continue
+            ici = dict(zip(self.names, ici_sizes, strict=True))
+            for dcn in dcn_options:
+                self._spend(1)
+                try:
+                    est = estimate_step(
+                        self.hw,
+                        _links(self.hw, inner, dcn),
+                        spec,
+                        global_batch,
+                        optimizer=optimizer,
+                    )
+                except PlanError as err:
+                    rejected[err.code] = rejected.get(err.code, 0) + 1
+                    continue
+                memory = est["memory_per_device"]
+                if not memory["fits"]:
+                    smallest = min(smallest, memory["total"])
+                    rejected["does_not_fit"] = rejected.get("does_not_fit", 0) + 1
+                    continue
+                # enumeration order (ici factorisations ascending, then dcn) breaks the
+                # last ties
+                entry = (
+                    -est["step_s"],
+                    -memory["total"],
+                    -survivors,
+                    (est["step_s"], ici, dcn, est),
+                )
+                survivors += 1
+                if len(best) < keep:
+                    heapq.heappush(best, entry)
+                else:
+                    heapq.heappushpop(best, entry)
+        ranked = [item for *_, item in sorted(best, reverse=True)]
+        return considered, rejected, ranked, smallest, survivors
+
+    def plan_request(
+        self,
+        spec: ModelSpec,
+        ici: Mapping[str, int],
+        dcn: Mapping[str, int],
+        global_batch: int,
+        optimizer: str,
+    ) -> dict[str, Any]:
+        """A ``POST /v1/meshes`` body for one candidate."""
+        roles = axis_roles(list(ici))
+        request: dict[str, Any] = {
+            "hardware": self.hw.name,
+            **self.where,
+            "ici": dict(ici),
+            "dcn": dict(dcn),
+        }
+        if self.allow_split:
+            request["allow_split_physical_axes"] = True
+        request["batch_shape"] = spec.batch_shape(global_batch)
+        request["batch_axes"] = [a for a in ici if roles[a] in ("data", "fsdp")]
+        request["model"] = spec.to_json()
+        request["optimizer"] = optimizer
+        return request
+
+    def explain(
+        self,
+        spec: ModelSpec,
+        global_batch: int,
+        optimizer: str,
+        rejected: Mapping[str, int],
+        smallest: float,
+    ) -> str:
+        """Why nothing fits, and what would: more devices, remat, a smaller batch."""
+        counts = _counts(rejected)
+        devices = self.n_ici * self.n_dcn
+        head = f"no mesh of {devices} {self.hw.name} devices works ({counts})"
+        if not rejected.get("does_not_fit"):
+            return (
+                f"{head}; the global_batch of {global_batch} must split over the data x fsdp "
+                f"shards and the model over tensor: try a global_batch that is a multiple "
+                f"of {devices}"
+            )
+        gib = 2**30
+        usable = self.hw.usable_hbm_bytes or self.hw.hbm_bytes
+        hints = [
+            f"the smallest candidate needs {smallest / gib:.2f} GiB per device and HBM holds "
+            f"{usable / gib:.2f} GiB for one program; about {math.ceil(smallest / usable)}"
+            f"x the devices would hold it"
+        ]
+        # Each re-search prices the whole space again: only while the budget lasts.
+        space = self.search_space()
+        if spec.remat == "none":
+            if not self._affords(space):
+                hints.append("remat 'full' was not searched (search budget)")
+            elif self.rank(dataclasses.replace(spec, remat="full"), global_batch, optimizer)[2]:
+                hints.append("model remat 'full' fits")
+            else:
+                hints.append("model remat 'full' does not fit either")
+        batch = global_batch // 2
+        for _ in range(_BATCH_HALVINGS):
+            if batch < 1:
+                break
+            if not self._affords(space):
+                hints.append(f"global batches of {batch} and below were not searched "
+                             "(search budget)")  # fmt: skip
+                break
+            if self.rank(spec, batch, optimizer)[2]:
+                hints.append(f"a global_batch of {batch} fits")
+                break
+            batch //= 2
+        return f"{head}; " + "; ".join(hints)
+
+    def _affords(self, space: int) -> bool:
+        return self.budget is None or self.budget >= space
+
+
+_BATCH_HALVINGS = 12

@@ -1,0 +1,331 @@
+"""Step times that predict measured wall time: a roofline with achieved fractions of peak,
+memory-bound work, exposed communication and host-offload transfers, calibrated on
+published measured training runs.
+
+The roofline (``roofline_s``, what :mod:`datarax.estimate.cost` has always answered)
+prices the model FLOPs at 100% of the chip's peak and hides every collective behind
+compute. Measured steps are slower: matmuls reach a fraction of peak, fused attention
+kernels a smaller one, norms, elementwise ops and the optimizer update are bound by HBM
+bandwidth, collectives overlap compute only in part, remat recomputes part of the
+forward pass and offloaded activations cross the host link. :func:`predict_step` prices
+each of these (the model is written out in its docstring); :data:`CALIBRATION` holds the
+fitted constants per accelerator kind, fitted on the runs of
+``benchmarks/calibration_runs.py`` by ``benchmarks/calibrate.py`` (BENCHMARKS.md has the
+table, the fit and the held-out error).
+
+Example:
+  >>> from datarax.estimate.model_specs import model_spec
+  >>> from datarax.hardware.chips import get_hardware
+  >>> spec = model_spec({"name": "llama2-7b", "remat": "full"})
+  >>> out = predict_step(spec, get_hardware("tpu-v5p"), {"data": 1, "fsdp": 64, "tensor": 1},
+  ...                    tokens=4 * 4096, param_bytes=0, collectives=[], host_offload_bytes=0)
+  >>> out["step_s"] > out["roofline_s"]
+  True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from datarax.estimate.model_specs import DTYPE_BYTES, ModelSpec, TransformerSpec
+from datarax.hardware.chips import Hardware
+
+__all__ = [
+    "CALIBRATION",
+    "Calibration",
+    "combine",
+    "predict_step",
+    "recompute_flops_per_token",
+    "step_components",
+]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Achieved fractions of peak and the overlap model of one accelerator kind.
+
+    Attributes:
+      matmul: fraction of the dtype's peak FLOP/s the projections and MLP matmuls reach.
+      attention: fraction of peak a fused (flash) attention kernel reaches on its FLOPs;
+        ``dot`` attention is priced as matmuls.
+      hbm: fraction of HBM bandwidth memory-bound work reaches.
+      overlap: fraction of a pass's compute time behind which its collectives (and
+        offload transfers) run; the rest of them is exposed.
+      overhead_s: fixed time per step (launch, host loop, the loss's reduction).
+      source: how the figures were obtained.
+    """
+
+    matmul: float
+    attention: float
+    hbm: float
+    overlap: float
+    overhead_s: float
+    source: str
+
+
+_FIT = "fitted by benchmarks/calibrate.py on the training rows of benchmarks/calibration_runs.py"
+CALIBRATION: dict[str, Calibration] = {
+    "tpu": Calibration(0.76, 0.65, 0.9, 0.4, 0.0, _FIT),
+    "gpu": Calibration(0.45, 0.30, 0.9, 0.6, 0.0, _FIT),
+    "cpu": Calibration(1.0, 1.0, 1.0, 1.0, 0.0, "nominal: simulated devices"),
+}
+"""Constants per ``Hardware.kind`` (see :class:`Calibration`)."""
+
+
+_UPDATE_PASSES = {"adam": 7, "adamw": 7, "sgd": 3}
+"""Passes over this device's parameter bytes of the optimizer update: Adam reads the
+gradient and reads and writes the parameter and both moments; SGD the gradient and the
+parameter."""
+
+
+def _layer_matmul_flops(model: TransformerSpec) -> dict[str, float]:
+    """Forward FLOPs per token of one layer's projections, by MaxText tensor name."""
+    d, f, hd = model.d_model, model.d_ff, model.head_dim
+    return {
+        "query_proj": 2.0 * d * model.heads * hd,
+        "key_proj": 2.0 * d * model.kv_heads * hd,
+        "value_proj": 2.0 * d * model.kv_heads * hd,
+        "out_proj": 2.0 * model.heads * hd * d,
+        "mlpwi": 0.0 if model.mlp == "gated" else 2.0 * d * f,
+        "mlpwi_0": 2.0 * d * f if model.mlp == "gated" else 0.0,
+        "mlpwi_1": 2.0 * d * f if model.mlp == "gated" else 0.0,
+        "mlpwo": 2.0 * f * d,
+    }
+
+
+def _attention_forward_flops(model: TransformerSpec) -> float:
+    """Forward FLOPs per token of one layer's ``QK^T`` and ``AV``, non-causal."""
+    return 4.0 * model.seq_len * model.heads * model.head_dim
+
+
+def recompute_flops_per_token(model: ModelSpec) -> tuple[float, float]:
+    """``(matmul, attention)`` forward FLOPs per token that the backward pass recomputes
+    under the model's remat policy.
+
+    A layer's backward pass needs the q/k/v projections (attention's backward), the
+    attention output (``context``, the out projection's weight gradient), the residual
+    stream after attention (``out_proj`` added to the input: the second norm's input) and
+    the MLP's input projections (``mlpwi_*``: the activation's gradient); never the down
+    projection's output (``mlpwo``), which only enters the residual sum. What the policy
+    does not keep (on the device or offloaded) is recomputed from the layer input: a
+    missing projection costs its matmul, a missing ``context`` the attention's forward,
+    and whatever a recomputed tensor needs and is not kept is recomputed first.
+    ``none`` recomputes nothing; ``full`` every needed forward matmul and the attention.
+    """
+    if not isinstance(model, TransformerSpec):
+        return (2.0 * model.matmul_params(), 0.0) if model.remat == "full" else (0.0, 0.0)
+    places = model.remat_places()
+    if places is None:
+        return 0.0, 0.0
+
+    def kept(name: str) -> bool:
+        return places.get(name) in ("device", "offload")
+
+    mm = _layer_matmul_flops(model)
+    matmul = 0.0
+    qkv = ("query_proj", "key_proj", "value_proj")
+    need_qkv = [n for n in qkv if not kept(n)]
+    attention = 0.0
+    if not kept("context"):  # the out projection's weight gradient needs it
+        attention = _attention_forward_flops(model)
+        need_qkv = list(qkv)
+    matmul += sum(mm[n] for n in need_qkv)
+    if not kept("out_proj"):
+        matmul += mm["out_proj"]
+    matmul += sum(mm[n] for n in ("mlpwi", "mlpwi_0", "mlpwi_1") if not kept(n))
+    return model.layers * matmul, model.layers * attention
+
+
+def _elementwise_bytes_per_token(model: ModelSpec, t: int) -> float:
+    """HBM bytes per token of one forward pass's memory-bound work (norms, rotary,
+    residual adds, the MLP activation, softmax of ``dot`` attention): each layer reads
+    and writes the ``d``-wide residual stream about ten times and the ``d_ff``-wide
+    hidden three times (gated) or twice; the head reads the logits twice. An
+    order-of-magnitude count: XLA fuses much of it into the matmuls' prologues, which
+    the fitted ``hbm`` fraction absorbs."""
+    if not isinstance(model, TransformerSpec):
+        return 0.0
+    b = DTYPE_BYTES[model.dtype]
+    d, f = model.d_model, model.d_ff
+    hidden = (3 if model.mlp == "gated" else 2) * f / t
+    scores = 3 * model.heads * model.seq_len / t if model.attention == "dot" else 0
+    layer = b * (10 * d + hidden + scores)
+    return model.layers * layer + 2 * b * model.vocab / t
+
+
+def predict_step(
+    model: ModelSpec,
+    hw: Hardware,
+    sizes: Mapping[str, int],
+    *,
+    calibration: Calibration | None = None,
+    **inputs: Any,
+) -> dict[str, Any]:
+    """Predicted wall time of one training step on one device, and what makes it up.
+
+    The model (per device; ``t`` the tensor size, tokens this device's data shard):
+
+    - matmuls: ``(6 N tokens + recomputed forward) / t`` FLOPs at ``matmul`` times the
+      compute dtype's peak (``Hardware.peak_flops``);
+    - attention: ``flash`` skips the causal half and its backward kernel is 2.5x its
+      forward (it recomputes the scores: five matmuls for two); priced at
+      ``attention`` times peak. ``dot`` computes all of ``S x S`` (forward 1x, backward
+      2x) at the matmul fraction;
+    - memory-bound work: the elementwise bytes (:func:`_elementwise_bytes_per_token`,
+      forward, twice in the backward pass, again where recomputed) and the optimizer
+      update (parameters, moments and gradient: 7 passes over this device's parameter
+      bytes with Adam) at ``hbm`` times HBM bandwidth;
+    - collectives: each pass's collectives (``collectives``' ``seconds`` per phase, ring
+      alpha-beta on their links) run under that pass's compute; up to ``overlap`` of
+      the compute time hides them, the rest is exposed;
+    - offload: activations moved to host memory cross the host link once each way
+      (out in the forward pass, back in the backward pass), hidden like collectives;
+    - plus ``overhead_s``.
+
+    Args:
+      model: the spec.
+      hw: the hardware.
+      sizes: ``{"data", "fsdp", "tensor"}`` role sizes.
+      calibration: constants; default :data:`CALIBRATION` for ``hw.kind``.
+      inputs: :func:`step_components`' keywords:
+      tokens: tokens per device (its data x fsdp shard of the global batch).
+      param_bytes: bytes of this device's parameter shards.
+      collectives: :func:`cost.estimate_step`'s entries (``phase``, ``seconds``).
+      host_offload_bytes: bytes this device offloads per step.
+      optimizer: its name (the update's passes over the state).
+
+    Returns:
+      ``{"step_s", "roofline_s", "breakdown": {"matmul_s", "attention_s",
+      "memory_bound_s", "exposed_comm_s", "offload_s", "overhead_s"},
+      "model_flops_per_device", "roofline_phases", "gap", "components"}``
+      (``components``: :func:`step_components`): ``roofline_s`` is the model
+      FLOPs (plus what remat recomputes) at peak, each pass taking the longer of its compute and its
+      collectives, ``roofline_phases`` those two per pass;
+      ``gap`` says in one line what the difference is made of.
+    """
+    cal = calibration or CALIBRATION.get(hw.kind, CALIBRATION["gpu"])
+    parts = step_components(model, hw, sizes, **inputs)
+    return {**combine(parts, cal), "components": parts}
+
+
+def step_components(
+    model: ModelSpec,
+    hw: Hardware,
+    sizes: Mapping[str, int],
+    *,
+    tokens: int,
+    param_bytes: int,
+    collectives: Sequence[Mapping[str, Any]],
+    host_offload_bytes: int,
+    optimizer: str = "adam",
+) -> dict[str, float]:
+    """The step's parts in seconds at 100% of peak and of HBM bandwidth, before
+    calibration (see :func:`predict_step`; :func:`combine` applies a
+    :class:`Calibration`): ``mm_fwd``, ``mm_bwd`` (matmuls), ``flash_fwd``,
+    ``flash_bwd`` (fused attention), ``dot_fwd``, ``dot_bwd`` (materialized attention,
+    priced as matmuls), ``mem_fwd``, ``mem_bwd`` (memory-bound), ``comm_fwd``,
+    ``comm_bwd`` (collectives), ``offload`` (one way), ``roofline_fwd``,
+    ``roofline_bwd``, ``model_flops``."""
+    t = max(1, int(sizes.get("tensor", 1)))
+    peak = hw.peak_flops(model.dtype)
+    n_matmul = model.matmul_params()
+    if isinstance(model, TransformerSpec):
+        attn_fwd = model.layers * _attention_forward_flops(model)
+        flash = model.attention == "flash"
+    else:
+        attn_fwd, flash = 0.0, False
+    re_mm, re_attn = recompute_flops_per_token(model)
+    per_device = tokens / t
+    if flash:  # the causal half skipped; the backward kernel recomputes the scores
+        at_fwd, at_bwd = 0.5 * attn_fwd, 0.5 * (2.5 * attn_fwd + re_attn)
+    else:
+        at_fwd, at_bwd = attn_fwd, 2.0 * attn_fwd + re_attn
+    elem = _elementwise_bytes_per_token(model, t) * tokens
+    re_share = (re_mm / (2.0 * n_matmul)) if n_matmul else 0.0
+    hbm = max(hw.hbm_bytes_per_s, 1.0)
+    comm = {"forward": 0.0, "backward": 0.0}
+    for entry in collectives:
+        comm[entry["phase"]] += float(entry["seconds"])
+    link = hw.host_link_bytes_per_s
+    model_flops = (6.0 * n_matmul + 3.0 * attn_fwd) * per_device
+    return {
+        "mm_fwd": 2.0 * n_matmul * per_device / peak,
+        "mm_bwd": (4.0 * n_matmul + re_mm) * per_device / peak,
+        "flash_fwd": at_fwd * per_device / peak if flash else 0.0,
+        "flash_bwd": at_bwd * per_device / peak if flash else 0.0,
+        "dot_fwd": 0.0 if flash else at_fwd * per_device / peak,
+        "dot_bwd": 0.0 if flash else at_bwd * per_device / peak,
+        "mem_fwd": elem / hbm,
+        "mem_bwd": ((2 + re_share) * elem + _UPDATE_PASSES.get(optimizer, 7) * param_bytes) / hbm,
+        "comm_fwd": comm["forward"],
+        "comm_bwd": comm["backward"],
+        "offload": host_offload_bytes / link if link > 0 and host_offload_bytes else 0.0,
+        "roofline_fwd": model_flops / 3 / peak,
+        "roofline_bwd": 2 * model_flops / 3 / peak + re_mm * per_device / peak,
+        "model_flops": model_flops,
+        "recompute": float(re_mm + re_attn > 0),
+    }
+
+
+def combine(parts: Mapping[str, float], cal: Calibration) -> dict[str, Any]:
+    """:func:`predict_step`'s answer from :func:`step_components` and constants."""
+    fwd = (
+        (parts["mm_fwd"] + parts["dot_fwd"]) / cal.matmul
+        + parts["flash_fwd"] / cal.attention
+        + parts["mem_fwd"] / cal.hbm
+    )
+    bwd = (
+        (parts["mm_bwd"] + parts["dot_bwd"]) / cal.matmul
+        + parts["flash_bwd"] / cal.attention
+        + parts["mem_bwd"] / cal.hbm
+    )
+    offload = parts["offload"]
+    exposed_fwd = max(0.0, parts["comm_fwd"] + offload - cal.overlap * fwd)
+    exposed_bwd = max(0.0, parts["comm_bwd"] + offload - cal.overlap * bwd)
+    step_s = fwd + bwd + exposed_fwd + exposed_bwd + cal.overhead_s
+    roof_fwd, roof_bwd = parts["roofline_fwd"], parts["roofline_bwd"]
+    roofline_s = max(roof_fwd, parts["comm_fwd"]) + max(roof_bwd, parts["comm_bwd"])
+    exposed_comm = max(0.0, parts["comm_fwd"] - cal.overlap * fwd) + max(
+        0.0, parts["comm_bwd"] - cal.overlap * bwd
+    )
+    breakdown = {
+        "matmul_s": (parts["mm_fwd"] + parts["mm_bwd"] + parts["dot_fwd"] + parts["dot_bwd"])
+        / cal.matmul,
+        "attention_s": (parts["flash_fwd"] + parts["flash_bwd"]) / cal.attention,
+        "memory_bound_s": (parts["mem_fwd"] + parts["mem_bwd"]) / cal.hbm,
+        "exposed_comm_s": exposed_comm,
+        "offload_s": max(0.0, exposed_fwd + exposed_bwd - exposed_comm),
+        "overhead_s": cal.overhead_s,
+    }
+    return {
+        "step_s": step_s,
+        "roofline_s": roofline_s,
+        "breakdown": breakdown,
+        "model_flops_per_device": parts["model_flops"],
+        "roofline_phases": {
+            "forward": {"compute_s": roof_fwd, "comm_s": parts["comm_fwd"]},
+            "backward": {"compute_s": roof_bwd, "comm_s": parts["comm_bwd"]},
+        },
+        "gap": _gap_line(roofline_s, step_s, breakdown, cal, parts["recompute"] > 0),
+    }
+
+
+def _gap_line(
+    roofline_s: float, step_s: float, parts: Mapping[str, float], cal: Calibration, remat: bool
+) -> str:
+    if roofline_s <= 0:
+        return "no compute: nothing to compare"
+    words = [
+        f"matmuls at {cal.matmul:.0%} of peak",
+        f"flash attention at {cal.attention:.0%}",
+        f"memory-bound work {parts['memory_bound_s']:.3g} s",
+    ]
+    if remat:
+        words.append("remat recompute")
+    if parts["exposed_comm_s"] > 0:
+        words.append(f"exposed collectives {parts['exposed_comm_s']:.3g} s")
+    if parts["offload_s"] > 0:
+        words.append(f"exposed offload {parts['offload_s']:.3g} s")
+    return f"{step_s / roofline_s:.2f}x the roofline: " + ", ".join(words)

@@ -1,0 +1,203 @@
+"""What one catalog entry holds: :class:`Hardware` (an accelerator type and the networks
+around it) and :class:`AxisLink` (how one mesh axis of a plan rides those networks).
+
+The meaning of every figure (per device, one direction, binary HBM sizes) is written in
+:mod:`datarax.hardware.chips`; the entries themselves live in
+:mod:`datarax.hardware.catalog`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["GIB", "LINK_CLASSES", "AxisLink", "Hardware"]
+
+LINK_CLASSES: tuple[str, ...] = ("ici", "nvlink", "dcn", "infiniband", "host")
+"""Network classes, fastest first; an axis's ``link`` is the slowest class it crosses."""
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator type and the networks around it.
+
+    Attributes:
+      name: catalog name, e.g. ``"tpu-v5p"``.
+      kind: ``"tpu"``, ``"gpu"`` or ``"cpu"``.
+      device_kind: ``jax.Device.device_kind`` as JAX reports it, where known.
+      hbm_bytes: HBM per device, bytes.
+      peak_bf16_flops: dense bf16 FLOP/s per device.
+      devices_per_host: devices attached to one host (TPU VM / GPU node / NVL72 tray).
+      fast_domain_devices: largest ICI slice (TPU) or NVLink domain (GPU).
+      fast_link_bytes_per_s: one direction of one fast link (see module docstring).
+      slow_link_bytes_per_s: one direction of one host's DCN / InfiniBand.
+      topologies: TPU slice shapes accepted (``"16x16"``); empty for GPU and CPU.
+      sources: figure name -> public source (and which one was taken where they differ).
+      hbm_bytes_per_s: HBM bandwidth per device.
+      fast_links_per_device: ICI links per chip (TPU); 1 for the NVLink egress of a GPU.
+      cores_per_chip: TensorCores JAX sees as one device (v4/v5p megacore: 2 cores, one
+        device); 1 elsewhere.
+      fast_link: link class of the fast network: ``"ici"``, ``"nvlink"`` or ``"host"``.
+      slow_link: link class of the slow network: ``"dcn"``, ``"infiniband"`` or ``"host"``.
+      fast_link_latency_s: per-hop latency of the fast network (the alpha of alpha-beta).
+      slow_link_latency_s: per-step latency of the slow network.
+      max_slices: most slices (TPU) or hosts' domains a job may span, 0 when unbounded.
+      vmem_bytes: on-chip vector memory (VMEM) of one TensorCore (TPU), bytes, where XLA's
+        memory-space assignment may place a step's buffers instead of HBM; ``None``
+        where the device has no such compiler-managed memory (GPU, CPU).
+      usable_hbm_bytes: the HBM XLA lets one program allocate on a device (TPU: the
+        "available HBM" of its compile-time out-of-memory error, measured with libtpu
+        0.0.50.1), where the estimate's ``fits`` is judged; ``None``: ``hbm_bytes``.
+      update_layout_copies: XLA runs the optimizer update of an MLP's first kernel in the
+        transposed layout and copies the kernel and its optimizer moments to it (measured
+        with libtpu 0.0.50.1 on v6e, never on v5e or v5p: ``cost.memory_estimate``).
+      peak_fp32_flops: dense float32 matmul FLOP/s per device, where the compute dtype
+        is float32 (the model's matmuls run at ``precision=HIGHEST``): GPU the datasheet's
+        non-tensor FP32 figure; TPU a sixth of the bf16 peak (XLA's HIGHEST is six bf16
+        MXU passes, ``jax.lax.Precision`` docs); 0: the bf16 peak.
+      host_memory_bytes: DRAM of one host (of ``devices_per_host`` devices), where
+        offloaded activations live; ``None``: unknown (offload is not checked).
+      host_link_bytes_per_s: one direction of one device's link to host memory (PCIe /
+        NVLink-C2C), which offload transfers use; 0: unknown.
+      notes: one line a reader should know (e.g. nominal figures).
+    """
+
+    name: str
+    kind: str
+    device_kind: str
+    hbm_bytes: int
+    peak_bf16_flops: float
+    devices_per_host: int
+    fast_domain_devices: int
+    fast_link_bytes_per_s: float
+    slow_link_bytes_per_s: float
+    topologies: tuple[str, ...]
+    sources: Mapping[str, str]
+    hbm_bytes_per_s: float = 0.0
+    fast_links_per_device: int = 1
+    cores_per_chip: int = 1
+    fast_link: str = "ici"
+    slow_link: str = "dcn"
+    fast_link_latency_s: float = 1e-6
+    slow_link_latency_s: float = 1e-5
+    max_slices: int = 0
+    vmem_bytes: int | None = None
+    usable_hbm_bytes: int | None = None
+    update_layout_copies: bool = False
+    peak_fp32_flops: float = 0.0
+    host_memory_bytes: int | None = None
+    host_link_bytes_per_s: float = 0.0
+    notes: str = ""
+    torus_dims: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("tpu", "gpu", "cpu"):
+            raise ValueError(f"Hardware.kind must be tpu, gpu or cpu, got {self.kind!r}")
+        for link in (self.fast_link, self.slow_link):
+            if link not in LINK_CLASSES:
+                raise ValueError(f"link class {link!r} is not one of {LINK_CLASSES}")
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense matmul FLOP/s of one device in ``dtype`` (bf16 and fp16 run at the bf16
+        peak; float32 at ``peak_fp32_flops``)."""
+        if dtype == "float32" and self.peak_fp32_flops:
+            return self.peak_fp32_flops
+        return self.peak_bf16_flops
+
+    @property
+    def hosts_per_domain(self) -> int:
+        """Hosts in one largest fast domain (at least 1)."""
+        return max(1, self.fast_domain_devices // self.devices_per_host)
+
+    @property
+    def slow_link_bytes_per_s_per_device(self) -> float:
+        """A device's share of its host's slow link when every device sends at once."""
+        return self.slow_link_bytes_per_s / self.devices_per_host
+
+    def to_json(self) -> dict[str, Any]:
+        """The catalog entry as ``GET /v1/hardware/{name}`` answers it (DESIGN v1.1)."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "device_kind": self.device_kind,
+            "hbm_bytes": self.hbm_bytes,
+            "peak_bf16_flops": self.peak_bf16_flops,
+            "devices_per_host": self.devices_per_host,
+            "fast_domain_devices": self.fast_domain_devices,
+            "fast_link_bytes_per_s": self.fast_link_bytes_per_s,
+            "slow_link_bytes_per_s": self.slow_link_bytes_per_s,
+            "topologies": list(self.topologies),
+            "sources": dict(self.sources),
+            "hbm_bytes_per_s": self.hbm_bytes_per_s,
+            "fast_links_per_device": self.fast_links_per_device,
+            "cores_per_chip": self.cores_per_chip,
+            "fast_link": self.fast_link,
+            "slow_link": self.slow_link,
+            "fast_link_latency_s": self.fast_link_latency_s,
+            "slow_link_latency_s": self.slow_link_latency_s,
+            "torus_dims": self.torus_dims,
+            "vmem_bytes": self.vmem_bytes,
+            "usable_hbm_bytes": self.usable_hbm_bytes,
+            "update_layout_copies": self.update_layout_copies,
+            "peak_fp32_flops": self.peak_fp32_flops,
+            "host_memory_bytes": self.host_memory_bytes,
+            "host_link_bytes_per_s": self.host_link_bytes_per_s,
+            "notes": self.notes,
+        }
+
+
+@dataclass(frozen=True)
+class AxisLink:
+    """How one mesh axis is networked (one entry of a plan's ``axes_detail``).
+
+    Attributes:
+      name: mesh axis name.
+      size: ``ici * dcn``.
+      ici: the axis's factor inside one slice / NVLink domain.
+      dcn: the axis's factor across slices / domains.
+      link: slowest network class the axis crosses, one of :data:`LINK_CLASSES`.
+      bytes_per_s: bandwidth, one direction, that one device drives into a ring collective
+        over this axis on that slowest network. ICI: ``fast_link_bytes_per_s`` times the
+        links the axis uses (2 per torus dimension with wraparound, 1 without); NVLink:
+        the GPU's egress; DCN / InfiniBand: the host's slow link divided by its devices.
+      ici_bytes_per_s: the same for the axis's ICI / NVLink part when ``dcn > 1`` (used
+        by hierarchical collectives); ``None`` when the axis does not cross the fast
+        network or when the caller did not compute it (``cost`` then derives it).
+    """
+
+    name: str
+    size: int
+    ici: int
+    dcn: int
+    link: str
+    bytes_per_s: float
+    ici_bytes_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.link not in LINK_CLASSES:
+            raise ValueError(
+                f"AxisLink.link {self.link!r} is not one of {LINK_CLASSES}; "
+                f"use the slowest network the axis crosses"
+            )
+        if self.size != self.ici * self.dcn:
+            raise ValueError(
+                f"AxisLink {self.name!r}: size {self.size} != ici {self.ici} * dcn {self.dcn}"
+            )
+        if not self.bytes_per_s > 0:
+            raise ValueError(f"AxisLink {self.name!r}: bytes_per_s must be > 0")
+
+    def to_json(self) -> dict[str, Any]:
+        """DESIGN's ``axes_detail`` entry."""
+        return {
+            "name": self.name,
+            "size": self.size,
+            "ici": self.ici,
+            "dcn": self.dcn,
+            "link": self.link,
+            "bytes_per_s": self.bytes_per_s,
+        }

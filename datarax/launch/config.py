@@ -1,0 +1,143 @@
+"""From a plan to a running job: launch configs for a stored hardware plan (DESIGN v1.2,
+"Launching a plan").
+
+One entry point, :func:`launch_config`, for the four targets:
+
+- ``maxtext``: MaxText's command-line ``args`` (every mesh axis' ``ici_*``/``dcn_*``
+  parallelism, ``num_slices``, the model's keys) and ``env`` (``LIBTPU_INIT_ARGS`` on TPU,
+  ``XLA_FLAGS`` on GPU, each set with its source): :mod:`.launch_maxtext`;
+- ``jobset``: a ``jobset.x-k8s.io/v1alpha2`` JobSet for GKE running MaxText with those
+  args: :mod:`.launch_k8s`;
+- ``slurm``: an sbatch script (GPU plans): :mod:`.launch_slurm`;
+- ``env``: what ``jax.distributed.initialize`` needs in each process: :mod:`.launch_slurm`.
+
+Plain functions over the plan's JSON (as ``POST /v1/meshes`` answers it); nothing here
+touches a device, so the service answers them in its HTTP process.
+
+Example:
+  >>> config = launch_config(plan, "maxtext")  # doctest: +SKIP
+  >>> [a for a in config["args"] if a.startswith("ici_fsdp")]  # doctest: +SKIP
+  ['ici_fsdp_parallelism=16']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from datarax.hardware.chips import get_hardware
+from datarax.plan.layout import PlanError
+
+__all__ = ["DEFAULT_IMAGE", "LAUNCH_TARGETS", "launch_config", "plan_summary"]
+
+LAUNCH_TARGETS: tuple[str, ...] = ("maxtext", "jobset", "slurm", "env")
+
+DEFAULT_IMAGE = "maxtext:latest"
+"""The container image when a request names none: a MaxText image the user builds
+(MaxText's ``docker_build_dependency_image.sh`` tags its image ``maxtext_base_image``);
+the answer's ``notes`` say to set ``image``."""
+
+_SUMMARY_KEYS = (
+    "id",
+    "name",
+    "hardware",
+    "topology",
+    "slices",
+    "hosts",
+    "ici",
+    "dcn",
+    "axes",
+    "total_devices",
+    "batch",
+    "model",
+    "optimizer",
+    "allow_split_physical_axes",
+)
+
+
+def plan_summary(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The members of a stored plan that launch configs read (no shards, no grids)."""
+    return {key: plan[key] for key in _SUMMARY_KEYS if key in plan}
+
+
+def _unavailable(reason: str) -> PlanError:
+    return PlanError("launch_target_unavailable", reason)
+
+
+def launch_config(
+    plan: Mapping[str, Any],
+    target: str,
+    *,
+    image: str | None = None,
+    command: Sequence[str] | None = None,
+    name: str | None = None,
+    queue: str | None = None,
+) -> dict[str, Any]:
+    """The launch config of ``plan`` for ``target``.
+
+    Args:
+      plan: a stored hardware plan (``POST /v1/meshes``' answer, or its
+        :func:`plan_summary`).
+      target: one of :data:`LAUNCH_TARGETS`.
+      image: container image (``jobset``, ``slurm``); default :data:`DEFAULT_IMAGE`.
+      command: the container's command (default: MaxText's train module with ``args``).
+      name: the job's name (default: the plan's name, else its id).
+      queue: Kueue queue name (``jobset``: the ``kueue.x-k8s.io/queue-name`` label).
+
+    Returns:
+      ``{"target", ...}``: ``maxtext``: ``args``, ``env``, ``env_sources``, ``command``,
+      ``notes``; ``jobset``: ``manifest``, ``notes``; ``slurm``: ``script``, ``notes``;
+      ``env``: ``processes`` (or the rule for many processes) and ``notes``.
+
+    Raises:
+      PlanError: ``launch_target_unavailable`` for a target that does not apply (a plan
+        without hardware; ``slurm`` on TPU; an unknown target), with the reason.
+    """
+    if target not in LAUNCH_TARGETS:
+        raise _unavailable(f"target {target!r} is not one of {list(LAUNCH_TARGETS)}")
+    if not plan.get("hardware"):
+        raise _unavailable(
+            "the plan names no hardware, so there is nothing to launch on: plan it with "
+            "hardware and ici (e.g. {'hardware': 'tpu-v5e', 'topology': '16x16', 'ici': "
+            "{'fsdp': -1}})"
+        )
+    hw = get_hardware(plan["hardware"])
+    if hw.kind == "cpu":
+        raise _unavailable("cpu plans describe simulated devices; there is no job to launch")
+    from datarax.launch import k8s as launch_k8s  # noqa: PLC0415
+    from datarax.launch import maxtext as launch_maxtext  # noqa: PLC0415
+    from datarax.launch import slurm as launch_slurm  # noqa: PLC0415
+
+    maxtext = launch_maxtext.maxtext_args(plan)
+    args, env = list(maxtext["args"]), dict(maxtext["env"])
+    notes = list(maxtext.get("notes", ()))
+    image_given = image is not None
+    image = image or DEFAULT_IMAGE
+    if target in ("jobset", "slurm") and not image_given:
+        notes.append(f"image defaults to {DEFAULT_IMAGE!r}: set image to your MaxText image")
+    command = list(command) if command else launch_slurm.default_command(args)
+    out: dict[str, Any] = {"target": target}
+    if target == "maxtext":
+        out.update(
+            args=args,
+            env=env,
+            env_sources=maxtext.get("env_sources", {}),
+            command=command,
+        )
+    elif target == "jobset":
+        out["manifest"] = launch_k8s.jobset_manifest(
+            plan, args=args, env=env, image=image, command=command, name=name, queue=queue
+        )
+    elif target == "slurm":
+        if hw.kind != "gpu":
+            raise _unavailable(
+                f"slurm scripts are for GPU clusters; {hw.name} is a TPU: use target "
+                "'jobset' (GKE) or 'maxtext' (the command line and LIBTPU_INIT_ARGS)"
+            )
+        out["script"] = launch_slurm.slurm_script(
+            plan, args=args, env=env, image=image, command=command, name=name
+        )
+    else:
+        out.update(launch_slurm.process_env(plan, name=name))
+    out["notes"] = notes + list(out.pop("notes", []))
+    return out

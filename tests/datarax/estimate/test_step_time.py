@@ -1,0 +1,34 @@
+"""step_s against the published measured runs of benchmarks/calibration_runs.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import calibrate
+from datarax.estimate.step_time import CALIBRATION
+
+
+@pytest.fixture(scope="module")
+def study():
+    return calibrate.study()
+
+
+def test_the_shipped_constants_are_the_fit_of_the_training_rows(study):
+    for kind, fitted in study["fitted"].items():
+        shipped = CALIBRATION[kind]
+        assert (shipped.matmul, shipped.attention, shipped.hbm, shipped.overlap) == (
+            fitted.matmul, fitted.attention, fitted.hbm, fitted.overlap,
+        ), f"{kind}: re-run python -m benchmarks.calibrate and copy its fit"  # fmt: skip
+
+
+def test_held_out_runs_are_predicted_within_15_percent_on_average(study):
+    summary = calibrate.summary(study)
+    assert summary["held_out_runs"] >= 15
+    assert summary["held_out_mae"] <= 0.15, calibrate.markdown(study)
+
+
+def test_every_run_is_planned_and_slower_than_its_roofline(study):
+    assert len(study["rows"]) >= 60
+    for row in study["rows"]:
+        assert row["predicted"] > row["roofline_s"] > 0, row["run"]["id"]
+        assert row["measured"] > 0

@@ -1,0 +1,292 @@
+"""MaxText's command line from a plan, and plans from MaxText's keys (launch_maxtext).
+
+The round trip (MaxText keys -> plan request -> planner -> plan -> args -> parse -> plan)
+is checked against MaxText's own ``create_device_mesh`` path through JAX's ``mesh_utils``
+on the devices libtpu describes for each topology; without libtpu those cases skip
+loudly (fail when ``CI=true``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+from app.schemas.meshes import MeshPlanRequest
+from app.services.hardware import hardware_plan_request, render_hardware_plan
+from datarax.hardware.topology import plan_hardware_devices
+from datarax.launch.maxtext import (
+    LIBTPU_INIT_ARGS,
+    MAXTEXT_COMMIT,
+    MAXTEXT_MESH_AXES,
+    MAXTEXT_MODELS,
+    XLA_FLAGS,
+    maxtext_args,
+    parse_maxtext_args,
+    plan_request_from_maxtext,
+)
+from datarax.plan.layout import PlanError
+
+_STEM = {axis: "pipeline" if axis == "stage" else axis for axis in MAXTEXT_MESH_AXES}
+
+
+def _require_libtpu() -> None:
+    if importlib.util.find_spec("libtpu") is None:
+        message = (
+            "libtpu is not installed: MaxText's device order over TPU topologies cannot be "
+            "checked. Install it with `.venv/bin/pip install -c constraints.txt "
+            "'jax[tpu]==0.12.0.1'`"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+
+
+def _render(body: dict) -> dict:
+    request = hardware_plan_request(MeshPlanRequest.model_validate(body))
+    rendered = render_hardware_plan(request, plan_id="m_test", created_at="2026-01-01T00:00:00Z")
+    return json.loads(getattr(rendered, "body", rendered))
+
+
+def _layout(body: dict):
+    return plan_hardware_devices(
+        body["hardware"],
+        ici=body["ici"],
+        dcn=body["dcn"],
+        topology=body.get("topology"),
+        slices=body.get("slices", 1),
+        hosts=body.get("hosts"),
+        allow_split_physical_axes=body["allow_split_physical_axes"],
+    )
+
+
+def _maxtext_mesh(keys: dict, devices) -> np.ndarray:
+    """What MaxText's maxtext_utils.create_device_mesh builds (commit MAXTEXT_COMMIT)."""
+    from jax.experimental import mesh_utils  # noqa: PLC0415
+
+    ici = [keys[f"ici_{_STEM[a]}_parallelism"] for a in MAXTEXT_MESH_AXES]
+    dcn = [keys[f"dcn_{_STEM[a]}_parallelism"] for a in MAXTEXT_MESH_AXES]
+    split = keys["allow_split_physical_axes"]
+    if keys["num_slices"] > 1:
+        return mesh_utils.create_hybrid_device_mesh(
+            ici, dcn, devices, allow_split_physical_axes=split
+        )
+    if split:
+        return mesh_utils.create_device_mesh(
+            ici, devices, contiguous_submeshes=False, allow_split_physical_axes=split
+        )
+    return mesh_utils.create_device_mesh(ici, devices)
+
+
+# (id, hardware, topology, slices, MaxText keys)
+ROUND_TRIPS = [
+    ("v5e-4x4-defaults", "tpu-v5e", "4x4", 1, {}),
+    ("v5e-4x4-fsdp-tensor", "tpu-v5e", "4x4", 1, {"ici_fsdp_parallelism": 4,
+                                                   "ici_tensor_parallelism": 4}),
+    ("v5e-4x4-split", "tpu-v5e", "4x4", 1, {"ici_fsdp_parallelism": 8,
+                                            "ici_tensor_parallelism": 2,
+                                            "allow_split_physical_axes": True}),
+    ("v6e-4x4-2-slices", "tpu-v6e", "4x4", 2, {"ici_fsdp_parallelism": 8,
+                                               "ici_tensor_parallelism": 2,
+                                               "allow_split_physical_axes": True}),
+    ("v6e-2x4-4-slices", "tpu-v6e", "2x4", 4, {"dcn_data_parallelism": 2,
+                                               "dcn_fsdp_parallelism": -1,
+                                               "ici_fsdp_parallelism": 4,
+                                               "ici_tensor_parallelism": 2}),
+    ("v4-2x2x2", "tpu-v4", "2x2x2", 1, {"ici_fsdp_parallelism": 4,
+                                        "ici_tensor_parallelism": 2}),
+    ("v4-4x4x4-fsdp-transpose", "tpu-v4", "4x4x4", 1, {"ici_fsdp_parallelism": -1,
+                                                       "ici_fsdp_transpose_parallelism": 4,
+                                                       "ici_tensor_parallelism": 4}),
+    ("v5p-2x2x4-2-slices", "tpu-v5p", "2x2x4", 2, {"ici_fsdp_parallelism": 8,
+                                                   "ici_tensor_parallelism": 2}),
+    ("v5p-4x4x4-3-slices-split", "tpu-v5p", "4x4x4", 3, {"ici_data_parallelism": 2,
+                                                         "ici_fsdp_parallelism": 8,
+                                                         "ici_tensor_parallelism": 4,
+                                                         "allow_split_physical_axes": True}),
+    ("v5e-2x2-named-model", "tpu-v5e", "2x2", 1, {"model_name": "llama3.1-8b",
+                                                  "per_device_batch_size": 1,
+                                                  "remat_policy": "full"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("hardware", "topology", "slices", "keys"),
+    [case[1:] for case in ROUND_TRIPS],
+    ids=[case[0] for case in ROUND_TRIPS],
+)
+def test_round_trip_matches_maxtexts_device_mesh(hardware, topology, slices, keys):
+    _require_libtpu()
+    from datarax.spmd.compile_step import tpu_topology_devices  # noqa: PLC0415
+
+    body = plan_request_from_maxtext(keys, hardware=hardware, topology=topology, slices=slices)
+    assert list(body["ici"]) == list(MAXTEXT_MESH_AXES) == list(body["dcn"])
+    first = _layout(body)
+    plan = _render(body)
+    assert plan["device_grid"] == first.device_grid.tolist()
+    out = maxtext_args(plan)
+    parsed = parse_maxtext_args(out["args"])
+    again_body = plan_request_from_maxtext(
+        parsed, hardware=hardware, topology=topology, slices=slices
+    )
+    again = _layout(again_body)
+    np.testing.assert_array_equal(again.device_ids, first.device_ids)
+    devices = tpu_topology_devices(hardware, topology, slices)
+    mesh = _maxtext_mesh(parsed, devices)
+    assert mesh.shape == tuple(first.axes.values())
+    np.testing.assert_array_equal(first.device_ids, [d.id for d in mesh.flat])
+    # MaxText's own order needs no note about axis order
+    assert not [n for n in out["notes"] if "fixed order" in n]
+
+
+def _v5e_plan(ici: dict, dcn: dict | None = None, slices: int = 1, **extra) -> dict:
+    body = {"hardware": "tpu-v5e", "topology": "4x4", "slices": slices, "ici": ici, **extra}
+    if dcn is not None:
+        body["dcn"] = dcn
+    return _render(body)
+
+
+def test_every_mesh_axis_key_present_one_where_unused():
+    out = maxtext_args(_v5e_plan({"data": -1, "tensor": 4}, {"data": 2}, slices=2))
+    parsed = parse_maxtext_args(out["args"])
+    for axis in MAXTEXT_MESH_AXES:
+        for net in ("ici", "dcn"):
+            assert f"{net}_{_STEM[axis]}_parallelism" in parsed
+    expected = {"ici_data_parallelism": 4, "ici_tensor_parallelism": 4, "dcn_data_parallelism": 2}
+    for key, value in parsed.items():
+        if key.endswith("_parallelism"):
+            assert value == expected.get(key, 1), key
+    assert parsed["num_slices"] == 2 and parsed["allow_split_physical_axes"] is False
+    assert parsed["ici_pipeline_parallelism"] == 1  # MaxText's key for axis 'stage'
+    assert out["notes"] == []
+
+
+def test_reordered_axes_note_says_what_changes():
+    out = maxtext_args(_v5e_plan({"tensor": 4, "data": -1}))
+    parsed = parse_maxtext_args(out["args"])
+    assert parsed["ici_tensor_parallelism"] == 4 and parsed["ici_data_parallelism"] == 4
+    (note,) = [n for n in out["notes"] if "fixed order" in n]
+    assert "['tensor', 'data']" in note and "['data', 'tensor']" in note
+
+
+def test_two_axes_with_one_role_are_folded_with_a_note():
+    out = maxtext_args(
+        _v5e_plan({"replica": 2, "data": 2, "tensor": 4}, allow_split_physical_axes=True)
+    )
+    parsed = parse_maxtext_args(out["args"])
+    assert parsed["ici_data_parallelism"] == 4 and parsed["ici_tensor_parallelism"] == 4
+    assert any("folded" in n and "'replica'" in n for n in out["notes"])
+
+
+def test_axis_without_a_maxtext_name_is_refused_or_dropped():
+    plan = _v5e_plan({"data": 16, "pipe": 1})
+    out = maxtext_args(plan)
+    assert any("'pipe' (size 1)" in n for n in out["notes"])
+    with pytest.raises(PlanError) as error:
+        maxtext_args(_v5e_plan({"data": 4, "pipe": 4}))
+    assert error.value.code == "launch_target_unavailable" and "'pipe'" in error.value.message
+    with pytest.raises(PlanError) as error:
+        maxtext_args({"axes": {"data": 8}})
+    assert error.value.code == "launch_target_unavailable"
+
+
+def test_named_model_keys_use_maxtexts_own_values():
+    body = {
+        "hardware": "tpu-v5e",
+        "topology": "4x4",
+        "ici": {"fsdp": -1},
+        "batch_shape": [32, 8192],
+        "model": {"name": "llama3.1-8b", "remat": "save_qkv_proj", "param_dtype": "float32"},
+    }
+    plan = _render(body)
+    plan["optimizer"] = "adamw"  # a stored plan's optimizer name, when it has one
+    parsed = parse_maxtext_args(maxtext_args(plan)["args"])
+    entry = MAXTEXT_MODELS["llama3.1-8b"]
+    assert parsed["model_name"] == "llama3.1-8b" and "override_model_config" not in parsed
+    for key in ("base_emb_dim", "base_num_query_heads", "base_num_kv_heads", "base_mlp_dim"):
+        assert parsed[key] == entry[key]
+    assert parsed["base_num_decoder_layers"] == 32 and parsed["head_dim"] == 128
+    assert parsed["vocab_size"] == 128256 and parsed["mlp_activations"] == ["silu", "linear"]
+    assert parsed["logits_via_embedding"] is False
+    assert parsed["weight_dtype"] == "float32" and parsed["dtype"] == "bfloat16"
+    assert parsed["remat_policy"] == "save_qkv_proj" and parsed["attention"] == "flash"
+    assert parsed["num_vocab_tiling"] == 1 and parsed["max_target_length"] == 8192
+    assert parsed["per_device_batch_size"] == 2 and parsed["opt_type"] == "adamw"
+
+
+def test_named_model_overridden_sets_override_model_config():
+    body = {
+        "hardware": "tpu-v5e",
+        "topology": "2x2",
+        "ici": {"fsdp": 2, "tensor": 2},
+        "batch_shape": [2, 4096],
+        "model": {"name": "gemma2-9b", "layers": 10, "attention": "dot"},
+    }
+    out = maxtext_args(_render(body))
+    parsed = parse_maxtext_args(out["args"])
+    assert parsed["override_model_config"] is True
+    assert parsed["base_num_decoder_layers"] == 5  # pairs of (local, global) layers
+    assert parsed["mlp_activations"] == ["gelu", "linear"]
+    assert parsed["attention"] == "dot_product" and parsed["per_device_batch_size"] == 0.5
+
+
+def test_custom_remat_writes_maxtexts_per_tensor_keys():
+    model = {
+        "kind": "transformer",
+        "layers": 2,
+        "d_model": 256,
+        "d_ff": 1024,
+        "heads": 4,
+        "kv_heads": 2,
+        "vocab": 1000,
+        "seq_len": 128,
+        "mlp": "plain",
+        "remat": "custom",
+        "remat_custom": {"decoder_layer_input": "offload", "mlpwo": "device"},
+    }
+    plan = _render({"hardware": "h100-sxm", "hosts": 2, "ici": {"fsdp": 8},
+                    "dcn": {"fsdp": 2}, "batch_shape": [16, 128], "model": model})  # fmt: skip
+    out = maxtext_args(plan)
+    parsed = parse_maxtext_args(out["args"])
+    assert parsed["remat_policy"] == "custom" and "model_name" not in parsed
+    assert parsed["decoder_layer_input"] == "offload" and parsed["mlpwo"] == "device"
+    assert parsed["query_proj"] == "remat" and parsed["mlp_activations"] == ["gelu"]
+    assert parsed["head_dim"] == 64 and parsed["attention"] == "cudnn_flash_te"
+    assert parsed["num_slices"] == 2 and parsed["dcn_fsdp_parallelism"] == 2
+    assert parsed["hardware"] == "gpu" and parsed["per_device_batch_size"] == 1
+    # and back: the same model, with MaxText's names for the axes
+    body = plan_request_from_maxtext(parsed, hardware="h100-sxm", hosts=2)
+    assert body["model"]["remat_custom"]["decoder_layer_input"] == "offload"
+    assert body["model"]["mlp"] == "plain" and body["model"]["layers"] == 2
+    assert body["batch_shape"] == [16, 128]
+    np.testing.assert_array_equal(_layout(body).device_ids, np.asarray(plan["device_grid"]).ravel())
+
+
+ENV_CASES = [(hw, "LIBTPU_INIT_ARGS", "/configs/tpu/") for hw in LIBTPU_INIT_ARGS] + [
+    (hw, "XLA_FLAGS", "/configs/gpu/") for hw in XLA_FLAGS
+]
+
+
+@pytest.mark.parametrize(("hardware", "var", "where"), ENV_CASES, ids=[c[0] for c in ENV_CASES])
+def test_env_per_generation_carries_its_source(hardware, var, where):
+    if var == "LIBTPU_INIT_ARGS":
+        topology = {"tpu-v4": "2x2x1", "tpu-v5p": "2x2x1"}.get(hardware, "2x2")
+        plan = _render({"hardware": hardware, "topology": topology, "ici": {"data": -1}})
+    else:
+        hosts = 18 if hardware == "gb200-nvl72" else 1
+        plan = _render({"hardware": hardware, "hosts": hosts, "ici": {"data": -1}})
+    out = maxtext_args(plan)
+    assert list(out["env"]) == [var] == list(out["env_sources"])
+    assert out["env_sources"][var].startswith(
+        f"https://github.com/AI-Hypercomputer/maxtext/blob/{MAXTEXT_COMMIT}/"
+    )
+    assert where in out["env_sources"][var]
+    assert "--xla_enable_async_all_gather=true" in out["env"][var] or var == "XLA_FLAGS"
+    if var == "XLA_FLAGS":
+        assert "--xla_gpu_enable_latency_hiding_scheduler=true" in out["env"][var]
+        assert "xla_dump_to" not in out["env"][var]

@@ -1,0 +1,54 @@
+"""MaxText's keys to a POST /v1/meshes body (datarax.launch.maxtext_plan_request): what is
+refused and named, what is ignored and noted. Round trips through MaxText's own device mesh
+are in test_launch_maxtext.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
+from datarax.plan.layout import PlanError
+from tests.datarax.launch.test_maxtext import _layout
+
+REFUSALS = [
+    ("pipeline", {"ici_pipeline_parallelism": 2}, "invalid_maxtext_config", "ici_pipeline"),
+    ("expert", {"dcn_expert_parallelism": 2}, "invalid_maxtext_config", "dcn_expert"),
+    ("context", {"ici_context_parallelism": 4}, "invalid_maxtext_config", "ici_context"),
+    ("typo", {"ici_fdsp_parallelism": 4}, "invalid_maxtext_config", "ici_fdsp"),
+    ("bad-size", {"ici_tensor_parallelism": 0}, "invalid_maxtext_config", "ici_tensor"),
+    ("custom-mesh", {"custom_mesh": "hybrid_ring_64x4"}, "invalid_maxtext_config", "custom_mesh"),
+    ("slices", {"num_slices": 4}, "invalid_maxtext_config", "num_slices"),
+    ("model-name", {"model_name": "qwen3-8b"}, "invalid_maxtext_config", "qwen3-8b"),
+    ("override", {"model_name": "llama2-7b", "base_emb_dim": 1024}, "invalid_maxtext_config",
+     "override_model_config"),
+    ("mlp", {"base_emb_dim": 1024, "mlp_activations": ["silu", "silu"]},
+     "invalid_maxtext_config", "mlp_activations"),
+    ("attention", {"base_emb_dim": 1024, "attention": "paged"}, "invalid_maxtext_config",
+     "attention"),
+    ("remat", {"base_emb_dim": 1024, "remat_policy": "everything"}, "invalid_maxtext_config",
+     "remat_policy"),
+    ("batch", {"per_device_batch_size": 0.1}, "invalid_maxtext_config", "per_device_batch_size"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("keys", "code", "named"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS]
+)
+def test_refusals_name_the_key(keys, code, named):
+    with pytest.raises(PlanError) as error:
+        plan_request_from_maxtext(keys, hardware="tpu-v5e", topology="4x4", slices=2)
+    assert error.value.code == code and named in error.value.message
+
+
+def test_unknown_keys_are_ignored_and_noted():
+    notes: list[str] = []
+    body = plan_request_from_maxtext(
+        {"steps": 10, "run_name": "x", "ici_sequence_parallelism": 2, "dcn_data_parallelism": 4},
+        hardware="tpu-v5e",
+        topology="2x2",
+        notes=notes,
+    )
+    assert body["slices"] == 4 and "model" not in body and "batch_shape" not in body
+    assert any("'run_name'" in n and "'steps'" in n for n in notes)
+    assert any("ici_sequence_parallelism" in n for n in notes)
+    assert _layout(body).axes["data"] == 4 and _layout(body).axes["fsdp"] == 4
