@@ -1,0 +1,274 @@
+"""The registry of parallelism kinds: one frozen entry per kind, read by every part that
+prices, shards, lays out, recommends, compiles or launches a mesh.
+
+A mesh axis has one *kind* (its role): ``data``, ``fsdp`` or ``tensor`` today, with
+``expert``, ``stage``, ``context``, ``sequence``, ``diloco`` and ``autoregressive``
+known by name but not priced yet. An axis takes the kind its name says: the kind's own
+name or one of its :attr:`ParallelismKind.aliases` (``batch`` is ``data``, ``model`` is
+``tensor``, MaxText's ``fsdp_transpose`` is ``fsdp``). A name no kind claims is refused;
+so is an axis over 1 of a kind that is not priced (:func:`check_priced`): one kind is
+never taken for another.
+
+Adding a kind is one :class:`ParallelismKind` in :data:`KINDS` plus its tests; the
+estimates read :attr:`~ParallelismKind.splits_batch`, :attr:`~ParallelismKind.param_split`
+and :attr:`~ParallelismKind.collectives`, the MaxText mapping
+:attr:`~ParallelismKind.maxtext_axes`.
+
+Plain data, no NumPy and no JAX: the HTTP process plans with it.
+
+Example:
+  >>> kind_of_axis("batch").name
+  'data'
+  >>> [k.name for k in KINDS.values() if k.priced]
+  ['data', 'fsdp', 'tensor']
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from datarax.distributed.errors import PlanError
+
+__all__ = [
+    "KINDS",
+    "PRICED_KINDS",
+    "CollectiveTerm",
+    "ParallelismKind",
+    "check_priced",
+    "kind_of_axis",
+    "kinds_by_alias",
+]
+
+type ParamSplit = Literal["none", "first_divisible", "tensor_dim"]
+"""Which parameter dimension a kind splits: none (parameters whole on the axis), the
+first dimension the axis size divides (fsdp), or the group's tensor dimension (the
+output of ``col`` matmuls, the input of ``row`` ones: Megatron's tensor parallelism)."""
+
+
+@dataclass(frozen=True)
+class CollectiveTerm:
+    """One collective a kind adds to a training step.
+
+    Attributes:
+      op: ``all-reduce``, ``all-gather``, ``reduce-scatter``, ``all-to-all`` or
+        ``send-recv``, as ``step_estimate.breakdown.collectives`` names them.
+      operand: what travels: ``gradients``, ``params``, ``activations``, ``tokens`` or
+        ``keys and values``.
+      when: when in the step it runs, in words.
+    """
+
+    op: str
+    operand: str
+    when: str
+
+
+@dataclass(frozen=True)
+class ParallelismKind:
+    """One kind of parallelism and everything the library needs to know of it.
+
+    Attributes:
+      name: the kind (the role an axis takes), e.g. ``fsdp``.
+      aliases: other axis names that take this kind, ours and MaxText's.
+      priced: whether memory, step time, recommendations and compile checks handle it;
+        an axis over 1 of an unpriced kind is 422 ``invalid_parallelism``.
+      splits_batch: whether the axis splits the global batch (its size divides it).
+      param_split: which parameter dimension the axis splits (:data:`ParamSplit`).
+      shards_state: whether gradients and optimizer state are split with the
+        parameters (fsdp), rather than held whole wherever the parameters are.
+      collectives: what it adds to a step, in order.
+      maxtext_axes: MaxText's mesh axes of this kind (``base.yml`` ``mesh_axes``); the
+        first is where a plan's axis of this kind goes in a launch config.
+      summary: one sentence for error messages and docs.
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    priced: bool
+    splits_batch: bool
+    param_split: ParamSplit
+    shards_state: bool
+    collectives: tuple[CollectiveTerm, ...]
+    maxtext_axes: tuple[str, ...]
+    summary: str
+
+    def names(self) -> tuple[str, ...]:
+        """The kind's name and aliases: every axis name that takes this kind."""
+        return (self.name, *self.aliases)
+
+
+def _kind(name: str, **fields: object) -> tuple[str, ParallelismKind]:
+    return name, ParallelismKind(name=name, **fields)  # type: ignore[arg-type]
+
+
+KINDS: Mapping[str, ParallelismKind] = dict(
+    [
+        _kind(
+            "data",
+            aliases=("batch", "replica"),
+            priced=True,
+            splits_batch=True,
+            param_split="none",
+            shards_state=False,
+            collectives=(CollectiveTerm("all-reduce", "gradients", "once per step"),),
+            maxtext_axes=("data",),
+            summary="splits the batch; parameters whole on every device, gradients "
+            "all-reduced",
+        ),
+        _kind(
+            "fsdp",
+            aliases=("fsdp_transpose",),
+            priced=True,
+            splits_batch=True,
+            param_split="first_divisible",
+            shards_state=True,
+            collectives=(
+                CollectiveTerm("all-gather", "params", "each layer, forward and backward"),
+                CollectiveTerm("reduce-scatter", "gradients", "once per step"),
+            ),
+            maxtext_axes=("fsdp", "fsdp_transpose"),
+            summary="splits the batch and the parameters, gradients and optimizer state",
+        ),
+        _kind(
+            "tensor",
+            aliases=("model",),
+            priced=True,
+            splits_batch=False,
+            param_split="tensor_dim",
+            shards_state=True,
+            collectives=(
+                CollectiveTerm("all-reduce", "activations", "after each row matmul"),
+            ),
+            maxtext_axes=("tensor",),
+            summary="splits heads, the MLP and the vocabulary (Megatron-style)",
+        ),
+        _kind(
+            "expert",
+            aliases=(),
+            priced=False,
+            splits_batch=True,
+            param_split="none",
+            shards_state=True,
+            collectives=(CollectiveTerm("all-to-all", "tokens", "each MoE layer"),),
+            maxtext_axes=("expert",),
+            summary="splits the experts of mixture-of-experts layers",
+        ),
+        _kind(
+            "stage",
+            aliases=("pipeline",),
+            priced=False,
+            splits_batch=False,
+            param_split="none",
+            shards_state=True,
+            collectives=(CollectiveTerm("send-recv", "activations", "between stages"),),
+            maxtext_axes=("stage",),
+            summary="splits the layers into pipeline stages",
+        ),
+        _kind(
+            "context",
+            aliases=("context_usp_ulysses", "context_autoregressive"),
+            priced=False,
+            splits_batch=False,
+            param_split="none",
+            shards_state=False,
+            collectives=(
+                CollectiveTerm("all-gather", "keys and values", "each attention layer"),
+            ),
+            maxtext_axes=("context", "context_usp_ulysses", "context_autoregressive"),
+            summary="splits the sequence for attention",
+        ),
+        _kind(
+            "sequence",
+            aliases=("tensor_sequence",),
+            priced=False,
+            splits_batch=False,
+            param_split="none",
+            shards_state=False,
+            collectives=(),
+            maxtext_axes=("tensor_sequence",),
+            summary="splits the sequence of the activations outside attention",
+        ),
+        _kind(
+            "diloco",
+            aliases=(),
+            priced=False,
+            splits_batch=True,
+            param_split="none",
+            shards_state=False,
+            collectives=(),
+            maxtext_axes=("diloco",),
+            summary="DiLoCo replicas, synchronised every few steps",
+        ),
+        _kind(
+            "autoregressive",
+            aliases=(),
+            priced=False,
+            splits_batch=False,
+            param_split="none",
+            shards_state=False,
+            collectives=(),
+            maxtext_axes=("autoregressive",),
+            summary="MaxText's axis for autoregressive decoding (inference)",
+        ),
+    ]
+)
+"""Every kind by name, in MaxText's mesh order where it has one."""
+
+PRICED_KINDS: tuple[str, ...] = tuple(name for name, kind in KINDS.items() if kind.priced)
+"""The kinds the estimates price: ``('data', 'fsdp', 'tensor')``."""
+
+
+def kinds_by_alias() -> dict[str, ParallelismKind]:
+    """``{axis name: kind}`` for every name and alias of every kind."""
+    return {alias: kind for kind in KINDS.values() for alias in kind.names()}
+
+
+_BY_ALIAS = kinds_by_alias()
+
+
+def _nearest(name: str) -> str:
+    close = difflib.get_close_matches(name, list(_BY_ALIAS), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def kind_of_axis(name: str, role: str | None = None) -> ParallelismKind:
+    """The kind of the axis ``name``: ``role`` where given, else the kind its name says.
+
+    Raises:
+      PlanError: ``unknown_axis_role`` when neither ``role`` nor ``name`` is a kind or an
+        alias; the message lists the kinds and suggests the nearest name.
+    """
+    claimed = role if role is not None else name
+    kind = _BY_ALIAS.get(claimed)
+    if kind is None:
+        what = f"role {role!r} of axis {name!r}" if role is not None else f"axis {name!r}"
+        raise PlanError(
+            "unknown_axis_role",
+            f"{what} is not a parallelism kind{_nearest(claimed)}. Name each axis for its "
+            f"kind: {', '.join(PRICED_KINDS)} (or an alias such as batch or model)",
+        )
+    return kind
+
+
+def check_priced(axes: Mapping[str, int], roles: Mapping[str, str]) -> None:
+    """Refuse an axis over 1 whose kind is not priced.
+
+    Args:
+      axes: ``{axis: size}`` (ici times dcn).
+      roles: ``{axis: kind name}`` for every axis, as :func:`kind_of_axis` gives them.
+
+    Raises:
+      PlanError: ``invalid_parallelism``, naming the axis, its kind and the kinds that
+        are priced.
+    """
+    for name, size in axes.items():
+        kind = KINDS[roles[name]]
+        if int(size) > 1 and not kind.priced:
+            raise PlanError(
+                "invalid_parallelism",
+                f"axis {name!r} of size {size} is {kind.name} parallelism ({kind.summary}), "
+                f"which plans do not price yet. Use only {', '.join(PRICED_KINDS)} axes "
+                f"over 1, or set {name!r} to 1",
+            )
