@@ -157,7 +157,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
         ),
         _kind(
             "stage",
-            aliases=("pipeline",),
+            aliases=(),
             priced=False,
             splits_batch=False,
             param_split="none",
