@@ -114,8 +114,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             shards_state=False,
             collectives=(CollectiveTerm("all-reduce", "gradients", "once per step"),),
             maxtext_axes=("data",),
-            summary="splits the batch; parameters whole on every device, gradients "
-            "all-reduced",
+            summary="splits the batch; parameters whole on every device, gradients all-reduced",
         ),
         _kind(
             "fsdp",
@@ -138,9 +137,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             splits_batch=False,
             param_split="tensor_dim",
             shards_state=True,
-            collectives=(
-                CollectiveTerm("all-reduce", "activations", "after each row matmul"),
-            ),
+            collectives=(CollectiveTerm("all-reduce", "activations", "after each row matmul"),),
             maxtext_axes=("tensor",),
             summary="splits heads, the MLP and the vocabulary (Megatron-style)",
         ),
@@ -173,9 +170,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             splits_batch=False,
             param_split="none",
             shards_state=False,
-            collectives=(
-                CollectiveTerm("all-gather", "keys and values", "each attention layer"),
-            ),
+            collectives=(CollectiveTerm("all-gather", "keys and values", "each attention layer"),),
             maxtext_axes=("context", "context_usp_ulysses", "context_autoregressive"),
             summary="splits the sequence for attention",
         ),
