@@ -36,6 +36,7 @@ from datarax.hardware.topology import (
     parse_tpu_topology,
     plan_hardware_devices,
 )
+from datarax.parallel.axis_roles import batch_axes, check_named_kinds
 from datarax.plan.layout import PlanCancelled, PlanError, check_batch_shape
 
 # Step-estimate members DESIGN v1.1 fixes, then the library's extras worth keeping.
@@ -106,7 +107,7 @@ def _role_batch_axes(body: MeshPlanRequest) -> list[str] | None:
         roles = axis_roles(list(body.ici))
     except PlanError:
         return None
-    return [axis for axis in body.ici if roles[axis] in ("data", "fsdp")]
+    return list(batch_axes(body.ici, roles))
 
 
 def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
@@ -197,7 +198,10 @@ def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
     Raises:
       PlanError: the planner's codes (``unknown_hardware``, ``invalid_topology``, ...).
     """
-    return plan_hardware_devices(
+    dcn = request.dcn or {}
+    # before the layout, so its own refusals do not hide this one; -1 sizes after it
+    check_named_kinds({a: n * dcn.get(a, 1) for a, n in request.ici.items() if n > 0})
+    layout = plan_hardware_devices(
         request.hardware,
         ici=request.ici,
         dcn=request.dcn,
@@ -206,6 +210,8 @@ def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
         hosts=request.hosts,
         allow_split_physical_axes=request.allow_split_physical_axes,
     )
+    check_named_kinds(layout.axes)  # expert/stage/context over 1: invalid_parallelism
+    return layout
 
 
 def layout_devices(layout: HardwareLayout) -> Devices:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from datarax.estimate.cost import axis_roles
+from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.estimate.named_models import named_model
 from datarax.hardware.chips import get_hardware
@@ -54,7 +54,7 @@ from datarax.launch.maxtext_config import (
     parse_maxtext_args,
 )
 from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
-from datarax.plan.layout import PlanError
+from datarax.parallel.axis_roles import axis_roles, check_named_kinds
 
 __all__ = [
     "LIBTPU_INIT_ARGS",
@@ -101,7 +101,12 @@ def _plan_layout(
 def _map_axes(
     names: Sequence[str], ici: Mapping[str, int], dcn: Mapping[str, int], notes: list[str]
 ) -> dict[str, list[str]]:
-    """``{maxtext_axis: [our axes, mesh order]}``; size-1 axes without a role dropped."""
+    """``{maxtext_axis: [our axes, mesh order]}``; size-1 axes without a role dropped.
+
+    Raises:
+      PlanError: ``invalid_parallelism`` for an axis over 1 of a kind not priced.
+    """
+    check_named_kinds({name: ici[name] * dcn[name] for name in names})
     targets: dict[str, list[str]] = {axis: [] for axis in MAXTEXT_MESH_AXES}
     for name in names:
         if name in targets:

@@ -22,7 +22,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from datarax.plan.layout import PlanError
+from datarax.distributed.errors import PlanError
+from datarax.parallel.kinds import KINDS
 
 __all__ = [
     "ARCH_FIELDS",
@@ -79,9 +80,16 @@ DEFAULT_DCN = {"data": -1}
 # ici_/dcn_ keys base.yml has that name no mesh axis (create_device_mesh never reads them
 # with the default mesh_axes).
 STEMS_WITHOUT_AXIS = ("sequence",)
-PLANNED_AXES = ("data", "fsdp", "fsdp_transpose", "tensor")
-AXIS_BY_ROLE = {"data": "data", "fsdp": "fsdp", "tensor": "tensor"}
-BATCH_AXES = ["data", "fsdp", "fsdp_transpose"]
+# From the registry of parallelism kinds: MaxText's axes of the kinds plans price, each
+# kind's own MaxText axis, and the axes of the priced kinds that split the batch.
+PLANNED_AXES = tuple(axis for kind in KINDS.values() if kind.priced for axis in kind.maxtext_axes)
+AXIS_BY_ROLE = {kind.name: kind.maxtext_axes[0] for kind in KINDS.values()}
+BATCH_AXES = [
+    axis
+    for kind in KINDS.values()
+    if kind.priced and kind.splits_batch
+    for axis in kind.maxtext_axes
+]
 
 # Keys that change MaxText's device order beyond ici/dcn: they must keep these defaults.
 ORDER_KEYS: dict[str, Any] = {

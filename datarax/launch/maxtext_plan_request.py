@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import REMAT_POLICIES, REMAT_TENSORS
 from datarax.estimate.named_models import MODELS
 from datarax.hardware.chips import get_hardware
@@ -48,7 +49,7 @@ from datarax.launch.maxtext_config import (
     STEMS_WITHOUT_AXIS,
     parse_value,
 )
-from datarax.plan.layout import PlanError
+from datarax.parallel.kinds import kind_of_axis
 
 __all__ = ["plan_request_from_maxtext"]
 
@@ -92,12 +93,13 @@ def _networks(
             continue
         for net, size in (("ici", ici[axis]), ("dcn", dcn[axis])):
             if size != 1:
-                raise _invalid(
-                    f"{net}_{stem}_parallelism={size}: datarax plans data, fsdp, "
-                    f"fsdp_transpose and tensor parallelism only ({axis!r} would need "
-                    f"{'pipeline stages' if axis == 'stage' else 'its own sharding'}); set "
-                    f"it to 1 and give its devices to ici_fsdp_parallelism or "
-                    f"ici_tensor_parallelism"
+                kind = kind_of_axis(axis)  # the registry's kind of MaxText's axis
+                raise PlanError(
+                    "invalid_parallelism",
+                    f"{net}_{stem}_parallelism={size} is {kind.name} parallelism "
+                    f"({kind.summary}), which plans do not price yet: datarax plans "
+                    f"{', '.join(PLANNED_AXES)} only; set it to 1 and give its devices to "
+                    f"ici_fsdp_parallelism or ici_tensor_parallelism",
                 )
     for stem in STEMS_WITHOUT_AXIS:
         for net in ("ici", "dcn"):

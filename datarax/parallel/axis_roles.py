@@ -22,65 +22,54 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import ModelSpec, ParamGroup, TransformerSpec
-from datarax.plan.layout import PlanError, SpecEntry
+from datarax.parallel.kinds import (
+    KINDS,
+    PRICED_KINDS,
+    ParamSplit,
+    check_priced,
+    kind_of_axis,
+    kinds_by_alias,
+)
+from datarax.plan.layout import SpecEntry
 
 __all__ = [
     "AXIS_ROLES",
     "ParamSharding",
     "axis_roles",
+    "batch_axes",
+    "check_named_kinds",
     "check_tensor_split",
     "param_specs",
     "role_axes",
     "role_sizes",
+    "split_axes",
     "tokens_per_device",
 ]
 
 type ParamSharding = tuple[ParamGroup, tuple[SpecEntry, ...], tuple[int, ...], bool]
 """``(group, spec, shard_shape, fsdp_split)``: one parameter group under the roles."""
 
-AXIS_ROLES: tuple[str, ...] = ("data", "fsdp", "tensor")
-_ROLE_BY_NAME = {
-    "data": "data",
-    "batch": "data",
-    "replica": "data",
-    "fsdp": "fsdp",
-    "tensor": "tensor",
-    "model": "tensor",
-    # MaxText's mesh_axes (datarax.launch.maxtext), by how its base.yml
-    # logical_axis_rules shard a dense decoder: the batch and replicas (data), the
-    # weights' embed dimension with the batch (fsdp), heads/mlp/vocab (tensor). Plans from
-    # MaxText keys hold the axes other than data, fsdp, fsdp_transpose, tensor at size 1.
-    "diloco": "data",
-    "stage": "data",
-    "fsdp_transpose": "fsdp",
-    "context": "fsdp",
-    "context_usp_ulysses": "fsdp",
-    "context_autoregressive": "data",
-    "tensor_sequence": "tensor",
-    "expert": "fsdp",
-    "autoregressive": "tensor",
-}
+AXIS_ROLES: tuple[str, ...] = PRICED_KINDS
+"""The roles the estimates price, from the registry (:data:`~datarax.parallel.kinds.KINDS`)."""
 
 
 def axis_roles(names: Sequence[str], roles: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``{axis: role}`` for every mesh axis: ``roles`` where given, else by name.
+    """``{axis: kind}`` for every mesh axis: ``roles`` where given, else by name.
+
+    A name or role is a kind of :data:`~datarax.parallel.kinds.KINDS` or one of its
+    aliases (``batch`` is ``data``, ``model`` is ``tensor``, MaxText's
+    ``fsdp_transpose`` is ``fsdp``); the answer holds the kind's own name. Kinds that
+    are not priced (``expert``, ``stage``, ``context`` ...) are named here and refused
+    by :func:`role_sizes` when their axis is over 1: one kind is never read as another.
 
     Raises:
-      PlanError: ``unknown_axis_role`` for a role outside :data:`AXIS_ROLES` or an axis
-        whose name says nothing (name it ``data``, ``fsdp`` or ``tensor``, or pass roles).
+      PlanError: ``unknown_axis_role`` for an axis or role no kind claims (the message
+        lists the kinds), or roles for axes the mesh does not have.
     """
     roles = dict(roles or {})
-    out = {}
-    for name in names:
-        role = roles.pop(name, None) or _ROLE_BY_NAME.get(name)
-        if role not in AXIS_ROLES:
-            raise PlanError(
-                "unknown_axis_role",
-                f"axis {name!r} has role {role!r}; give it one of {list(AXIS_ROLES)} "
-                f"(e.g. roles={{{name!r}: 'data'}}) or name the axis data, fsdp or tensor",
-            )
-        out[name] = role
+    out = {name: kind_of_axis(name, roles.pop(name, None)).name for name in names}
     if roles:
         raise PlanError(
             "unknown_axis_role",
@@ -90,14 +79,56 @@ def axis_roles(names: Sequence[str], roles: Mapping[str, str] | None = None) -> 
 
 
 def role_sizes(axes: Mapping[str, int], roles: Mapping[str, str]) -> dict[str, int]:
+    """``{priced kind: product of its axes' sizes}``.
+
+    Raises:
+      PlanError: ``invalid_parallelism`` for an axis over 1 whose kind is not priced.
+    """
+    check_priced(axes, roles)
     sizes = dict.fromkeys(AXIS_ROLES, 1)
     for name, size in axes.items():
-        sizes[roles[name]] *= int(size)
+        if roles[name] in sizes:
+            sizes[roles[name]] *= int(size)
     return sizes
+
+
+def check_named_kinds(axes: Mapping[str, int]) -> None:
+    """Refuse an axis over 1 whose *name* is a kind that is not priced (``expert``,
+    ``stage``, MaxText's ``context`` ...), whether or not a model is priced on the mesh:
+    a hardware plan's launch configs and batch split read the kinds from the names.
+    Names no kind claims pass here (a plan without a model may name axes freely).
+
+    Args:
+      axes: ``{axis: size}`` (ici times dcn).
+
+    Raises:
+      PlanError: ``invalid_parallelism``.
+    """
+    claimed = {name: kinds_by_alias().get(name) for name in axes}
+    check_priced(
+        {name: size for name, size in axes.items() if claimed[name] is not None},
+        {name: kind.name for name, kind in claimed.items() if kind is not None},
+    )
 
 
 def role_axes(axes: Mapping[str, int], roles: Mapping[str, str], role: str) -> tuple[str, ...]:
     return tuple(name for name, size in axes.items() if roles[name] == role and size > 1)
+
+
+def split_axes(
+    axes: Mapping[str, int], roles: Mapping[str, str], split: ParamSplit
+) -> tuple[str, ...]:
+    """The axes over 1 whose kind splits parameters as ``split`` says (the registry's
+    :attr:`~datarax.parallel.kinds.ParallelismKind.param_split`), mesh order."""
+    return tuple(
+        name for name, size in axes.items() if KINDS[roles[name]].param_split == split and size > 1
+    )
+
+
+def batch_axes(axes: Mapping[str, int], roles: Mapping[str, str]) -> tuple[str, ...]:
+    """The axes whose kind splits the batch (``data`` and ``fsdp`` today), mesh order,
+    size-1 axes included: the batch's partition spec names them."""
+    return tuple(name for name in axes if KINDS[roles[name]].splits_batch)
 
 
 def _split(names: tuple[str, ...]) -> str | tuple[str, ...] | None:
@@ -121,8 +152,8 @@ def param_specs(
       ``[(group, spec, shard_shape, fsdp_split)]``; ``spec`` entries are ``None``, an
       axis name or a tuple of names, as ``PartitionSpec`` takes them.
     """
-    tensor_axes = role_axes(axes, roles, "tensor")
-    fsdp_axes = role_axes(axes, roles, "fsdp")
+    tensor_axes = split_axes(axes, roles, "tensor_dim")
+    fsdp_axes = split_axes(axes, roles, "first_divisible")
     t = math.prod(axes[a] for a in tensor_axes)
     f = math.prod(axes[a] for a in fsdp_axes)
     out: list[ParamSharding] = []

@@ -35,6 +35,7 @@ from datarax.distributed.errors import PlanError
 __all__ = [
     "KINDS",
     "PRICED_KINDS",
+    "ParamSplit",
     "CollectiveTerm",
     "ParallelismKind",
     "check_priced",
@@ -221,6 +222,12 @@ def kinds_by_alias() -> dict[str, ParallelismKind]:
 
 
 _BY_ALIAS = kinds_by_alias()
+_PRICED_TEXT = ", ".join(
+    f"{kind.name} ({', '.join(kind.aliases)})" if kind.aliases else kind.name
+    for kind in KINDS.values()
+    if kind.priced
+)
+_UNPRICED = tuple(name for name, kind in KINDS.items() if not kind.priced)
 
 
 def _nearest(name: str) -> str:
@@ -242,7 +249,8 @@ def kind_of_axis(name: str, role: str | None = None) -> ParallelismKind:
         raise PlanError(
             "unknown_axis_role",
             f"{what} is not a parallelism kind{_nearest(claimed)}. Name each axis for its "
-            f"kind: {', '.join(PRICED_KINDS)} (or an alias such as batch or model)",
+            f"kind, or pass roles={{{name!r}: 'data'}}: the kinds priced are {_PRICED_TEXT}; "
+            f"{', '.join(_UNPRICED)} are known but not priced yet",
         )
     return kind
 

@@ -61,10 +61,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.tree_util import PyTreeDef
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 from datarax.models import ActivationLayout, make_optimizer, transformer_loss_fn
 from datarax.parallel.axis_roles import axis_roles, param_specs, role_axes
-from datarax.plan.layout import PlanError
+from datarax.parallel.kinds import check_priced
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -325,6 +326,7 @@ def abstract_train_step(
     """
     spec = model_spec(model)
     roles = axis_roles(list(mesh.axis_names), roles)
+    check_priced(dict(mesh.shape), roles)  # an expert/stage axis is not priced yet
     try:
         opt = make_optimizer(optimizer, _LEARNING_RATE)
     except ValueError as error:

@@ -11,9 +11,9 @@ from datarax.plan.layout import PlanError
 from tests.datarax.launch.test_maxtext import _layout
 
 REFUSALS = [
-    ("pipeline", {"ici_pipeline_parallelism": 2}, "invalid_maxtext_config", "ici_pipeline"),
-    ("expert", {"dcn_expert_parallelism": 2}, "invalid_maxtext_config", "dcn_expert"),
-    ("context", {"ici_context_parallelism": 4}, "invalid_maxtext_config", "ici_context"),
+    ("pipeline", {"ici_pipeline_parallelism": 2}, "invalid_parallelism", "ici_pipeline"),
+    ("expert", {"dcn_expert_parallelism": 2}, "invalid_parallelism", "dcn_expert"),
+    ("context", {"ici_context_parallelism": 4}, "invalid_parallelism", "ici_context"),
     ("typo", {"ici_fdsp_parallelism": 4}, "invalid_maxtext_config", "ici_fdsp"),
     ("bad-size", {"ici_tensor_parallelism": 0}, "invalid_maxtext_config", "ici_tensor"),
     ("custom-mesh", {"custom_mesh": "hybrid_ring_64x4"}, "invalid_maxtext_config", "custom_mesh"),

@@ -32,7 +32,7 @@ def test_roles_follow_names_or_what_is_given():
 
 @pytest.mark.parametrize(
     ("names", "roles", "says"),
-    [(["x"], None, "'x' has role None"), (["data"], {"data": "pipe"}, "'pipe'"),
+    [(["x"], None, "'x' is not a parallelism kind"), (["data"], {"data": "pipe"}, "'pipe'"),
      (["data"], {"other": "data"}, "does not have")],
     ids=["nameless", "unknown-role", "extra-axis"],
 )  # fmt: skip

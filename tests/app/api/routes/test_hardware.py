@@ -290,3 +290,45 @@ def test_an_unknown_model_name_is_a_problem(api):
 def test_a_model_without_kind_or_name_is_refused(api):
     body = {**LLAMA_8B_V6E8, "model": {"layers": 2}}
     assert api.post("/v1/meshes", json=body).status_code == 422
+
+
+# Kinds of parallelism the plans do not price are refused, never read as another kind
+# (issue 37): MaxText's expert axis is not fsdp, its stage axis is not data.
+EXPERT_ON_DENSE = {
+    "hardware": "tpu-v6e", "topology": "16x16", "ici": {"fsdp": 64, "expert": 4},
+    "batch_shape": [256, 4096], "model": {"name": "llama2-7b", "seq_len": 4096},
+}  # fmt: skip
+STAGES_405B = {
+    "hardware": "h100-sxm", "hosts": 64, "ici": {"stage": 1, "fsdp": 8},
+    "dcn": {"stage": 8, "fsdp": 8}, "batch_shape": [512, 8192],
+    "model": {"name": "llama3.1-405b", "seq_len": 8192},
+}  # fmt: skip
+CONTEXT_NO_MODEL = {"hardware": "tpu-v6e", "topology": "4x4", "ici": {"context": 4, "fsdp": 4}}
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [(EXPERT_ON_DENSE, "expert"), (STAGES_405B, "stage"), (CONTEXT_NO_MODEL, "context")],
+    ids=["v6e-expert-dense-7b", "h100-stage-405b", "context-no-model"],
+)
+def test_unpriced_kinds_are_refused(api, body, kind):
+    problem = assert_problem(api.post("/v1/meshes", json=body), 422, "invalid_parallelism")
+    assert f"{kind} parallelism" in problem["detail"], problem
+    assert "data, fsdp, tensor" in problem["detail"], problem
+
+
+@pytest.mark.parametrize("kind", ["expert", "stage", "context"])
+def test_size_one_axes_of_unpriced_kinds_plan(api, kind):
+    # an axis of size 1 splits nothing: MaxText's own meshes carry them
+    body = {**EXPERT_ON_DENSE, "ici": {"fsdp": 256, kind: 1}}
+    assert api.post("/v1/meshes", json=body).status_code == 201
+
+
+def test_axis_no_kind_claims_lists_the_kinds(api):
+    body = {
+        "hardware": "tpu-v5e", "topology": "4x4", "ici": {"fsdq": -1},
+        "batch_shape": [16, 2048], "model": TRANSFORMER,
+    }  # fmt: skip
+    problem = assert_problem(api.post("/v1/meshes", json=body), 422, "unknown_axis_role")
+    assert "did you mean 'fsdp'" in problem["detail"]
+    assert all(kind in problem["detail"] for kind in ("data", "fsdp", "tensor", "expert"))
