@@ -44,6 +44,7 @@ from datarax.estimate.cost import AXIS_ROLES, axis_roles, estimate_step
 from datarax.estimate.model_specs import ModelSpec, model_spec
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
+from datarax.parallel.kinds import check_priced
 from datarax.plan.layout import PlanCancelled, PlanError
 
 __all__ = [
@@ -200,7 +201,9 @@ def _check_axes(axes: Sequence[str]) -> list[str]:
             f"axes must list distinct mesh axis names such as ['data', 'fsdp', 'tensor'], "
             f"got {axes!r}",
         )
-    axis_roles(list(axes))  # every axis needs a role: data, fsdp or tensor
+    roles = axis_roles(list(axes))  # every axis needs a kind
+    # the search sizes every axis over 1 somewhere: each must be of a kind it prices
+    check_priced(dict.fromkeys(axes, 2), roles)
     return list(axes)
 
 
