@@ -46,7 +46,7 @@ from app.runtime.sessions import (
     session_of,
 )
 from datarax.distributed import reduce_gradients_across_devices, spmd_train_step
-from datarax.estimate.cost import memory_estimate
+from datarax.estimate.memory import memory_estimate
 from datarax.models import (
     LOSS_FNS,
     synthetic_batch,
@@ -195,7 +195,7 @@ def _step_need(s: Session, size: int) -> dict[Pool, int]:
         return step_need(s.mesh, row_shards(s.batch_sharding), s.features, size)
     shards = row_shards(s.batch_sharding)
     estimate = memory_estimate(s.spec, {"data": shards}, size)
-    per_device = estimate["activations"] + estimate["temporaries"] + estimate["batch"]
+    per_device = estimate.activations + estimate.temporaries + estimate.batch
     return per_device_step_need(s.mesh, per_device, _host_batch_bytes(s, size))
 
 

@@ -67,6 +67,7 @@ from datarax.estimate.model_specs import (
     TransformerSpec,
     model_spec,
 )
+from datarax.estimate.results import Collective, StepEstimate
 from datarax.estimate.step_time import predict_step, recompute_flops_per_token
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.parallel.axis_roles import (
@@ -157,7 +158,7 @@ def estimate_step(
     *,
     roles: Mapping[str, str] | None = None,
     optimizer: str = "adam",
-) -> dict[str, Any]:
+) -> StepEstimate:
     """Estimates one training step of ``model`` on a mesh of ``hardware``.
 
     Args:
@@ -171,21 +172,19 @@ def estimate_step(
       optimizer: ``adam``, ``adamw`` or ``sgd``.
 
     Returns:
-      ``{"flops", "compute_s", "comm_s", "step_s", "roofline_s", "mfu", "roofline_mfu",
-      "peak_flops", "bottleneck", "collectives", "memory_per_device", "breakdown", "gap",
-      "phases", "tokens_per_device", "bottleneck_link"}``: ``step_s`` the predicted wall
+      A :class:`~datarax.estimate.results.StepEstimate`: ``step_s`` the predicted wall
       time (``compute_s`` its matmul, attention and memory-bound parts), ``roofline_s``
       the ideal (module docstring), ``mfu`` model FLOPs over ``peak_flops`` (the compute
-      dtype's) times ``step_s``;
-      ``collectives`` lists ``{"axis", "kind", "phase", "what", "count",
-      "bytes_per_device", "link", "seconds"}`` (one entry per axis, kind, phase and what
-      they move, ``count`` ops summed); ``bottleneck`` is ``compute`` or
-      ``communication`` (of the roofline); ``phases`` gives the roofline's
-      ``compute_s``/``comm_s`` of ``forward`` and ``backward``.
+      dtype's) times ``step_s``; ``collectives`` one
+      :class:`~datarax.estimate.results.Collective` per axis, kind, phase and what they
+      move (``count`` ops summed); ``bottleneck`` is ``compute`` or ``communication``
+      (of the roofline); ``phases`` the roofline's ``compute_s``/``comm_s`` of
+      ``forward`` and ``backward``.
 
     Raises:
       PlanError: ``unknown_hardware``, ``invalid_model``, ``unknown_axis_role``,
-        ``batch_not_divisible``, ``tensor_not_divisible``, ``unknown_optimizer``.
+        ``batch_not_divisible``, ``tensor_not_divisible``, ``unknown_optimizer``,
+        ``invalid_parallelism``.
     """
     hw = get_hardware(hardware)
     model = model_spec(model)
@@ -205,12 +204,59 @@ def estimate_step(
     n_devices = math.prod(axes.values())
     tokens = tokens_per_device(model, global_batch, sizes["data"] * sizes["fsdp"])
     global_tokens = global_batch * model.tokens_per_example
-    itemsize = DTYPE_BYTES[model.dtype]
-
     flops = 6 * model.matmul_params() * global_tokens
     flops += model.attention_flops_per_token() * global_tokens
-    param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
+    collectives = _step_collectives(model, hw, links, roles, tokens)
+    predicted = predict_step(
+        model,
+        hw,
+        sizes,
+        tokens=tokens,
+        param_bytes=memory.params,
+        collectives=collectives,
+        host_offload_bytes=memory.host_offload_bytes,
+        optimizer=optimizer,
+    )
+    parts = predicted.breakdown
+    peak = hw.peak_flops(model.dtype)
+    roof = predicted.roofline_phases
+    comm_bound = any(phase["comm_s"] > phase["compute_s"] for phase in roof.values())
+    slowest = max(collectives, key=lambda e: e.seconds, default=None)
+    return StepEstimate(
+        flops=float(flops),
+        compute_s=parts["matmul_s"] + parts["attention_s"] + parts["memory_bound_s"],
+        comm_s=sum(e.seconds for e in collectives if e.phase == "forward")
+        + sum(e.seconds for e in collectives if e.phase == "backward"),
+        step_s=predicted.step_s,
+        mfu=flops / (n_devices * peak * predicted.step_s),
+        bottleneck="communication" if comm_bound else "compute",
+        collectives=collectives,
+        bottleneck_link=slowest.link if comm_bound and slowest else None,
+        phases=roof,
+        tokens_per_device=tokens,
+        roofline_s=predicted.roofline_s,
+        roofline_mfu=flops / (n_devices * peak * predicted.roofline_s),
+        peak_flops=peak,
+        breakdown=parts,
+        gap=predicted.gap,
+        memory_per_device=memory,
+        predicted_components=predicted.components,
+    )
 
+
+def _step_collectives(
+    model: ModelSpec,
+    hw: Hardware,
+    links: Mapping[str, AxisLink],
+    roles: Mapping[str, str],
+    tokens: int,
+) -> tuple[Collective, ...]:
+    """The step's collectives, one entry per axis, kind, pass and operand: the priced
+    kinds' terms (:attr:`~datarax.parallel.kinds.ParallelismKind.collectives`) on this
+    model's parameter groups and activations."""
+    axes = {name: link.size for name, link in links.items()}
+    itemsize = DTYPE_BYTES[model.dtype]
+    param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
     entries: dict[tuple[str, str, str, str], list[float]] = {}
 
     # Parameter and gradient collectives are combined: XLA's all-gather, reduce-scatter
@@ -236,10 +282,8 @@ def estimate_step(
 
     fsdp_axes = role_axes(axes, roles, "fsdp")
     data_axes = role_axes(axes, roles, "data")
-    tensor_axes = role_axes(axes, roles, "tensor")
     for group, _, shard, fsdp_split in param_specs(model, axes, roles):
         whole = math.prod(shard) * param_itemsize  # bytes this device keeps
-        gathered = whole
         for axis in fsdp_axes:
             if fsdp_split:
                 gathered = whole * axes[axis]
@@ -250,65 +294,23 @@ def estimate_step(
                 add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
         for axis in data_axes:
             add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
-    for axis in tensor_axes:
+    for axis in role_axes(axes, roles, "tensor"):
         for phase, kind, elements in _tensor_activation_collectives(model, tokens):
             add(axis, kind, phase, "activations", elements * itemsize)
-    for (axis, kind, phase, what), ops in latency_ops.items():
+    for key, ops in latency_ops.items():
         # one combined op per layer, plus one for the unstacked parameters
         extra = 1 if isinstance(model, TransformerSpec) else 0
-        entries[(axis, kind, phase, what)][2] += (ops + extra) * collective_seconds(
-            kind, 0.0, links[axis], hw
+        entries[key][2] += (ops + extra) * collective_seconds(key[1], 0.0, links[key[0]], hw)
+    return tuple(
+        Collective(
+            axis=axis,
+            kind=kind,
+            phase=phase,
+            what=what,
+            count=int(count),
+            bytes_per_device=int(volume),
+            link=links[axis].link,
+            seconds=seconds,
         )
-
-    collectives: list[dict[str, Any]] = [
-        {
-            "axis": axis,
-            "kind": kind,
-            "phase": phase,
-            "what": what,
-            "count": int(count),
-            "bytes_per_device": int(volume),
-            "link": links[axis].link,
-            "seconds": seconds,
-        }
         for (axis, kind, phase, what), (count, volume, seconds) in entries.items()
-    ]
-    comm = {"forward": 0.0, "backward": 0.0}
-    for entry in collectives:
-        comm[entry["phase"]] += entry["seconds"]
-    predicted = predict_step(
-        model,
-        hw,
-        sizes,
-        tokens=tokens,
-        param_bytes=memory["params"],
-        collectives=collectives,
-        host_offload_bytes=memory["host_offload_bytes"],
-        optimizer=optimizer,
     )
-    parts = predicted["breakdown"]
-    compute_s = parts["matmul_s"] + parts["attention_s"] + parts["memory_bound_s"]
-    step_s = predicted["step_s"]
-    peak = hw.peak_flops(model.dtype)
-    roof = predicted["roofline_phases"]
-    comm_bound = any(phase["comm_s"] > phase["compute_s"] for phase in roof.values())
-    slowest = max(collectives, key=lambda e: e["seconds"], default=None)
-    return {
-        "flops": float(flops),
-        "compute_s": compute_s,
-        "comm_s": comm["forward"] + comm["backward"],
-        "step_s": step_s,
-        "roofline_s": predicted["roofline_s"],
-        "mfu": flops / (n_devices * peak * step_s),
-        "roofline_mfu": flops / (n_devices * peak * predicted["roofline_s"]),
-        "peak_flops": peak,
-        "bottleneck": "communication" if comm_bound else "compute",
-        "bottleneck_link": slowest["link"] if comm_bound and slowest else None,
-        "collectives": collectives,
-        "memory_per_device": memory,
-        "breakdown": parts,
-        "gap": predicted["gap"],
-        "predicted_components": predicted["components"],
-        "phases": roof,
-        "tokens_per_device": tokens,
-    }

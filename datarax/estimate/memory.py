@@ -10,6 +10,102 @@ never coexist), for the MLP the widest hidden layer's activation gradient. On TP
 then holds the arguments and little more. Compared case by case with XLA's HBM figure in
 ``benchmarks/compile_checks.py``. Plain arithmetic; nothing touches a device.
 
+
+How :func:`memory_estimate` counts each part
+--------------------------------------------
+
+``params``, ``grads`` and ``optimizer`` (moments, ``OPTIMIZER_STATE_FACTOR`` times the
+parameters) are held in the parameters' dtype (``param_dtype``, MaxText's
+``weight_dtype``; optax keeps moments in the parameters' dtype) and sharded as
+:func:`param_specs` says; ``batch`` is this device's slice of
+inputs and targets. ``activations`` are what the compiled step
+(:mod:`datarax.spmd.compile_step`) keeps for its backward pass for this
+device's tokens: JAX's autodiff residuals of that step as XLA materializes them
+(:func:`_transformer_residuals`, :func:`_mlp_residuals`; not the textbook
+``ModelSpec.activation_elements_per_token``, which leaves out float32 copies, masks
+and elementwise intermediates the step's autodiff saves).
+
+``temporaries`` are the buffers XLA allocates beside those at the step's peak:
+
+- FSDP parameters gathered in flight: an fsdp-split parameter is all-gathered whole
+  (its tensor shard) where it is used, in the forward and again in the backward pass,
+  and its gradient exists whole before the reduce-scatter. XLA's TPU scheduler
+  (latency-hiding, memory-pressure aware) places each gather next to its use and
+  frees the gathered copy after its last use in that pass, and the backward pass
+  makes the input gradient (which needs the gathered parameter) before the weight
+  gradient (whole, then reduce-scattered), so one whole parameter is live at a time:
+  the largest gathered group is counted (a transformer's per-layer group is one
+  stacked ``[layers, ...]`` array that the scan takes whole). Small parameters are
+  prefetched further ahead (compiles show up to 3 gathered weights of 8-32 MiB
+  live); that is not modelled.
+- The transformer's phase transient: the peak is the larger of two moments whose
+  transients never coexist (XLA frees the loss's buffers before the layers' backward
+  pass starts). At the loss, all saved activations are live and the logits exist in
+  the model dtype (``b vocab / tensor`` per token) beside the saved float32
+  ``exp(logits)``. In the last layer's backward pass the head's residuals are gone
+  and one float32 array of the layer's attention scores is made (their gradient,
+  ``4 heads S / tensor``); under ``remat: full`` that layer is first recomputed: its
+  textbook activations (``activation_elements_per_token`` of one layer: XLA fuses the
+  recomputation into the backward pass, so the float32 norm copies and elementwise
+  intermediates are not materialized) and softmax's float32 output, which the
+  scores' gradient then replaces. Evidence: the live buffers at the peak of XLA's
+  buffer assignment (``--xla_dump_to``, ``*-live-range.txt``) for the transformer
+  cases of ``benchmarks/compile_checks.py``.
+- The MLP's backward transient: the widest hidden layer's activation gradient
+  (``b width / tensor`` per token for a ``col`` layer's output), live beside the
+  residuals. It is a matmul's output (the next layer's input gradient, masked by
+  ReLU) read by two matmuls (the weight and the input gradient), so XLA cannot
+  fuse it away; the loss's gradient, by contrast, is an elementwise function of the
+  output and the targets that XLA fuses into its consumers, and is not counted.
+
+On-chip VMEM (``vmem_bytes``, the catalog's ``Hardware.vmem_bytes``; ``None``: not
+modelled). On TPU, XLA's memory-space assignment moves buffers the step makes into
+the TensorCore's VMEM, where they take no HBM. The rule: when the whole working set
+(``grads + activations + temporaries``, the buffers the step makes beside its
+arguments) fits in one TensorCore's VMEM, all of it is taken to sit there, and HBM
+holds the arguments (parameters, optimizer state, batch) and
+:data:`_HBM_REMAINDER` (constants, scalars, the asynchronous copies' handles and
+the temporary heap's slack: 0.7-1.4 MiB in every such compile), plus, where a
+``dcn_axes`` axis reduces the gradients (a data or fsdp axis across slices),
+the gradients and one received copy of them: DCN transfers go through the host's
+NIC, which reads and writes HBM, not VMEM. Those bytes are reported in HBM terms:
+``grads`` (DCN only), ``activations`` 0, ``temporaries`` the received copy and the
+remainder; ``vmem`` is the working set taken off HBM. Limits: memory-space
+assignment is a heuristic that also weighs each buffer's size and benefit, so a
+working set that fits may still stay in HBM (the estimate is then low), and one that
+does not fit still goes partly to VMEM (not modelled: the estimate is then high; a
+161 MiB working set on v5e keeps only ~81 MiB in HBM). VMEM is per TensorCore: on
+v4/v5p megacore chips the step's working set is compared with one core's VMEM.
+
+The transposed update (``update_layout_copies``, the catalog's
+``Hardware.update_layout_copies``: v6e). There XLA's layout assignment runs the
+optimizer update of an MLP's first kernel in the transposed layout: it copies the
+kernel's shard and each optimizer moment (Adam: two) to that layout, updates them
+and copies the results back. The update is then a second candidate for the peak:
+the arguments, the first kernel's gradient (the last one the backward pass makes;
+the other layers' updates have run and freed theirs) and the copies. Where that
+would pass :data:`_REMAT_FRACTION` of the chip's HBM, XLA's rematerialization keeps
+one copy fewer (Adam; SGD's one copy stays). Where the gradient and the copies fit
+one TensorCore's VMEM they are placed there and add no HBM. When this moment is the
+larger, the figures describe it: ``grads`` the first kernel's gradient,
+``activations`` 0, ``temporaries`` the copies (also ``layout_copies``) and, under
+fsdp, the whole gradient. Evidence:
+the live buffers of 83 compiled steps, 81 MLPs (v6e: every data-parallel and
+tensor-parallel one has the copies; within 10% of XLA in 55 of 68 v6e steps against
+16 without the rule; v5e and v5p: none; the transformer's stacked layers: none;
+``benchmarks/compile_checks.py``). What it misses: XLA may schedule the copies
+early, beside the backward pass's FSDP-gathered kernels of a multi-layer step (v6e
+fsdp 8: -17% to -20%), may not keep a multi-layer FSDP step's whole gradient beside
+them (+13%, +22%), and may keep another layer's gradient until the first kernel's
+update (v6e ``[16384, 8192, 16384]``: -9%).
+
+The figure is meant for HBM: ``fits`` compares it with the HBM a program may use
+(``usable_hbm_bytes``, else ``hbm_bytes``), as XLA's compile-time OOM check compares
+its HBM allocation (``total_allocation_bytes``, ``compile_step``'s
+``hbm_peak_bytes``) with the HBM it makes available, a little under the chip's.
+Left out: the extra hidden-sized buffers of the collective-matmul loops XLA may use
+for an FSDP matmul; see ``benchmarks/compile_checks.py`` for where they show.
+
 Example:
   >>> mem = memory_estimate({"kind": "mlp", "features": [1024, 4096, 1024]},
   ...                       {"data": 2, "fsdp": 4}, global_batch=64)
@@ -30,6 +126,7 @@ from datarax.estimate.model_specs import (
     TransformerSpec,
     model_spec,
 )
+from datarax.estimate.results import HardwareMemory, MemoryEstimate
 from datarax.hardware.chips import Hardware
 from datarax.parallel.axis_roles import (
     ParamSharding,
@@ -39,6 +136,7 @@ from datarax.parallel.axis_roles import (
     role_sizes,
     tokens_per_device,
 )
+from datarax.parallel.kinds import KINDS
 from datarax.plan.layout import PlanError
 from datarax.plan.memory import OPTIMIZER_STATE_FACTOR
 
@@ -227,7 +325,7 @@ def _transposed_update(
     return kernel, whole, copies
 
 
-def hardware_memory(hw: Hardware) -> dict[str, Any]:
+def hardware_memory(hw: Hardware) -> HardwareMemory:
     """The catalog figures of ``hw`` that :func:`memory_estimate` takes, as its keyword
     arguments (``hbm_bytes``, ``vmem_bytes``, ``update_layout_copies``,
     ``usable_hbm_bytes``)."""
@@ -255,100 +353,10 @@ def memory_estimate(
     update_layout_copies: bool = False,
     usable_hbm_bytes: int | None = None,
     host_memory_bytes: int | None = None,
-) -> dict[str, Any]:
+) -> MemoryEstimate:
     """Bytes per device of one training step, at its peak.
 
-    ``params``, ``grads`` and ``optimizer`` (moments, ``OPTIMIZER_STATE_FACTOR`` times the
-    parameters) are held in the parameters' dtype (``param_dtype``, MaxText's
-    ``weight_dtype``; optax keeps moments in the parameters' dtype) and sharded as
-    :func:`param_specs` says; ``batch`` is this device's slice of
-    inputs and targets. ``activations`` are what the compiled step
-    (:mod:`datarax.spmd.compile_step`) keeps for its backward pass for this
-    device's tokens: JAX's autodiff residuals of that step as XLA materializes them
-    (:func:`_transformer_residuals`, :func:`_mlp_residuals`; not the textbook
-    ``ModelSpec.activation_elements_per_token``, which leaves out float32 copies, masks
-    and elementwise intermediates the step's autodiff saves).
-
-    ``temporaries`` are the buffers XLA allocates beside those at the step's peak:
-
-    - FSDP parameters gathered in flight: an fsdp-split parameter is all-gathered whole
-      (its tensor shard) where it is used, in the forward and again in the backward pass,
-      and its gradient exists whole before the reduce-scatter. XLA's TPU scheduler
-      (latency-hiding, memory-pressure aware) places each gather next to its use and
-      frees the gathered copy after its last use in that pass, and the backward pass
-      makes the input gradient (which needs the gathered parameter) before the weight
-      gradient (whole, then reduce-scattered), so one whole parameter is live at a time:
-      the largest gathered group is counted (a transformer's per-layer group is one
-      stacked ``[layers, ...]`` array that the scan takes whole). Small parameters are
-      prefetched further ahead (compiles show up to 3 gathered weights of 8-32 MiB
-      live); that is not modelled.
-    - The transformer's phase transient: the peak is the larger of two moments whose
-      transients never coexist (XLA frees the loss's buffers before the layers' backward
-      pass starts). At the loss, all saved activations are live and the logits exist in
-      the model dtype (``b vocab / tensor`` per token) beside the saved float32
-      ``exp(logits)``. In the last layer's backward pass the head's residuals are gone
-      and one float32 array of the layer's attention scores is made (their gradient,
-      ``4 heads S / tensor``); under ``remat: full`` that layer is first recomputed: its
-      textbook activations (``activation_elements_per_token`` of one layer: XLA fuses the
-      recomputation into the backward pass, so the float32 norm copies and elementwise
-      intermediates are not materialized) and softmax's float32 output, which the
-      scores' gradient then replaces. Evidence: the live buffers at the peak of XLA's
-      buffer assignment (``--xla_dump_to``, ``*-live-range.txt``) for the transformer
-      cases of ``benchmarks/compile_checks.py``.
-    - The MLP's backward transient: the widest hidden layer's activation gradient
-      (``b width / tensor`` per token for a ``col`` layer's output), live beside the
-      residuals. It is a matmul's output (the next layer's input gradient, masked by
-      ReLU) read by two matmuls (the weight and the input gradient), so XLA cannot
-      fuse it away; the loss's gradient, by contrast, is an elementwise function of the
-      output and the targets that XLA fuses into its consumers, and is not counted.
-
-    On-chip VMEM (``vmem_bytes``, the catalog's ``Hardware.vmem_bytes``; ``None``: not
-    modelled). On TPU, XLA's memory-space assignment moves buffers the step makes into
-    the TensorCore's VMEM, where they take no HBM. The rule: when the whole working set
-    (``grads + activations + temporaries``, the buffers the step makes beside its
-    arguments) fits in one TensorCore's VMEM, all of it is taken to sit there, and HBM
-    holds the arguments (parameters, optimizer state, batch) and
-    :data:`_HBM_REMAINDER` (constants, scalars, the asynchronous copies' handles and
-    the temporary heap's slack: 0.7-1.4 MiB in every such compile), plus, where a
-    ``dcn_axes`` axis reduces the gradients (a data or fsdp axis across slices),
-    the gradients and one received copy of them: DCN transfers go through the host's
-    NIC, which reads and writes HBM, not VMEM. Those bytes are reported in HBM terms:
-    ``grads`` (DCN only), ``activations`` 0, ``temporaries`` the received copy and the
-    remainder; ``vmem`` is the working set taken off HBM. Limits: memory-space
-    assignment is a heuristic that also weighs each buffer's size and benefit, so a
-    working set that fits may still stay in HBM (the estimate is then low), and one that
-    does not fit still goes partly to VMEM (not modelled: the estimate is then high; a
-    161 MiB working set on v5e keeps only ~81 MiB in HBM). VMEM is per TensorCore: on
-    v4/v5p megacore chips the step's working set is compared with one core's VMEM.
-
-    The transposed update (``update_layout_copies``, the catalog's
-    ``Hardware.update_layout_copies``: v6e). There XLA's layout assignment runs the
-    optimizer update of an MLP's first kernel in the transposed layout: it copies the
-    kernel's shard and each optimizer moment (Adam: two) to that layout, updates them
-    and copies the results back. The update is then a second candidate for the peak:
-    the arguments, the first kernel's gradient (the last one the backward pass makes;
-    the other layers' updates have run and freed theirs) and the copies. Where that
-    would pass :data:`_REMAT_FRACTION` of the chip's HBM, XLA's rematerialization keeps
-    one copy fewer (Adam; SGD's one copy stays). Where the gradient and the copies fit
-    one TensorCore's VMEM they are placed there and add no HBM. When this moment is the
-    larger, the figures describe it: ``grads`` the first kernel's gradient,
-    ``activations`` 0, ``temporaries`` the copies (also ``layout_copies``) and, under
-    fsdp, the whole gradient. Evidence:
-    the live buffers of 83 compiled steps, 81 MLPs (v6e: every data-parallel and
-    tensor-parallel one has the copies; within 10% of XLA in 55 of 68 v6e steps against
-    16 without the rule; v5e and v5p: none; the transformer's stacked layers: none;
-    ``benchmarks/compile_checks.py``). What it misses: XLA may schedule the copies
-    early, beside the backward pass's FSDP-gathered kernels of a multi-layer step (v6e
-    fsdp 8: -17% to -20%), may not keep a multi-layer FSDP step's whole gradient beside
-    them (+13%, +22%), and may keep another layer's gradient until the first kernel's
-    update (v6e ``[16384, 8192, 16384]``: -9%).
-
-    The figure is meant for HBM: ``fits`` compares it with the HBM a program may use
-    (``usable_hbm_bytes``, else ``hbm_bytes``), as XLA's compile-time OOM check compares
-    its HBM allocation (``total_allocation_bytes``, ``compile_step``'s
-    ``hbm_peak_bytes``) with the HBM it makes available, a little under the chip's.
-    Left out: the extra hidden-sized buffers of the collective-matmul loops XLA may use
-    for an FSDP matmul; see ``benchmarks/compile_checks.py`` for where they show.
+    How each part is counted, and the evidence: the module docstring.
 
     Args:
       vmem_bytes: one TensorCore's VMEM (TPU), or ``None`` to count the working set in
@@ -401,7 +409,7 @@ def memory_estimate(
     working = grads + activations + temporaries
     if vmem_bytes is not None and working <= vmem_bytes:
         reduced_over_dcn = any(
-            roles[a] in ("data", "fsdp") and int(axes[a]) > 1 for a in dcn_axes if a in axes
+            KINDS[roles[a]].splits_batch and int(axes[a]) > 1 for a in dcn_axes if a in axes
         )
         hbm_grads = grads if reduced_over_dcn else 0
         vmem = working - hbm_grads
@@ -423,19 +431,19 @@ def memory_estimate(
             grads, activations, layout_copies = kernel, 0, copies
             temporaries = whole + copies
             total = moment
-    return {
-        "params": params,
-        "optimizer": optimizer_bytes,
-        "grads": grads,
-        "activations": activations,
-        "batch": batch,
-        "temporaries": temporaries,
-        "total": total,
-        "vmem": vmem,
-        "layout_copies": layout_copies,
-        "hbm_bytes": hbm_bytes,
-        "usable_hbm_bytes": usable,
-        "host_offload_bytes": host_offload,
-        "host_memory_bytes": host_memory_bytes,
-        "fits": None if usable is None else total <= usable and host_fits,
-    }
+    return MemoryEstimate(
+        params=params,
+        optimizer=optimizer_bytes,
+        grads=grads,
+        activations=activations,
+        batch=batch,
+        temporaries=temporaries,
+        total=total,
+        vmem=vmem,
+        layout_copies=layout_copies,
+        hbm_bytes=hbm_bytes,
+        usable_hbm_bytes=usable,
+        host_offload_bytes=host_offload,
+        host_memory_bytes=host_memory_bytes,
+        fits=None if usable is None else total <= usable and host_fits,
+    )

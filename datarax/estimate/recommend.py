@@ -42,6 +42,7 @@ from typing import Any
 
 from datarax.estimate.cost import AXIS_ROLES, axis_roles, estimate_step
 from datarax.estimate.model_specs import ModelSpec, model_spec
+from datarax.estimate.results import StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.parallel.kinds import check_priced
@@ -321,14 +322,13 @@ def recommend_meshes(
         )
     candidates = []
     for rank, (_, ici, dcn, est) in enumerate(survivors[:top_k], start=1):
-        memory = est.pop("memory_per_device")
         candidates.append(
             {
                 "rank": rank,
                 "ici": ici,
                 "dcn": dcn,
-                "step_estimate": est,
-                "memory_per_device": memory,
+                "step_estimate": est.to_json(),
+                "memory_per_device": est.memory_per_device.to_json(),
                 "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
             }
         )
@@ -359,7 +359,7 @@ def _counts(rejected: Mapping[str, int]) -> str:
     return ", ".join(f"{code}: {n}" for code, n in sorted(rejected.items()))
 
 
-type _Ranked = tuple[float, dict[str, int], dict[str, int], dict[str, Any]]
+type _Ranked = tuple[float, dict[str, int], dict[str, int], StepEstimate]
 """One priced candidate: ``(step_s, ici, dcn, estimate)``."""
 
 
@@ -582,19 +582,14 @@ class _Cluster:
                 except PlanError as err:
                     rejected[err.code] = rejected.get(err.code, 0) + 1
                     continue
-                memory = est["memory_per_device"]
-                if not memory["fits"]:
-                    smallest = min(smallest, memory["total"])
+                memory = est.memory_per_device
+                if not memory.fits:
+                    smallest = min(smallest, memory.total)
                     rejected["does_not_fit"] = rejected.get("does_not_fit", 0) + 1
                     continue
                 # enumeration order (ici factorisations ascending, then dcn) breaks the
                 # last ties
-                entry = (
-                    -est["step_s"],
-                    -memory["total"],
-                    -survivors,
-                    (est["step_s"], ici, dcn, est),
-                )
+                entry = (-est.step_s, -memory.total, -survivors, (est.step_s, ici, dcn, est))
                 survivors += 1
                 if len(best) < keep:
                     heapq.heappush(best, entry)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datarax.estimate.model_specs import DTYPE_BYTES, ModelSpec, TransformerSpec
+from datarax.estimate.results import StepPrediction
 from datarax.hardware.chips import Hardware
 
 __all__ = [
@@ -162,7 +163,7 @@ def predict_step(
     *,
     calibration: Calibration | None = None,
     **inputs: Any,
-) -> dict[str, Any]:
+) -> StepPrediction:
     """Predicted wall time of one training step on one device, and what makes it up.
 
     The model (per device; ``t`` the tensor size, tokens this device's data shard):
@@ -197,17 +198,17 @@ def predict_step(
       optimizer: its name (the update's passes over the state).
 
     Returns:
-      ``{"step_s", "roofline_s", "breakdown": {"matmul_s", "attention_s",
-      "memory_bound_s", "exposed_comm_s", "offload_s", "overhead_s"},
-      "model_flops_per_device", "roofline_phases", "gap", "components"}``
-      (``components``: :func:`step_components`): ``roofline_s`` is the model
+      A :class:`~datarax.estimate.results.StepPrediction` (``breakdown``:
+      ``matmul_s``, ``attention_s``, ``memory_bound_s``, ``exposed_comm_s``,
+      ``offload_s``, ``overhead_s``; ``components``: :func:`step_components`):
+      ``roofline_s`` is the model
       FLOPs (plus what remat recomputes) at peak, each pass taking the longer of its compute and its
       collectives, ``roofline_phases`` those two per pass;
       ``gap`` says in one line what the difference is made of.
     """
     cal = calibration or CALIBRATION.get(hw.kind, CALIBRATION["gpu"])
     parts = step_components(model, hw, sizes, **inputs)
-    return {**combine(parts, cal), "components": parts}
+    return combine(parts, cal)
 
 
 def step_components(
@@ -269,7 +270,7 @@ def step_components(
     }
 
 
-def combine(parts: Mapping[str, float], cal: Calibration) -> dict[str, Any]:
+def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
     """:func:`predict_step`'s answer from :func:`step_components` and constants."""
     fwd = (
         (parts["mm_fwd"] + parts["dot_fwd"]) / cal.matmul
@@ -299,17 +300,18 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> dict[str, Any]:
         "offload_s": max(0.0, exposed_fwd + exposed_bwd - exposed_comm),
         "overhead_s": cal.overhead_s,
     }
-    return {
-        "step_s": step_s,
-        "roofline_s": roofline_s,
-        "breakdown": breakdown,
-        "model_flops_per_device": parts["model_flops"],
-        "roofline_phases": {
+    return StepPrediction(
+        step_s=step_s,
+        roofline_s=roofline_s,
+        breakdown=breakdown,
+        model_flops_per_device=parts["model_flops"],
+        roofline_phases={
             "forward": {"compute_s": roof_fwd, "comm_s": parts["comm_fwd"]},
             "backward": {"compute_s": roof_bwd, "comm_s": parts["comm_bwd"]},
         },
-        "gap": _gap_line(roofline_s, step_s, breakdown, cal, parts["recompute"] > 0),
-    }
+        gap=_gap_line(roofline_s, step_s, breakdown, cal, parts["recompute"] > 0),
+        components=dict(parts),
+    )
 
 
 def _gap_line(

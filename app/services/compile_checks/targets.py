@@ -29,6 +29,7 @@ import importlib.metadata
 import json
 import math
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from app.core.errors import CompileTargetUnavailable, ServiceError, from_library
@@ -37,7 +38,7 @@ from app.core.settings import Settings
 from app.runtime.environment import runtime_platforms
 from app.schemas.base import optimizer_name
 from app.schemas.compile_checks import CompileCheckRequest
-from datarax.estimate.cost import hardware_memory, memory_estimate
+from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.plan.layout import PlanError
@@ -76,8 +77,8 @@ def _estimate(
     optimizer: str,
     batch: int,
     hbm: int | None = None,
-) -> Any:
-    figures: dict[str, Any] = {"hbm_bytes": hbm}
+) -> dict[str, Any]:
+    figures: Mapping[str, Any] = {"hbm_bytes": hbm}
     dcn_axes = []
     if plan.get("hardware"):
         figures = hardware_memory(get_hardware(plan["hardware"]))
@@ -86,7 +87,7 @@ def _estimate(
     try:
         return memory_estimate(
             model, plan["axes"], batch, optimizer=optimizer, dcn_axes=dcn_axes, **figures
-        )
+        ).to_json()
     except PlanError as error:  # the batch or the axes' roles do not suit the model
         raise from_library(error) from None
 
