@@ -2,6 +2,10 @@
 (:class:`AsyncClient`), on httpx. It imports nothing of the service (no FastAPI, no
 pydantic), so a training job installs only ``httpx`` and ``numpy`` besides JAX.
 
+- Every method returns the service's decoded JSON answer (plain dicts and lists), typed:
+  each answer's :class:`~typing.TypedDict` is in :mod:`datarax.client.answers` (exported
+  here too), e.g. ``api.get_job("run-1")`` is a :class:`JobSummary`; on
+  :class:`AsyncClient` the same method returns an awaitable of the same type.
 - Every error answer raises :class:`ApiError` with the problem's ``code``, ``status`` and
   ``detail`` (and the whole ``problem``).
 - 503 and 429 answers, and connections refused or dropped, are retried with exponential
@@ -28,29 +32,93 @@ Example:
 from __future__ import annotations
 
 from datarax.client._clients import AsyncClient, Client
-from datarax.client._core import (
-    ApiError,
-    BatchResult,
-    History,
-    JobSummary,
-    PushResult,
-    from_npz,
-    history_points,
-    jax_sources,
-    to_npz,
-)
+from datarax.client._core import ApiError, from_npz, history_points, jax_sources, to_npz
 from datarax.client._pusher import AsyncPusher, Pusher
+from datarax.client.answers import (
+    AxisDetail,
+    BatchLayout,
+    BatchResult,
+    Bucket,
+    BucketMetric,
+    Candidate,
+    CollectAnswer,
+    Collective,
+    Device,
+    DeviceMetrics,
+    Devices,
+    HardwareEntry,
+    HardwareList,
+    History,
+    HistoryPoint,
+    JobList,
+    JobSummary,
+    LaunchConfig,
+    MemoryBudget,
+    MemoryPerDevice,
+    MeshPlan,
+    MeshPlanList,
+    MetricValue,
+    ModelSpec,
+    NamedModel,
+    NamedModelList,
+    ParamLayout,
+    PushResult,
+    Readiness,
+    Recommendations,
+    ReduceAnswer,
+    Session,
+    SessionOptimizer,
+    Shard,
+    StepAnswer,
+    StepBreakdown,
+    StepEstimate,
+    StepTiming,
+)
 
 __all__ = [
     "ApiError",
     "AsyncClient",
     "AsyncPusher",
+    "AxisDetail",
+    "BatchLayout",
     "BatchResult",
+    "Bucket",
+    "BucketMetric",
+    "Candidate",
     "Client",
+    "CollectAnswer",
+    "Collective",
+    "Device",
+    "DeviceMetrics",
+    "Devices",
+    "HardwareEntry",
+    "HardwareList",
     "History",
+    "HistoryPoint",
+    "JobList",
     "JobSummary",
+    "LaunchConfig",
+    "MemoryBudget",
+    "MemoryPerDevice",
+    "MeshPlan",
+    "MeshPlanList",
+    "MetricValue",
+    "ModelSpec",
+    "NamedModel",
+    "NamedModelList",
+    "ParamLayout",
     "PushResult",
     "Pusher",
+    "Readiness",
+    "Recommendations",
+    "ReduceAnswer",
+    "Session",
+    "SessionOptimizer",
+    "Shard",
+    "StepAnswer",
+    "StepBreakdown",
+    "StepEstimate",
+    "StepTiming",
     "from_npz",
     "history_points",
     "jax_sources",

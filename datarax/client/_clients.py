@@ -1,15 +1,21 @@
-""":class:`Client` (blocking) and :class:`AsyncClient`: one set of methods (:class:`_Api`),
-two transports. Each method builds a :class:`~datarax.client._core.Call`; ``_send`` runs
-it with retries. On the async client every method returns an awaitable."""
+""":class:`Client` (blocking) and :class:`AsyncClient`: one set of operations
+(:class:`_Api`), two transports. Each operation builds a typed
+:class:`~datarax.client._core.Call`; the client's ``_send`` runs it with retries. An
+:class:`_Operation` makes each one a method of both clients, typed for each: on
+:class:`Client` it returns the answer (:mod:`datarax.client.answers`), on
+:class:`AsyncClient` an awaitable of the same answer."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Concatenate, Self, overload
 
 import httpx
+import numpy as np
 
 from datarax.client._core import (
     RETRY_STATUSES,
@@ -26,38 +32,106 @@ from datarax.client._core import (
     retry_delay,
 )
 from datarax.client._pusher import AsyncPusher, Pusher
+from datarax.client.answers import (
+    BatchResult,
+    CollectAnswer,
+    Devices,
+    HardwareList,
+    History,
+    HistoryPoint,
+    JobList,
+    JobSummary,
+    LaunchConfig,
+    MeshPlan,
+    MeshPlanList,
+    NamedModelList,
+    PushResult,
+    Readiness,
+    Recommendations,
+    ReduceAnswer,
+    Session,
+    StepAnswer,
+)
 
 DEFAULT_TIMEOUT_S = 60.0
+
+
+class _Operation[**P, T]:
+    """One operation of the service, written once as the :class:`Call` it sends, and a
+    method of both clients: ``Client().op(...)`` returns ``T``, ``AsyncClient().op(...)``
+    an ``Awaitable[T]`` (the client's ``_send`` runs the call either way).
+
+    Python's types cannot say "a method returning ``W[T]``" for a wrapper ``W`` chosen by
+    the subclass, so the choice is made where the method is looked up: ``__get__`` is
+    overloaded on the client it is read from. ``build`` keeps the operation's own
+    signature; its return annotation ``Call[T]`` names the answer type.
+    """
+
+    def __init__(self, build: Callable[Concatenate[Any, P], Call[T]]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+
+        def method(api: Any, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+            return api._send(build(api, *args, **kwargs))
+
+        self._method = functools.wraps(build)(method)
+
+    @overload
+    def __get__(self, api: None, owner: type | None = None) -> Self: ...
+
+    @overload
+    def __get__(self, api: Client, owner: type | None = None) -> Callable[P, T]: ...
+
+    @overload
+    def __get__(self, api: AsyncClient, owner: type | None = None) -> Callable[P, Awaitable[T]]: ...
+
+    def __get__(self, api: object, owner: type | None = None) -> Any:
+        if api is None:
+            return self
+        return types.MethodType(self._method, api)
+
+    def __call__(self, api: Any, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        # Read from the class (``Client.get_job(api, "run-1")``) it is still a function
+        # of the client, as a plain method is.
+        return self._method(api, *args, **kwargs)
+
+
+NpzArrays = dict[str, np.ndarray]
+"""An npz answer: one array per name (:func:`~datarax.client.from_npz`)."""
 
 
 class _Api:
     """The service's operations; names follow its OpenAPI operation ids."""
 
-    def _send(self, call: Call) -> Any:
-        raise NotImplementedError
-
     # health and devices
-    def check_readiness(self) -> Any:
-        return self._send(Call("GET", "/health/ready"))
+    @_Operation
+    def check_readiness(self) -> Call[Readiness]:
+        return Call("GET", "/health/ready")
 
-    def list_devices(self) -> Any:
-        return self._send(Call("GET", "/v1/devices"))
+    @_Operation
+    def list_devices(self) -> Call[Devices]:
+        return Call("GET", "/v1/devices")
 
     # meshes
-    def create_mesh(self, plan: Mapping[str, Any]) -> Any:
+    @_Operation
+    def create_mesh(self, plan: Mapping[str, Any]) -> Call[MeshPlan]:
         """``POST /v1/meshes``: the stored plan (``id``, ``shards``, ...)."""
-        return self._send(Call("POST", "/v1/meshes", json=plan))
+        return Call("POST", "/v1/meshes", json=plan)
 
-    def get_mesh(self, mesh_id: str) -> Any:
-        return self._send(Call("GET", f"/v1/meshes/{mesh_id}"))
+    @_Operation
+    def get_mesh(self, mesh_id: str) -> Call[MeshPlan]:
+        return Call("GET", f"/v1/meshes/{mesh_id}")
 
-    def list_meshes(self, limit: int = 50, offset: int = 0) -> Any:
-        return self._send(Call("GET", "/v1/meshes", params={"limit": limit, "offset": offset}))
+    @_Operation
+    def list_meshes(self, limit: int = 50, offset: int = 0) -> Call[MeshPlanList]:
+        return Call("GET", "/v1/meshes", params={"limit": limit, "offset": offset})
 
-    def delete_mesh(self, mesh_id: str) -> Any:
-        return self._send(Call("DELETE", f"/v1/meshes/{mesh_id}"))
+    @_Operation
+    def delete_mesh(self, mesh_id: str) -> Call[None]:
+        return Call("DELETE", f"/v1/meshes/{mesh_id}")
 
     # metrics
+    @_Operation
     def reduce_metrics(
         self,
         metrics: Mapping[str, Any],
@@ -67,17 +141,22 @@ class _Api:
         nan_policy: str | None = None,
         npz: bool = False,
         npz_answer: bool = False,
-    ) -> Any:
+    ) -> Call[ReduceAnswer | NpzArrays]:
         """``POST /v1/metrics/reduce``; ``npz=True`` uploads the arrays as npz,
-        ``npz_answer=True`` asks for an npz answer (a dict of arrays)."""
-        call = reduce_call(metrics, reduce, weights, nan_policy, npz)
+        ``npz_answer=True`` asks for an npz answer (a dict of arrays) in place of the
+        JSON :class:`~datarax.client.answers.ReduceAnswer`."""
+        call: Call[ReduceAnswer | NpzArrays] = reduce_call(
+            metrics, reduce, weights, nan_policy, npz
+        )
         call.accept = "application/x-npz" if npz_answer else None
-        return self._send(call)
+        return call
 
-    def collect_metrics(self, metrics: Mapping[str, Any]) -> Any:
-        return self._send(Call("POST", "/v1/metrics/collect", json={"metrics": metrics}))
+    @_Operation
+    def collect_metrics(self, metrics: Mapping[str, Any]) -> Call[CollectAnswer]:
+        return Call("POST", "/v1/metrics/collect", json={"metrics": metrics})
 
     # jobs
+    @_Operation
     def push_job_metrics(
         self,
         job: str,
@@ -90,13 +169,12 @@ class _Api:
         source: str | None = None,
         sources: int | None = None,
         npz: bool = False,
-    ) -> Any:
+    ) -> Call[PushResult]:
         """``POST /v1/jobs/{job}/metrics``: one step (or this source's part of it).
         Returns a :class:`~datarax.client.PushResult`."""
-        return self._send(
-            push_call(job, step, metrics, reduce, weights, nan_policy, source, sources, npz)
-        )
+        return push_call(job, step, metrics, reduce, weights, nan_policy, source, sources, npz)
 
+    @_Operation
     def push_job_metrics_batch(
         self,
         job: str,
@@ -104,11 +182,12 @@ class _Api:
         *,
         source: str | None = None,
         sources: int | None = None,
-    ) -> Any:
+    ) -> Call[BatchResult]:
         """``POST /v1/jobs/{job}/metrics/batch``: up to 1,000 ``{"step", "metrics", ...}``
         points, all or nothing. Returns a :class:`~datarax.client.BatchResult`."""
-        return self._send(batch_call(job, points, source, sources))
+        return batch_call(job, points, source, sources)
 
+    @_Operation
     def push_job_metrics_arrays(
         self,
         job: str,
@@ -120,16 +199,15 @@ class _Api:
         nan_policy: str | None = None,
         source: str | None = None,
         sources: int | None = None,
-    ) -> Any:
+    ) -> Call[BatchResult]:
         """``POST /v1/jobs/{job}/metrics/batch`` as one npz body: ``steps`` ``[P]`` and
         each metric stacked ``[P, n_devices, ...]`` (or ``[P]``), up to 1,000 points, all
         or nothing; stored exactly as the same points pushed one by one (a retry in JSON
         is a no-op). The fastest way to push history: no JSON numbers to write or parse.
         Returns a :class:`~datarax.client.BatchResult`."""
-        return self._send(
-            arrays_batch_call(job, steps, metrics, reduce, weights, nan_policy, source, sources)
-        )
+        return arrays_batch_call(job, steps, metrics, reduce, weights, nan_policy, source, sources)
 
+    @_Operation
     def get_job_metrics(
         self,
         job: str,
@@ -140,7 +218,7 @@ class _Api:
         limit: int | None = None,
         max_points: int | None = None,
         include_partial: bool | None = None,
-    ) -> Any:
+    ) -> Call[History]:
         """``GET /v1/jobs/{job}/metrics``: one page, or downsampled buckets; either way
         ``answer["points"]`` holds the rows and ``answer["kind"]`` says which
         (:class:`~datarax.client.History`)."""
@@ -152,43 +230,55 @@ class _Api:
             max_points=max_points,
             include_partial=include_partial,
         )
-        return self._send(Call("GET", f"/v1/jobs/{job}/metrics", params=params))
+        return Call("GET", f"/v1/jobs/{job}/metrics", params=params)
 
-    def list_jobs(self, limit: int = 100, offset: int = 0) -> Any:
-        return self._send(Call("GET", "/v1/jobs", params={"limit": limit, "offset": offset}))
+    @_Operation
+    def list_jobs(self, limit: int = 100, offset: int = 0) -> Call[JobList]:
+        return Call("GET", "/v1/jobs", params={"limit": limit, "offset": offset})
 
-    def get_job(self, job: str) -> Any:
-        return self._send(Call("GET", f"/v1/jobs/{job}"))
+    @_Operation
+    def get_job(self, job: str) -> Call[JobSummary]:
+        return Call("GET", f"/v1/jobs/{job}")
 
-    def update_job(self, job: str, *, finished: bool) -> Any:
-        return self._send(Call("PATCH", f"/v1/jobs/{job}", json={"finished": finished}))
+    @_Operation
+    def update_job(self, job: str, *, finished: bool) -> Call[JobSummary]:
+        return Call("PATCH", f"/v1/jobs/{job}", json={"finished": finished})
 
-    def delete_job(self, job: str) -> Any:
-        return self._send(Call("DELETE", f"/v1/jobs/{job}"))
+    @_Operation
+    def delete_job(self, job: str) -> Call[None]:
+        return Call("DELETE", f"/v1/jobs/{job}")
 
     # sessions
-    def create_session(self, mesh_id: str, session: Mapping[str, Any]) -> Any:
-        return self._send(Call("POST", f"/v1/meshes/{mesh_id}/sessions", json=session))
+    @_Operation
+    def create_session(self, mesh_id: str, session: Mapping[str, Any]) -> Call[Session]:
+        return Call("POST", f"/v1/meshes/{mesh_id}/sessions", json=session)
 
-    def run_steps(self, session_id: str, request: Mapping[str, Any]) -> Any:
-        return self._send(Call("POST", f"/v1/sessions/{session_id}/steps", json=request))
+    @_Operation
+    def run_steps(self, session_id: str, request: Mapping[str, Any]) -> Call[StepAnswer]:
+        return Call("POST", f"/v1/sessions/{session_id}/steps", json=request)
 
-    def get_session(self, session_id: str) -> Any:
-        return self._send(Call("GET", f"/v1/sessions/{session_id}"))
+    @_Operation
+    def get_session(self, session_id: str) -> Call[Session]:
+        return Call("GET", f"/v1/sessions/{session_id}")
 
-    def delete_session(self, session_id: str) -> Any:
-        return self._send(Call("DELETE", f"/v1/sessions/{session_id}"))
+    @_Operation
+    def delete_session(self, session_id: str) -> Call[None]:
+        return Call("DELETE", f"/v1/sessions/{session_id}")
 
     # hardware
-    def list_hardware(self) -> Any:
-        return self._send(Call("GET", "/v1/hardware"))
+    @_Operation
+    def list_hardware(self) -> Call[HardwareList]:
+        return Call("GET", "/v1/hardware")
 
-    def recommend_meshes(self, request: Mapping[str, Any]) -> Any:
-        return self._send(Call("POST", "/v1/recommendations", json=request))
+    @_Operation
+    def recommend_meshes(self, request: Mapping[str, Any]) -> Call[Recommendations]:
+        return Call("POST", "/v1/recommendations", json=request)
 
-    def list_models(self) -> Any:
-        return self._send(Call("GET", "/v1/models"))
+    @_Operation
+    def list_models(self) -> Call[NamedModelList]:
+        return Call("GET", "/v1/models")
 
+    @_Operation
     def launch(
         self,
         plan_id: str,
@@ -198,7 +288,7 @@ class _Api:
         command: Sequence[str] | None = None,
         name: str | None = None,
         queue: str | None = None,
-    ) -> Any:
+    ) -> Call[LaunchConfig]:
         """The plan's launch config: ``target`` is ``maxtext`` (``args``, ``env``),
         ``jobset`` (``manifest``), ``slurm`` (``script``) or ``env`` (per process)."""
         body: dict[str, Any] = {"target": target}
@@ -206,7 +296,7 @@ class _Api:
                            ("queue", queue)):  # fmt: skip
             if value is not None:
                 body[key] = list(value) if key == "command" else value
-        return self._send(Call("POST", f"/v1/meshes/{plan_id}/launch", json=body))
+        return Call("POST", f"/v1/meshes/{plan_id}/launch", json=body)
 
 
 class Client(_Api):
@@ -237,7 +327,7 @@ class Client(_Api):
             base_url=base_url, headers=auth_headers(token), timeout=timeout_s, transport=transport
         )
 
-    def _send(self, call: Call) -> Any:
+    def _send[T](self, call: Call[T]) -> T:
         content, headers = call.body()
         attempt = 0
         while True:
@@ -257,7 +347,8 @@ class Client(_Api):
                 attempt += 1
                 continue
             raise_for_problem(answer.status_code, answer.headers, answer.content)
-            return decode(answer.headers, answer.content)
+            decoded: T = decode(answer.headers, answer.content)  # the call's answer type
+            return decoded
 
     def pusher(
         self,
@@ -273,7 +364,7 @@ class Client(_Api):
         durable answer and raises the first refusal."""
         return Pusher(self, job, in_flight=in_flight, source=source, sources=sources)
 
-    def iter_job_metrics(self, job: str, **query: Any) -> Iterator[dict[str, Any]]:
+    def iter_job_metrics(self, job: str, **query: Any) -> Iterator[HistoryPoint]:
         """Every point of the job's history in step order, page by page (pages cut at
         ``DATARAX_MAX_ANSWER_MB`` included). With ``max_points``, the rows are buckets
         when the service downsampled (:func:`~datarax.client.history_points`)."""
@@ -315,7 +406,7 @@ class AsyncClient(_Api):
             base_url=base_url, headers=auth_headers(token), timeout=timeout_s, transport=transport
         )
 
-    async def _send(self, call: Call) -> Any:
+    async def _send[T](self, call: Call[T]) -> T:
         content, headers = call.body()
         attempt = 0
         while True:
@@ -336,7 +427,8 @@ class AsyncClient(_Api):
                 attempt += 1
                 continue
             raise_for_problem(answer.status_code, answer.headers, answer.content)
-            return decode(answer.headers, answer.content)
+            decoded: T = decode(answer.headers, answer.content)  # the call's answer type
+            return decoded
 
     def pusher(
         self,
@@ -350,7 +442,7 @@ class AsyncClient(_Api):
         await p.push_arrays(steps, {"loss": losses})``."""
         return AsyncPusher(self, job, in_flight=in_flight, source=source, sources=sources)
 
-    async def iter_job_metrics(self, job: str, **query: Any) -> AsyncIterator[dict[str, Any]]:
+    async def iter_job_metrics(self, job: str, **query: Any) -> AsyncIterator[HistoryPoint]:
         after = query.pop("after_step", None)
         while True:
             page = await self.get_job_metrics(job, after_step=after, **query)

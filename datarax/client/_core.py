@@ -10,12 +10,19 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 import orjson
 
 from datarax.client._npz import encode_npz
+
+# The answer types' old home (they live in datarax.client.answers now): re-exported.
+from datarax.client.answers import BatchResult as BatchResult
+from datarax.client.answers import History as History
+from datarax.client.answers import HistoryPoint
+from datarax.client.answers import JobSummary as JobSummary
+from datarax.client.answers import PushResult as PushResult
 
 NPZ_MEDIA_TYPE = "application/x-npz"
 RETRY_STATUSES = frozenset({429, 503})
@@ -41,57 +48,7 @@ class ApiError(Exception):
         self.problem = dict(problem)
 
 
-class PushResult(TypedDict):
-    job: str
-    step: int
-    source: str
-    sources: int
-    complete: bool
-    reduced: dict[str, Any] | None
-    received_at: str
-    num_devices: int
-    missing_sources: list[str] | None
-
-
-class BatchResult(TypedDict):
-    job: str
-    points: int
-    created: int
-    unchanged: int
-    completed_steps: int
-    received_at: str
-
-
-class JobSummary(TypedDict):
-    job: str
-    points: int
-    first_step: int | None
-    last_step: int | None
-    last_push_at: str
-    finished: bool
-    created_at: str
-    incomplete_step: int | None
-    lagging_sources: list[str] | None
-    missing_count: int
-
-
-class History(TypedDict, total=False):
-    """A ``GET /v1/jobs/{job}/metrics`` answer. ``kind`` is ``"points"`` (a row per
-    stored step) or ``"buckets"`` (downsampled: a row per bucket, ``reduced`` holding each
-    metric's bucket mean, plus ``start_step``, ``end_step``, ``count``); ``points`` is
-    there in both, so ``for p in page["points"]: p["step"], p["reduced"]`` reads either.
-    :func:`history_points` gives those rows from older services' answers too."""
-
-    job: str
-    kind: str
-    downsampled: bool
-    points: list[dict[str, Any]]
-    next_after_step: int | None
-    bucket_steps: int
-    buckets: list[dict[str, Any]]
-
-
-def history_points(page: Mapping[str, Any]) -> list[dict[str, Any]]:
+def history_points(page: Mapping[str, Any]) -> list[HistoryPoint]:
     """The rows of a history answer, whichever kind it is: ``page["points"]``, or, from
     a service older than ``kind`` whose downsampled answer had ``buckets`` only, one row
     per bucket built the way the service builds them (``step``: the newest step with a
@@ -99,7 +56,7 @@ def history_points(page: Mapping[str, Any]) -> list[dict[str, Any]]:
     points = page.get("points")
     if points is not None:
         return list(points)
-    rows = []
+    rows: list[HistoryPoint] = []
     for bucket in page.get("buckets") or []:
         metrics = bucket.get("metrics", {})
         rows.append(
@@ -161,8 +118,9 @@ def dumps(value: Any) -> bytes:
 
 
 @dataclass
-class Call:
-    """One request, as data: what both clients send."""
+class Call[T]:
+    """One request, as data: what both clients send. ``T`` is the type of its decoded
+    answer (:mod:`datarax.client.answers`); ``_send`` returns one."""
 
     method: str
     path: str
@@ -268,7 +226,7 @@ def reduce_call(
     npz: bool,
     path: str = "/v1/metrics/reduce",
     extra: Mapping[str, Any] | None = None,
-) -> Call:
+) -> Call[Any]:
     if npz:
         arrays = dict(metrics)
         if weights is not None:
@@ -296,7 +254,7 @@ def push_call(
     source: str | None,
     sources: int | None,
     npz: bool,
-) -> Call:
+) -> Call[PushResult]:
     extra = {"step": step, **_push_fields(source, sources)}
     call = reduce_call(metrics, reduce, weights, nan_policy, npz, f"/v1/jobs/{job}/metrics", extra)
     call.idempotent = True
@@ -305,7 +263,7 @@ def push_call(
 
 def batch_call(
     job: str, points: list[Mapping[str, Any]], source: str | None, sources: int | None
-) -> Call:
+) -> Call[BatchResult]:
     body: dict[str, Any] = {"points": points, **_push_fields(source, sources)}
     return Call("POST", f"/v1/jobs/{job}/metrics/batch", json=body, idempotent=True)
 
@@ -319,7 +277,7 @@ def arrays_batch_call(
     nan_policy: str | None,
     source: str | None,
     sources: int | None,
-) -> Call:
+) -> Call[BatchResult]:
     """A columnar batch as an npz body: ``_step`` ``[P]``, each metric ``[P, n_devices,
     ...]`` (or ``[P]``: one number per point), ``_weights`` ``[P, n_devices]``; the
     reduce call's npz body with the steps beside the metrics."""

@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from datarax.client._core import Call, arrays_batch_call, batch_call, dumps
+from datarax.client.answers import BatchResult
 
 MAX_IN_FLIGHT = 16
 """The most batches a pusher keeps unanswered (each holds its encoded body)."""
@@ -50,13 +51,13 @@ class _Batches:
         reduce: Mapping[str, str] | None,
         weights: Any,
         nan_policy: str | None,
-    ) -> Call:
+    ) -> Call[BatchResult]:
         # The npz body is written here: the caller may change its arrays once push returns.
         return arrays_batch_call(
             self.job, steps, metrics, reduce, weights, nan_policy, self.source, self.sources
         )
 
-    def points(self, points: list[Mapping[str, Any]]) -> Call:
+    def points(self, points: list[Mapping[str, Any]]) -> Call[BatchResult]:
         call = batch_call(self.job, points, self.source, self.sources)
         # Encoded now, as the arrays are: the caller may change its points once push returns.
         call.content, call.content_type, call.json = dumps(call.json), "application/json", None
@@ -78,7 +79,7 @@ class _Pusher:
         self._client = client
         self._batches = _Batches(job, source, sources)
         self._done = 0  # batches before this index are answered and checked
-        self.results: list[Any] = []
+        self.results: list[BatchResult] = []
         """The :class:`~datarax.client.BatchResult` of each answered batch, in push order."""
         self._start(_check_in_flight(in_flight))
 
@@ -94,7 +95,7 @@ class Pusher(_Pusher):
     def _start(self, in_flight: int) -> None:
         self._slots = threading.BoundedSemaphore(in_flight)
         self._pool = ThreadPoolExecutor(in_flight, thread_name_prefix="datarax-push")
-        self._futures: list[Future[Any]] = []
+        self._futures: list[Future[BatchResult]] = []
 
     def push_arrays(
         self,
@@ -112,7 +113,7 @@ class Pusher(_Pusher):
         """As :meth:`Client.push_job_metrics_batch`, without waiting for the answer."""
         self._submit(self._batches.points(points))
 
-    def _submit(self, call: Call) -> None:
+    def _submit(self, call: Call[BatchResult]) -> None:
         self._collect(wait=False)
         self._slots.acquire()
         try:
@@ -132,7 +133,7 @@ class Pusher(_Pusher):
             self._done += 1
             self.results.append(future.result())  # raises the batch's ApiError
 
-    def flush(self) -> list[Any]:
+    def flush(self) -> list[BatchResult]:
         """Waits for every batch pushed so far; returns all results in push order.
         Raises the first refused batch's error (the later batches still complete)."""
         try:
@@ -170,7 +171,7 @@ class AsyncPusher(_Pusher):
 
     def _start(self, in_flight: int) -> None:
         self._slots = asyncio.Semaphore(in_flight)
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: list[asyncio.Task[BatchResult]] = []
 
     async def push_arrays(
         self,
@@ -186,13 +187,14 @@ class AsyncPusher(_Pusher):
     async def push_batch(self, points: list[Mapping[str, Any]]) -> None:
         await self._submit(self._batches.points(points))
 
-    async def _submit(self, call: Call) -> None:
+    async def _submit(self, call: Call[BatchResult]) -> None:
         self._collect()
         await self._slots.acquire()
 
-        async def send() -> Any:
+        async def send() -> BatchResult:
             try:
-                return await self._client._send(call)
+                answer: BatchResult = await self._client._send(call)
+                return answer
             finally:
                 self._slots.release()
 
@@ -204,7 +206,7 @@ class AsyncPusher(_Pusher):
             self._done += 1
             self.results.append(task.result())
 
-    async def flush(self) -> list[Any]:
+    async def flush(self) -> list[BatchResult]:
         pending = self._tasks[self._done :]
         await asyncio.gather(*pending, return_exceptions=True)
         self._collect()
