@@ -46,7 +46,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 from xml.sax.saxutils import escape, quoteattr
 
 from app.core.errors import InvalidParameter
@@ -155,6 +156,94 @@ def _boundaries(cells: list[Cell], x0: float, y0: float, w: int, h: int) -> list
     return out
 
 
+SliceKey = tuple[int, int] | None  # batch dim-0 rows [start, stop) a device holds; None: all
+HeaderLine = tuple[str, int, str]  # text, font size, extra attributes
+
+
+@dataclass(frozen=True)
+class _PlanFacts:
+    """What the picture reads of a stored plan, read once."""
+
+    title: str
+    axes: dict[str, int]  # mesh axis name -> size, in mesh order
+    shards: list[dict[str, Any]]  # one per device, in mesh order
+    detail: dict[str, Mapping[str, Any]]  # axis name -> its ``axes_detail`` entry
+    batch: Mapping[str, Any] | None
+    slice_keys: list[SliceKey]  # per shard
+    holders: Counter[SliceKey]  # slice -> number of devices holding it, first-seen order
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.axes)
+
+    @property
+    def sizes(self) -> list[int]:
+        return list(self.axes.values())
+
+    @property
+    def n(self) -> int:
+        return len(self.shards)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The cells to draw and their geometry.
+
+    ``mode`` is ``"blocks"`` (a summary of blocks), ``"grid"`` (the whole plan as its
+    device grid, with axis labels) or ``"scope"`` (the devices of a scope in rows).
+    """
+
+    mode: Literal["blocks", "grid", "scope"]
+    cells: list[Cell]
+    cell_w: int
+    cell_h: int
+    left: int  # x of the first column: room for the row labels of a device grid
+    how: str = ""  # blocks only: what one block is, for the header note
+    row_labels: list[str] = field(default_factory=list)  # device grid only
+
+    @property
+    def rows(self) -> int:
+        return max((c.row for c in self.cells), default=-1) + 1
+
+    @property
+    def cols(self) -> int:
+        return max((c.col for c in self.cells), default=-1) + 1
+
+
+@dataclass
+class _Legend:
+    """The legend under the grid, built row by row: its SVG parts, the widths of the text
+    that sets the picture's width, and ``y``, the baseline of its last row."""
+
+    y: float
+    parts: list[str] = field(default_factory=list)
+    widths: list[float] = field(default_factory=list)
+
+    def text(self, text: str, *, advance: float, extra: str = "") -> None:
+        """A row of text ``advance`` px below the last one."""
+        self.y += advance
+        self.parts.append(_t(MARGIN, self.y, text, anchor="start", extra=extra))
+        self.widths.append(_text_width(text, 11))
+
+    def swatch(self, fill: str, text: str) -> None:
+        """A row: a box of colour ``fill``, then ``text``."""
+        self.y += LINE
+        self.parts.append(
+            f"<rect x='{MARGIN}' y='{self.y - 10}' width='14' height='12' fill='{fill}' "
+            f"stroke='#333333'/>" + _t(MARGIN + 22, self.y, text, anchor="start")
+        )
+        self.widths.append(22 + _text_width(text, 11))
+
+    def stroke(self, style: str, text: str) -> None:
+        """A row: a short line drawn in ``style``, then ``text``."""
+        self.y += LINE
+        self.parts.append(
+            f"<line x1='{MARGIN}' y1='{self.y - 4}' x2='{MARGIN + 14}' y2='{self.y - 4}' "
+            f"{style}/>" + _t(MARGIN + 22, self.y, text, anchor="start")
+        )
+        self.widths.append(22 + _text_width(text, 11))
+
+
 def render_layout_svg(
     plan: Mapping[str, Any], scope: Mapping[str, tuple[int, int]] | None = None
 ) -> str:
@@ -174,21 +263,53 @@ def render_layout_svg(
         naming the first filter, with the plan's ranges in the message).
     """
     scope = dict(scope or {})
-    axes: dict[str, int] = {str(k): int(v) for k, v in plan["axes"].items()}
-    names, sizes = list(axes), list(axes.values())
-    shards: list[dict[str, Any]] = plan.get("shards") or []
-    n = len(shards)
-    detail = {str(d["name"]): d for d in plan.get("axes_detail") or [] if "name" in d}
-    batch = plan.get("batch") or None
-    batch_size = int(batch["shape"][0]) if batch and batch.get("shape") else 0
+    facts = _read_plan(plan)
+    positions = _scope_positions(plan, facts, scope)
+    colours = _colours(facts, scope, positions)
+    grid = _lay_out(facts, scope, positions, colours)
+    header = _header_lines(plan, facts, scope, positions, grid)
 
+    out: list[str] = []
+    y = 8.0
+    for text, size, extra in header:
+        y += size + 7
+        out.append(_t(MARGIN, y, text, size=size, anchor="start", extra=extra))
+    top = y + (26 if grid.mode == "grid" else 12)
+    out += _grid_labels(grid, top)
+    out += _cell_groups(grid, top)
+    lines = _boundaries(grid.cells, grid.left, top, grid.cell_w, grid.cell_h)
+    out += lines
+    legend = _legend(facts, grid, colours, positions, top, lines)
+    out += legend.parts
+
+    widths = legend.widths + [_text_width(text, size) for text, size, _ in header]
+    return _document(facts, scope, grid, out, widths, legend.y)
+
+
+def _read_plan(plan: Mapping[str, Any]) -> _PlanFacts:
+    """The fields the picture draws, each read (and converted) once."""
+    shards: list[dict[str, Any]] = plan.get("shards") or []
     # Inline, not _slice_key per shard: 65,536 calls cost more than the rest of the picture.
     slice_keys = [
         (int(ix[0][0]), int(ix[0][1])) if (ix := shard.get("index")) else None for shard in shards
     ]
-    holders = Counter(slice_keys)  # first-seen order
+    return _PlanFacts(
+        title=str(plan.get("name") or plan.get("id", "mesh plan")),
+        axes={str(k): int(v) for k, v in plan["axes"].items()},
+        shards=shards,
+        detail={str(d["name"]): d for d in plan.get("axes_detail") or [] if "name" in d},
+        batch=plan.get("batch") or None,
+        slice_keys=slice_keys,
+        holders=Counter(slice_keys),
+    )
 
-    positions = select_positions(shards, scope) if scope else list(range(n))
+
+def _scope_positions(
+    plan: Mapping[str, Any], facts: _PlanFacts, scope: Mapping[str, tuple[int, int]]
+) -> list[int]:
+    """The positions of the devices to draw; raises when a scope selects none."""
+    n = facts.n
+    positions = select_positions(facts.shards, scope) if scope else list(range(n))
     if scope and not positions:
         name = next(k for k in SCOPE_PARAMS if k in scope)
         slices = plan.get("slices")
@@ -198,44 +319,68 @@ def render_layout_svg(
         if plan.get("hosts"):
             hint += f", hosts 0-{int(plan['hosts']) - 1}"
         raise InvalidParameter(("query", name), f"{scope_text(scope)} selects no device; {hint}")
+    return positions
 
+
+def _colours(
+    facts: _PlanFacts, scope: Mapping[str, tuple[int, int]], positions: list[int]
+) -> Colours:
+    """Fills by batch slice: categorical for few slices, else a ramp over the scope's rows."""
+    batch = facts.batch
+    batch_size = int(batch["shape"][0]) if batch and batch.get("shape") else 0
     # The ramp spans the batch rows of the scope: a slice of a pod is not one flat colour.
     low, high = 0, batch_size
     if scope and batch_size:
-        held = [k for k in {slice_keys[p] for p in positions} if k]
+        held = [k for k in {facts.slice_keys[p] for p in positions} if k]
         low, high = min(k[0] for k in held), max(k[1] for k in held)
-    colours = Colours(holders, low, high)
+    return Colours(facts.holders, low, high)
 
-    whole_grid = not scope
-    rows, cols, wrapped = grid_shape(sizes)
-    blocks = len(positions) > MAX_CELLS or (whole_grid and cols > MAX_COLUMNS)
-    how = ""
-    if blocks:
-        how, cells = block_cells(shards, positions, slice_keys, names, sizes, colours, scope)
+
+def _lay_out(
+    facts: _PlanFacts,
+    scope: Mapping[str, tuple[int, int]],
+    positions: list[int],
+    colours: Colours,
+) -> _Grid:
+    """Blocks for a big scope (or a whole grid too wide), else one cell per device."""
+    shards, names, sizes = facts.shards, facts.names, facts.sizes
+    _, cols, wrapped = grid_shape(sizes)
+    if len(positions) > MAX_CELLS or (not scope and cols > MAX_COLUMNS):
+        how, cells = block_cells(shards, positions, facts.slice_keys, names, sizes, colours, scope)
         most = max(len(c.lines) for c in cells)
-        w, h, left = BLOCK_W, BLOCK_H + PITCH * max(0, most - 3), MARGIN
-    elif whole_grid:
+        return _Grid("blocks", cells, BLOCK_W, BLOCK_H + PITCH * max(0, most - 3), MARGIN, how)
+    if not scope:
         cells = device_cells(shards, positions, names, colours, cols)
-        row_labels = grid_row_labels(sizes, wrapped, max(c.row for c in cells) + 1)
-        widest = max((_text_width(t, 11) for t in row_labels), default=0)
-        w, h, left = CELL_W, CELL_H, math.ceil(MARGIN + widest + 14)
-    else:
-        wrap = sizes[-1] if sizes[-1] <= MAX_COLUMNS else WRAP
-        cells = device_cells(shards, positions, names, colours, min(wrap, len(positions)))
-        w, h, left = CELL_W, CELL_H, MARGIN
-    grid_rows = max((c.row for c in cells), default=-1) + 1
-    grid_cols = max((c.col for c in cells), default=-1) + 1
+        labels = grid_row_labels(sizes, wrapped, max(c.row for c in cells) + 1)
+        widest = max((_text_width(t, 11) for t in labels), default=0)
+        left = math.ceil(MARGIN + widest + 14)
+        return _Grid("grid", cells, CELL_W, CELL_H, left, row_labels=labels)
+    wrap = sizes[-1] if sizes[-1] <= MAX_COLUMNS else WRAP
+    cells = device_cells(shards, positions, names, colours, min(wrap, len(positions)))
+    return _Grid("scope", cells, CELL_W, CELL_H, MARGIN)
 
-    # Header: one line per text, so nothing overlaps.
-    title = str(plan.get("name") or plan.get("id", "mesh plan"))
-    shape_text = " x ".join(_axis_text(k, v, detail) for k, v in axes.items())
+
+def _shape_text(facts: _PlanFacts) -> str:
+    """The mesh shape with link classes: ``data=2 (dcn) x fsdp=8 (ici)``."""
+    return " x ".join(_axis_text(k, v, facts.detail) for k, v in facts.axes.items())
+
+
+def _header_lines(
+    plan: Mapping[str, Any],
+    facts: _PlanFacts,
+    scope: Mapping[str, tuple[int, int]],
+    positions: list[int],
+    grid: _Grid,
+) -> list[HeaderLine]:
+    """The header, one line per text so nothing overlaps."""
+    n = facts.n
     kind = "live" if plan.get("live") else "abstract"
-    header: list[tuple[str, int, str]] = [
-        (title, 15, "font-weight='bold'"),
-        (f"mesh {shape_text}, {plural(n, 'device')}, {kind}, "
+    header: list[HeaderLine] = [
+        (facts.title, 15, "font-weight='bold'"),
+        (f"mesh {_shape_text(facts)}, {plural(n, 'device')}, {kind}, "
          f"platform {plan.get('platform') or '-'}", 12, ""),
     ]  # fmt: skip
-    for a, d in detail.items():
+    for a, d in facts.detail.items():
         rate = f", {format_rate(d['bytes_per_s'])}" if d.get("bytes_per_s") else ""
         header.append(
             (f"axis {a}: {d.get('link', '?')}, ici={d.get('ici', '?')} "
@@ -246,43 +391,58 @@ def render_layout_svg(
             (f"showing {scope_text(scope)}: {len(positions):,} of {plural(n, 'device')}", 12,
              "font-weight='bold'")
         )  # fmt: skip
-    if blocks:
+    if grid.mode == "blocks":
         header.append(
-            (f"{plural(len(positions), 'device')} drawn as {plural(len(cells), 'block')} "
-             f"({how}); click a block to open it", 12, "fill='#b00020'")
+            (f"{plural(len(positions), 'device')} drawn as {plural(len(grid.cells), 'block')} "
+             f"({grid.how}); click a block to open it", 12, "fill='#b00020'")
         )  # fmt: skip
-    elif whole_grid:
-        if len(sizes) == 1 and wrapped:
-            col_axis = f"{_axis_text(names[0], sizes[0], detail)} mod {WRAP}"
-            row_axis = f"{names[0]} div {WRAP}"
-        elif len(sizes) == 1:
-            col_axis, row_axis = _axis_text(names[0], sizes[0], detail), ""
-        else:
-            col_axis = _axis_text(names[-1], sizes[-1], detail)
-            row_axis = " x ".join(
-                _axis_text(a, s, detail) for a, s in zip(names[:-1], sizes[:-1], strict=True)
-            )
-        header.append((f"columns \u2192 {col_axis}", 12, ""))
-        if row_axis:
-            header.append((f"rows \u2193 {row_axis}", 12, ""))
+    elif grid.mode == "grid":
+        header += _grid_axes_lines(facts)
     else:
         header.append(("devices in mesh order, left to right", 12, ""))
+    return header
 
-    out: list[str] = []
-    y = 8.0
-    for text, size, extra in header:
-        y += size + 7
-        out.append(_t(MARGIN, y, text, size=size, anchor="start", extra=extra))
-    top = y + (26 if whole_grid and not blocks else 12)
-    if whole_grid and not blocks:
-        for c in range(grid_cols):
-            out.append(_t(left + c * (w + GAP) + w / 2, top - 8, str(c), size=MIN_FONT))
-        for r, label in enumerate(row_labels):
-            if label:
-                out.append(_t(left - 8, top + r * (h + GAP) + h / 2 + 4, label, anchor="end"))
 
-    for cell in cells:
-        x = left + cell.col * (w + GAP)
+def _grid_axes_lines(facts: _PlanFacts) -> list[HeaderLine]:
+    """Which mesh axes the columns and rows of the whole device grid follow."""
+    names, sizes, detail = facts.names, facts.sizes, facts.detail
+    _, _, wrapped = grid_shape(sizes)
+    if len(sizes) == 1 and wrapped:
+        col_axis = f"{_axis_text(names[0], sizes[0], detail)} mod {WRAP}"
+        row_axis = f"{names[0]} div {WRAP}"
+    elif len(sizes) == 1:
+        col_axis, row_axis = _axis_text(names[0], sizes[0], detail), ""
+    else:
+        col_axis = _axis_text(names[-1], sizes[-1], detail)
+        row_axis = " x ".join(
+            _axis_text(a, s, detail) for a, s in zip(names[:-1], sizes[:-1], strict=True)
+        )
+    lines: list[HeaderLine] = [(f"columns \u2192 {col_axis}", 12, "")]
+    if row_axis:
+        lines.append((f"rows \u2193 {row_axis}", 12, ""))
+    return lines
+
+
+def _grid_labels(grid: _Grid, top: float) -> list[str]:
+    """The column numbers and row labels of the whole device grid (none otherwise)."""
+    if grid.mode != "grid":
+        return []
+    w, h, left = grid.cell_w, grid.cell_h, grid.left
+    out = [
+        _t(left + c * (w + GAP) + w / 2, top - 8, str(c), size=MIN_FONT) for c in range(grid.cols)
+    ]
+    for r, label in enumerate(grid.row_labels):
+        if label:
+            out.append(_t(left - 8, top + r * (h + GAP) + h / 2 + 4, label, anchor="end"))
+    return out
+
+
+def _cell_groups(grid: _Grid, top: float) -> list[str]:
+    """One group per cell: its box, its lines of text and its tooltip; a block is a link."""
+    w, h, blocks = grid.cell_w, grid.cell_h, grid.mode == "blocks"
+    out = []
+    for cell in grid.cells:
+        x = grid.left + cell.col * (w + GAP)
         cy = top + cell.row * (h + GAP)
         ink = f"fill='{_text_colour(cell.fill)}'"
         parts = []
@@ -300,91 +460,91 @@ def render_layout_svg(
             href = quoteattr(cell.href)
             group = f"<a href={href} xlink:href={href} class='block'>{group}</a>"
         out.append(group)
-    lines = _boundaries(cells, left, top, w, h)
-    has_slices = any(SLICE_STROKE in line for line in lines)
-    has_hosts = any(HOST_STROKE in line for line in lines)
-    out.extend(lines)
+    return out
 
-    # Legend.
-    y = top + grid_rows * (h + GAP) + 22
-    if batch:
-        spec0 = (batch.get("spec") or [None])[0]
-        split = (
-            "replicated"
-            if spec0 is None
-            else f"split over {spec0 if isinstance(spec0, str) else ' x '.join(spec0)}"
-        )
-        heading = f"batch {batch.get('shape')} dim 0 {split}; colour = slice of dim 0"
-    else:
-        heading = "no batch_shape: every device holds the same (empty) slice"
-    legend = [_t(MARGIN, y, heading, anchor="start", extra="font-weight='bold'")]
-    widths = [_text_width(heading, 11)]
+
+def _legend(
+    facts: _PlanFacts,
+    grid: _Grid,
+    colours: Colours,
+    positions: list[int],
+    top: float,
+    boundaries: list[str],
+) -> _Legend:
+    """The legend under the grid: the batch, its colours, the boundary lines drawn."""
+    legend = _Legend(top + grid.rows * (grid.cell_h + GAP) + 22)
+    legend.text(_batch_heading(facts.batch), advance=0, extra="font-weight='bold'")
     if colours.categorical:
-        shown = {slice_keys[p] for p in positions}
+        shown = {facts.slice_keys[p] for p in positions}
         for key, colour in colours.table.items():
-            if key not in shown:
-                continue
-            y += LINE
-            text = "whole batch" if key is None else f"[{key[0]}, {key[1]})"
-            text = f"{text}: {plural(holders[key], 'device')}"
-            legend.append(
-                f"<rect x='{MARGIN}' y='{y - 10}' width='14' height='12' fill='{colour}' "
-                f"stroke='#333333'/>" + _t(MARGIN + 22, y, text, anchor="start")
-            )
-            widths.append(22 + _text_width(text, 11))
-        if blocks and any(c.fill == MIXED for c in cells):
-            y += LINE
-            legend.append(
-                f"<rect x='{MARGIN}' y='{y - 10}' width='14' height='12' fill='{MIXED}' "
-                f"stroke='#333333'/>"
-                + _t(MARGIN + 22, y, "block holding several slices", anchor="start")
-            )
+            if key in shown:
+                text = "whole batch" if key is None else f"[{key[0]}, {key[1]})"
+                legend.swatch(colour, f"{text}: {plural(facts.holders[key], 'device')}")
+        if grid.mode == "blocks" and any(c.fill == MIXED for c in grid.cells):
+            legend.swatch(MIXED, "block holding several slices")
     else:
-        y += LINE
-        ticks = [i / (len(RAMP) - 1) for i in range(len(RAMP))]
-        stops = "".join(f"<stop offset='{t:.3f}' stop-color='{ramp(t)}'/>" for t in ticks)
-        legend.append(
-            f"<defs><linearGradient id='batch-ramp'>{stops}</linearGradient></defs>"
-            f"<rect x='{MARGIN}' y='{y - 10}' width='240' height='12' fill='url(#batch-ramp)' "
-            f"stroke='#333333'/>"
-        )
-        legend.append(_t(MARGIN, y + 14, str(low), size=MIN_FONT, anchor="start"))
-        legend.append(_t(MARGIN + 240, y + 14, str(high), size=MIN_FONT, anchor="end"))
-        y += LINE + 8
-        each = next(iter(holders.values()))
-        text = (
-            f"continuous ramp over the start row of each slice ({len(holders):,} distinct "
-            f"slices of dim 0, {plural(each, 'device')} each)"
-            if len(set(holders.values())) == 1
-            else f"continuous ramp over the start row of each slice ({len(holders):,} slices)"
-        )
-        legend.append(_t(MARGIN, y, text, anchor="start"))
-        widths.append(_text_width(text, 11))
-    if has_slices:
-        y += LINE
-        legend.append(
-            f"<line x1='{MARGIN}' y1='{y - 4}' x2='{MARGIN + 14}' y2='{y - 4}' {SLICE_STROKE}/>"
-            + _t(MARGIN + 22, y, "slice boundary (dcn between slices)", anchor="start")
-        )
-    if has_hosts:
-        y += LINE
-        legend.append(
-            f"<line x1='{MARGIN}' y1='{y - 4}' x2='{MARGIN + 14}' y2='{y - 4}' {HOST_STROKE}/>"
-            + _t(MARGIN + 22, y, "host boundary", anchor="start")
-        )
-    if blocks:
-        y += LINE
+        _ramp_legend(legend, colours, facts.holders)
+    if any(SLICE_STROKE in line for line in boundaries):
+        legend.stroke(SLICE_STROKE, "slice boundary (dcn between slices)")
+    if any(HOST_STROKE in line for line in boundaries):
+        legend.stroke(HOST_STROKE, "host boundary")
+    if grid.mode == "blocks":
         text = "block: what it holds, its devices (and hosts), the batch rows it holds"
-        legend.append(_t(MARGIN, y, text, anchor="start"))
-        widths.append(_text_width(text, 11))
-    out.extend(legend)
+        legend.text(text, advance=LINE)
+    return legend
 
-    widths += [_text_width(text, size) for text, size, _ in header]
-    width = math.ceil(
-        max(left + grid_cols * (w + GAP), 520, MARGIN + max(widths, default=0)) + MARGIN
+
+def _batch_heading(batch: Mapping[str, Any] | None) -> str:
+    """The legend's first line: the batch shape and how dim 0 is split."""
+    if not batch:
+        return "no batch_shape: every device holds the same (empty) slice"
+    spec0 = (batch.get("spec") or [None])[0]
+    split = (
+        "replicated"
+        if spec0 is None
+        else f"split over {spec0 if isinstance(spec0, str) else ' x '.join(spec0)}"
     )
-    height = math.ceil(y + MARGIN)
-    caption = f"{title}: {shape_text} ({plural(n, 'device')})"
+    return f"batch {batch.get('shape')} dim 0 {split}; colour = slice of dim 0"
+
+
+def _ramp_legend(legend: _Legend, colours: Colours, holders: Counter[SliceKey]) -> None:
+    """The gradient bar from the scope's first to last batch row, and what it means."""
+    legend.y += LINE
+    y = legend.y
+    ticks = [i / (len(RAMP) - 1) for i in range(len(RAMP))]
+    stops = "".join(f"<stop offset='{t:.3f}' stop-color='{ramp(t)}'/>" for t in ticks)
+    legend.parts.append(
+        f"<defs><linearGradient id='batch-ramp'>{stops}</linearGradient></defs>"
+        f"<rect x='{MARGIN}' y='{y - 10}' width='240' height='12' fill='url(#batch-ramp)' "
+        f"stroke='#333333'/>"
+    )
+    legend.parts.append(_t(MARGIN, y + 14, str(colours.low), size=MIN_FONT, anchor="start"))
+    legend.parts.append(_t(MARGIN + 240, y + 14, str(colours.high), size=MIN_FONT, anchor="end"))
+    each = next(iter(holders.values()))
+    text = (
+        f"continuous ramp over the start row of each slice ({len(holders):,} distinct "
+        f"slices of dim 0, {plural(each, 'device')} each)"
+        if len(set(holders.values())) == 1
+        else f"continuous ramp over the start row of each slice ({len(holders):,} slices)"
+    )
+    legend.text(text, advance=LINE + 8)
+
+
+def _document(
+    facts: _PlanFacts,
+    scope: Mapping[str, tuple[int, int]],
+    grid: _Grid,
+    body: list[str],
+    widths: list[float],
+    bottom: float,
+) -> str:
+    """The SVG document around ``body``, sized to the grid, the text and ``bottom``."""
+    width = math.ceil(
+        max(grid.left + grid.cols * (grid.cell_w + GAP), 520, MARGIN + max(widths, default=0))
+        + MARGIN
+    )
+    height = math.ceil(bottom + MARGIN)
+    caption = f"{facts.title}: {_shape_text(facts)} ({plural(facts.n, 'device')})"
     if scope:
         caption += f", {scope_text(scope)}"
     head = [
@@ -394,4 +554,4 @@ def render_layout_svg(
         f"<title>{escape(caption)}</title>",
         f"<rect x='0' y='0' width='{width}' height='{height}' fill='#ffffff'/>",
     ]
-    return "\n".join(head + out + ["</svg>"]) + "\n"
+    return "\n".join(head + body + ["</svg>"]) + "\n"
