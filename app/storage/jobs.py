@@ -39,8 +39,8 @@ from app.core.ids import utc_now
 from app.storage.history import downsample, get_job, history_page  # noqa: F401
 from app.storage.part_blobs import decode_part
 from app.storage.parts import (
-    MergeRows,
     PartSegment,
+    SegmentRules,
     missing_sources,
     open_sources,
     push_segment,
@@ -168,7 +168,7 @@ def push(
     job: str,
     items: list[PushItem],
     now: str,
-    merge: MergeRows | None = None,
+    rules: SegmentRules | None = None,
 ) -> int:
     """Stores a batch of points and parts, all or nothing (call inside a transaction).
 
@@ -184,8 +184,9 @@ def push(
       SourcesMismatch: ``sources`` differs from the step's.
       PartMismatch: a part whose metrics or device count differ from the step's parts.
 
-    ``merge``: how completed steps' parts are merged (default
-    :func:`app.storage.parts.merge_rows`, the library's merge).
+    ``rules``: the jobs service's merge rules, run on each source's parts
+    (:data:`app.storage.parts.SegmentRules`; required when the push holds parts:
+    storage never imports the service).
     """
     for item in items:
         # From scratch: a group commit may run a push again after rolling it back.
@@ -240,7 +241,7 @@ def push(
     completed = 0
     wrote_parts = False
     for segment, members in _segments_of(parts):
-        done, done_rollup = push_segments(conn, job, [segment], now, merge, stored)
+        done, done_rollup = push_segments(conn, job, [segment], now, rules, stored)
         completed += done
         rollup += done_rollup
         wrote_parts = wrote_parts or segment.created > 0
@@ -267,19 +268,33 @@ def push_segments(
     job: str,
     segments: Sequence[PartSegment],
     now: str,
-    merge: MergeRows | None = None,
+    rules: SegmentRules | None = None,
     stored: dict[int, tuple[Any, ...]] | None = None,
 ) -> tuple[int, list[tuple[int, dict[str, float]]]]:
-    """Stores segments of parts (:func:`app.storage.parts.push_segment`) and writes the
-    steps they complete into ``job_points``; returns the count completed and their rollup
-    input (the caller writes the rollups and the job row)."""
+    """Stores segments of parts (the jobs service's ``rules``, run by
+    :func:`app.storage.parts.push_segment`) and writes the steps they complete into
+    ``job_points``; returns the count completed and their rollup input (the caller writes
+    the rollups and the job row).
+
+    Raises:
+      ValueError: no ``rules`` were given.
+    """
+    if rules is None:
+        raise ValueError(
+            "parts need the jobs service's merge rules "
+            "(app.services.jobs.parts.PART_RULES); storage has none of its own"
+        )
     completed = 0
     rollup: list[tuple[int, dict[str, float]]] = []
     for segment in segments:
         rows = stored if stored is not None else _stored_points(conn, job, segment.steps)
         mine = set(segment.steps)
         points = {step: (int(row[2]), row[3], row[4]) for step, row in rows.items() if step in mine}
-        done, done_rollup, point_rows = push_segment(conn, job, segment, now, merge, points)
+        result = push_segment(conn, job, segment, now, rules, points)
+        point_rows = [
+            (job, step, point.reduced, now, None, segment.sources, point.num_devices)
+            for step, point in result.completed
+        ]
         if point_rows:
             conn.executemany(
                 "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
@@ -289,8 +304,8 @@ def push_segments(
             if stored is not None:
                 for row in point_rows:
                     stored[row[1]] = (row[1], None, row[5], row[2], row[3])
-        completed += len(done)
-        rollup += done_rollup
+        completed += len(result.completed)
+        rollup += [(step, point.values) for step, point in result.completed]
     return completed, rollup
 
 
@@ -299,11 +314,11 @@ def push_part_columns(
     job: str,
     segment: PartSegment,
     now: str,
-    merge: MergeRows | None = None,
+    rules: SegmentRules | None = None,
 ) -> tuple[int, int]:
     """One source's parts of a batch, stored as one segment (all or nothing; call inside a
     transaction); returns (parts newly stored, steps completed)."""
-    completed, rollup = push_segments(conn, job, [segment], now, merge)
+    completed, rollup = push_segments(conn, job, [segment], now, rules)
     created = segment.created
     write_rollups(conn, job, rollup)
     if created:
@@ -366,7 +381,7 @@ def push_columns(
     job: str,
     batch: PointColumns,
     now: str,
-    merge: MergeRows | None = None,
+    rules: SegmentRules | None = None,
     rollup_rows: list[tuple] | None = None,
 ) -> tuple[int, list[PushItem] | None]:
     """Stores a batch of complete steps, all or nothing (call inside a transaction);
@@ -388,7 +403,7 @@ def push_columns(
         or open_sources(conn, job, steps)
     ):
         items = batch.items()
-        push(conn, job, items, now, merge)
+        push(conn, job, items, now, rules)
         return sum(1 for item in items if item.created), items
     count = len(steps)
     conn.executemany(
@@ -497,9 +512,12 @@ def _outcome_of_items(items: list[PushItem], now: str) -> PushOutcome:
     )
 
 
-def store_batch_here(store: Store, job: str, batch: PushBatch) -> PushOutcome:
+def store_batch_here(
+    store: Store, job: str, batch: PushBatch, rules: SegmentRules | None = None
+) -> PushOutcome:
     """Stores a push, all or nothing, in the store's group commit; for a caller already in
-    a worker thread (it blocks until the durable commit).
+    a worker thread (it blocks until the durable commit). ``rules``: the jobs service's
+    merge rules, for parts (as :func:`push`).
 
     Raises:
       StepConflict, SourcesMismatch, PartMismatch: as :func:`push`.
@@ -508,7 +526,7 @@ def store_batch_here(store: Store, job: str, batch: PushBatch) -> PushOutcome:
     write = store.write_grouped_here
     if batch.parts is not None:
         segment = batch.parts
-        created, completed = write(lambda c: push_part_columns(c, job, segment, now))
+        created, completed = write(lambda c: push_part_columns(c, job, segment, now, rules))
         first = segment.outcome(segment.steps[0])[2] if segment.steps else now
         return PushOutcome(len(segment.steps), created, completed, first)
     if batch.columns is not None:
@@ -516,20 +534,22 @@ def store_batch_here(store: Store, job: str, batch: PushBatch) -> PushOutcome:
         # Computed before the write: the group commit's lock then covers SQLite's work only,
         # and a pusher's next batch is decoded while this one commits.
         rollup = columns_rollup_rows(job, columns.steps, columns.values)
-        created, items = write(lambda c: push_columns(c, job, columns, now, None, rollup))
+        created, items = write(lambda c: push_columns(c, job, columns, now, rules, rollup))
         if items is None:  # every step new and complete
             return PushOutcome(len(columns), created, created, now)
         return _outcome_of_items(items, now)
     items = batch.items
-    write(lambda c: push(c, job, items, now))
+    write(lambda c: push(c, job, items, now, rules))
     return _outcome_of_items(items, now)
 
 
-async def store_points(store: Store, job: str, items: list[PushItem]) -> PushOutcome:
-    """Stores points and parts one by one (:func:`push`), all or nothing, in the store's
-    group commit (pushes waiting at the same time share one fsync). Sets each item's
-    outcome fields."""
-    await store.write_grouped(lambda c: push(c, job, items, utc_now()))
+async def store_points(
+    store: Store, job: str, items: list[PushItem], rules: SegmentRules | None = None
+) -> PushOutcome:
+    """Stores points and parts one by one (:func:`push`, with the jobs service's merge
+    ``rules`` for parts), all or nothing, in the store's group commit (pushes waiting at
+    the same time share one fsync). Sets each item's outcome fields."""
+    await store.write_grouped(lambda c: push(c, job, items, utc_now(), rules))
     return _outcome_of_items(items, items[0].received_at if items else "")
 
 

@@ -9,7 +9,12 @@ written per part: 64 hosts pushing 1,000 steps each write 64 rows, not 64,000.
 A step is complete once ``sources`` distinct sources hold it; the push that brings its
 last part merges it (every source's rows for the completed steps, concatenated along the
 device axis in natural source order, reduced as one push of every device) into
-``job_points``, and counts it down in each segment's ``pending``. A segment whose steps are
+``job_points``, and counts it down in each segment's ``pending``. Those rules (retries,
+conflicts, coverage counts, the merge) are the jobs service's
+(:mod:`app.services.jobs.parts`): storage runs them inside the push's transaction
+(:func:`push_segment`, :data:`SegmentRules`) and hands them the job's segments as a
+:class:`SegmentTable`, typed reads and writes; this module keeps the SQL and the row
+codecs. A segment whose steps are
 all complete drops its arrays (``NULL``); its steps and hashes stay, so a retried part is
 still recognised.
 
@@ -46,20 +51,13 @@ serialises pushes, so two hosts completing the same step cannot both merge it.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import numpy as np
-import orjson
 
-from app.codecs.json_arrays import encode_json
-from app.core.errors import PartMismatch, SourcesMismatch, StepConflict, from_library
-from app.storage.part_blobs import decode_part, encode_part, row_hashes
-from app.storage.reduced_text import object_texts, scalar_floats
-from datarax.distributed.errors import MetricsError
-from datarax.distributed.typing import NanPolicy, ReduceOp
-from datarax.metrics.merge import merge_steps
+from app.storage.part_blobs import decode_part, encode_part
 
 WEIGHTS_ARRAY = "_weights"
 """A part's weights, stored beside its metrics (``[n_devices]``; stacked ``[P, n_devices]``)."""
@@ -111,49 +109,6 @@ class MergedStep(NamedTuple):
     num_devices: int
 
 
-MergeRows = Callable[[list[tuple[str, dict[str, np.ndarray]]], str], list[MergedStep]]
-"""Merges the parts of k steps: ``[(source, {name: [k, n_devices, ...]})]`` in source
-order, and their signature (reduce options), into k points (:func:`merge_rows`)."""
-
-
-def signature_options(signature: str) -> tuple[dict[str, ReduceOp], NanPolicy]:
-    """(reduce ops, NaN policy) of a part signature (JSON: metrics, reduce, nan_policy), as
-    the library's types: the push that stored it had them checked by the library."""
-    meta = orjson.loads(signature)
-    return cast("dict[str, ReduceOp]", meta["reduce"]), cast("NanPolicy", meta["nan_policy"])
-
-
-def merge_rows(parts: list[tuple[str, dict[str, np.ndarray]]], signature: str) -> list[MergedStep]:
-    """Merges k steps' parts (``[(source, {name: [k, n_devices, ...]})]``, source order)
-    exactly as one push of every device, with the library's pure
-    :func:`datarax.metrics.merge.merge_steps`; the points' text as a batch of
-    complete steps stores it (:func:`app.storage.reduced_text.object_texts`).
-
-    Raises:
-      ServiceError: the library's metric codes.
-    """
-    ops, nan_policy = signature_options(signature)
-    metrics = [{n: a for n, a in arrays.items() if n != WEIGHTS_ARRAY} for _, arrays in parts]
-    weights = [arrays.get(WEIGHTS_ARRAY) for _, arrays in parts]
-    try:
-        merged = merge_steps(metrics, ops, weights=weights, nan_policy=nan_policy)
-    except MetricsError as err:
-        raise from_library(err) from None
-    if merged.columns is not None:
-        names = list(merged.columns)
-        columns = [merged.columns[n] for n in names]
-        texts = object_texts(names, columns)
-        rows = zip(*(column.tolist() for column in columns), strict=True)
-        return [
-            MergedStep(text, dict(zip(names, row, strict=True)), merged.num_devices)
-            for text, row in zip(texts, rows, strict=True)
-        ]
-    return [
-        MergedStep(encode_json(reduced).decode(), scalar_floats(reduced), merged.num_devices)
-        for reduced in merged.reduced
-    ]
-
-
 @dataclass
 class PartSegment:
     """One source's parts of one or more steps, as the service decoded them: every
@@ -167,8 +122,9 @@ class PartSegment:
     steps: list[int]
     columns: dict[str, np.ndarray]
     positions: list[int] = field(default_factory=list)
-    # filled in by push_segment: how many parts were new, and for the steps that are
-    # complete (stored before, or completed by this push) their reduced text and time
+    # filled in by push_segment from the rules' SegmentPush: how many parts were new,
+    # and for the steps that are complete (stored before, or completed by this push)
+    # their reduced text and time
     created: int = 0
     created_steps: set[int] = field(default_factory=set)
     complete: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -183,7 +139,15 @@ class PartSegment:
             self.received_at if done is None else done[1],
         )
 
+    def record(self, result: SegmentPush) -> None:
+        """Takes the outcome fields from what the merge rules did."""
+        self.created = len(result.created_steps)
+        self.created_steps = set(result.created_steps)
+        self.complete = dict(result.complete)
+        self.received_at = result.received_at
+
     def where(self, step: int) -> str:
+        """Where a step's part sits in the push, for error messages."""
         index = self.steps.index(step)
         place = self.positions[index] if index < len(self.positions) else index
         return f"points[{place}] (step {step}, source {self.source!r})"
@@ -308,24 +272,176 @@ def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.n
     return out
 
 
-def _unique_rows(segment: PartSegment, hashes: np.ndarray) -> np.ndarray:
-    """Positions of the segment's first part of each step, in step order. A step given
-    twice must be given the same (a retry inside one push); else 409 ``step_conflict``."""
-    steps = np.asarray(segment.steps, dtype=np.int64)
-    if steps.size < 2 or bool((steps[1:] > steps[:-1]).all()):
-        return np.arange(steps.size)  # ascending, each step once (the usual push)
-    order = np.argsort(steps, kind="stable")
-    ordered = steps[order]
-    repeat = np.flatnonzero(ordered[1:] == ordered[:-1]) + 1
-    for i in repeat.tolist():
-        if hashes[order[i]] != hashes[order[i - 1]]:
-            step = int(ordered[i])
-            raise StepConflict(
-                f"{segment.where(step)}: the batch holds this step twice, differently"
+@dataclass(frozen=True)
+class SegmentPush:
+    """What the merge rules made of one segment (:data:`SegmentRules`).
+
+    Attributes:
+      received_at: the push's time.
+      complete: ``step -> (reduced text, received_at)`` of the segment's steps that are
+        complete: stored before, or completed by this push.
+      created_steps: the steps whose parts this push newly stored.
+      completed: ``(step, merged point)`` of each step this push completed, for
+        ``job_points`` and the rollups.
+    """
+
+    received_at: str
+    complete: dict[int, tuple[str, str]] = field(default_factory=dict)
+    created_steps: frozenset[int] = frozenset()
+    completed: tuple[tuple[int, MergedStep], ...] = ()
+
+
+class OwnSegment(NamedTuple):
+    """A stored segment of the pushing source: its steps (ascending) and their hashes."""
+
+    steps: np.ndarray
+    hashes: np.ndarray
+    signature: str
+    sources: int
+
+
+class OtherSegment(NamedTuple):
+    """An open segment of another source whose sources, signature or devices differ."""
+
+    steps: np.ndarray
+    sources: int
+    signature: str
+    num_devices: int
+
+
+class OpenHolder(NamedTuple):
+    """An open segment of another source: row id, source, steps (ascending)."""
+
+    id: int
+    source: str
+    steps: np.ndarray
+
+
+class SegmentTable:
+    """``job_segments`` and ``job_coverage`` of one job, as the merge rules
+    (:data:`SegmentRules`) read and write them inside a push's transaction: typed reads
+    and writes, no connection handed out."""
+
+    def __init__(self, conn: sqlite3.Connection, job: str) -> None:
+        self._conn = conn
+        self.job = job
+
+    def own_segments(self, source: str, low: int, high: int) -> Iterator[OwnSegment]:
+        """``source``'s segments (open or not) overlapping ``[low, high]``."""
+        for blob, hash_blob, signature, sources in self._conn.execute(
+            "SELECT steps, hashes, signature, sources FROM job_segments "
+            "WHERE job = ? AND source = ? AND last_step >= ? AND first_step <= ?",
+            (self.job, source, low, high),
+        ):
+            yield OwnSegment(
+                _steps_of(blob), np.frombuffer(hash_blob, dtype="<u8"), signature, sources
             )
-    keep = np.ones(ordered.size, dtype=bool)
-    keep[repeat] = False
-    return order[keep]
+
+    def disagreeing_segments(
+        self, segment: PartSegment, low: int, high: int
+    ) -> Iterator[OtherSegment]:
+        """Other sources' open segments overlapping ``[low, high]`` whose ``sources``,
+        signature or device count differ from ``segment``'s."""
+        for blob, sources, signature, num_devices in self._conn.execute(
+            "SELECT steps, sources, signature, num_devices FROM job_segments "
+            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
+            "AND source != ? AND (sources != ? OR signature != ? OR num_devices != ?)",
+            (
+                self.job,
+                high,
+                low,
+                segment.source,
+                segment.sources,
+                segment.signature,
+                segment.num_devices,
+            ),
+        ):
+            yield OtherSegment(_steps_of(blob), sources, signature, num_devices)
+
+    def open_holders(self, source: str, low: int, high: int) -> list[OpenHolder]:
+        """Other sources' open segments overlapping ``[low, high]``."""
+        rows = self._conn.execute(
+            "SELECT id, source FROM job_segments "
+            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? AND source != ?",
+            (self.job, high, low, source),
+        ).fetchall()
+        return [
+            OpenHolder(seg_id, name, _steps_of(_segment_steps_blob(self._conn, seg_id)))
+            for seg_id, name in rows
+        ]
+
+    def arrays_of(self, ids: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
+        """The stacked arrays of the segments ``ids`` (open ones), read in few queries."""
+        wanted = sorted(ids)
+        loaded: dict[int, dict[str, np.ndarray]] = {}
+        for start in range(0, len(wanted), _IN_CHUNK):
+            chunk = wanted[start : start + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for seg_id, blob in self._conn.execute(
+                f"SELECT id, arrays FROM job_segments WHERE id IN ({marks})", chunk
+            ):
+                loaded[seg_id] = decode_part(bytes(blob))
+        return loaded
+
+    def step_sources(self, step: int) -> list[str]:
+        """The sources holding a part of ``step``, in natural order."""
+        return step_sources(self._conn, self.job, step)
+
+    def add_coverage(self, steps: np.ndarray) -> np.ndarray:
+        """Adds one source to each of ``steps`` (new to it, ascending) in
+        ``job_coverage``; returns how many sources hold each step now."""
+        return _add_coverage(self._conn, self.job, steps)
+
+    def insert_segment(
+        self,
+        segment: PartSegment,
+        steps: np.ndarray,
+        hashes: np.ndarray,
+        columns: dict[str, np.ndarray],
+        pending: int,
+        now: str,
+    ) -> None:
+        """One ``job_segments`` row: ``segment``'s new parts of ``steps`` (ascending), with
+        their ``hashes`` and arrays (``columns``, ``[len(steps), n_devices, ...]``), of
+        which ``pending`` steps are not complete yet (0: the arrays are not kept)."""
+        self._conn.execute(
+            "INSERT INTO job_segments (job, source, first_step, last_step, sources, signature, "
+            "num_devices, steps, hashes, arrays, pending, received_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.job,
+                segment.source,
+                int(steps[0]),
+                int(steps[-1]),
+                segment.sources,
+                segment.signature,
+                segment.num_devices,
+                steps.astype("<i8").tobytes(),
+                hashes.astype("<u8").tobytes(),
+                encode_part(columns) if pending else None,
+                pending,
+                now,
+            ),
+        )
+
+    def count_down(self, counts: dict[int, int]) -> None:
+        """Counts completed steps down in the segments holding them (``seg_id -> steps``);
+        a segment with nothing pending drops its arrays (its steps and hashes stay)."""
+        self._conn.executemany(
+            "UPDATE job_segments SET pending = pending - ?, "
+            "arrays = CASE WHEN pending - ? > 0 THEN arrays END WHERE id = ?",
+            [(n, n, seg_id) for seg_id, n in counts.items()],
+        )
+
+
+SegmentRules = Callable[
+    [SegmentTable, PartSegment, str, dict[int, tuple[int, str, str]]], SegmentPush
+]
+"""The jobs service's merge rules (:class:`app.services.jobs.parts.PartRules`): given the
+job's segments, one source's segment, the push's time and ``step -> (sources, reduced,
+received_at)`` of its steps already complete, they check the parts, store them through
+the table, merge the steps they complete and say what they did. Storage runs them inside
+the push's transaction; it never imports the service."""
 
 
 def push_segment(
@@ -333,219 +449,23 @@ def push_segment(
     job: str,
     segment: PartSegment,
     now: str,
-    merge: MergeRows | None,
+    rules: SegmentRules,
     stored_points: dict[int, tuple[int, str, str]],
-) -> tuple[list[int], list[tuple[int, dict[str, float]]], list[tuple]]:
-    """Stores one source's parts (call inside a transaction) and merges the steps they
-    complete. ``stored_points``: ``step -> (sources, reduced, received_at)`` of the
-    complete steps among the segment's, read by the caller.
-
-    Fills ``segment``'s outcome fields. Returns the completed steps, their rollup input and their
-    ``job_points`` rows (the caller writes them, with any other points of the push).
+) -> SegmentPush:
+    """Runs the merge rules on one source's segment (call inside a transaction) and fills
+    ``segment``'s outcome fields. ``stored_points``: ``step -> (sources, reduced,
+    received_at)`` of the complete steps among the segment's, read by the caller, who
+    also writes the points the result completed.
 
     Raises:
-      StepConflict: this source's part of a step stored with other content; a step that
-        already has all its sources; a step given twice, differently.
-      SourcesMismatch: ``sources`` differs from the step's.
-      PartMismatch: metrics or device count differ from the step's other parts.
+      ServiceError: the rules' conflicts (``step_conflict``, ``sources_mismatch``,
+        ``part_mismatch``) and the library's metric codes.
     """
     # From scratch: a group commit may run a push again after rolling it back.
     segment.created, segment.created_steps, segment.complete = 0, set(), {}
-    names = sorted(segment.columns)
-    hashes = row_hashes([segment.columns[n] for n in names])
-    rows = _unique_rows(segment, hashes)
-    steps = np.asarray(segment.steps, dtype=np.int64)[rows]
-    hashes = hashes[rows]
-    low, high = int(steps[0]), int(steps[-1])
-    retried = np.zeros(steps.size, dtype=bool)
-    for blob, hash_blob, signature, sources in conn.execute(
-        "SELECT steps, hashes, signature, sources FROM job_segments "
-        "WHERE job = ? AND source = ? AND last_step >= ? AND first_step <= ?",
-        (job, segment.source, low, high),
-    ):
-        common, ours, theirs = np.intersect1d(
-            steps, _steps_of(blob), assume_unique=True, return_indices=True
-        )
-        if not common.size:
-            continue
-        stored = np.frombuffer(hash_blob, dtype="<u8")[theirs]
-        differs = (stored != hashes[ours]) & (stored != 0)
-        if signature != segment.signature or sources != segment.sources or differs.any():
-            step = int(common[int(np.argmax(differs))] if differs.any() else common[0])
-            raise StepConflict(
-                f"{segment.where(step)}: this source's part of step {step} is stored with "
-                "other content; parts are written once (a retry must send the same content)"
-            )
-        retried[ours] = True
-    for step, stored_point in stored_points.items():
-        if stored_point[0] != segment.sources:
-            raise SourcesMismatch(
-                f"{segment.where(step)}: sources={segment.sources}, but the step has "
-                f"sources={stored_point[0]}; every part of a step must give the same number "
-                "of sources"
-            )
-    fresh_mask = ~retried
-    fresh_steps = set(steps[fresh_mask].tolist()) if stored_points else set()
-    joining = sorted(fresh_steps & stored_points.keys())
-    if joining:
-        step = joining[0]
-        raise StepConflict(
-            f"{segment.where(step)}: step {step} already has all {segment.sources} "
-            f"sources ({step_sources(conn, job, step)}); a new source cannot join it"
-        )
-    segment.received_at = now
-    for step, stored_point in stored_points.items():
-        segment.complete[step] = (stored_point[1], stored_point[2])
-    fresh = np.flatnonzero(fresh_mask)
-    if not fresh.size:
-        return [], [], []
-    new_steps = steps[fresh]
-    # The other sources' open segments around these steps that disagree with this part
-    # (usually none: the query returns no row, whatever the number of hosts). How many
-    # sources hold each new step is job_coverage's count, never read segment by segment.
-    span = (job, int(new_steps[-1]), int(new_steps[0]), segment.source)
-    for _, _, blob, sources, signature, num_devices in conn.execute(
-        "SELECT id, source, steps, sources, signature, num_devices FROM job_segments "
-        "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
-        "AND source != ? AND (sources != ? OR signature != ? OR num_devices != ?)",
-        (*span, segment.sources, segment.signature, segment.num_devices),
-    ):
-        common = np.intersect1d(new_steps, _steps_of(blob), assume_unique=True)
-        if not common.size:
-            continue
-        step = int(common[0])
-        if sources != segment.sources:
-            raise SourcesMismatch(
-                f"{segment.where(step)}: sources={segment.sources}, but the step has "
-                f"sources={sources}; every part of a step must give the same number of sources"
-            )
-        raise PartMismatch(
-            f"{segment.where(step)}: the part has {segment.num_devices} devices and "
-            f"metrics {segment.signature}, the step's other parts {num_devices} devices "
-            f"and {signature}; every source must push the same metrics for as many devices"
-        )
-    count = _add_coverage(conn, job, new_steps)
-    if (count > segment.sources).any():
-        step = int(new_steps[int(np.argmax(count > segment.sources))])
-        raise StepConflict(
-            f"{segment.where(step)}: step {step} already has all {segment.sources} sources "
-            f"({step_sources(conn, job, step)}); a new source cannot join it"
-        )
-    done = count == segment.sources
-    columns = {n: np.ascontiguousarray(segment.columns[n][rows[fresh]]) for n in segment.columns}
-    pending = int(new_steps.size - done.sum())
-    conn.execute(
-        "INSERT INTO job_segments (job, source, first_step, last_step, sources, signature, "
-        "num_devices, steps, hashes, arrays, pending, received_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            job,
-            segment.source,
-            int(new_steps[0]),
-            int(new_steps[-1]),
-            segment.sources,
-            segment.signature,
-            segment.num_devices,
-            new_steps.astype("<i8").tobytes(),
-            hashes[fresh].astype("<u8").tobytes(),
-            encode_part(columns) if pending else None,
-            pending,
-            now,
-        ),
-    )
-    segment.created = int(new_steps.size)
-    segment.created_steps = set(new_steps.tolist())
-    if not done.any():
-        return [], [], []
-    # Completing steps: the segments that hold their other parts (all agree, checked above).
-    others = conn.execute(
-        "SELECT id, source FROM job_segments "
-        "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? AND source != ?",
-        span,
-    ).fetchall()
-    held = [_steps_of(_segment_steps_blob(conn, row[0])) for row in others]
-    completed, rollup, point_rows = _merge_completed(
-        conn, job, segment, new_steps, done, columns, others, held, merge or merge_rows, now
-    )
-    for step, row in zip(completed, point_rows, strict=True):
-        segment.complete[step] = (row[2], now)
-    return completed, rollup, point_rows
-
-
-def _merge_completed(
-    conn: sqlite3.Connection,
-    job: str,
-    segment: PartSegment,
-    new_steps: np.ndarray,
-    done: np.ndarray,
-    columns: dict[str, np.ndarray],
-    others: Sequence[tuple],
-    held: Sequence[np.ndarray],
-    merge: MergeRows,
-    now: str,
-) -> tuple[list[int], list[tuple[int, dict[str, float]]], list[tuple]]:
-    """Merges the steps ``done`` marks: their parts from every segment holding them,
-    grouped by which segments hold them (usually one group: every host pushes the same
-    steps)."""
-    complete = new_steps[done]
-    ours = np.flatnonzero(done)
-    # For each holder: where each completed step sits in it (-1: not held).
-    holders: list[tuple[int, str, np.ndarray]] = []
-    for row, their_steps in zip(others, held, strict=True):
-        at = np.searchsorted(their_steps, complete)
-        at[at >= their_steps.size] = 0
-        hit = their_steps[at] == complete if their_steps.size else np.zeros(0, bool)
-        if hit.any():
-            holders.append((row[0], row[1], np.where(hit, at, -1)))
-    member = np.array([h[2] >= 0 for h in holders]).reshape(len(holders), complete.size)
-    groups: dict[bytes, list[int]] = {}
-    if member.all():  # every holder holds every step: one group
-        groups[member[:, 0].tobytes() if complete.size else b""] = list(range(complete.size))
-    else:
-        for j in range(complete.size):
-            groups.setdefault(member[:, j].tobytes(), []).append(j)
-    # Every holder's arrays in one query, not one a holder (64 hosts: 63 queries); each
-    # holder holds at least one completed step, so each is in some group.
-    wanted = sorted(holder[0] for holder in holders)
-    loaded: dict[int, dict[str, np.ndarray]] = {}
-    for start in range(0, len(wanted), _IN_CHUNK):
-        chunk = wanted[start : start + _IN_CHUNK]
-        marks = ",".join("?" * len(chunk))
-        for seg_id, blob in conn.execute(
-            f"SELECT id, arrays FROM job_segments WHERE id IN ({marks})", chunk
-        ):
-            loaded[seg_id] = decode_part(bytes(blob))
-    counts: dict[int, int] = {}
-    completed: list[int] = []
-    rollup: list[tuple[int, dict[str, float]]] = []
-    point_rows: list[tuple] = []
-    for key, members in groups.items():
-        which = np.frombuffer(key, dtype=bool)
-        pick = np.asarray(members, dtype=np.int64)
-        parts = [(segment.source, {n: c[ours[pick]] for n, c in columns.items()})]
-        for h in np.flatnonzero(which).tolist():
-            seg_id, source, at = holders[h]
-            rows = at[pick]
-            parts.append((source, {n: a[rows] for n, a in loaded[seg_id].items()}))
-            counts[seg_id] = counts.get(seg_id, 0) + len(members)
-        parts.sort(key=lambda part: source_order(part[0]))
-        merged = merge(parts, segment.signature)
-        steps = complete[pick].tolist()
-        if len(merged) != len(steps):
-            raise RuntimeError(f"a merge gave {len(merged)} points for {len(steps)} steps")
-        completed += steps
-        rollup += zip(steps, (point.values for point in merged))  # noqa: B905 (checked)
-        sources = segment.sources
-        point_rows += [
-            (job, step, point.reduced, now, None, sources, point.num_devices)
-            for step, point in zip(steps, merged)  # noqa: B905 (checked above)
-        ]
-    conn.executemany(
-        "UPDATE job_segments SET pending = pending - ?, "
-        "arrays = CASE WHEN pending - ? > 0 THEN arrays END WHERE id = ?",
-        [(n, n, seg_id) for seg_id, n in counts.items()],
-    )
-    return completed, rollup, point_rows
+    result = rules(SegmentTable(conn, job), segment, now, stored_points)
+    segment.record(result)
+    return result
 
 
 # ------------------------------------------------------------------------------ reads

@@ -2,7 +2,7 @@
 batch of points, a columnar npz batch), decoded and validated once.
 
 A JSON body in its common form is recognised by one plain-form check
-(:func:`app.services.metrics.plain_metrics_fields`); any other is validated by the
+(:func:`app.services.metric_inputs.plain_metrics_fields`); any other is validated by the
 request models, which give every error. A JSON batch whose points all send the same
 metrics as float lists (the usual batch) and an npz batch are kept as columns
 (:class:`BatchColumns`): no object per point. Every path checks the caps of
@@ -33,7 +33,7 @@ from app.services.jobs.limits import (
     check_npz_members,
     point_text_bound,
 )
-from app.services.metrics import (
+from app.services.metric_inputs import (
     WEIGHTS_ARRAY,
     decode_npz_metrics,
     decode_weights,

@@ -18,14 +18,10 @@ from app.codecs.json_arrays import encode_json
 from app.core.errors import AnswerTooLarge, InvalidParameter
 from app.core.threads import run_for_body
 from app.schemas.jobs import MAX_STEP
+from app.services.jobs.parts import signature_options
 from app.storage import history as store_history
 from app.storage.db import Store
-from app.storage.parts import (
-    WEIGHTS_ARRAY,
-    PendingStep,
-    missing_sources,
-    signature_options,
-)
+from app.storage.parts import WEIGHTS_ARRAY, PendingStep, missing_sources
 from datarax.distributed.errors import MetricsError
 from datarax.metrics.merge import PartialMetrics, merge_parts
 

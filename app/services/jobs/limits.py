@@ -13,7 +13,7 @@ import orjson
 
 from app.core.errors import ServiceError
 from app.schemas.jobs import MAX_METRIC_NAME
-from app.services.metrics import check_stackable
+from app.services.metric_inputs import check_stackable
 
 MAX_METRICS_PER_POINT = 1000
 """Metrics one job point may carry (:class:`PointLimits`). Each metric of a stored point

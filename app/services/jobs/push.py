@@ -27,6 +27,7 @@ from app.codecs.json_arrays import encode_json
 from app.core.threads import run_for_body
 from app.services.jobs.decode import JobBatch, decode_batch, decode_npz_batch
 from app.services.jobs.limits import DEFAULT_LIMITS, PointLimits
+from app.services.jobs.parts import PART_RULES
 from app.services.jobs.rows import rows_of
 from app.storage import jobs as store_jobs
 from app.storage.db import Store
@@ -45,7 +46,7 @@ class PushAnswer:
 async def push_single(store: Store, job: str, batch: JobBatch) -> PushAnswer:
     """One step (or one source's part of it): the answer echoes the stored point."""
     rows = await run_for_body(lambda: rows_of(batch), 64 * 1024 + len(batch) * 1024)
-    outcome = await store_jobs.store_points(store, job, rows.items)
+    outcome = await store_jobs.store_points(store, job, rows.items, PART_RULES)
     (item,) = outcome.items
     reduced = item.step_reduced.encode() if item.complete and item.step_reduced else b"null"
     missing = b"null" if item.missing is None else encode_json(item.missing)
@@ -71,7 +72,7 @@ async def push_single(store: Store, job: str, batch: JobBatch) -> PushAnswer:
 def _store_batch(store: Store, job: str, batch: JobBatch) -> PushAnswer:
     """Reduces and stores a decoded batch in the calling worker thread; the answer counts
     what was new."""
-    outcome = store_jobs.store_batch_here(store, job, rows_of(batch))
+    outcome = store_jobs.store_batch_here(store, job, rows_of(batch), PART_RULES)
     answer = {
         "job": job,
         "points": outcome.points,

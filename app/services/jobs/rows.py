@@ -19,7 +19,7 @@ from app.codecs.json_arrays import encode_json
 from app.core.errors import InvalidParameter, ServiceError, from_library
 from app.services.jobs.decode import BatchColumns, JobBatch, PointInput
 from app.services.jobs.digests import part_signature, point_digest, point_digests
-from app.services.metrics import WEIGHTS_ARRAY, library_options, num_devices_of
+from app.services.metric_inputs import WEIGHTS_ARRAY, library_options, num_devices_of
 from app.storage.jobs import PointColumns, PushBatch, PushItem
 from app.storage.part_blobs import encode_part
 from app.storage.parts import PartSegment

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from app.services.jobs.decode import PointInput
+from app.services.jobs.parts import PART_RULES
 from app.services.jobs.rows import build_items
 from app.storage import history as store_history
 from app.storage import jobs as store_jobs
-from app.storage import parts as store_parts
 from app.storage.db import Store
 
 
@@ -128,13 +128,9 @@ def test_the_jobs_list_finds_a_straggling_step_without_reading_the_complete_ones
         return build_items(points)
 
     every = list(range(0, 300))
-    store._write(
-        lambda c: store_jobs.push(c, "late", parts("host-0", every), "t0", store_parts.merge_rows)
-    )
+    store._write(lambda c: store_jobs.push(c, "late", parts("host-0", every), "t0", PART_RULES))
     behind = [s for s in every if s != 5]
-    store._write(
-        lambda c: store_jobs.push(c, "late", parts("host-1", behind), "t1", store_parts.merge_rows)
-    )
+    store._write(lambda c: store_jobs.push(c, "late", parts("host-1", behind), "t1", PART_RULES))
     statements: list[str] = []
     store._conn.set_trace_callback(statements.append)
     try:

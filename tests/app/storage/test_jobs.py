@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from app.services.jobs.decode import PointInput
+from app.services.jobs.parts import PART_RULES
 from app.services.jobs.rows import build_items
 from app.storage import jobs as store_jobs
 from app.storage import migrations
@@ -123,18 +124,18 @@ def test_a_version_3_file_with_pending_parts_completes_them_after_migration(tmp_
         job = store._run(lambda c: store_jobs.get_job(c, "old"))
         assert (job.incomplete_step, job.received_sources) == (7, ["host-0", "host-1"])
         retry = part("host-1", [3.0, 4.0])
-        store._write(lambda c: store_jobs.push(c, "old", retry, "t1", store_parts.merge_rows))
+        store._write(lambda c: store_jobs.push(c, "old", retry, "t1", PART_RULES))
         assert retry[0].created is False and retry[0].complete is False
         assert retry[0].missing == ["host-2"]
         changed = part("host-1", [3.0, 5.0])
         with pytest.raises(Exception, match="stored with other content"):
-            store._write(lambda c: store_jobs.push(c, "old", changed, "t1", store_parts.merge_rows))
+            store._write(lambda c: store_jobs.push(c, "old", changed, "t1", PART_RULES))
         last = part("host-2", [5.0, 6.0])
-        store._write(lambda c: store_jobs.push(c, "old", last, "t2", store_parts.merge_rows))
+        store._write(lambda c: store_jobs.push(c, "old", last, "t2", PART_RULES))
         assert last[0].complete and json.loads(last[0].step_reduced) == {"loss": 3.5}
         late = part("host-3", [5.0, 6.0])
         with pytest.raises(Exception, match="already has all 3 sources"):
-            store._write(lambda c: store_jobs.push(c, "old", late, "t3", store_parts.merge_rows))
+            store._write(lambda c: store_jobs.push(c, "old", late, "t3", PART_RULES))
         open_parts = store._run(
             lambda c: c.execute(
                 "SELECT COUNT(*) FROM job_segments WHERE pending > 0 OR arrays IS NOT NULL"
@@ -152,16 +153,14 @@ def test_a_step_stored_with_an_older_digest_is_compared_by_its_values(store):
 
     first = point([1.0, 3.0])
     first[0].digest = "0" * 32  # a blake2b digest, as stored before 2026-12-01
-    store._write(lambda c: store_jobs.push(c, "old-digest", first, "t0", store_parts.merge_rows))
+    store._write(lambda c: store_jobs.push(c, "old-digest", first, "t0", PART_RULES))
     retry = point([1.0, 3.0])
     assert retry[0].digest.startswith("r") and len(retry[0].digest) == 17
-    store._write(lambda c: store_jobs.push(c, "old-digest", retry, "t1", store_parts.merge_rows))
+    store._write(lambda c: store_jobs.push(c, "old-digest", retry, "t1", PART_RULES))
     assert retry[0].created is False and retry[0].complete
     with pytest.raises(Exception, match="stored with other content"):
         other = point([1.0, 5.0])
-        store._write(
-            lambda c: store_jobs.push(c, "old-digest", other, "t2", store_parts.merge_rows)
-        )
+        store._write(lambda c: store_jobs.push(c, "old-digest", other, "t2", PART_RULES))
 
 
 def test_a_push_holding_a_step_whole_and_as_a_part_is_refused(store):
@@ -171,7 +170,7 @@ def test_a_push_holding_a_step_whole_and_as_a_part_is_refused(store):
     part = PointInput(9, {"loss": np.array([3.0])}, {}, None, "propagate", "host-0", 2)
     items = build_items([whole, part])
     with pytest.raises(SourcesMismatch):
-        store._write(lambda c: store_jobs.push(c, "mixed", items, "t0", store_parts.merge_rows))
+        store._write(lambda c: store_jobs.push(c, "mixed", items, "t0", PART_RULES))
     assert store._run(lambda c: store_jobs.get_job(c, "mixed")) is None  # nothing stored
 
 
@@ -209,9 +208,13 @@ def test_parts_as_one_segment_complete_with_the_other_source(store):
             columns={"loss": np.asarray(loss, dtype=np.float64).reshape(2, 1)},
         )
 
-    half = store_jobs.store_batch_here(store, "s", store_jobs.PushBatch(parts=segment("a", [1, 2])))
+    half = store_jobs.store_batch_here(
+        store, "s", store_jobs.PushBatch(parts=segment("a", [1, 2])), PART_RULES
+    )
     assert (half.points, half.created, half.completed) == (2, 2, 0)
-    done = store_jobs.store_batch_here(store, "s", store_jobs.PushBatch(parts=segment("b", [3, 4])))
+    done = store_jobs.store_batch_here(
+        store, "s", store_jobs.PushBatch(parts=segment("b", [3, 4])), PART_RULES
+    )
     assert (done.created, done.completed) == (2, 2)
     page, _ = store._run(lambda c: store_jobs.history_page(c, "s", 0, 10, 10, False))
     assert [json.loads(p.reduced) for p in page] == [{"loss": 4.0}, {"loss": 6.0}]
@@ -229,3 +232,19 @@ def test_the_typed_writes_run_in_the_stores_transactions(store):
     assert anyio.run(store_jobs.expire_pushed_before, store, "0000") == []
     assert anyio.run(store_jobs.expire_pushed_before, store, "9999") == ["t"]
     assert anyio.run(store_jobs.remove_job, store, "t") is False  # expired already
+
+
+def test_parts_without_the_services_merge_rules_are_refused(store):
+    # Storage never imports the jobs service: a push of parts must be handed its rules.
+    part = store_parts.PartSegment(
+        source="a",
+        sources=2,
+        signature='{"metrics":{"loss":[]},"nan_policy":"propagate","reduce":{"loss":"sum"}}',
+        num_devices=1,
+        steps=[0],
+        columns={"loss": np.ones((1, 1))},
+    )
+    with pytest.raises(ValueError, match="merge rules"):
+        store_jobs.store_batch_here(store, "r", store_jobs.PushBatch(parts=part))
+    outcome = store_jobs.store_batch_here(store, "r", store_jobs.PushBatch(parts=part), PART_RULES)
+    assert (outcome.created, outcome.completed) == (1, 0)

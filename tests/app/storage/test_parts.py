@@ -1,13 +1,11 @@
-"""Multi-source parts: source names and order, coverage blocks, the merge of completed
-steps (the library's, as one push of every device)."""
+"""Multi-source parts as stored: source names and order, coverage blocks. (The merge of
+completed steps is the jobs service's: tests/app/services/jobs/test_parts.py.)"""
 
 from __future__ import annotations
 
 import numpy as np
-import orjson
 import pytest
 
-from app.core.errors import ServiceError
 from app.storage import parts as store_parts
 
 
@@ -61,31 +59,3 @@ def test_coverage_blocks_round_trip_and_are_stored_sparse_when_smaller(steps):
     assert len(blob) == min(4 * len(steps), 8192) if len(steps) < 2048 else len(blob) == 8192
     # A dense block written before the sparse encoding reads unchanged.
     assert np.array_equal(store_parts.decode_coverage(counts.tobytes()), counts)
-
-
-def _signature(ops: dict, nan_policy: str = "propagate") -> str:
-    return orjson.dumps({"metrics": {}, "reduce": ops, "nan_policy": nan_policy}).decode()
-
-
-@pytest.mark.parametrize("weighted", [False, True], ids=["stacked", "step-by-step"])
-def test_merged_rows_are_one_push_of_every_device(weighted):
-    rng = np.random.default_rng(4)
-    host0, host1 = rng.normal(size=(3, 2)), rng.normal(size=(3, 3))
-    parts = [("h0", {"loss": host0}), ("h1", {"loss": host1})]
-    if weighted:
-        parts[0][1]["_weights"] = np.full((3, 2), 2.0)
-    merged = store_parts.merge_rows(parts, _signature({"loss": "mean"}))
-    for k, row in enumerate(merged):
-        every = np.concatenate([host0[k], host1[k]])
-        weights = np.r_[[2.0 if weighted else 1.0] * 2, [1.0] * 3]
-        want = float((every * weights).sum() / weights.sum())
-        assert row.values["loss"] == pytest.approx(want, rel=1e-12)
-        assert orjson.loads(row.reduced)["loss"] == pytest.approx(want, rel=1e-12)
-        assert row.num_devices == 5
-
-
-def test_a_merge_the_library_refuses_is_the_librarys_problem():
-    parts = [("h0", {"x": np.ones((1, 2))}), ("h1", {"x": np.ones((1, 2))})]
-    with pytest.raises(ServiceError) as err:
-        store_parts.merge_rows(parts, _signature({"x": "median"}))
-    assert (err.value.code, err.value.status) == ("unknown_reduce_op", 422)
