@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datarax.estimate.named_models import named_model
+from datarax.json_types import JSONObject
 from datarax.plan.layout import PlanError
 
 __all__ = [
@@ -202,7 +203,7 @@ class MLPSpec(_SpecBase):
             total += width / split
         return total + self.features[0]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "kind": "mlp",
             "features": list(self.features),
@@ -447,7 +448,7 @@ class TransformerSpec(_SpecBase):
         kept = sum(sizes[name] for name, where in places.items() if where == "device")
         return self.layers * kept + layer + head
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         out: dict[str, Any] = {
             "kind": "transformer",
             "layers": self.layers,

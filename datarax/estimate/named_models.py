@@ -23,6 +23,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
+from datarax.json_types import JSONObject
 from datarax.plan.layout import PlanError
 
 __all__ = ["MODELS", "models_json", "named_model"]
@@ -34,9 +35,7 @@ def _src(commit: str, name: str, card: str) -> str:
     return f"{_MT}/{commit}/MaxText/configs/models/{name}.yml; {card}"
 
 
-def _llama(
-    layers: int, d: int, f: int, heads: int, kv: int, vocab: int, seq: int
-) -> dict[str, Any]:
+def _llama(layers: int, d: int, f: int, heads: int, kv: int, vocab: int, seq: int) -> JSONObject:
     return {
         "kind": "transformer",
         "layers": layers,
@@ -166,7 +165,7 @@ MODELS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyType(
 _DESCRIPTIVE = ("source", "notes")
 
 
-def named_model(name: object) -> dict[str, Any]:
+def named_model(name: object) -> JSONObject:
     """The ``model`` fields of a named model (without ``source``/``notes``).
 
     Raises:
@@ -181,6 +180,6 @@ def named_model(name: object) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k not in _DESCRIPTIVE}
 
 
-def models_json() -> list[dict[str, Any]]:
+def models_json() -> list[JSONObject]:
     """``GET /v1/models`` items: each entry with its ``name``."""
     return [{"name": name, **dict(entry)} for name, entry in MODELS.items()]

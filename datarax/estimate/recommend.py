@@ -45,6 +45,7 @@ from datarax.estimate.model_specs import ModelSpec, model_spec
 from datarax.estimate.results import StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
+from datarax.json_types import JSONObject
 from datarax.parallel.kinds import check_priced
 from datarax.plan.layout import PlanCancelled, PlanError
 
@@ -247,7 +248,7 @@ def recommend_meshes(
     max_search_space: int | None = None,
     max_devices: int | None = None,
     should_stop: Callable[[], bool] | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Ranks every (ici, dcn) factorisation of a cluster for one training job.
 
     Args:
@@ -320,7 +321,7 @@ def recommend_meshes(
             "no_plan_fits",
             cluster.explain(spec, global_batch, optimizer, rejected, smallest),
         )
-    candidates = []
+    candidates: list[JSONObject] = []
     for rank, (_, ici, dcn, est) in enumerate(survivors[:top_k], start=1):
         candidates.append(
             {
@@ -332,7 +333,7 @@ def recommend_meshes(
                 "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
             }
         )
-    out = {
+    out: JSONObject = {
         "candidates": candidates,
         "considered": considered,
         "rejected": rejected,
@@ -605,7 +606,7 @@ class _Cluster:
         dcn: Mapping[str, int],
         global_batch: int,
         optimizer: str,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """A ``POST /v1/meshes`` body for one candidate."""
         roles = axis_roles(list(ici))
         request: dict[str, Any] = {

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
+from datarax.json_types import JSONObject
+
 __all__ = [
     "Collective",
     "HardwareMemory",
@@ -64,7 +66,7 @@ class Record(Mapping[str, Any]):
     def _names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The record as the HTTP answers hold it: plain JSON values, in field order,
         without the ``internal`` fields."""
         return {

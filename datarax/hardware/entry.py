@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+
+from datarax.json_types import JSONObject
 
 __all__ = ["GIB", "LINK_CLASSES", "AxisLink", "Hardware"]
 
@@ -119,7 +120,7 @@ class Hardware:
         """A device's share of its host's slow link when every device sends at once."""
         return self.slow_link_bytes_per_s / self.devices_per_host
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The catalog entry as ``GET /v1/hardware/{name}`` answers it (DESIGN v1.1)."""
         return {
             "name": self.name,
@@ -191,7 +192,7 @@ class AxisLink:
         if not self.bytes_per_s > 0:
             raise ValueError(f"AxisLink {self.name!r}: bytes_per_s must be > 0")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """DESIGN's ``axes_detail`` entry."""
         return {
             "name": self.name,

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datarax.hardware.chips import get_hardware
+from datarax.json_types import JSONObject
 from datarax.plan.layout import PlanError
 
 __all__ = ["DEFAULT_IMAGE", "LAUNCH_TARGETS", "launch_config", "plan_summary"]
@@ -55,7 +56,7 @@ _SUMMARY_KEYS = (
 )
 
 
-def plan_summary(plan: Mapping[str, Any]) -> dict[str, Any]:
+def plan_summary(plan: Mapping[str, Any]) -> JSONObject:
     """The members of a stored plan that launch configs read (no shards, no grids)."""
     return {key: plan[key] for key in _SUMMARY_KEYS if key in plan}
 
@@ -72,7 +73,7 @@ def launch_config(
     command: Sequence[str] | None = None,
     name: str | None = None,
     queue: str | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The launch config of ``plan`` for ``target``.
 
     Args:

@@ -57,6 +57,7 @@ from typing import Any
 
 import yaml
 
+from datarax.json_types import JSONObject
 from datarax.launch.slurm import (
     COORDINATOR_PORTS,
     ProcessLayout,
@@ -109,7 +110,7 @@ _FIRST_POD = "$(JOBSET_NAME)-$(REPLICATED_JOB_NAME)-0-0.$(JOBSET_NAME)"
 _CONTAINER = "train"
 
 
-def _from_field(name: str, path: str) -> dict[str, Any]:
+def _from_field(name: str, path: str) -> JSONObject:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
@@ -121,7 +122,7 @@ def _label(key: str) -> str:
     return f"metadata.labels['{key}']"
 
 
-def _launcher_env(layout: ProcessLayout) -> list[dict[str, Any]]:
+def _launcher_env(layout: ProcessLayout) -> list[JSONObject]:
     """The variables that tell each JAX process where it is (before the caller's env, as
     ``$(VAR)`` references only see variables defined earlier in the list)."""
     env = [
@@ -157,21 +158,21 @@ def _launcher_env(layout: ProcessLayout) -> list[dict[str, Any]]:
     ]
 
 
-def _container_env(layout: ProcessLayout, env: Mapping[str, str]) -> list[dict[str, Any]]:
+def _container_env(layout: ProcessLayout, env: Mapping[str, str]) -> list[JSONObject]:
     given = check_env(env)
     # A given variable takes the launcher's place in the list, so that the $(VAR)
     # references after it still see it.
-    out = [
-        {"name": entry["name"], "value": given[entry["name"]]} if entry["name"] in given else entry
-        for entry in _launcher_env(layout)
-    ]
+    out: list[JSONObject] = []
+    for entry in _launcher_env(layout):
+        name = str(entry["name"])
+        out.append({"name": name, "value": given[name]} if name in given else entry)
     placed = {entry["name"] for entry in out}
     return out + [
         {"name": key, "value": value} for key, value in given.items() if key not in placed
     ]
 
 
-def _pod_spec(layout: ProcessLayout, container: dict[str, Any]) -> dict[str, Any]:
+def _pod_spec(layout: ProcessLayout, container: dict[str, Any]) -> JSONObject:
     accelerator = GKE_ACCELERATORS[layout.hardware]
     if layout.kind == "tpu":
         node_selector = {_TPU_ACCELERATOR_LABEL: accelerator, _TPU_TOPOLOGY_LABEL: layout.topology}
@@ -198,7 +199,7 @@ def jobset_manifest(
     command: Sequence[str] | None = None,
     name: str | None = None,
     queue: str | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The JobSet that runs ``command`` on every host of ``plan`` (the module docstring
     says what it holds and where each field comes from).
 
@@ -249,7 +250,7 @@ def jobset_manifest(
     if layout.kind == "tpu":
         # One slice per node pool, as xpk does for every TPU workload (scheduling.py).
         metadata["annotations"] = {_EXCLUSIVE: _NODE_POOL}
-    job = {
+    job: JSONObject = {
         "parallelism": layout.pods_per_job,
         "completions": layout.pods_per_job,
         "completionMode": "Indexed",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.estimate.named_models import named_model
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import HardwareLayout, plan_hardware_devices
+from datarax.json_types import JSONObject
 from datarax.launch.maxtext_config import (
     AXIS_BY_ROLE,
     LIBTPU_INIT_ARGS,
@@ -61,6 +62,7 @@ __all__ = [
     "MAXTEXT_COMMIT",
     "MAXTEXT_MESH_AXES",
     "MAXTEXT_MODELS",
+    "MaxTextArgs",
     "XLA_FLAGS",
     "maxtext_args",
     "parse_maxtext_args",
@@ -69,6 +71,16 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------ plan -> args
+
+
+class MaxTextArgs(TypedDict):
+    """:func:`maxtext_args`' answer: MaxText's ``key=value`` arguments, the environment
+    its chips need, where each variable comes from, and notes on what was left out."""
+
+    args: list[str]
+    env: dict[str, str]
+    env_sources: dict[str, str]
+    notes: list[str]
 
 
 # opt_type -> our optimizer name
@@ -168,7 +180,7 @@ def _order_notes(
     ]
 
 
-def _batch_args(plan: Mapping[str, Any], devices: int) -> dict[str, Any]:
+def _batch_args(plan: Mapping[str, Any], devices: int) -> JSONObject:
     batch = plan.get("batch")
     if not batch or not batch.get("shape"):
         return {}
@@ -177,7 +189,7 @@ def _batch_args(plan: Mapping[str, Any], devices: int) -> dict[str, Any]:
     return {"per_device_batch_size": per_device}
 
 
-def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> dict[str, Any]:
+def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObject:
     model = plan.get("model")
     if not model:
         return {}
@@ -264,7 +276,7 @@ def _env(hardware: str) -> tuple[dict[str, str], dict[str, str]]:
     return {var: " ".join(entry["flags"])}, {var: entry["source"]}
 
 
-def maxtext_args(plan: Mapping[str, Any]) -> dict[str, Any]:
+def maxtext_args(plan: Mapping[str, Any]) -> MaxTextArgs:
     """MaxText's command line and environment for a stored hardware plan.
 
     Args:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from datarax.distributed.errors import PlanError
+from datarax.json_types import JSONObject
 from datarax.parallel.kinds import KINDS
 
 __all__ = [
@@ -165,7 +166,7 @@ def _model(
     vocab: int,
     acts: list[str],
     tied: bool,
-) -> dict[str, Any]:
+) -> JSONObject:
     return {
         "base_emb_dim": emb,
         "base_num_query_heads": q,
@@ -312,7 +313,7 @@ def parse_value(text: str) -> Any:
     return text
 
 
-def parse_maxtext_args(args: Sequence[str]) -> dict[str, Any]:
+def parse_maxtext_args(args: Sequence[str]) -> JSONObject:
     """``["key=value", ...]`` as MaxText's command line reads them (YAML scalars, lists).
 
     Raises:

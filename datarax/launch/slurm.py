@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datarax.hardware.chips import get_hardware
+from datarax.json_types import JSONObject
 from datarax.plan.layout import PlanError
 
 __all__ = [
@@ -248,7 +249,7 @@ def _hostname(name: str, layout: ProcessLayout, job: int | str, pod: int | str) 
     return f"{name}-{layout.replicated_job}-{job}-{pod}.{name}"
 
 
-def process_env(plan: Mapping[str, Any], *, name: str | None = None) -> dict[str, Any]:
+def process_env(plan: Mapping[str, Any], *, name: str | None = None) -> JSONObject:
     """What ``jax.distributed.initialize`` needs in each process of ``plan``.
 
     Hostnames are those of the plan's JobSet (:func:`datarax.launch.k8s.
