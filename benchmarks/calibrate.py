@@ -29,11 +29,11 @@ import numpy as np
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from benchmarks.calibration_runs import OOM_BOUNDARIES, RUNS  # noqa: E402
+from datarax.distributed.errors import PlanError  # noqa: E402
 from datarax.estimate.cost import estimate_step  # noqa: E402
 from datarax.estimate.step_time import CALIBRATION, Calibration, combine  # noqa: E402
 from datarax.hardware.chips import get_hardware  # noqa: E402
 from datarax.hardware.topology import plan_hardware_devices  # noqa: E402
-from datarax.plan.layout import PlanError  # noqa: E402
 
 MATMUL = [x / 100 for x in range(30, 101, 1)]
 ATTENTION = [x / 100 for x in range(30, 101, 5)]

@@ -369,7 +369,7 @@ def _oom_bytes(text: str | None) -> int | None:
 
 
 def _estimate_rows() -> list[dict[str, Any]]:
-    from datarax.estimate.cost import hardware_memory, memory_estimate  # noqa: PLC0415
+    from datarax.estimate.memory import hardware_memory, memory_estimate  # noqa: PLC0415
     from datarax.hardware.topology import plan_hardware_devices  # noqa: PLC0415
     from datarax.spmd.compile_step import (  # noqa: PLC0415
         compile_train_step,
@@ -419,7 +419,7 @@ def _estimate_rows() -> list[dict[str, Any]]:
 def _variation_rows() -> list[dict[str, Any]]:
     """Each of :data:`VARIATIONS` compiled, against the estimate with and without the
     transposed update (``update_layout_copies``)."""
-    from datarax.estimate.cost import hardware_memory, memory_estimate  # noqa: PLC0415
+    from datarax.estimate.memory import hardware_memory, memory_estimate  # noqa: PLC0415
     from datarax.hardware.topology import plan_hardware_devices  # noqa: PLC0415
     from datarax.spmd.compile_step import (  # noqa: PLC0415
         compile_train_step,

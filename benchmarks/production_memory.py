@@ -192,7 +192,7 @@ def compile_run(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def estimate(run: Mapping[str, Any]) -> dict[str, Any]:
-    from datarax.estimate.cost import hardware_memory, memory_estimate  # noqa: PLC0415
+    from datarax.estimate.memory import hardware_memory, memory_estimate  # noqa: PLC0415
     from datarax.hardware.chips import get_hardware  # noqa: PLC0415
 
     hw = get_hardware(run["hardware"])

@@ -48,6 +48,7 @@ from app.runtime.server import command
 from datarax.distributed import (
     place_model_state_on_shards,
 )
+from datarax.distributed.errors import PlanError
 from datarax.distributed.sharding import path_to_str
 from datarax.estimate.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
 from datarax.models import (
@@ -56,7 +57,7 @@ from datarax.models import (
     Transformer,
     make_optimizer,
 )
-from datarax.plan.layout import PlanError, spec_shard_counts
+from datarax.plan.layout import spec_shard_counts
 from datarax.spmd.global_arrays import global_array_from_host
 from datarax.spmd.multihost import owns_devices_of
 

@@ -42,7 +42,7 @@ _SUBMODULE_OF: dict[str, str] = {
     "HardwareLayout": "datarax.hardware.topology",
     "estimate_step": "datarax.estimate.cost",
     "get_hardware": "datarax.hardware.chips",
-    "memory_estimate": "datarax.estimate.cost",
+    "memory_estimate": "datarax.estimate.memory",
     "model_spec": "datarax.estimate.model_specs",
     "plan_hardware_devices": "datarax.hardware.topology",
     "recommend_meshes": "datarax.estimate.recommend",
@@ -183,6 +183,7 @@ if TYPE_CHECKING:
         place_on_device,
         prefetch_to_device,
     )
+    from datarax.distributed.errors import PlanError
     from datarax.distributed.metrics import (
         MetricsError,
         collect_from_devices,
@@ -204,13 +205,13 @@ if TYPE_CHECKING:
         param_partition_spec,
         partition_spec_for_names,
     )
-    from datarax.estimate.cost import estimate_step, memory_estimate
+    from datarax.estimate.cost import estimate_step
+    from datarax.estimate.memory import memory_estimate
     from datarax.estimate.model_specs import model_spec
     from datarax.estimate.recommend import recommend_meshes
     from datarax.hardware.chips import HARDWARE, AxisLink, Hardware, get_hardware
     from datarax.hardware.topology import HardwareLayout, plan_hardware_devices
     from datarax.plan.layout import (
-        PlanError,
         batch_partition_spec,
         resolve_axes,
         shard_index_ranges,

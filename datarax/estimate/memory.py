@@ -119,6 +119,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import (
     DTYPE_BYTES,
     MLPSpec,
@@ -137,7 +138,6 @@ from datarax.parallel.axis_roles import (
     tokens_per_device,
 )
 from datarax.parallel.kinds import KINDS
-from datarax.plan.layout import PlanError
 from datarax.plan.memory import OPTIMIZER_STATE_FACTOR
 
 __all__ = ["hardware_memory", "memory_estimate"]

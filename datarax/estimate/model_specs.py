@@ -34,9 +34,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.named_models import named_model
 from datarax.json_types import JSONObject
-from datarax.plan.layout import PlanError
 
 __all__ = [
     "DTYPE_BYTES",

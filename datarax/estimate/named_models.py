@@ -23,8 +23,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
+from datarax.distributed.errors import PlanError
 from datarax.json_types import JSONObject
-from datarax.plan.layout import PlanError
 
 __all__ = ["MODELS", "models_json", "named_model"]
 

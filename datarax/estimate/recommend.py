@@ -40,14 +40,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from datarax.estimate.cost import AXIS_ROLES, axis_roles, estimate_step
+from datarax.distributed.errors import PlanError
+from datarax.estimate.cost import estimate_step
 from datarax.estimate.model_specs import ModelSpec, model_spec
 from datarax.estimate.results import StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.json_types import JSONObject
+from datarax.parallel.axis_roles import AXIS_ROLES, axis_roles
 from datarax.parallel.kinds import check_priced
-from datarax.plan.layout import PlanCancelled, PlanError
+from datarax.plan.layout import PlanCancelled
 
 __all__ = [
     "RANKING",

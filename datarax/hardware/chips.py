@@ -34,9 +34,9 @@ Example:
 
 from __future__ import annotations
 
+from datarax.distributed.errors import PlanError
 from datarax.hardware.catalog import HARDWARE
 from datarax.hardware.entry import LINK_CLASSES, AxisLink, Hardware
-from datarax.plan.layout import PlanError
 
 __all__ = [
     "HARDWARE",

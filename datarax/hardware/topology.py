@@ -55,13 +55,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from datarax.distributed.errors import PlanError
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware, has_wraparound
 from datarax.hardware.tpu_slices import (
     format_tpu_topology,
     parse_tpu_topology,
     tpu_slice_order,
 )
-from datarax.plan.layout import AxesLike, PlanError, resolve_axes
+from datarax.plan.layout import AxesLike, resolve_axes
 
 __all__ = [
     "HardwareLayout",

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from datarax.distributed.errors import PlanError
 from datarax.hardware.chips import Hardware, get_hardware, topology_shape
-from datarax.plan.layout import PlanError
 
 __all__ = ["format_tpu_topology", "parse_tpu_topology", "tpu_slice_order"]
 

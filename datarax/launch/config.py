@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from datarax.distributed.errors import PlanError
 from datarax.hardware.chips import get_hardware
 from datarax.json_types import JSONObject
-from datarax.plan.layout import PlanError
 
 __all__ = ["DEFAULT_IMAGE", "LAUNCH_TARGETS", "launch_config", "plan_summary"]
 

@@ -38,10 +38,10 @@ from app.core.settings import Settings
 from app.runtime.environment import runtime_platforms
 from app.schemas.base import optimizer_name
 from app.schemas.compile_checks import CompileCheckRequest
+from datarax.distributed.errors import PlanError
 from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.hardware.chips import HARDWARE, get_hardware
-from datarax.plan.layout import PlanError
 
 PROGRAM_VERSION = 3
 """Bumped when :mod:`datarax.spmd.compile_step` builds a different program, or a

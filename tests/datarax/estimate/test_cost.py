@@ -18,6 +18,7 @@ import dataclasses
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.cost import (
     collective_seconds,
     estimate_step,
@@ -25,7 +26,6 @@ from datarax.estimate.cost import (
 from datarax.estimate.model_specs import model_spec
 from datarax.hardware.chips import AxisLink, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
-from datarax.plan.layout import PlanError
 
 D_MODEL, D_FF = 4096, 16384
 MLP_BLOCK = {"kind": "mlp", "features": [D_MODEL, D_FF, D_MODEL], "dtype": "bfloat16"}

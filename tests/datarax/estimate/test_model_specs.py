@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import (
     MAXTEXT_REMAT,
     REMAT_TENSORS,
@@ -12,7 +13,6 @@ from datarax.estimate.model_specs import (
     TransformerSpec,
     model_spec,
 )
-from datarax.plan.layout import PlanError
 from tests.datarax.estimate.test_named_models import OFFLOADED_8B
 
 

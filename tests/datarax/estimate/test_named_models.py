@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from datarax.estimate.cost import estimate_step, hardware_memory, memory_estimate
+from datarax.estimate.cost import estimate_step
+from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import (
     TransformerSpec,
     model_spec,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.recommend import factorisations, recommend_meshes
 from datarax.hardware.topology import plan_hardware_devices
-from datarax.plan.layout import PlanError
 
 SMALL = {
     "kind": "transformer", "layers": 4, "d_model": 1024, "d_ff": 4096, "heads": 8,

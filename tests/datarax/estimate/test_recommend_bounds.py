@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.recommend import (
     SearchSpaceTooLarge,
     count_factorisations,
@@ -13,13 +14,7 @@ from datarax.estimate.recommend import (
     recommend_meshes,
     search_space,
 )
-from datarax.plan.layout import (
-    MAX_BATCH_ELEMENTS,
-    PlanCancelled,
-    PlanError,
-    check_batch_shape,
-    resolve_axes,
-)
+from datarax.plan.layout import MAX_BATCH_ELEMENTS, PlanCancelled, check_batch_shape, resolve_axes
 
 MODEL = {
     "kind": "transformer",

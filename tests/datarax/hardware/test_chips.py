@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.hardware.chips import (
     get_hardware,
     has_wraparound,
     topology_shape,
 )
-from datarax.plan.layout import PlanError
 
 
 def test_unknown_hardware_names_the_catalog():

@@ -31,12 +31,12 @@ import numpy as np
 import pytest
 from jax.experimental import mesh_utils
 
+from datarax.distributed.errors import PlanError
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import (
     MULTI_SLICE_ID_STRIDE,
     plan_hardware_devices,
 )
-from datarax.plan.layout import PlanError
 
 # ------------------------------------------------------------------- libtpu subprocess
 

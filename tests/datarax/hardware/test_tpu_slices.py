@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.hardware.tpu_slices import (
     format_tpu_topology,
     parse_tpu_topology,
     tpu_slice_order,
 )
-from datarax.plan.layout import PlanError
 
 
 def test_parse_and_format_topology():

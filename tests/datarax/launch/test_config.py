@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.launch.config import DEFAULT_IMAGE, LAUNCH_TARGETS, launch_config, plan_summary
 from datarax.launch.maxtext import maxtext_args
-from datarax.plan.layout import PlanError
 
 V5E_PLAN = {
     "id": "m_1", "hardware": "tpu-v5e", "topology": "v5e:2x2", "slices": 1, "hosts": 1,

@@ -29,10 +29,10 @@ import yaml
 
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import hardware_plan_request, render_hardware_plan
+from datarax.distributed.errors import PlanError
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.launch import k8s as launch_k8s
 from datarax.launch.slurm import process_env
-from datarax.plan.layout import PlanError
 
 VENDOR = Path(__file__).resolve().parents[2] / "vendor" / "jobset"
 JOBSET_RELEASE = "v0.12.0"

@@ -17,6 +17,7 @@ import pytest
 
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import hardware_plan_request, render_hardware_plan
+from datarax.distributed.errors import PlanError
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.launch.maxtext import (
     LIBTPU_INIT_ARGS,
@@ -28,7 +29,6 @@ from datarax.launch.maxtext import (
     parse_maxtext_args,
     plan_request_from_maxtext,
 )
-from datarax.plan.layout import PlanError
 
 _STEM = {axis: "pipeline" if axis == "stage" else axis for axis in MAXTEXT_MESH_AXES}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.named_models import MODELS, named_model
 from datarax.launch.maxtext_config import (
     MAXTEXT_MESH_AXES,
@@ -15,7 +16,6 @@ from datarax.launch.maxtext_config import (
     parse_maxtext_args,
     parse_value,
 )
-from datarax.plan.layout import PlanError
 
 
 def test_every_named_model_has_maxtext_figures():

@@ -21,9 +21,9 @@ import pytest
 
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import hardware_plan_request, render_hardware_plan
+from datarax.distributed.errors import PlanError
 from datarax.launch import slurm as launch_slurm
 from datarax.launch.slurm import PROCESS_LIST_LIMIT, process_env, slurm_script
-from datarax.plan.layout import PlanError
 
 XLA = "--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_command_buffer=''"
 ENV = {"XLA_FLAGS": XLA}

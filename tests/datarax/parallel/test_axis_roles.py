@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import model_spec
 from datarax.parallel.axis_roles import (
     AXIS_ROLES,
@@ -15,7 +16,6 @@ from datarax.parallel.axis_roles import (
     role_sizes,
     tokens_per_device,
 )
-from datarax.plan.layout import PlanError
 
 MLP = model_spec({"kind": "mlp", "features": [16, 64, 16]})
 TRANSFORMER = model_spec({"kind": "transformer", "layers": 2, "d_model": 64, "d_ff": 256,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
+from datarax.distributed.errors import PlanError
 from datarax.plan.layout import (
-    PlanError,
     batch_partition_spec,
     check_divisible,
     device_coords,

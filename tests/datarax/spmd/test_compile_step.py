@@ -18,10 +18,10 @@ import pytest
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh
 
-from datarax.estimate.cost import memory_estimate
+from datarax.distributed.errors import PlanError
+from datarax.estimate.memory import memory_estimate
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import plan_hardware_devices
-from datarax.plan.layout import PlanError
 from datarax.spmd.compile_step import (
     abstract_train_step,
     compile_train_step,
@@ -237,7 +237,7 @@ RESIDUAL_CASES = [
     "variant", RESIDUAL_CASES, ids=["-".join(map(str, c.values())) for c in RESIDUAL_CASES]
 )
 def test_transformer_activations_are_the_steps_autodiff_residuals(variant):
-    from datarax.estimate.cost import memory_estimate  # noqa: PLC0415
+    from datarax.estimate.memory import memory_estimate  # noqa: PLC0415
 
     mesh = Mesh(np.array(jax.devices()[:1]), ("fsdp",))
     model = {"kind": "transformer", "layers": 2, "d_model": 128, "d_ff": 512, "heads": 4,
@@ -249,7 +249,7 @@ def test_transformer_activations_are_the_steps_autodiff_residuals(variant):
 
 
 def test_mlp_activations_are_the_steps_residuals_less_the_loss_residual():
-    from datarax.estimate.cost import memory_estimate  # noqa: PLC0415
+    from datarax.estimate.memory import memory_estimate  # noqa: PLC0415
 
     mesh = Mesh(np.array(jax.devices()[:1]), ("fsdp",))
     model = {"kind": "mlp", "features": [64, 256, 32], "dtype": "bfloat16"}
