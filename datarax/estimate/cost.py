@@ -73,9 +73,11 @@ from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.parallel.axis_roles import (
     AXIS_ROLES,
     axis_roles,
+    batch_shards,
     param_specs,
-    role_axes,
+    replica_axes,
     role_sizes,
+    split_axes,
     tokens_per_device,
 )
 
@@ -202,7 +204,7 @@ def estimate_step(
     )
     sizes = role_sizes(axes, roles)
     n_devices = math.prod(axes.values())
-    tokens = tokens_per_device(model, global_batch, sizes["data"] * sizes["fsdp"])
+    tokens = tokens_per_device(model, global_batch, batch_shards(sizes))
     global_tokens = global_batch * model.tokens_per_example
     flops = 6 * model.matmul_params() * global_tokens
     flops += model.attention_flops_per_token() * global_tokens
@@ -280,8 +282,9 @@ def _step_collectives(
         if combined:
             latency_ops[key] = max(latency_ops.get(key, 0), count)
 
-    fsdp_axes = role_axes(axes, roles, "fsdp")
-    data_axes = role_axes(axes, roles, "data")
+    # what each axis moves follows its kind's parameter split (the registry's entry)
+    fsdp_axes = split_axes(axes, roles, "first_divisible")
+    data_axes = replica_axes(axes, roles)
     for group, _, shard, fsdp_split in param_specs(model, axes, roles):
         whole = math.prod(shard) * param_itemsize  # bytes this device keeps
         for axis in fsdp_axes:
@@ -294,7 +297,7 @@ def _step_collectives(
                 add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
         for axis in data_axes:
             add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
-    for axis in role_axes(axes, roles, "tensor"):
+    for axis in split_axes(axes, roles, "tensor_dim"):
         for phase, kind, elements in _tensor_activation_collectives(model, tokens):
             add(axis, kind, phase, "activations", elements * itemsize)
     for key, ops in latency_ops.items():

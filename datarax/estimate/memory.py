@@ -132,6 +132,7 @@ from datarax.hardware.chips import Hardware
 from datarax.parallel.axis_roles import (
     ParamSharding,
     axis_roles,
+    batch_shards,
     check_tensor_split,
     param_specs,
     role_sizes,
@@ -390,7 +391,7 @@ def memory_estimate(
         )
     sizes = role_sizes(axes, roles)
     check_tensor_split(model, sizes["tensor"])
-    tokens = tokens_per_device(model, global_batch, sizes["data"] * sizes["fsdp"])
+    tokens = tokens_per_device(model, global_batch, batch_shards(sizes))
     itemsize = DTYPE_BYTES[model.dtype]
     param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
     specs = param_specs(model, axes, roles)

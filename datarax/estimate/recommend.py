@@ -47,7 +47,7 @@ from datarax.estimate.results import StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.json_types import JSONObject
-from datarax.parallel.axis_roles import AXIS_ROLES, axis_roles
+from datarax.parallel.axis_roles import AXIS_ROLES, axis_roles, batch_axes
 from datarax.parallel.kinds import check_priced
 from datarax.plan.layout import PlanCancelled
 
@@ -620,7 +620,7 @@ class _Cluster:
         if self.allow_split:
             request["allow_split_physical_axes"] = True
         request["batch_shape"] = spec.batch_shape(global_batch)
-        request["batch_axes"] = [a for a in ici if roles[a] in ("data", "fsdp")]
+        request["batch_axes"] = list(batch_axes(ici, roles))
         request["model"] = spec.to_json()
         request["optimizer"] = optimizer
         return request

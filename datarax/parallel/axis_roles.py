@@ -39,9 +39,12 @@ __all__ = [
     "ParamSharding",
     "axis_roles",
     "batch_axes",
+    "batch_shards",
+    "batch_split_axes",
     "check_named_kinds",
     "check_tensor_split",
     "param_specs",
+    "replica_axes",
     "role_axes",
     "role_sizes",
     "split_axes",
@@ -129,6 +132,33 @@ def batch_axes(axes: Mapping[str, int], roles: Mapping[str, str]) -> tuple[str, 
     """The axes whose kind splits the batch (``data`` and ``fsdp`` today), mesh order,
     size-1 axes included: the batch's partition spec names them."""
     return tuple(name for name in axes if KINDS[roles[name]].splits_batch)
+
+
+def batch_shards(sizes: Mapping[str, int]) -> int:
+    """How many shards the batch splits into: the product of the sizes of the priced
+    kinds that split it (``data`` x ``fsdp`` today), from :func:`role_sizes`."""
+    return math.prod(sizes[k] for k in PRICED_KINDS if KINDS[k].splits_batch)
+
+
+def batch_split_axes(axes: Mapping[str, int], roles: Mapping[str, str]) -> tuple[str, ...]:
+    """The axes over 1 that split the batch, kind by kind in the registry's order (all
+    ``data`` axes, then all ``fsdp`` axes): the order a batch's partition spec takes."""
+    return tuple(
+        name
+        for kind in PRICED_KINDS
+        if KINDS[kind].splits_batch
+        for name in role_axes(axes, roles, kind)
+    )
+
+
+def replica_axes(axes: Mapping[str, int], roles: Mapping[str, str]) -> tuple[str, ...]:
+    """The axes over 1 that split the batch but no parameter: their gradients are
+    all-reduced whole (``data`` today)."""
+    return tuple(
+        name
+        for name, size in axes.items()
+        if KINDS[roles[name]].splits_batch and KINDS[roles[name]].param_split == "none" and size > 1
+    )
 
 
 def _split(names: tuple[str, ...]) -> str | tuple[str, ...] | None:

@@ -64,7 +64,7 @@ from jax.tree_util import PyTreeDef
 from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 from datarax.models import ActivationLayout, make_optimizer, transformer_loss_fn
-from datarax.parallel.axis_roles import axis_roles, param_specs, role_axes
+from datarax.parallel.axis_roles import axis_roles, batch_split_axes, param_specs, split_axes
 from datarax.parallel.kinds import check_priced
 
 __all__ = [
@@ -224,7 +224,7 @@ def _batch_tree(
     spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str], global_batch: int
 ) -> dict[str, Any]:
     axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-    batch_axes = role_axes(axes, roles, "data") + role_axes(axes, roles, "fsdp")
+    batch_axes = batch_split_axes(axes, roles)
     shards = math.prod(axes[a] for a in batch_axes)
     if global_batch % shards:
         raise PlanError(
@@ -253,8 +253,9 @@ def _activation_layout(mesh: Mesh, roles: Mapping[str, str]) -> ActivationLayout
     """The plan's activation layout: batch over the data then fsdp axes, tensor-split
     dimensions over the tensor axes (:class:`datarax.models.ActivationLayout`)."""
     axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-    batch = role_axes(axes, roles, "data") + role_axes(axes, roles, "fsdp")
-    return ActivationLayout(mesh, batch, role_axes(axes, roles, "tensor"))
+    return ActivationLayout(
+        mesh, batch_split_axes(axes, roles), split_axes(axes, roles, "tensor_dim")
+    )
 
 
 def _mlp_loss(spec: MLPSpec, constrain: ActivationLayout) -> StepLoss:
