@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    RootModel,
     StrictBool,
     Tag,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
 from pydantic.config import JsonDict
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from app.schemas.base import JsonInt, OptimizerName, OptimizerSpec, Strict
 from app.schemas.hardware import (
@@ -88,15 +94,70 @@ def _hardware_field(name: str) -> Any:
     return HardwarePlanRequest.model_fields[name]
 
 
+# Members of other modes that a mode takes at one value, meaning the same as leaving them
+# out (the body of v1.0 was one object, so clients send them): {name: that value}.
+_HARDWARE_ONLY: dict[str, Any] = {
+    "topology": None,
+    "slices": 1,
+    "hosts": None,
+    "ici": None,
+    "dcn": None,
+    "allow_split_physical_axes": False,
+}
+_PLAIN_TOLERATED = {"hardware": None, "maxtext": None, **_HARDWARE_ONLY}
+_LIVE_TOLERATED = {**_PLAIN_TOLERATED, "num_devices": None}
 _PLAIN_ONLY = ("axes", "num_devices", "platform", "param_sharding")
-_HARDWARE_ONLY = ("topology", "slices", "hosts", "ici", "dcn", "allow_split_physical_axes")
+_HARDWARE_TOLERATED = {"maxtext": None, "axes": None, "num_devices": None, "platform": None}
+_NOT_BESIDE_MAXTEXT = ("ici", "dcn", "model", "batch_shape", "batch_axes", "axes", "num_devices")
+_MAXTEXT_TOLERATED: dict[str, Any] = dict.fromkeys(_NOT_BESIDE_MAXTEXT)
 _HARDWARE_MLP_ONLY = ("dtype", "remat", "loss")
+
+
+def _at_default(value: Any, default: Any) -> bool:
+    """Whether ``value`` is ``default`` as JSON compares them (``1.0`` is ``1``, ``true``
+    is not)."""
+    if default is None or isinstance(default, bool):
+        return value is default
+    return value == default and not isinstance(value, bool)
+
+
+def _foreign(data: dict[str, Any], names: Iterable[str], tolerated: dict[str, Any]) -> list[str]:
+    """The members of ``names`` sent with a value that counts: other than the one
+    ``tolerated`` takes as leaving them out."""
+    return [
+        name
+        for name in names
+        if name in data and not (name in tolerated and _at_default(data[name], tolerated[name]))
+    ]
+
+
+def _without_tolerated(data: dict[str, Any], tolerated: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the ``tolerated`` members sent at their value (a copy: the caller's
+    body stays as sent); any other value stays, for the model to refuse."""
+    return {
+        key: value
+        for key, value in data.items()
+        if not (key in tolerated and _at_default(value, tolerated[key]))
+    }
+
+
+def _tolerating(tolerated: dict[str, Any]) -> Any:
+    """A ``json_schema_extra`` that documents the ``tolerated`` members: the schema says
+    what the server accepts, no more and no less."""
+
+    def extra(schema: JsonDict) -> None:
+        properties = schema.setdefault("properties", {})
+        assert isinstance(properties, dict)
+        for name, value in tolerated.items():
+            kind: JsonDict = {"type": "null"} if value is None else {"const": value}
+            properties[name] = {**kind, "description": "the same as leaving it out"}
+
+    return extra
 
 
 def _given(model: BaseModel, names: tuple[str, ...]) -> list[str]:
     """The members of ``names`` sent with a value other than their default: an explicit
-    ``null`` or default (``"slices": 1``) means the same as leaving the member out, as the
-    schema says."""
+    ``null`` or default means the same as leaving the member out, as the schema says."""
     fields = type(model).model_fields
     return [
         name
@@ -105,15 +166,10 @@ def _given(model: BaseModel, names: tuple[str, ...]) -> list[str]:
     ]
 
 
-class MeshPlanRequest(Strict):
-    """A mesh plan request. Unknown fields are rejected (422 ``validation_error``)."""
+class _PlainPlanBody(Strict):
+    """The members live and abstract plans share (plans over ``axes``)."""
 
-    model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [PLAN_REQUEST_EXAMPLE]}
-    )
-
-    axes: dict[AxisName, JsonInt] | None = Field(
-        None,
+    axes: dict[AxisName, JsonInt] = Field(
         description="ordered mapping axis name -> size; at most one size may be -1 "
         "(takes the devices the other axes leave). Required unless hardware and ici are "
         "given",
@@ -132,11 +188,6 @@ class MeshPlanRequest(Strict):
         None,
         description="mesh axes splitting batch dimension 0, major-to-minor; default "
         "['data'] when the mesh has a 'data' axis, else [] (replicated)",
-    )
-    num_devices: Annotated[JsonInt, Field(ge=1, le=MAX_PLAN_DEVICES)] | None = Field(
-        None,
-        description="plan for a cluster of exactly this many devices without touching "
-        "devices (abstract plan); absent or null: a live plan on this service's devices",
     )
     model: PlanModel | None = Field(
         None,
@@ -160,9 +211,68 @@ class MeshPlanRequest(Strict):
         description="abstract plans only: the platform the plan is for (e.g. 'tpu'), echoed "
         "in the answer; null otherwise. Live plans report the runtime's platform",
     )
-    # --- hardware plans (DESIGN "Contract v1.1"); see app.schemas.hardware
-    hardware: str | None = Field(
-        None,
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_hardware_members(cls, data: Any) -> Any:
+        # The members of other modes sent at their default mean nothing; any other value
+        # is refused with what would make it count.
+        if not isinstance(data, dict):
+            return data
+        # a live plan takes num_devices: null (an abstract plan's is required)
+        tolerated = _PLAIN_TOLERATED if "num_devices" in cls.model_fields else _LIVE_TOLERATED
+        extra = _foreign(data, _HARDWARE_ONLY, tolerated)
+        if extra:
+            raise ValueError(f"{', '.join(extra)} need hardware (a name of /v1/hardware)")
+        data = _without_tolerated(data, tolerated)
+        if data.get("axes") is None:
+            raise ValueError("axes is required (or give hardware and ici)")
+        return data
+
+    @model_validator(mode="after")
+    def _mlp_only(self) -> Self:
+        if isinstance(self.model, TransformerModel | NamedModel):
+            raise ValueError("a transformer model needs a hardware plan (hardware and ici)")
+        if self.model is not None:
+            extra = _given(self.model, _HARDWARE_MLP_ONLY)
+            if extra:
+                raise ValueError(f"model.{', model.'.join(extra)} need a hardware plan")
+        return self
+
+    @property
+    def mlp(self) -> MlpModel | None:
+        """The plan's model: an MLP or none (the validator refuses the others)."""
+        return self.model if isinstance(self.model, MlpModel) else None
+
+
+class LivePlanBody(_PlainPlanBody):
+    """A live plan (no ``num_devices``): a mesh of this service's devices."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_tolerating(_LIVE_TOLERATED))
+
+
+class AbstractPlanBody(_PlainPlanBody):
+    """An abstract plan: ``num_devices`` devices numbered ``0..n-1``, none touched."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_tolerating(_PLAIN_TOLERATED))
+
+    num_devices: Annotated[JsonInt, Field(ge=1, le=MAX_PLAN_DEVICES)] = Field(
+        description="plan for a cluster of exactly this many devices without touching "
+        "devices (abstract plan); absent or null: a live plan on this service's devices",
+    )
+
+
+PlainPlanBody = LivePlanBody | AbstractPlanBody
+"""A plan over ``axes``: live or abstract."""
+
+
+class HardwarePlanBody(Strict):
+    """A hardware plan: all the devices of a catalog cluster, in JAX's device order for
+    it (DESIGN "Contract v1.1"; see :mod:`app.schemas.hardware`)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_tolerating(_HARDWARE_TOLERATED))
+
+    hardware: str = Field(
         max_length=64,
         description="plan over all devices of this catalog hardware (GET /v1/hardware) in "
         "JAX's device order; then give ici (not axes or num_devices)",
@@ -170,68 +280,45 @@ class MeshPlanRequest(Strict):
     topology: str | None = _hardware_field("topology")
     slices: JsonInt = _hardware_field("slices")
     hosts: JsonInt | None = _hardware_field("hosts")
-    ici: dict[AxisName, JsonInt] | None = Field(
-        None, description=HardwarePlanRequest.model_fields["ici"].description
+    ici: dict[AxisName, JsonInt] = Field(
+        description=HardwarePlanRequest.model_fields["ici"].description
     )
     dcn: dict[AxisName, JsonInt] | None = _hardware_field("dcn")
     allow_split_physical_axes: StrictBool = _hardware_field("allow_split_physical_axes")
-    maxtext: dict[Annotated[str, Field(max_length=MAX_MAXTEXT_KEY)], Any] | None = Field(
+    batch_shape: list[BatchDim] | None = Field(
         None,
-        max_length=512,
-        description="MaxText's own keys (ici_*_parallelism, dcn_*_parallelism, num_slices, "
-        "allow_split_physical_axes, per_device_batch_size, max_target_length, model_name or "
-        "the model keys, remat_policy, weight_dtype, dtype, ...) beside hardware and "
-        "topology/hosts, in place of ici, dcn, model and batch_shape; the axes are then "
-        "MaxText's names",
-        examples=[{"ici_fsdp_parallelism": -1, "per_device_batch_size": 3,
-                   "model_name": "llama3.1-8b", "max_target_length": 8192}],
-    )  # fmt: skip
+        min_length=1,
+        max_length=16,
+        description="global batch shape; dimension 0 is split over batch_axes (default: "
+        "the axes whose role is data or fsdp). Needed with a model",
+    )
+    batch_axes: BatchAxes | None = Field(None, description="mesh axes splitting dimension 0")
+    model: PlanModel | None = Field(
+        None, description="adds step_estimate and memory_per_device (needs batch_shape)"
+    )
+    optimizer: OptimizerName | OptimizerSpec = Field(
+        "adam", description="optimizer whose state is estimated"
+    )
+    name: str | None = Field(None, max_length=200, description="free-form label")
 
-    @field_validator("maxtext")
+    @model_validator(mode="before")
     @classmethod
-    def _short_maxtext_strings(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        for key, item in (value or {}).items():
-            if isinstance(item, str) and len(item) > MAX_MAXTEXT_TEXT:
-                raise ValueError(
-                    f"maxtext[{key!r}] has {len(item)} characters; at most {MAX_MAXTEXT_TEXT}"
-                )
-        return value
-
-    @model_validator(mode="after")
-    def _plain_or_hardware(self) -> MeshPlanRequest:
-        given = self.model_fields_set
-        if self.maxtext is not None:
-            if self.hardware is None:
-                raise ValueError("maxtext needs hardware (and topology or hosts)")
-            extra = [n for n in ("ici", "dcn", "model", "batch_shape", "batch_axes", "axes",
-                                 "num_devices") if getattr(self, n) is not None]  # fmt: skip
-            if extra:
-                raise ValueError(
-                    f"{', '.join(extra)} do not go beside maxtext: its keys say them "
-                    "(ici_*/dcn_*_parallelism, the model keys, per_device_batch_size)"
-                )
-            return self
-        if self.hardware is None:
-            extra = _given(self, _HARDWARE_ONLY)
-            if extra:
-                raise ValueError(f"{', '.join(extra)} need hardware (a name of /v1/hardware)")
-            if self.axes is None:
-                raise ValueError("axes is required (or give hardware and ici)")
-            if isinstance(self.model, TransformerModel | NamedModel):
-                raise ValueError("a transformer model needs a hardware plan (hardware and ici)")
-            if self.model is not None:
-                extra = _given(self.model, _HARDWARE_MLP_ONLY)
-                if extra:
-                    raise ValueError(f"model.{', model.'.join(extra)} need a hardware plan")
-            return self
-        extra = [n for n in _PLAIN_ONLY if n in given and getattr(self, n) is not None]
+    def _no_plain_members(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        extra = _foreign(data, _PLAIN_ONLY, _HARDWARE_TOLERATED)
         if extra:
             raise ValueError(
                 f"{', '.join(extra)} do not apply to a hardware plan: its axes are the keys "
                 f"of ici (sizes ici * dcn) over all the hardware's devices"
             )
-        if self.ici is None:
+        data = _without_tolerated(data, _HARDWARE_TOLERATED)
+        if data.get("ici") is None:
             raise ValueError("a hardware plan needs ici, e.g. {'data': -1}")
+        return data
+
+    @model_validator(mode="after")
+    def _model_as_hardware_plans_take_it(self) -> Self:
         if isinstance(self.model, MlpModel):
             extra = _given(self.model, ("param_sharding", "optimizer"))
             if extra:
@@ -242,6 +329,140 @@ class MeshPlanRequest(Strict):
         if self.model is not None and self.batch_shape is None:
             raise ValueError("a hardware plan with a model needs batch_shape (its global batch)")
         return self
+
+
+class MaxTextPlanBody(Strict):
+    """A hardware plan from MaxText's own keys (``maxtext``) beside ``hardware``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_tolerating(_MAXTEXT_TOLERATED))
+
+    hardware: str = Field(
+        max_length=64, description="a catalog name of GET /v1/hardware (needed with maxtext)"
+    )
+    topology: str | None = _hardware_field("topology")
+    slices: JsonInt = _hardware_field("slices")
+    hosts: JsonInt | None = _hardware_field("hosts")
+    maxtext: dict[Annotated[str, Field(max_length=MAX_MAXTEXT_KEY)], Any] = Field(
+        max_length=512,
+        description="MaxText's own keys (ici_*_parallelism, dcn_*_parallelism, num_slices, "
+        "allow_split_physical_axes, per_device_batch_size, max_target_length, model_name or "
+        "the model keys, remat_policy, weight_dtype, dtype, ...) beside hardware and "
+        "topology/hosts, in place of ici, dcn, model and batch_shape; the axes are then "
+        "MaxText's names",
+        examples=[{"ici_fsdp_parallelism": -1, "per_device_batch_size": 3,
+                   "model_name": "llama3.1-8b", "max_target_length": 8192}],
+    )  # fmt: skip
+    optimizer: OptimizerName | OptimizerSpec = Field(
+        "adam", description="overrides maxtext's opt_type when given"
+    )
+    name: str | None = Field(None, max_length=200, description="free-form label")
+    # Accepted beside maxtext since v1.1 and without effect there (its keys say them).
+    platform: str | None = Field(None, max_length=64, description="ignored beside maxtext")
+    param_sharding: Literal["replicate", "model", "fsdp"] = Field(
+        "replicate", description="ignored beside maxtext"
+    )
+    allow_split_physical_axes: StrictBool = Field(
+        False, description="ignored beside maxtext: its own key of that name counts"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_maxtext_says_the_plan(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("hardware") is None:
+            raise ValueError("maxtext needs hardware (and topology or hosts)")
+        extra = _foreign(data, _NOT_BESIDE_MAXTEXT, _MAXTEXT_TOLERATED)
+        if extra:
+            raise ValueError(
+                f"{', '.join(extra)} do not go beside maxtext: its keys say them "
+                "(ici_*/dcn_*_parallelism, the model keys, per_device_batch_size)"
+            )
+        return _without_tolerated(data, _MAXTEXT_TOLERATED)
+
+    @field_validator("maxtext")
+    @classmethod
+    def _short_maxtext_strings(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, item in value.items():
+            if isinstance(item, str) and len(item) > MAX_MAXTEXT_TEXT:
+                raise ValueError(
+                    f"maxtext[{key!r}] has {len(item)} characters; at most {MAX_MAXTEXT_TEXT}"
+                )
+        return value
+
+
+_MODE_OF: dict[type[BaseModel], str] = {
+    LivePlanBody: "live",
+    AbstractPlanBody: "abstract",
+    HardwarePlanBody: "hardware",
+    MaxTextPlanBody: "maxtext",
+}
+
+
+_TAGS = {(tag,) for tag in _MODE_OF.values()}
+
+
+def plan_mode(body: Any) -> str:
+    """The mode of a ``POST /v1/meshes`` body, from the members it sends (it has no tag):
+    ``maxtext`` with MaxText's keys, else ``hardware`` with a hardware name, else
+    ``abstract`` with ``num_devices``, else ``live``. ``null`` counts as absent. A body
+    that is not an object is taken as live, whose model then refuses it."""
+    if isinstance(body, BaseModel):
+        return _MODE_OF.get(type(body), "live")
+    if not isinstance(body, dict):
+        return "live"
+    if body.get("maxtext") is not None:
+        return "maxtext"
+    if body.get("hardware") is not None:
+        return "hardware"
+    return "abstract" if body.get("num_devices") is not None else "live"
+
+
+PlanBody = Annotated[
+    Annotated[LivePlanBody, Tag("live")]
+    | Annotated[AbstractPlanBody, Tag("abstract")]
+    | Annotated[HardwarePlanBody, Tag("hardware")]
+    | Annotated[MaxTextPlanBody, Tag("maxtext")],
+    Discriminator(plan_mode),
+]
+"""A ``POST /v1/meshes`` body as its mode's type (:func:`plan_mode` tells them apart)."""
+
+
+def _untagged(error: ValidationError) -> ValidationError:
+    """``error`` with the mode's tag taken out of every location: the body has no tag, so
+    ``axes.data`` names the member sent, as before the modes had types."""
+    return ValidationError.from_exception_data(
+        error.title,
+        [
+            InitErrorDetails(
+                type=PydanticCustomError(str(e["type"]), str(e["msg"])),
+                loc=tuple(e["loc"][1:] if e["loc"][:1] in _TAGS else e["loc"]),
+                input=e.get("input"),
+            )
+            for e in error.errors(include_url=False)
+        ],
+    )
+
+
+class MeshPlanRequest(RootModel[PlanBody]):
+    """A mesh plan request: one of four modes, told apart by the members sent (live:
+    ``axes``; abstract: ``axes`` and ``num_devices``; hardware: ``hardware`` and ``ici``;
+    MaxText: ``hardware`` and ``maxtext``). Unknown members, and members of another mode,
+    are refused (422 ``validation_error``)."""
+
+    # ``root`` is the mode's typed request: what the services take.
+    model_config = ConfigDict(json_schema_extra={"examples": [PLAN_REQUEST_EXAMPLE]})
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _errors_without_the_tag(
+        cls, data: Any, handler: ValidatorFunctionWrapHandler
+    ) -> MeshPlanRequest:
+        try:
+            result: MeshPlanRequest = handler(data)
+        except ValidationError as error:
+            raise _untagged(error) from None
+        return result
 
 
 class Shard(BaseModel):

@@ -11,12 +11,14 @@ order for that hardware; its JSON is :func:`app.services.plans.render_plan`'s wi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
-from app.core.errors import InvalidRequest, ServiceError
+from app.core.errors import InvalidRequest, ServiceError, from_library
 from app.schemas.base import optimizer_name
 from app.schemas.hardware import (
     HardwareMlpModel,
@@ -24,7 +26,13 @@ from app.schemas.hardware import (
     HardwarePlanRequest,
     RecommendationRequest,
 )
-from app.schemas.meshes import MAX_PLAN_DEVICES, MeshPlanRequest, MlpModel
+from app.schemas.meshes import (
+    MAX_PLAN_DEVICES,
+    HardwarePlanBody,
+    MaxTextPlanBody,
+    MeshPlanRequest,
+    MlpModel,
+)
 from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
 from datarax.estimate.cost import axis_roles, estimate_step, param_specs
 from datarax.estimate.model_specs import DTYPE_BYTES, model_spec
@@ -36,22 +44,9 @@ from datarax.hardware.topology import (
     parse_tpu_topology,
     plan_hardware_devices,
 )
+from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
 from datarax.parallel.axis_roles import batch_axes, check_named_kinds
 from datarax.plan.layout import PlanCancelled, PlanError, check_batch_shape
-
-# Step-estimate members DESIGN v1.1 fixes, then the library's extras worth keeping.
-_ESTIMATE_KEYS = ("flops", "compute_s", "comm_s", "step_s", "mfu", "bottleneck", "collectives")
-_ESTIMATE_EXTRAS = (
-    "bottleneck_link",
-    "phases",
-    "tokens_per_device",
-    "roofline_s",
-    "roofline_mfu",
-    "peak_flops",
-    "breakdown",
-    "gap",
-)
-
 
 # ------------------------------------------------------------------------------ catalog
 
@@ -97,25 +92,34 @@ def model_entry(name: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- plans
 
 
-def _role_batch_axes(body: MeshPlanRequest) -> list[str] | None:
+def _ici_roles(ici: Mapping[str, int]) -> dict[str, str] | None:
+    """Each mesh axis's role (``data``, ``fsdp``, ``tensor``, ...), worked out once per
+    plan; ``None`` when an axis has none (the step estimate then refuses the plan)."""
+    try:
+        return axis_roles(list(ici))
+    except PlanError:
+        return None
+
+
+def _role_batch_axes(body: HardwarePlanBody, roles: Mapping[str, str] | None) -> list[str] | None:
     """The axes a hardware plan's batch splits over when the request names none: those
     whose role is ``data`` or ``fsdp`` (what the step estimate assumes), in mesh order;
     ``None`` (the plain default) when an axis has no role."""
-    if body.model is None or body.batch_shape is None or not body.ici:
-        return None
-    try:
-        roles = axis_roles(list(body.ici))
-    except PlanError:
+    if body.model is None or body.batch_shape is None or not body.ici or roles is None:
         return None
     return list(batch_axes(body.ici, roles))
 
 
-def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
-    """A ``POST /v1/meshes`` body with ``hardware`` as a :class:`HardwarePlanRequest`.
+def _hardware_body(body: HardwarePlanBody | MeshPlanRequest) -> HardwarePlanBody:
+    found = body.root if isinstance(body, MeshPlanRequest) else body
+    if not isinstance(found, HardwarePlanBody):
+        raise InvalidRequest("a hardware plan needs hardware and ici")
+    return found
 
-    The body's schema has already refused the plain-plan fields (``axes``,
-    ``num_devices``, ``platform``, ``param_sharding``) and required ``ici``.
-    """
+
+def _from_body(body: HardwarePlanBody, roles: Mapping[str, str] | None) -> HardwarePlanRequest:
+    """The service's request of a hardware-mode body: the MLP as hardware plans take it,
+    the batch axes from ``roles`` when the body names none."""
     model: HardwareModel | None
     if isinstance(body.model, MlpModel):
         model = HardwareMlpModel(
@@ -127,9 +131,6 @@ def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
         )
     else:
         model = body.model
-    optimizer = optimizer_name(body.optimizer)
-    if body.hardware is None or body.ici is None:  # the schema checks it; -O keeps this
-        raise InvalidRequest("a hardware plan needs hardware and ici")
     return HardwarePlanRequest(
         hardware=body.hardware,
         topology=body.topology,
@@ -139,11 +140,95 @@ def hardware_plan_request(body: MeshPlanRequest) -> HardwarePlanRequest:
         dcn=body.dcn,
         allow_split_physical_axes=body.allow_split_physical_axes,
         batch_shape=body.batch_shape,
-        batch_axes=body.batch_axes if body.batch_axes is not None else _role_batch_axes(body),
+        batch_axes=body.batch_axes
+        if body.batch_axes is not None
+        else _role_batch_axes(body, roles),
         model=model,
-        optimizer=optimizer,
+        optimizer=optimizer_name(body.optimizer),
         name=body.name,
     )
+
+
+def hardware_plan_request(body: HardwarePlanBody | MeshPlanRequest) -> HardwarePlanRequest:
+    """A ``POST /v1/meshes`` hardware-mode body as a :class:`HardwarePlanRequest`.
+
+    Raises:
+      InvalidRequest: the body is of another mode.
+    """
+    body = _hardware_body(body)
+    return _from_body(body, _ici_roles(body.ici))
+
+
+def maxtext_plan_request(body: MaxTextPlanBody) -> HardwarePlanRequest:
+    """The hardware plan request that MaxText's keys describe (the library's
+    :func:`datarax.launch.maxtext_plan_request.plan_request_from_maxtext`), typed once;
+    the body's ``name`` and ``optimizer`` (when sent) take precedence over its keys.
+
+    Raises:
+      ServiceError: ``invalid_maxtext_config`` and the planner's codes.
+    """
+    try:
+        request = plan_request_from_maxtext(
+            body.maxtext,
+            hardware=body.hardware,
+            topology=body.topology,
+            slices=body.slices if "slices" in body.model_fields_set else None,
+            hosts=body.hosts,
+        )
+    except PlanError as error:
+        raise from_library(error) from None
+    if body.name is not None:
+        request["name"] = body.name
+    if "optimizer" in body.model_fields_set:
+        request["optimizer"] = optimizer_name(body.optimizer)
+    try:
+        return HardwarePlanRequest.model_validate(request)
+    except ValidationError as error:
+        raise ServiceError(
+            f"the MaxText keys make a plan request that is not valid: {error.errors()[0]['msg']}",
+            code="invalid_maxtext_config",
+        ) from None
+
+
+@dataclass(frozen=True)
+class HardwarePlan:
+    """A hardware plan request with what is worked out once, before its layout.
+
+    Attributes:
+      request: the request.
+      devices: the cluster's devices (``None``: malformed, the planner refuses it), at
+        most :data:`~app.schemas.meshes.MAX_PLAN_DEVICES` (:func:`check_cluster_size`).
+      roles: each ``ici`` axis's role, or ``None`` when an axis has none.
+    """
+
+    request: HardwarePlanRequest
+    devices: int | None
+    roles: dict[str, str] | None
+
+
+def check_hardware_plan(request: HardwarePlanRequest) -> HardwarePlan:
+    """``request`` with its cluster size checked and its axis roles, for
+    :func:`render_hardware_plan`.
+
+    Raises:
+      ServiceError: 422 ``too_many_devices``.
+    """
+    return HardwarePlan(request, check_cluster_size(request), _ici_roles(request.ici))
+
+
+def hardware_plan(body: HardwarePlanBody | MaxTextPlanBody) -> HardwarePlan:
+    """The checked hardware plan of a hardware-mode or MaxText-mode body: converted once,
+    axis roles and cluster size worked out once each.
+
+    Raises:
+      ServiceError: ``invalid_maxtext_config``, ``too_many_devices`` and the planner's
+        codes of MaxText's keys.
+    """
+    if isinstance(body, MaxTextPlanBody):
+        return check_hardware_plan(maxtext_plan_request(body))
+    roles = _ici_roles(body.ici)
+    request = _from_body(body, roles)
+    return HardwarePlan(request, check_cluster_size(request), roles)
 
 
 def cluster_devices(request: HardwarePlanRequest | RecommendationRequest) -> int | None:
@@ -231,21 +316,25 @@ def layout_devices(layout: HardwareLayout) -> Devices:
 
 
 def _step_parts(
-    request: HardwarePlanRequest, layout: HardwareLayout
+    request: HardwarePlanRequest,
+    layout: HardwareLayout,
+    roles: Mapping[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    """``(params, memory_per_device, step_estimate)`` of the request's model."""
+    """``(params, memory_per_device, step_estimate)`` of the request's model; ``roles``
+    (the plan's, worked out once) or the axes' own."""
     if request.model is None or request.batch_shape is None:
         raise InvalidRequest("a step estimate needs a model and batch_shape")
     spec = model_spec(request.model.model_dump(exclude_none=True))
     global_batch = int(request.batch_shape[0])
+    roles = roles if roles is not None else axis_roles(list(layout.axes))
     estimate = estimate_step(
         layout.hardware,
         layout.axes_detail,
         spec,
         global_batch,
+        roles=roles,
         optimizer=optimizer_name(request.optimizer),
     )
-    roles = axis_roles(list(layout.axes))
     itemsize = DTYPE_BYTES[getattr(spec, "param_dtype", spec.dtype)]
     params = [
         {
@@ -258,13 +347,12 @@ def _step_parts(
         }
         for group, entry_spec, shard, _ in param_specs(spec, layout.axes, roles)
     ]
-    step = {key: estimate[key] for key in (*_ESTIMATE_KEYS, *_ESTIMATE_EXTRAS)}
-    step["model"] = spec.to_json()
-    return params, dict(estimate["memory_per_device"]), step
+    step = {**estimate.to_json(), "model": spec.to_json()}
+    return params, estimate.memory_per_device.to_json(), step
 
 
 def render_hardware_plan(
-    request: HardwarePlanRequest,
+    plan: HardwarePlanRequest | HardwarePlan,
     *,
     plan_id: str,
     created_at: str,
@@ -272,6 +360,9 @@ def render_hardware_plan(
     max_bytes: int | None = None,
 ) -> RenderedPlan:
     """A hardware plan's JSON text (abstract, over all the cluster's devices).
+
+    ``plan`` is a request, or one :func:`check_hardware_plan` or :func:`hardware_plan`
+    checked (its cluster size and axis roles are then not worked out again).
 
     Adds to a plain plan's members ``hardware``, ``topology``, ``slices``, ``hosts``,
     ``ici``, ``dcn`` and ``axes_detail``; with a model ``step_estimate``, and
@@ -289,7 +380,9 @@ def render_hardware_plan(
         ``answer_too_large``.
       PlanCancelled: ``should_stop`` answered true.
     """
-    check_cluster_size(request)
+    if isinstance(plan, HardwarePlanRequest):
+        plan = check_hardware_plan(plan)
+    request = plan.request
     if request.batch_shape is not None:
         check_batch_shape(request.batch_shape)
     _stop_if(should_stop)
@@ -309,7 +402,7 @@ def render_hardware_plan(
     }
     params = memory = None
     if request.model is not None:
-        params, memory, members["step_estimate"] = _step_parts(request, layout)
+        params, memory, members["step_estimate"] = _step_parts(request, layout, plan.roles)
         # the plan stores its model (resolved: a named model's figures with its overrides)
         members["model"] = members["step_estimate"].pop("model")
     plain = PlanRequest(
@@ -396,10 +489,14 @@ def _recommend(
 
 
 __all__ = [
+    "HardwarePlan",
     "check_cluster_size",
+    "check_hardware_plan",
     "cluster_devices",
     "hardware_entry",
+    "hardware_plan",
     "list_models",
+    "maxtext_plan_request",
     "model_entry",
     "hardware_plan_request",
     "lay_out",

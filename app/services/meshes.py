@@ -1,19 +1,21 @@
-"""Mesh plans as a service: make (live or abstract), store, list, read, delete, draw.
+"""Mesh plans as a service: make (live, abstract or hardware), store, list, read, delete,
+draw.
 
-Plain async functions over the store and the runtime client; the arithmetic is
-:mod:`app.services.plans` and the library's :mod:`datarax.plan.layout`.
+Plain async functions over the store and the runtime client. A request arrives as its
+mode's type (:data:`app.schemas.meshes.PlanBody`) and :func:`create_plan` sends it down
+that mode's path; the arithmetic is :mod:`app.services.plans`,
+:mod:`app.services.hardware` and the library's :mod:`datarax.plan.layout`.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import anyio.to_thread
 import orjson
-from pydantic import ValidationError
 
 from app.core.answer_limit import check_answer_size
 from app.core.errors import (
@@ -22,20 +24,22 @@ from app.core.errors import (
     MeshNotFound,
     ServiceError,
     WorkerLost,
-    from_library,
 )
 from app.core.ids import new_plan_id, utc_now
 from app.schemas.base import optimizer_name
-from app.schemas.meshes import MeshPlanRequest, MlpModel
-from app.services.hardware import (
-    check_cluster_size,
-    hardware_plan_request,
-    render_hardware_plan,
+from app.schemas.meshes import (
+    AbstractPlanBody,
+    HardwarePlanBody,
+    LivePlanBody,
+    MaxTextPlanBody,
+    MeshPlanRequest,
+    PlainPlanBody,
+    PlanBody,
 )
+from app.services.hardware import HardwarePlan, hardware_plan, render_hardware_plan
 from app.services.heavy_work import LARGE_PLAN_DEVICES, HeavyWork
 from app.services.layout_svg import render_layout_svg
 from app.services.plans import (
-    Devices,
     PlanRequest,
     RenderedPlan,
     abstract_devices,
@@ -46,7 +50,7 @@ from app.services.plans import (
 from app.storage import plans as stored_plans
 from app.storage.db import Store
 from app.workers.runtime_client import RuntimeClient
-from datarax.plan.layout import PlanError, resolve_axes
+from datarax.plan.layout import resolve_axes
 
 MAX_MESH_AXES = 64
 """numpy's (and so JAX's) limit on array rank: a mesh's device grid has one dimension per axis."""
@@ -61,11 +65,30 @@ class CreatedPlan:
     live: bool
 
 
-def plan_request(body: MeshPlanRequest) -> PlanRequest:
-    """What the HTTP body asks for, as the planner's :class:`PlanRequest`."""
-    model = body.model
-    if body.axes is None or not (model is None or isinstance(model, MlpModel)):
+@dataclass(frozen=True)
+class _Rendering:
+    """Where a plan renders and what bounds its answer (see :func:`create_plan`)."""
+
+    lane: HeavyWork | None
+    client_gone: Callable[[], Awaitable[bool]] | None
+    max_answer_bytes: int | None
+
+
+def _plain_body(body: PlainPlanBody | MeshPlanRequest) -> PlainPlanBody:
+    found = body.root if isinstance(body, MeshPlanRequest) else body
+    if not isinstance(found, LivePlanBody | AbstractPlanBody):
         raise InvalidRequest("a device plan needs axes and, if any, an MLP model")
+    return found
+
+
+def plan_request(body: PlainPlanBody | MeshPlanRequest) -> PlanRequest:
+    """What a live or abstract plan's body asks for, as the planner's :class:`PlanRequest`.
+
+    Raises:
+      InvalidRequest: the body is of another mode.
+    """
+    body = _plain_body(body)
+    model = body.mlp
     param_sharding = body.param_sharding
     optimizer = optimizer_name(body.optimizer)
     if model is not None:
@@ -82,53 +105,46 @@ def plan_request(body: MeshPlanRequest) -> PlanRequest:
     )
 
 
-def _from_maxtext(body: MeshPlanRequest) -> MeshPlanRequest:
-    """The hardware plan request that MaxText's keys describe (the library's
-    :func:`datarax.launch.maxtext.plan_request_from_maxtext`).
-
-    Raises:
-      ServiceError: ``invalid_maxtext_config`` and the planner's codes.
-    """
-    from datarax.launch.maxtext import plan_request_from_maxtext  # noqa: PLC0415
-
-    try:
-        request = plan_request_from_maxtext(
-            body.maxtext or {},
-            hardware=body.hardware or "",
-            topology=body.topology,
-            slices=body.slices if "slices" in body.model_fields_set else None,
-            hosts=body.hosts,
-        )
-    except PlanError as error:
-        raise from_library(error) from None
-    if body.name is not None:
-        request["name"] = body.name
-    if "optimizer" in body.model_fields_set:
-        request["optimizer"] = optimizer_name(body.optimizer)
-    try:
-        return MeshPlanRequest.model_validate(request)
-    except ValidationError as error:
+def _check_axis_count(axes: Mapping[str, int]) -> None:
+    if len(axes) > MAX_MESH_AXES:
         raise ServiceError(
-            f"the MaxText keys make a plan request that is not valid: {error.errors()[0]['msg']}",
-            code="invalid_maxtext_config",
-        ) from None
+            f"the mesh has {len(axes)} axes; at most {MAX_MESH_AXES} are possible "
+            "(a device grid is an array of that rank); merge axes of size 1",
+            code="too_many_axes",
+        )
 
 
 async def _render(
     work: Callable[[Callable[[], bool] | None], RenderedPlan],
     devices: int | None,
-    lane: HeavyWork | None,
-    client_gone: Callable[[], Awaitable[bool]] | None,
+    rendering: _Rendering,
 ) -> RenderedPlan:
     """Renders on the heavy lane when the plan is large (more than
     :data:`~app.services.heavy_work.LARGE_PLAN_DEVICES` devices), else on a plain thread."""
+    lane = rendering.lane
     if lane is not None and devices is not None and devices > LARGE_PLAN_DEVICES:
-        return await lane.run(f"plan of {devices} devices", work, client_gone)
+        return await lane.run(f"plan of {devices} devices", work, rendering.client_gone)
     return await anyio.to_thread.run_sync(lambda: work(None))
 
 
+async def _store(
+    store: Store,
+    plan_id: str,
+    created_at: str,
+    name: str | None,
+    rendered: RenderedPlan,
+    *,
+    live: bool,
+) -> CreatedPlan:
+    check_answer_size(len(rendered.body), "the plan")  # refused: nothing stored
+    await stored_plans.insert_plan(
+        store, plan_id, created_at, name, live, rendered.body, rendered.summary
+    )
+    return CreatedPlan(id=plan_id, body=rendered.body, live=live)
+
+
 async def create_plan(
-    body: MeshPlanRequest,
+    body: PlanBody | MeshPlanRequest,
     store: Store,
     runtime: RuntimeClient,
     *,
@@ -136,92 +152,119 @@ async def create_plan(
     client_gone: Callable[[], Awaitable[bool]] | None = None,
     max_answer_bytes: int | None = None,
 ) -> CreatedPlan:
-    """Plans a mesh and stores it durably.
+    """Plans a mesh and stores it durably: each mode down its own path.
 
-    Plans over more than ``LARGE_PLAN_DEVICES`` devices render on ``lane`` (the heavy
-    lane: bounded, abandoned when ``client_gone`` answers true); ``max_answer_bytes``
-    refuses a plan whose text would pass it before it is written.
+    Plans over ``LARGE_PLAN_DEVICES`` devices render on ``lane`` (the heavy lane: bounded,
+    abandoned when ``client_gone`` answers true); ``max_answer_bytes`` refuses a plan
+    whose text would pass it before it is written.
 
-    ``hardware`` given: an abstract plan over all the devices of that cluster, in JAX's
-    order for the hardware (:mod:`app.services.hardware`). ``num_devices`` given: an
-    abstract plan, no device touched. Neither: a live plan on the
-    runtime's devices (their ids in JAX's mesh order from the ``mesh_grid`` command); the
-    request is checked before it waits behind device work.
+    - :class:`~app.schemas.meshes.HardwarePlanBody` and
+      :class:`~app.schemas.meshes.MaxTextPlanBody`: an abstract plan over all the
+      devices of that cluster, in JAX's order for the hardware
+      (:mod:`app.services.hardware`);
+    - :class:`~app.schemas.meshes.AbstractPlanBody`: ``num_devices`` devices, none
+      touched;
+    - :class:`~app.schemas.meshes.LivePlanBody`: the runtime's devices (their ids in
+      JAX's mesh order from the ``mesh_grid`` command); the request is checked before it
+      waits behind device work.
 
     Raises:
       PlanError: the library's plan codes.
       WorkerLost: a live plan while the runtime is not ready.
-      ServiceError: ``too_many_devices``, ``answer_too_large``, and the heavy lane's
-        ``busy``, ``request_abandoned``, ``shutting_down``.
+      ServiceError: ``too_many_axes``, ``too_many_devices``, ``invalid_maxtext_config``,
+        ``answer_too_large``, and the heavy lane's ``busy``, ``request_abandoned``,
+        ``shutting_down``.
     """
-    if body.maxtext is not None:
-        body = _from_maxtext(body)
-    axes_given = body.ici if body.hardware is not None else body.axes
-    if axes_given is not None and len(axes_given) > MAX_MESH_AXES:
-        raise ServiceError(
-            f"the mesh has {len(axes_given)} axes; at most {MAX_MESH_AXES} are possible "
-            "(a device grid is an array of that rank); merge axes of size 1",
-            code="too_many_axes",
-        )
+    request = body.root if isinstance(body, MeshPlanRequest) else body
+    rendering = _Rendering(lane, client_gone, max_answer_bytes)
+    if isinstance(request, HardwarePlanBody):
+        _check_axis_count(request.ici)
+        return await _create_hardware_plan(hardware_plan(request), store, rendering)
+    if isinstance(request, MaxTextPlanBody):
+        plan = hardware_plan(request)
+        _check_axis_count(plan.request.ici)
+        return await _create_hardware_plan(plan, store, rendering)
+    _check_axis_count(request.axes)
+    if isinstance(request, AbstractPlanBody):
+        return await _create_abstract_plan(request, store, rendering)
+    return await _create_live_plan(request, store, runtime, rendering)
+
+
+async def _create_hardware_plan(
+    plan: HardwarePlan, store: Store, rendering: _Rendering
+) -> CreatedPlan:
+    """A hardware plan (its cluster size already checked, before it waits for a slot)."""
     plan_id, created_at = new_plan_id(), utc_now()
-    if body.hardware is not None:
-        hardware_request = hardware_plan_request(body)
-        cluster = check_cluster_size(hardware_request)  # before it waits for a slot
-        rendered = await _render(
-            lambda stop: render_hardware_plan(
-                hardware_request,
-                plan_id=plan_id,
-                created_at=created_at,
-                should_stop=stop,
-                max_bytes=max_answer_bytes,
-            ),
-            cluster,
-            lane,
-            client_gone,
-        )
-        check_answer_size(len(rendered.body), "the plan")  # refused: nothing stored
-        await stored_plans.insert_plan(
-            store, plan_id, created_at, body.name, False, rendered.body, rendered.summary
-        )
-        return CreatedPlan(id=plan_id, body=rendered.body, live=False)
+    rendered = await _render(
+        lambda stop: render_hardware_plan(
+            plan,
+            plan_id=plan_id,
+            created_at=created_at,
+            should_stop=stop,
+            max_bytes=rendering.max_answer_bytes,
+        ),
+        plan.devices,
+        rendering,
+    )
+    return await _store(store, plan_id, created_at, plan.request.name, rendered, live=False)
+
+
+async def _create_abstract_plan(
+    body: AbstractPlanBody, store: Store, rendering: _Rendering
+) -> CreatedPlan:
+    """An abstract plan: devices ``0..n-1``, built with the plan off the event loop."""
     request = plan_request(body)
-    devices: Devices | None = None  # abstract: built with the plan, off the event loop
-    if body.num_devices is not None:
-        axes = resolve_axes(request.axes, body.num_devices, exact=True)
-    else:
-        info = runtime.device_info()
-        if info is None:
-            raise WorkerLost(
-                "the device runtime is not ready, so a live plan cannot be made now; retry "
-                "shortly, or send num_devices for an abstract plan"
-            )
-        available = len(info["devices"])
-        axes = resolve_axes(request.axes, available, exact=False)
-        check_plan_request(request, axes)
-        answer, _ = await runtime.call("mesh_grid", {"axes": axes})
-        devices = live_devices(axes, answer, available)
-        if body.platform is not None:
-            devices.notes.append("platform is ignored for live plans (the runtime reports it)")
+    plan_id, created_at = new_plan_id(), utc_now()
+    axes = resolve_axes(request.axes, body.num_devices, exact=True)
     rendered = await _render(
         lambda stop: render_plan(
             request,
             axes,
-            devices if devices is not None else abstract_devices(axes, body.platform),
+            abstract_devices(axes, body.platform),
             plan_id=plan_id,
             created_at=created_at,
             should_stop=stop,
-            max_bytes=max_answer_bytes,
+            max_bytes=rendering.max_answer_bytes,
         ),
         math.prod(axes.values()),
-        lane,
-        client_gone,
+        rendering,
     )
-    check_answer_size(len(rendered.body), "the plan")  # refused: nothing stored
-    live = devices is not None
-    await stored_plans.insert_plan(
-        store, plan_id, created_at, body.name, live, rendered.body, rendered.summary
+    return await _store(store, plan_id, created_at, body.name, rendered, live=False)
+
+
+async def _create_live_plan(
+    body: LivePlanBody, store: Store, runtime: RuntimeClient, rendering: _Rendering
+) -> CreatedPlan:
+    """A live plan on the runtime's devices, checked before it waits behind device work."""
+    request = plan_request(body)
+    plan_id, created_at = new_plan_id(), utc_now()
+    info = runtime.device_info()
+    if info is None:
+        raise WorkerLost(
+            "the device runtime is not ready, so a live plan cannot be made now; retry "
+            "shortly, or send num_devices for an abstract plan"
+        )
+    available = len(info["devices"])
+    axes = resolve_axes(request.axes, available, exact=False)
+    check_plan_request(request, axes)
+    answer, _ = await runtime.call("mesh_grid", {"axes": axes})
+    devices = live_devices(axes, answer, available)
+    if body.platform is not None:
+        devices.notes.append("platform is ignored for live plans (the runtime reports it)")
+    rendered = await _render(
+        lambda stop: render_plan(
+            request,
+            axes,
+            devices,
+            plan_id=plan_id,
+            created_at=created_at,
+            should_stop=stop,
+            max_bytes=rendering.max_answer_bytes,
+        ),
+        math.prod(axes.values()),
+        rendering,
     )
-    return CreatedPlan(id=plan_id, body=rendered.body, live=live)
+    return await _store(store, plan_id, created_at, body.name, rendered, live=True)
 
 
 async def list_plans(

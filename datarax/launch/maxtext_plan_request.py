@@ -30,7 +30,9 @@ from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import REMAT_POLICIES, REMAT_TENSORS
 from datarax.estimate.named_models import MODELS
 from datarax.hardware.chips import get_hardware
+from datarax.hardware.entry import Hardware
 from datarax.hardware.tpu_slices import parse_tpu_topology
+from datarax.json_types import JSONObject
 from datarax.launch.maxtext_config import (
     ARCH_FIELDS,
     ATTENTION_IN,
@@ -221,6 +223,65 @@ _PLAN_KEYS = {
 _OPTIMIZERS = {"adamw": "adamw", "adam_pax": "adamw", "sgd": "sgd"}
 
 
+def _cluster(
+    entry: Hardware,
+    num_slices: int,
+    dcn: Mapping[str, int],
+    topology: str | None,
+    slices: int | None,
+    hosts: int | None,
+) -> tuple[dict[str, Any], int, int]:
+    """``(members, devices, domains)``: the body's ``topology`` and ``slices`` (TPU) or
+    ``hosts``, the cluster's devices, and its slices or NVLink domains."""
+    if entry.kind == "tpu":
+        if slices is not None and num_slices != -1 and slices != num_slices:
+            raise _invalid(f"num_slices={num_slices} but slices={slices}; give one of them")
+        if slices is None:
+            fixed = math.prod(dcn.values())
+            slices = num_slices if num_slices != -1 else (fixed if fixed > 0 else 1)
+        if topology is None:
+            raise PlanError(
+                "missing_topology",
+                f"{entry.name} is a TPU: give topology, one of {', '.join(entry.topologies)}",
+            )
+        devices = math.prod(parse_tpu_topology(topology, entry)[1]) * int(slices)
+        return {"topology": topology, "slices": slices}, devices, slices
+    if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
+        raise PlanError(
+            "invalid_host_count",
+            f"hosts is {hosts!r}; {entry.name} needs hosts=<n> (an integer >= 1)",
+        )
+    per_host = int(entry.devices_per_host)
+    devices = per_host * hosts
+    domains = max(devices // int(entry.fast_domain_devices or per_host), 1)
+    if num_slices not in (-1, domains):
+        raise _invalid(
+            f"num_slices={num_slices} but {hosts} hosts of {entry.name} form {domains} "
+            f"NVLink domains; drop num_slices or give hosts for {num_slices} domains"
+        )
+    return {"hosts": hosts}, devices, domains
+
+
+def _batch(
+    maxtext: Mapping[str, Any], model: Mapping[str, Any] | None, devices: int, notes: list[str]
+) -> dict[str, Any]:
+    """``batch_shape`` (``per_device_batch_size`` times the devices, by the sequence
+    length) and ``batch_axes`` (MaxText's batch axes)."""
+    per_device = maxtext.get("per_device_batch_size", PER_DEVICE_BATCH_DEFAULT)
+    if isinstance(per_device, bool) or not isinstance(per_device, int | float) or per_device <= 0:
+        raise _invalid(f"per_device_batch_size={per_device!r}: give a number > 0")
+    global_batch = devices * per_device
+    if global_batch < 1 or not float(global_batch).is_integer():
+        raise _invalid(
+            f"per_device_batch_size={per_device} over {devices} devices is a global "
+            f"batch of {global_batch}; choose one that makes a whole batch"
+        )
+    seq = model["seq_len"] if model else _int_key(maxtext, "max_target_length", 2048)
+    if "per_device_batch_size" not in maxtext:
+        notes.append(f"per_device_batch_size not given: MaxText's {PER_DEVICE_BATCH_DEFAULT}")
+    return {"batch_shape": [int(global_batch), seq], "batch_axes": list(BATCH_AXES)}
+
+
 def plan_request_from_maxtext(
     maxtext: Mapping[str, Any],
     *,
@@ -229,7 +290,7 @@ def plan_request_from_maxtext(
     slices: int | None = None,
     hosts: int | None = None,
     notes: list[str] | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """A ``POST /v1/meshes`` hardware-plan body from MaxText's own keys.
 
     Args:
@@ -268,36 +329,8 @@ def plan_request_from_maxtext(
     _check_order_keys(maxtext)
     ici, dcn = _networks(maxtext, notes)
     num_slices = _int_key(maxtext, "num_slices", -1)
-    body: dict[str, Any] = {"hardware": entry.name}
-    if entry.kind == "tpu":
-        if slices is not None and num_slices != -1 and slices != num_slices:
-            raise _invalid(f"num_slices={num_slices} but slices={slices}; give one of them")
-        if slices is None:
-            fixed = math.prod(dcn.values())
-            slices = num_slices if num_slices != -1 else (fixed if fixed > 0 else 1)
-        if topology is None:
-            raise PlanError(
-                "missing_topology",
-                f"{entry.name} is a TPU: give topology, one of {', '.join(entry.topologies)}",
-            )
-        body.update(topology=topology, slices=slices)
-        devices = math.prod(parse_tpu_topology(topology, entry)[1]) * int(slices)
-        domains = slices
-    else:
-        if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
-            raise PlanError(
-                "invalid_host_count",
-                f"hosts is {hosts!r}; {entry.name} needs hosts=<n> (an integer >= 1)",
-            )
-        body["hosts"] = hosts
-        per_host = int(entry.devices_per_host)
-        devices = per_host * hosts
-        domains = max(devices // int(entry.fast_domain_devices or per_host), 1)
-        if num_slices not in (-1, domains):
-            raise _invalid(
-                f"num_slices={num_slices} but {hosts} hosts of {entry.name} form {domains} "
-                f"NVLink domains; drop num_slices or give hosts for {num_slices} domains"
-            )
+    cluster, devices, domains = _cluster(entry, num_slices, dcn, topology, slices, hosts)
+    body: dict[str, Any] = {"hardware": entry.name, **cluster}
     if domains == 1:
         # MaxText reads no dcn key with one slice.
         given = {a: v for a, v in dcn.items() if v not in (1, -1)}
@@ -310,24 +343,7 @@ def plan_request_from_maxtext(
     body.update(ici=ici, dcn=dcn, allow_split_physical_axes=split)
     model = _model_request(maxtext, notes)
     if model is not None or "per_device_batch_size" in maxtext:
-        per_device = maxtext.get("per_device_batch_size", PER_DEVICE_BATCH_DEFAULT)
-        if (
-            isinstance(per_device, bool)
-            or not isinstance(per_device, int | float)
-            or (per_device <= 0)
-        ):
-            raise _invalid(f"per_device_batch_size={per_device!r}: give a number > 0")
-        global_batch = devices * per_device
-        if global_batch < 1 or not float(global_batch).is_integer():
-            raise _invalid(
-                f"per_device_batch_size={per_device} over {devices} devices is a global "
-                f"batch of {global_batch}; choose one that makes a whole batch"
-            )
-        seq = model["seq_len"] if model else _int_key(maxtext, "max_target_length", 2048)
-        body["batch_shape"] = [int(global_batch), seq]
-        body["batch_axes"] = list(BATCH_AXES)
-        if "per_device_batch_size" not in maxtext:
-            notes.append(f"per_device_batch_size not given: MaxText's {PER_DEVICE_BATCH_DEFAULT}")
+        body.update(_batch(maxtext, model, devices, notes))
     if model is not None:
         body["model"] = model
     if "opt_type" in maxtext:

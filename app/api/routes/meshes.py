@@ -72,6 +72,12 @@ async def create_mesh(
     - ``num_devices`` absent/null: a *live* plan on this service's devices, the first
       ``prod(axes)`` of them in JAX's mesh order; fewer than the host has is fine, more is
       ``not_enough_devices``. 503 ``worker_lost`` while the runtime is down.
+    - ``hardware`` with ``ici`` (or with ``maxtext``, MaxText's own keys): an abstract plan
+      over all the devices of that cluster, in JAX's device order for the hardware.
+
+    The body has no mode tag: the members sent say which mode it is (``MeshPlanRequest``
+    is one of ``LivePlanBody``, ``AbstractPlanBody``, ``HardwarePlanBody``,
+    ``MaxTextPlanBody``), and a member of another mode is 422 ``validation_error``.
 
     Shards equal ``NamedSharding(mesh, spec).devices_indices_map(batch_shape)``. 422 codes:
     ``invalid_axis_name``, ``invalid_axis_size``, ``multiple_auto_axes``,
@@ -86,7 +92,7 @@ async def create_mesh(
     client disconnects is abandoned.
     """
     plan = await meshes.create_plan(
-        body,
+        body.root,  # the mode's typed request, parsed once
         store,
         runtime,
         lane=heavy_work(request.app),

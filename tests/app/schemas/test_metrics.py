@@ -13,7 +13,8 @@ def test_the_schema_bounds_what_the_service_refuses(api):
     """Empty metrics and axes and all-zero weights are refused with their own codes; the
     OpenAPI schema says so, so that schema-valid requests are never refused for them."""
     schemas = api.get("/openapi.json").json()["components"]["schemas"]
-    assert schemas["MeshPlanRequest"]["properties"]["axes"]["minProperties"] == 1
+    for mode in ("LivePlanBody", "AbstractPlanBody"):  # the plan modes over axes
+        assert schemas[mode]["properties"]["axes"]["minProperties"] == 1
     reduce = schemas["MetricsReduceRequest"]["properties"]
     assert reduce["metrics"]["minProperties"] == 1
     assert reduce["weights"]["not"] == {"type": "array", "items": {"const": 0}}

@@ -8,11 +8,16 @@ import pytest
 
 from app.core.errors import ServiceError
 from app.schemas.hardware import HardwarePlanRequest, RecommendationRequest
-from app.schemas.meshes import MeshPlanRequest
+from app.schemas.meshes import HardwarePlanBody, MaxTextPlanBody, MeshPlanRequest
+from app.services import hardware as hardware_service
 from app.services.hardware import (
+    HardwarePlan,
+    check_hardware_plan,
     hardware_entry,
+    hardware_plan,
     hardware_plan_request,
     list_hardware,
+    maxtext_plan_request,
     recommend,
     render_hardware_plan,
 )
@@ -30,7 +35,7 @@ def test_catalog_functions():
 
 
 def test_mesh_body_converts_and_renders_with_hosts_and_slices():
-    body = MeshPlanRequest(
+    body = HardwarePlanBody(
         hardware="tpu-v5p",
         topology="4x4x4",
         slices=2,
@@ -61,3 +66,71 @@ def test_recommend_raises_no_plan_fits_with_hints():
     with pytest.raises(PlanError) as info:
         recommend(request)
     assert info.value.code == "no_plan_fits" and "GiB" in info.value.message
+
+
+def test_a_hardware_body_works_out_roles_and_cluster_size_once(monkeypatch):
+    """The hardware path converts the body once, and its axis roles and cluster size are
+    worked out once each and passed on to the render (which does not redo them)."""
+    calls = {"roles": 0, "cluster": 0}
+    roles, cluster = hardware_service.axis_roles, hardware_service.cluster_devices
+
+    def counted_roles(*args, **kwargs):
+        calls["roles"] += 1
+        return roles(*args, **kwargs)
+
+    def counted_cluster(*args, **kwargs):
+        calls["cluster"] += 1
+        return cluster(*args, **kwargs)
+
+    monkeypatch.setattr(hardware_service, "axis_roles", counted_roles)
+    monkeypatch.setattr(hardware_service, "cluster_devices", counted_cluster)
+    body = MeshPlanRequest.model_validate(
+        {"hardware": "tpu-v5e", "topology": "4x4", "ici": {"data": 4, "fsdp": -1},
+         "batch_shape": [32, 128], "model": {"name": "llama2-7b"}}
+    ).root  # fmt: skip
+    assert isinstance(body, HardwarePlanBody)
+    plan = hardware_plan(body)
+    assert isinstance(plan, HardwarePlan) and plan.devices == 16
+    assert plan.roles == {"data": "data", "fsdp": "fsdp"}
+    assert plan.request.batch_axes == ["data", "fsdp"]  # from the roles
+    rendered = json.loads(render_hardware_plan(plan, plan_id="m_1", created_at="t").body)
+    assert rendered["step_estimate"]["step_s"] > 0
+    assert calls == {"roles": 1, "cluster": 1}
+
+
+def test_a_maxtext_body_becomes_a_typed_hardware_request_once():
+    body = MaxTextPlanBody(
+        hardware="tpu-v5e",
+        topology="4x4",
+        maxtext={"ici_fsdp_parallelism": -1, "model_name": "llama2-7b",
+                 "per_device_batch_size": 1, "max_target_length": 256},
+        name="mt",
+        optimizer="sgd",
+    )  # fmt: skip
+    request = maxtext_plan_request(body)
+    assert isinstance(request, HardwarePlanRequest)
+    assert request.name == "mt" and request.optimizer == "sgd"
+    assert request.batch_shape == [16, 256] and request.ici["fsdp"] == -1
+    plan = hardware_plan(body)
+    assert plan.request == request and plan.devices == 16
+    with pytest.raises(ServiceError) as info:
+        maxtext_plan_request(body.model_copy(update={"maxtext": {"ici_fdsp_parallelism": 4}}))
+    assert info.value.code == "invalid_maxtext_config"
+
+
+def test_a_request_checks_its_cluster_size_before_it_is_laid_out():
+    request = HardwarePlanRequest(
+        hardware="tpu-v5p", topology="16x16x24", slices=64, ici={"data": -1}
+    )
+    with pytest.raises(ServiceError) as info:
+        check_hardware_plan(request)
+    assert info.value.code == "too_many_devices"
+    with pytest.raises(ServiceError) as info:
+        render_hardware_plan(request, plan_id="m_1", created_at="t")
+    assert info.value.code == "too_many_devices"
+
+
+def test_only_a_hardware_body_converts_to_a_hardware_request():
+    live = MeshPlanRequest.model_validate({"axes": {"data": 2}})
+    with pytest.raises(ServiceError):
+        hardware_plan_request(live)

@@ -273,3 +273,41 @@ def test_layout_svg_of_a_big_plan_draws_blocks(api):
     assert response.status_code == 200
     assert "8,192 devices drawn as 64 blocks (2 rows of data each)" in response.text
     assert len(response.content) < 2_000_000
+
+
+@pytest.mark.parametrize(
+    ("body", "live"),
+    [
+        ({"axes": {"data": 2}, "num_devices": 2, "hardware": None, "slices": 1}, False),
+        ({"axes": {"data": 2}, "num_devices": None, "maxtext": None, "ici": None}, True),
+        (
+            {"hardware": "cpu", "hosts": 1, "ici": {"data": -1}, "axes": None, "maxtext": None},
+            False,
+        ),
+    ],
+    ids=["abstract", "live", "hardware"],
+)
+def test_a_body_goes_down_its_modes_path(api, body, live):
+    """The body has no tag: its members say its mode, and a member of another mode sent
+    at its default (null, ``"slices": 1``) means the same as leaving it out."""
+    answer = api.post("/v1/meshes", json=body)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["live"] is live
+
+
+def test_a_body_mixing_modes_is_a_validation_error_naming_the_body(api):
+    body = assert_problem(
+        api.post("/v1/meshes", json={"axes": {"data": 2}, "ici": {"data": 2}}),
+        422,
+        "validation_error",
+    )
+    assert body["errors"][0]["loc"] == ["body"] and "ici need hardware" in body["detail"]
+    body = assert_problem(
+        api.post("/v1/meshes", json={"hardware": "cpu", "hosts": 1, "ici": {"data": "x"}}),
+        422,
+        "validation_error",
+    )
+    assert body["errors"][0]["loc"] == ["body", "ici", "data"]  # no mode in the location
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    modes = [one["$ref"].rsplit("/", 1)[1] for one in schemas["MeshPlanRequest"]["oneOf"]]
+    assert modes == ["LivePlanBody", "AbstractPlanBody", "HardwarePlanBody", "MaxTextPlanBody"]
