@@ -34,7 +34,8 @@ from app.schemas.meshes import (
     MlpModel,
 )
 from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
-from datarax.estimate.cost import axis_roles, estimate_step, param_specs
+from datarax.distributed.errors import PlanError
+from datarax.estimate.cost import estimate_step
 from datarax.estimate.model_specs import DTYPE_BYTES, model_spec
 from datarax.estimate.named_models import MODELS, models_json
 from datarax.estimate.recommend import SearchSpaceTooLarge, recommend_meshes
@@ -45,8 +46,8 @@ from datarax.hardware.topology import (
     plan_hardware_devices,
 )
 from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
-from datarax.parallel.axis_roles import batch_axes, check_named_kinds
-from datarax.plan.layout import PlanCancelled, PlanError, check_batch_shape
+from datarax.parallel.axis_roles import axis_roles, batch_axes, check_named_kinds
+from datarax.plan.layout import PlanCancelled, check_batch_shape
 
 # ------------------------------------------------------------------------------ catalog
 
@@ -345,7 +346,7 @@ def _step_parts(
             "bytes_per_device": math.prod(shard) * itemsize * group.repeat,
             "repeat": group.repeat,
         }
-        for group, entry_spec, shard, _ in param_specs(spec, layout.axes, roles)
+        for group, entry_spec, shard, _ in estimate.param_shardings
     ]
     step = {**estimate.to_json(), "model": spec.to_json()}
     return params, estimate.memory_per_device.to_json(), step

@@ -72,6 +72,7 @@ from datarax.estimate.step_time import predict_step, recompute_flops_per_token
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.parallel.axis_roles import (
     AXIS_ROLES,
+    ParamSharding,
     axis_roles,
     batch_shards,
     param_specs,
@@ -193,6 +194,7 @@ def estimate_step(
     links = {link.name: link for link in axes_detail}
     axes = {link.name: link.size for link in axes_detail}
     roles = axis_roles(list(axes), roles)
+    specs = tuple(param_specs(model, axes, roles))  # once: memory, collectives, the answer
     memory = memory_estimate(
         model,
         axes,
@@ -200,6 +202,7 @@ def estimate_step(
         roles=roles,
         optimizer=optimizer,
         dcn_axes=[link.name for link in axes_detail if link.dcn > 1],
+        specs=specs,
         **hardware_memory(hw),
     )
     sizes = role_sizes(axes, roles)
@@ -208,7 +211,7 @@ def estimate_step(
     global_tokens = global_batch * model.tokens_per_example
     flops = 6 * model.matmul_params() * global_tokens
     flops += model.attention_flops_per_token() * global_tokens
-    collectives = _step_collectives(model, hw, links, roles, tokens)
+    collectives = _step_collectives(model, hw, links, roles, specs, tokens)
     predicted = predict_step(
         model,
         hw,
@@ -243,6 +246,7 @@ def estimate_step(
         gap=predicted.gap,
         memory_per_device=memory,
         predicted_components=predicted.components,
+        param_shardings=specs,
     )
 
 
@@ -251,6 +255,7 @@ def _step_collectives(
     hw: Hardware,
     links: Mapping[str, AxisLink],
     roles: Mapping[str, str],
+    specs: Sequence[ParamSharding],
     tokens: int,
 ) -> tuple[Collective, ...]:
     """The step's collectives, one entry per axis, kind, pass and operand: the priced
@@ -285,7 +290,7 @@ def _step_collectives(
     # what each axis moves follows its kind's parameter split (the registry's entry)
     fsdp_axes = split_axes(axes, roles, "first_divisible")
     data_axes = replica_axes(axes, roles)
-    for group, _, shard, fsdp_split in param_specs(model, axes, roles):
+    for group, _, shard, fsdp_split in specs:
         whole = math.prod(shard) * param_itemsize  # bytes this device keeps
         for axis in fsdp_axes:
             if fsdp_split:

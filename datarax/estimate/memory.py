@@ -354,6 +354,7 @@ def memory_estimate(
     update_layout_copies: bool = False,
     usable_hbm_bytes: int | None = None,
     host_memory_bytes: int | None = None,
+    specs: Sequence[ParamSharding] | None = None,
 ) -> MemoryEstimate:
     """Bytes per device of one training step, at its peak.
 
@@ -371,8 +372,11 @@ def memory_estimate(
         ``host_memory_bytes / devices_per_host``), against which the activations a remat
         policy offloads (``host_offload_bytes``, MaxText's ``offload`` places: they leave
         HBM for ``pinned_host`` memory) are checked; ``None``: not checked.
+      specs: :func:`param_specs` of ``model`` on ``axes`` under ``roles``, where the
+        caller has them already (:func:`~datarax.estimate.cost.estimate_step`).
 
     Returns:
+      A :class:`~datarax.estimate.results.MemoryEstimate` of
       ``{"params", "optimizer", "grads", "activations", "batch", "temporaries", "total",
       "vmem", "layout_copies", "hbm_bytes", "usable_hbm_bytes", "host_offload_bytes",
       "host_memory_bytes", "fits"}`` (ints and a bool; ``fits`` also needs the offloaded
@@ -394,7 +398,7 @@ def memory_estimate(
     tokens = tokens_per_device(model, global_batch, batch_shards(sizes))
     itemsize = DTYPE_BYTES[model.dtype]
     param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
-    specs = param_specs(model, axes, roles)
+    specs = param_specs(model, axes, roles) if specs is None else specs
     params = sum(math.prod(shard) * group.repeat * param_itemsize for group, _, shard, _ in specs)
     host_offload = int(_offloaded_bytes(model, sizes["tensor"], itemsize) * tokens)
     if isinstance(model, TransformerSpec):

@@ -18,7 +18,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+if TYPE_CHECKING:
+    from datarax.parallel.axis_roles import ParamSharding
 
 from datarax.json_types import JSONObject
 
@@ -199,6 +202,9 @@ class StepEstimate(Record):
       gap: :attr:`StepPrediction.gap`.
       memory_per_device: the step's :class:`MemoryEstimate`.
       predicted_components: :attr:`StepPrediction.components`.
+      param_shardings: each parameter group's spec and shard shape
+        (:func:`~datarax.parallel.axis_roles.param_specs`), worked out once for the
+        memory, the collectives and the plan's parameter list.
     """
 
     flops: float
@@ -218,3 +224,4 @@ class StepEstimate(Record):
     gap: str
     memory_per_device: MemoryEstimate = _internal()
     predicted_components: dict[str, float] = _internal()
+    param_shardings: tuple[ParamSharding, ...] = _internal()

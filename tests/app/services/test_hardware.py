@@ -21,8 +21,8 @@ from app.services.hardware import (
     recommend,
     render_hardware_plan,
 )
+from datarax.distributed.errors import PlanError
 from datarax.hardware.topology import plan_hardware_devices
-from datarax.plan.layout import PlanError
 
 
 def test_catalog_functions():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_records_read_as_the_dicts_they_replace(estimate):
 
 def test_to_json_is_the_answer_without_internal_fields(estimate):
     doc = estimate.to_json()
-    assert "memory_per_device" not in doc and "predicted_components" not in doc
+    assert not {"memory_per_device", "predicted_components", "param_shardings"} & set(doc)
     assert list(doc)[:7] == ["flops", "compute_s", "comm_s", "step_s", "mfu", "bottleneck",
                              "collectives"]  # fmt: skip
     assert doc["collectives"][0] == dict(estimate.collectives[0])
@@ -55,3 +56,12 @@ def test_memory_estimate_alone():
         mem.temporaries
     )
     assert mem.fits is True and mem.to_json()["fits"] is True
+
+
+def test_param_specs_are_worked_out_once_and_carried(estimate):
+    groups = [group.path for group, *_ in estimate.param_shardings]
+    assert groups and len(groups) == len(set(groups))
+    # the memory's parameter bytes are those shards'
+    assert estimate.memory_per_device.params == sum(
+        math.prod(shard) * group.repeat * 2 for group, _, shard, _ in estimate.param_shardings
+    )

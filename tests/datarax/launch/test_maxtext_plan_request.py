@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from datarax.distributed.errors import PlanError
 from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
-from datarax.plan.layout import PlanError
 from tests.datarax.launch.test_maxtext import _layout
 
 REFUSALS = [
