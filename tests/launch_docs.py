@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.schemas.meshes import MeshPlanRequest
-from app.services.hardware import hardware_plan_request, render_hardware_plan
+from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
 from datarax.launch.config import launch_config, plan_summary
 from datarax.launch.k8s import to_yaml
 
@@ -44,7 +44,9 @@ IMAGE = "us-docker.pkg.dev/my-project/maxtext/maxtext:latest"
 
 def _plan(body: dict[str, Any]) -> dict[str, Any]:
     request = hardware_plan_request(MeshPlanRequest.model_validate(body))
-    rendered = render_hardware_plan(request, plan_id="m_example", created_at="2026-12-02T00:00:00Z")
+    rendered = render_hardware_plan(
+        check_hardware_plan(request), plan_id="m_example", created_at="2026-12-02T00:00:00Z"
+    )
     return plan_summary(json.loads(rendered.body))
 
 

@@ -353,7 +353,7 @@ def _step_parts(
 
 
 def render_hardware_plan(
-    plan: HardwarePlanRequest | HardwarePlan,
+    plan: HardwarePlan,
     *,
     plan_id: str,
     created_at: str,
@@ -362,8 +362,9 @@ def render_hardware_plan(
 ) -> RenderedPlan:
     """A hardware plan's JSON text (abstract, over all the cluster's devices).
 
-    ``plan`` is a request, or one :func:`check_hardware_plan` or :func:`hardware_plan`
-    checked (its cluster size and axis roles are then not worked out again).
+    ``plan`` is a request that :func:`hardware_plan` (a body) or
+    :func:`check_hardware_plan` (a typed request) checked once: its cluster size and axis
+    roles are not worked out again.
 
     Adds to a plain plan's members ``hardware``, ``topology``, ``slices``, ``hosts``,
     ``ici``, ``dcn`` and ``axes_detail``; with a model ``step_estimate``, and
@@ -381,8 +382,6 @@ def render_hardware_plan(
         ``answer_too_large``.
       PlanCancelled: ``should_stop`` answered true.
     """
-    if isinstance(plan, HardwarePlanRequest):
-        plan = check_hardware_plan(plan)
     request = plan.request
     if request.batch_shape is not None:
         check_batch_shape(request.batch_shape)

@@ -47,7 +47,9 @@ def test_mesh_body_converts_and_renders_with_hosts_and_slices():
     )
     request = hardware_plan_request(body)
     assert isinstance(request, HardwarePlanRequest) and request.model.remat == "full"
-    plan = json.loads(render_hardware_plan(request, plan_id="m_1", created_at="t").body)
+    plan = json.loads(
+        render_hardware_plan(check_hardware_plan(request), plan_id="m_1", created_at="t").body
+    )
     layout = plan_hardware_devices(
         "tpu-v5p", topology="4x4x4", slices=2, ici={"fsdp": -1}, dcn={"fsdp": 2}
     )
@@ -126,7 +128,7 @@ def test_a_request_checks_its_cluster_size_before_it_is_laid_out():
         check_hardware_plan(request)
     assert info.value.code == "too_many_devices"
     with pytest.raises(ServiceError) as info:
-        render_hardware_plan(request, plan_id="m_1", created_at="t")
+        render_hardware_plan(check_hardware_plan(request), plan_id="m_1", created_at="t")
     assert info.value.code == "too_many_devices"
 
 

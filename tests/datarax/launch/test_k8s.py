@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from app.schemas.meshes import MeshPlanRequest
-from app.services.hardware import hardware_plan_request, render_hardware_plan
+from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
 from datarax.distributed.errors import PlanError
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.launch import k8s as launch_k8s
@@ -46,7 +46,9 @@ DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 def hardware_plan(body: dict, plan_id: str = "m_test") -> dict:
     """A stored plan as POST /v1/meshes answers it, from the real planner."""
     request = hardware_plan_request(MeshPlanRequest.model_validate(body))
-    rendered = render_hardware_plan(request, plan_id=plan_id, created_at="2026-01-01T00:00:00Z")
+    rendered = render_hardware_plan(
+        check_hardware_plan(request), plan_id=plan_id, created_at="2026-01-01T00:00:00Z"
+    )
     return json.loads(rendered.body)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from app.schemas.meshes import MeshPlanRequest
-from app.services.hardware import hardware_plan_request, render_hardware_plan
+from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
 from datarax.distributed.errors import PlanError
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.launch.maxtext import (
@@ -49,7 +49,9 @@ def _require_libtpu() -> None:
 
 def _render(body: dict) -> dict:
     request = hardware_plan_request(MeshPlanRequest.model_validate(body))
-    rendered = render_hardware_plan(request, plan_id="m_test", created_at="2026-01-01T00:00:00Z")
+    rendered = render_hardware_plan(
+        check_hardware_plan(request), plan_id="m_test", created_at="2026-01-01T00:00:00Z"
+    )
     return json.loads(getattr(rendered, "body", rendered))
 
 

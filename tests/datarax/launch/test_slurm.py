@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from app.schemas.meshes import MeshPlanRequest
-from app.services.hardware import hardware_plan_request, render_hardware_plan
+from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
 from datarax.distributed.errors import PlanError
 from datarax.launch import slurm as launch_slurm
 from datarax.launch.slurm import PROCESS_LIST_LIMIT, process_env, slurm_script
@@ -33,7 +33,9 @@ ARGS = ["ici_fsdp_parallelism=8", "dcn_data_parallelism=2", "run_name=it's"]
 def hardware_plan(body: dict, plan_id: str = "m_test") -> dict:
     """A stored plan as POST /v1/meshes answers it, from the real planner."""
     request = hardware_plan_request(MeshPlanRequest.model_validate(body))
-    rendered = render_hardware_plan(request, plan_id=plan_id, created_at="2026-01-01T00:00:00Z")
+    rendered = render_hardware_plan(
+        check_hardware_plan(request), plan_id=plan_id, created_at="2026-01-01T00:00:00Z"
+    )
     return json.loads(rendered.body)
 
 
