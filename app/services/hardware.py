@@ -39,6 +39,7 @@ from datarax.estimate.cost import estimate_step
 from datarax.estimate.model_specs import DTYPE_BYTES, model_spec
 from datarax.estimate.named_models import MODELS, models_json
 from datarax.estimate.recommend import SearchSpaceTooLarge, recommend_meshes
+from datarax.estimate.results import Recommendations
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.topology import (
     HardwareLayout,
@@ -432,7 +433,7 @@ def recommend(
     *,
     max_search_space: int | None = None,
     should_stop: Callable[[], bool] | None = None,
-) -> dict[str, Any]:
+) -> Recommendations:
     """``{"candidates", "considered", "rejected"}`` for the request (best first).
 
     Each candidate's ``plan_request`` is a ``POST /v1/meshes`` body as it is. The
@@ -468,7 +469,7 @@ def _recommend(
     request: RecommendationRequest,
     max_search_space: int | None,
     should_stop: Callable[[], bool] | None,
-) -> dict[str, Any]:
+) -> Recommendations:
     return recommend_meshes(
         request.hardware,
         model=request.model.model_dump(exclude_none=True),

@@ -43,7 +43,7 @@ from typing import Any
 from datarax.distributed.errors import PlanError
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.model_specs import ModelSpec, model_spec
-from datarax.estimate.results import StepEstimate
+from datarax.estimate.results import Candidate, Recommendations, StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.json_types import JSONObject
@@ -250,7 +250,7 @@ def recommend_meshes(
     max_search_space: int | None = None,
     max_devices: int | None = None,
     should_stop: Callable[[], bool] | None = None,
-) -> JSONObject:
+) -> Recommendations:
     """Ranks every (ici, dcn) factorisation of a cluster for one training job.
 
     Args:
@@ -323,7 +323,7 @@ def recommend_meshes(
             "no_plan_fits",
             cluster.explain(spec, global_batch, optimizer, rejected, smallest),
         )
-    candidates: list[JSONObject] = []
+    candidates: list[Candidate] = []
     for rank, (_, ici, dcn, est) in enumerate(survivors[:top_k], start=1):
         candidates.append(
             {
@@ -335,7 +335,7 @@ def recommend_meshes(
                 "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
             }
         )
-    out: JSONObject = {
+    out: Recommendations = {
         "candidates": candidates,
         "considered": considered,
         "rejected": rejected,

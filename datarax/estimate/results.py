@@ -18,17 +18,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+
+from datarax.json_types import JSONObject
 
 if TYPE_CHECKING:
     from datarax.parallel.axis_roles import ParamSharding
 
-from datarax.json_types import JSONObject
 
 __all__ = [
+    "Candidate",
     "Collective",
     "HardwareMemory",
     "MemoryEstimate",
+    "Recommendations",
     "Record",
     "StepEstimate",
     "StepPrediction",
@@ -225,3 +228,28 @@ class StepEstimate(Record):
     memory_per_device: MemoryEstimate = _internal()
     predicted_components: dict[str, float] = _internal()
     param_shardings: tuple[ParamSharding, ...] = _internal()
+
+
+class Candidate(TypedDict):
+    """One mesh :func:`~datarax.estimate.recommend.recommend_meshes` recommends: its
+    sizes, its estimates as the answers carry them, and the plan request that lays it
+    out."""
+
+    rank: int
+    ici: dict[str, int]
+    dcn: dict[str, int]
+    step_estimate: JSONObject
+    memory_per_device: JSONObject
+    plan_request: JSONObject
+
+
+class Recommendations(TypedDict):
+    """:func:`~datarax.estimate.recommend.recommend_meshes`' answer: the best candidates
+    first, how many factorisations were considered and why the others were rejected;
+    ``note`` only when fewer than ``top_k`` survive."""
+
+    candidates: list[Candidate]
+    considered: int
+    rejected: dict[str, int]
+    ranked_by: str
+    note: NotRequired[str]
