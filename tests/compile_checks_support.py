@@ -16,7 +16,7 @@ import pytest
 from app.schemas.compile_checks import CompileCheckRequest
 from app.schemas.hardware import HardwarePlanRequest
 from app.services.compile_checks import CompileChecks
-from app.services.hardware import render_hardware_plan
+from app.services.hardware import check_hardware_plan, render_hardware_plan
 from app.services.plans import PlanRequest, live_devices, render_plan
 from tests.datarax.spmd.test_compile_step import _require_libtpu
 from tests.helpers import make_settings
@@ -30,7 +30,10 @@ def _plan() -> dict:
     request = HardwarePlanRequest(
         hardware="tpu-v5e", topology="4x4", ici={"fsdp": 4, "tensor": 4}, batch_shape=[64, 128]
     )
-    return json.loads(render_hardware_plan(request, plan_id="m_test", created_at="now").body)
+    rendered = render_hardware_plan(
+        check_hardware_plan(request), plan_id="m_test", created_at="now"
+    )
+    return json.loads(rendered.body)
 
 
 def _request(model: dict, batch: int = 64) -> CompileCheckRequest:
