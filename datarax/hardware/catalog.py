@@ -236,6 +236,77 @@ _TPU_V6E = Hardware(
     },
 )
 
+_TPU7X_PAGE = (
+    "Google Cloud, TPU7x (Ironwood) (https://docs.cloud.google.com/tpu/docs/tpu7x, retrieved "
+    "2026-12-05), system architecture table"
+)
+_LIBTPU_7X = (
+    "measured here: jax 0.12.0.1, libtpu 0.0.50.1, JAX_PLATFORMS=cpu, "
+    "topologies.get_topology_desc(platform='tpu', topology_name='tpu7x:<shape>')"
+)
+_TPU7X_SHAPES = (
+    "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16",
+    "8x16x16", "16x16x16", "16x16x24", "16x24x24",
+)  # fmt: skip
+
+_TPU_7X = Hardware(
+    name="tpu7x",
+    kind="tpu",
+    device_kind="TPU7x",
+    hbm_bytes=96 * GIB,
+    peak_bf16_flops=2.307e15 / 2,
+    hbm_bytes_per_s=7.38e12 / 2,
+    devices_per_host=8,
+    fast_domain_devices=2 * 9216,
+    fast_link_bytes_per_s=1e11 / 2,
+    fast_links_per_device=6,
+    slow_link_bytes_per_s=5e10,
+    topologies=_TPU7X_SHAPES,
+    devices_per_chip=2,
+    torus_dims=3,
+    vmem_bytes=64 * 2**20,
+    peak_fp32_flops=2.307e15 / 2 / 6,
+    host_memory_bytes=960 * 10**9,
+    notes="two JAX devices per chip (one per TensorCore, core_on_chip 0 and 1): every "
+    "per-device figure is half the chip's; the faster link between a chip's two cores is "
+    "not priced (no public figure: an axis over the core pair gets the ICI share), and "
+    "usable HBM and the host link are not known",
+    sources={
+        "device_kind": f"{_LIBTPU_7X}: device_kind 'TPU7x'",
+        "devices_per_chip": f"{_TPU7X_PAGE}: two TensorCores per chip, each its own device "
+        f"('dual-chiplet architecture'); {_LIBTPU_7X}: 2 devices per chip, core_on_chip 0 "
+        "and 1, id = 2 * (x + X * (y + Y * z)) + core",
+        "peak_bf16_flops": f"{_TPU7X_PAGE}: peak compute per chip (BF16) 2307 TFLOPs, half per "
+        "device (FP8: 4614 TFLOPs per chip, not priced); JAX's tpu_info.py TPU_7X agrees "
+        "(2.31e15 // tensor_cores_per_chip)",
+        "peak_fp32_flops": "a sixth of the bf16 peak (HIGHEST = 6 bf16 passes, jax.lax.Precision)",
+        "hbm_bytes": f"{_TPU7X_PAGE}: HBM capacity per chip 192 GiB (HBM3E), 96 GiB per device",
+        "hbm_bytes_per_s": f"{_TPU7X_PAGE}: HBM bandwidth per chip 7380 GB/s, half per device",
+        "vmem_bytes": f"{_JAX_TPU_INFO}: TPU_7X 64 MiB per core",
+        "devices_per_host": f"{_TPU7X_PAGE}: 4-chip VM (tpu7x-standard-4t), 8 devices; "
+        f"{_LIBTPU_7X}: process_index over 2x2x1 chip blocks, 8 devices each",
+        "host_memory_bytes": f"{_TPU7X_PAGE}: RAM (GB) (4-chip VM) 960",
+        "fast_domain_devices": f"{_TPU7X_PAGE}: 9,216 chips per pod = 18,432 devices (the "
+        "largest single slice is not given apart from the pod; libtpu describes 16x24x24)",
+        "fast_link_bytes_per_s": f"{_TPU7X_PAGE}: bidirectional ICI bandwidth per chip "
+        "1200 GB/s = 600 GB/s one way over 6 links = 1e11 B/s per link, shared by the chip's "
+        "2 devices: 5e10 B/s per device",
+        "fast_links_per_device": "3-D torus, 6 neighbours per chip: Google's Hot Chips 2025 "
+        "Ironwood talk, as reported at https://particle.news/story/google-details-ironwood-"
+        "tpu-superpods-built-for-inference-at-cloud-scale ('a 3D Torus Inter-Chip "
+        f"Interconnect'); {_LIBTPU_7X}: 3-D chip coordinates",
+        "slow_link_bytes_per_s": f"{_TPU7X_PAGE}: DCN bandwidth per chip 100 Gb/s x 4 chips per "
+        "host = 5e10 B/s per host",
+        "topologies": "xpk (https://github.com/AI-Hypercomputer/xpk, src/xpk/core/"
+        "system_characteristics.py, PR 834): 2x2x1, 2x2x2, 2x2x4, 2x4x4, then whole 4x4x4 "
+        "cubes; the catalog lists v5p's common shapes up to the 9,216-chip pod (16x24x24), "
+        f"each accepted by libtpu ({_LIBTPU_7X})",
+        "torus_dims": f"{_LIBTPU_7X}: 3-D chip coordinates",
+        "fast_link_latency_s": _BOOK_COLL,
+        "slow_link_latency_s": "assumption: 10 us per DCN step (no public figure)",
+    },
+)
+
 _NVLINK_LATENCY = "assumption: 1 us per NVLink ring step (no datasheet figure)"
 _IB_LATENCY = "assumption: 10 us per InfiniBand ring step (no datasheet figure)"
 
@@ -522,7 +593,8 @@ _CPU = Hardware(
 HARDWARE: dict[str, Hardware] = {
     hw.name: hw
     for hw in (
-        _TPU_V4, _TPU_V5E, _TPU_V5P, _TPU_V6E, _H100, _H200, _B200, _GB200, _A100, _V100, _CPU,
+        _TPU_V4, _TPU_V5E, _TPU_V5P, _TPU_V6E, _TPU_7X, _H100, _H200, _B200, _GB200, _A100,
+        _V100, _CPU,
     )
 }  # fmt: skip
 """Every catalog entry by name, in the order ``GET /v1/hardware`` lists them."""

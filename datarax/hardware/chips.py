@@ -83,7 +83,7 @@ def topology_shape(hardware: Hardware | str, topology: str) -> tuple[int, ...]:
     text = str(topology)
     if ":" in text:
         prefix, text = text.split(":", 1)
-        if f"tpu-{prefix}" != hw.name:
+        if hw.name not in (prefix, f"tpu-{prefix}"):
             raise PlanError(
                 "invalid_topology",
                 f"topology {topology!r} names {prefix!r} but the hardware is {hw.name!r}; "

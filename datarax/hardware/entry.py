@@ -42,6 +42,10 @@ class Hardware:
       fast_links_per_device: ICI links per chip (TPU); 1 for the NVLink egress of a GPU.
       cores_per_chip: TensorCores JAX sees as one device (v4/v5p megacore: 2 cores, one
         device); 1 elsewhere.
+      devices_per_chip: JAX devices one chip exposes (TPU7x: 2, one per TensorCore, JAX's
+        ``core_on_chip`` 0 and 1); 1 elsewhere. Every per-device figure (HBM, peak FLOP/s,
+        VMEM, ICI share) is then the chip's divided by it, and ``devices_per_host`` and
+        ``fast_domain_devices`` count devices, not chips.
       fast_link: link class of the fast network: ``"ici"``, ``"nvlink"`` or ``"host"``.
       slow_link: link class of the slow network: ``"dcn"``, ``"infiniband"`` or ``"host"``.
       fast_link_latency_s: per-hop latency of the fast network (the alpha of alpha-beta).
@@ -81,6 +85,7 @@ class Hardware:
     hbm_bytes_per_s: float = 0.0
     fast_links_per_device: int = 1
     cores_per_chip: int = 1
+    devices_per_chip: int = 1
     fast_link: str = "ici"
     slow_link: str = "dcn"
     fast_link_latency_s: float = 1e-6
@@ -101,6 +106,8 @@ class Hardware:
         for link in (self.fast_link, self.slow_link):
             if link not in LINK_CLASSES:
                 raise ValueError(f"link class {link!r} is not one of {LINK_CLASSES}")
+        if self.devices_per_chip < 1:
+            raise ValueError(f"Hardware.devices_per_chip must be >= 1, got {self.devices_per_chip}")
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
 
     def peak_flops(self, dtype: str) -> float:
@@ -137,6 +144,7 @@ class Hardware:
             "hbm_bytes_per_s": self.hbm_bytes_per_s,
             "fast_links_per_device": self.fast_links_per_device,
             "cores_per_chip": self.cores_per_chip,
+            "devices_per_chip": self.devices_per_chip,
             "fast_link": self.fast_link,
             "slow_link": self.slow_link,
             "fast_link_latency_s": self.fast_link_latency_s,

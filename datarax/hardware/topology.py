@@ -25,14 +25,15 @@ order. Requests JAX refuses are refused with a :class:`PlanError` giving the sam
 
 Device ids are the ids JAX gives those devices, so a plan can be matched with the real
 job: in one slice, ``x + X * (y + Y * z)`` for chip ``(x, y, z)`` of an ``X x Y x Z``
-slice; with several slices, ``(slice + 1) * 100000`` plus that. TPU hosts are 2x2x1 chip
-blocks numbered x-fastest within a slice and then slice by slice, as the ``process_index``
-of those devices. On GPU and CPU, device ``h * devices_per_host + i`` is local device
-``i`` of host ``h`` (JAX's process-ordered ids), ``physical`` is ``[host, local index]``
-and ``slice`` is the NVLink domain; the ``ici`` axes of a domain are its ids in order
-(``create_device_mesh`` on GPU sorts by id), and domains are laid out over ``dcn`` as
-``create_hybrid_device_mesh`` lays out granules, so every ``ici`` axis stays inside one
-NVLink domain.
+slice (TPU7x, two devices per chip: ``2 * (x + X * (y + Y * z)) + core``, as libtpu
+0.0.50.1 numbers them); with several slices, ``(slice + 1) * 100000`` plus that. TPU
+hosts are 2x2x1 chip blocks numbered x-fastest within a slice and then slice by slice,
+as the ``process_index`` of those devices. On GPU and CPU, device
+``h * devices_per_host + i`` is local device ``i`` of host ``h`` (JAX's process-ordered
+ids), ``physical`` is ``[host, local index]`` and ``slice`` is the NVLink domain; the
+``ici`` axes of a domain are its ids in order (``create_device_mesh`` on GPU sorts by id),
+and domains are laid out over ``dcn`` as ``create_hybrid_device_mesh`` lays out granules,
+so every ``ici`` axis stays inside one NVLink domain.
 
 Example:
   >>> layout = plan_hardware_devices(
@@ -105,7 +106,8 @@ class HardwareLayout:
       host_index: ``[n] int64`` host of each device, numbered over the whole plan.
       physical: ``[n, 3] int64`` chip ``(x, y, z)`` within its slice on TPU;
         ``[n, 2] int64`` ``(host, local index)`` on GPU/CPU.
-      core: ``[n] int64`` core on chip on TPU (0: one device per chip), ``None`` elsewhere.
+      core: ``[n] int64`` core on chip on TPU (JAX's ``core_on_chip``: always 0 with one
+        device per chip; 0 or 1 on TPU7x), ``None`` elsewhere.
       axes_detail: one :class:`AxisLink` per mesh axis: the slowest network it crosses
         (the catalog's ``slow_link`` when ``dcn > 1``, else its ``fast_link``) and the
         one-way bandwidth a device drives on it: ICI ``fast_link_bytes_per_s`` times the
@@ -351,7 +353,8 @@ def _plan_tpu(
         )
     slices = _check_count(slices, "slices", "invalid_slice_count", "TPU slices joined by DCN")
     entry, chips = parse_tpu_topology(topology, entry)
-    per_slice = math.prod(chips)
+    cores = int(entry.devices_per_chip)
+    per_slice = math.prod(chips) * cores
     ici_sizes, dcn_sizes = _resolve_networks(ici, dcn, per_slice, slices, "slice")
     names = list(ici_sizes)
     local, split = tpu_slice_order(
@@ -363,7 +366,8 @@ def _plan_tpu(
     )
     position = _lay_out_domains(local, tuple(dcn_sizes.values()), per_slice)
     flat = position.ravel()
-    slice_index, chip = np.divmod(flat, per_slice)
+    slice_index, device = np.divmod(flat, per_slice)
+    chip, core = np.divmod(device, cores)
     x = chip % chips[0]
     y = chip // chips[0] % chips[1]
     z = chip // (chips[0] * chips[1])
@@ -371,8 +375,8 @@ def _plan_tpu(
     grid = tuple(-(-c // b) for b, c in zip(block, chips, strict=True))
     hosts_per_slice = math.prod(grid)
     host_local = x // block[0] + grid[0] * (y // block[1] + grid[1] * (z // block[2]))
-    ids = chip if slices == 1 else (slice_index + 1) * MULTI_SLICE_ID_STRIDE + chip
-    spans = _axes_physical(local, chips, names)
+    ids = device if slices == 1 else (slice_index + 1) * MULTI_SLICE_ID_STRIDE + device
+    spans = _axes_physical(local // cores, chips, names)
     return HardwareLayout(
         hardware=entry,
         topology=chips,
@@ -385,7 +389,7 @@ def _plan_tpu(
         slice_index=slice_index,
         host_index=slice_index * hosts_per_slice + host_local,
         physical=np.stack([x, y, z], axis=1),
-        core=np.zeros_like(chip),
+        core=core,
         axes_detail=_axes_detail(entry, ici_sizes, dcn_sizes, spans, chips),
         axes_physical=spans,
         split_physical_axes=split,

@@ -37,6 +37,12 @@ _RING_2X4 = (0, 1, 2, 3, 7, 6, 5, 4)
 _IOTA_2X2X2 = (0, 4, 2, 6, 1, 5, 3, 7)
 _RING_4X4 = (0, 1, 2, 3, 7, 6, 5, 9, 10, 11, 15, 14, 13, 12, 8, 4)
 _V5P_2X2X2 = (0, 1, 3, 2, 6, 7, 5, 4)
+# TPU7x (two devices per chip): each run of 8 devices in id order (2x2 chips x 2 cores)
+# is ringed; jax/_src/mesh_utils.py, _7X_TRAY_2x2x2_RING_ORDER and _7x_create_device_mesh.
+_RING_7X_TRAY = (0, 1, 2, 3, 6, 7, 4, 5)
+# The priority create_device_mesh gives TPU7x's physical axes (x, y, z, core): the core
+# axis first, as the fastest (jax/_src/mesh_utils.py, _create_device_mesh_for_nd_torus).
+_PRIORITY_7X = (1, 2, 3, 0)
 
 # Which small-slice handler JAX dispatches to, by the device_kind the chips report.
 _SMALL_SLICE_FAMILY = {
@@ -46,8 +52,10 @@ _SMALL_SLICE_FAMILY = {
     "TPU v6e": "lite",
     "TPU v5": "v5p",
     "TPU v5p": "v5p",
+    "TPU7x": "7x",
+    "TPU7": "7x",
 }
-_FAMILY_BY_NAME = {"tpu-v5e": "lite", "tpu-v6e": "lite", "tpu-v5p": "v5p"}
+_FAMILY_BY_NAME = {"tpu-v5e": "lite", "tpu-v6e": "lite", "tpu-v5p": "v5p", "tpu7x": "7x"}
 
 
 # --------------------------------------------------------------------------- topologies
@@ -55,6 +63,11 @@ _FAMILY_BY_NAME = {"tpu-v5e": "lite", "tpu-v6e": "lite", "tpu-v5p": "v5p"}
 
 def _jax_prefix(hardware_name: str) -> str:
     return hardware_name.removeprefix("tpu-")
+
+
+def _catalog_name(prefix: str) -> str:
+    """The catalog name of JAX's chip prefix: ``"v5e"`` -> ``"tpu-v5e"``, ``"tpu7x"`` as is."""
+    return prefix if prefix.startswith("tpu") else f"tpu-{prefix}"
 
 
 def _chip_rank(hardware: Hardware) -> int:
@@ -95,7 +108,7 @@ def parse_tpu_topology(
     if hardware is not None:
         entry = get_hardware(hardware)
     elif ":" in topology:
-        entry = get_hardware(f"tpu-{topology.split(':', 1)[0]}")
+        entry = get_hardware(_catalog_name(topology.split(":", 1)[0]))
     else:
         raise PlanError(
             "invalid_topology",
@@ -154,14 +167,29 @@ def _small_slice_order(
     return np.asarray(order, dtype=np.int64).reshape(mesh_shape)
 
 
+def _small_7x_order(
+    chips: tuple[int, int, int], cores: int, mesh_shape: tuple[int, ...]
+) -> np.ndarray | None:
+    """JAX's TPU7x tray rings (8 to 32 devices, at most 2x2 chips in x and y), else ``None``."""
+    n = math.prod(chips) * cores
+    if n % 8 or n > 32 or chips[0] > 2 or chips[1] > 2:
+        return None
+    order = [i + start for start in range(0, n, 8) for i in _RING_7X_TRAY]
+    return np.asarray(order, dtype=np.int64).reshape(mesh_shape)
+
+
 def _whole_axes_assignment(
-    physical: tuple[int, ...], mesh_shape: tuple[int, ...]
+    physical: tuple[int, ...],
+    mesh_shape: tuple[int, ...],
+    priority: tuple[int, ...] | None = None,
 ) -> tuple[list[tuple[int, ...]], tuple[int, int, list[int]] | None]:
     """Maps each mesh axis onto whole physical axes, last mesh axis first.
 
     Each mesh axis takes the first combination of still-free physical axes whose sizes
     multiply to its size, trying combinations of as many axes as possible first and, for
-    one count, in lexicographic order of axis indices (as ``itertools.combinations``).
+    one count, in lexicographic order of axis indices (as ``itertools.combinations``);
+    with ``priority`` (rank per physical axis, lower first: TPU7x's core axis), the
+    combinations of one count are first sorted by their best rank, then their rank sum.
 
     Returns:
       ``(chosen, failure)``: the physical axes of each mesh axis, and ``None`` or
@@ -175,7 +203,7 @@ def _whole_axes_assignment(
             (
                 combo
                 for count in range(len(free), 0, -1)
-                for combo in itertools.combinations(range(len(free)), count)
+                for combo in _combinations(len(free), count, priority)
                 if math.prod(free[p] for p in combo) == size
             ),
             None,
@@ -188,6 +216,14 @@ def _whole_axes_assignment(
         for p in pick:
             free[p] = 0  # taken: any product through it is 0, never a valid size
     return chosen, None
+
+
+def _combinations(n: int, count: int, priority: tuple[int, ...] | None) -> list[tuple[int, ...]]:
+    """``count`` of ``n`` axes in the order JAX tries them (stable sort by priority)."""
+    combos = list(itertools.combinations(range(n), count))
+    if priority is not None:
+        combos.sort(key=lambda c: (min(priority[p] for p in c), sum(priority[p] for p in c)))
+    return combos
 
 
 def _divisor_vectors(available: Sequence[int], size: int) -> list[tuple[int, ...]]:
@@ -263,8 +299,9 @@ def tpu_slice_order(
       axis_names: names of the mesh axes, for error messages only.
 
     Returns:
-      ``(order, split)``: ``order`` is ``[*mesh_shape] int64`` chip indices
-      ``x + X * (y + Y * z)``; ``split`` says whether physical axes were split.
+      ``(order, split)``: ``order`` is ``[*mesh_shape] int64`` device indices
+      ``C * (x + X * (y + Y * z)) + core`` with ``C = devices_per_chip`` (the chip index
+      where a chip is one device); ``split`` says whether physical axes were split.
 
     Raises:
       PlanError: ``physical_axes_split_required`` when a mesh axis is not a product of
@@ -278,20 +315,33 @@ def tpu_slice_order(
     chips = (*chips, 1) if len(chips) == 2 else chips
     shape = tuple(int(s) for s in mesh_shape)
     names = list(axis_names) if axis_names is not None else [str(i) for i in range(len(shape))]
-    n = math.prod(chips)
+    cores = int(entry.devices_per_chip)
+    n = math.prod(chips) * cores
     if math.prod(shape) != n:
+        what = f"{n} chips" if cores == 1 else f"{n} devices ({cores} per chip)"
         raise PlanError(
             "axes_product_mismatch",
             f"ici sizes {dict(zip(names, shape, strict=True))} multiply to "
-            f"{math.prod(shape)} but a {'x'.join(map(str, chips))} slice has {n} chips",
+            f"{math.prod(shape)} but a {'x'.join(map(str, chips))} slice has {what}",
         )
     family = _SMALL_SLICE_FAMILY.get(entry.device_kind or "", _FAMILY_BY_NAME.get(entry.name))
-    small = _small_slice_order(family, (chips[0], chips[1], chips[2]), shape)
+    chips3 = (chips[0], chips[1], chips[2])
+    if cores > 1:
+        small = _small_7x_order(chips3, cores, shape) if family == "7x" else None
+    else:
+        small = _small_slice_order(family, chips3, shape)
     if small is not None:
         return small, False
-    # chip_grid[x, y, z] = x + X * (y + Y * z): chip indices laid out over the torus.
-    chip_grid = np.arange(n, dtype=np.int64).reshape(chips[::-1]).transpose(2, 1, 0)
-    chosen, failure = _whole_axes_assignment(chips, shape)
+    # chip_grid[x, y, z(, core)] = (x + X * (y + Y * z)) * cores + core: device indices
+    # laid out over the torus, with a last axis for the cores of a chip where it has several
+    # (JAX's _get_physical_tpu_mesh).
+    physical = chips if cores == 1 else (*chips, cores)
+    grid = np.arange(n, dtype=np.int64).reshape(chips[2], chips[1], chips[0], cores)
+    chip_grid = grid.transpose(2, 1, 0, 3)
+    if cores == 1:
+        chip_grid = chip_grid[..., 0]
+    priority = _PRIORITY_7X if family == "7x" and cores > 1 else None
+    chosen, failure = _whole_axes_assignment(physical, shape, priority)
     if failure is None:
         perm = [p for combo in chosen for p in combo]
         try:
@@ -313,5 +363,5 @@ def tpu_slice_order(
             f"sizes that are products of the slice's axis sizes, or set "
             f"allow_split_physical_axes to true",
         )
-    assignment = _split_axes_assignment(chips, shape)
+    assignment = _split_axes_assignment(physical, shape)
     return _read_split_mesh(chip_grid, shape, assignment), True

@@ -81,6 +81,7 @@ GKE_ACCELERATORS: Mapping[str, str] = {
     "tpu-v5e": "tpu-v5-lite-podslice",
     "tpu-v5p": "tpu-v5p-slice",
     "tpu-v6e": "tpu-v6e-slice",
+    "tpu7x": "tpu7x",
     "h100-sxm": "nvidia-h100-80gb",
     "h200-sxm": "nvidia-h200-141gb",
     "b200": "nvidia-b200",

@@ -30,7 +30,7 @@ FIGURES = (
 def test_catalog_names_are_designs():
     # DESIGN's names, plus the A100 and V100 that device_placement's recommendations read
     assert set(HARDWARE) == {
-        "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "h100-sxm", "h200-sxm", "b200",
+        "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x", "h100-sxm", "h200-sxm", "b200",
         "gb200-nvl72", "a100-sxm", "v100-sxm", "cpu",
     }  # fmt: skip
 
@@ -55,7 +55,7 @@ def test_entry_has_designs_fields_and_a_source_per_figure(name):
 def test_tpu_fast_domain_is_the_largest_topology(name):
     hw = get_hardware(name)
     largest = max(math.prod(topology_shape(hw, t)) for t in hw.topologies)
-    assert hw.fast_domain_devices == largest
+    assert hw.fast_domain_devices == largest * hw.devices_per_chip
     assert hw.fast_links_per_device == 2 * hw.torus_dims
 
 
@@ -129,3 +129,24 @@ def test_a100_and_v100_datasheet_figures(name, figures):
     assert hw.kind == "gpu" and hw.fast_link == "nvlink" and hw.topologies == ()
     for figure in figures:
         assert "NVIDIA" in hw.sources[figure] and "https://" in hw.sources[figure], figure
+
+
+def test_tpu7x_is_two_devices_per_chip_each_figure_half_the_chips():
+    # Google Cloud's TPU7x table: 2307 TFLOPs bf16, 192 GiB HBM, 7380 GB/s per chip
+    hw = get_hardware("tpu7x")
+    assert hw.kind == "tpu" and hw.device_kind == "TPU7x" and hw.devices_per_chip == 2
+    assert hw.cores_per_chip == 1  # each TensorCore is its own device, no megacore
+    assert hw.peak_bf16_flops * 2 == pytest.approx(2.307e15)
+    assert hw.hbm_bytes * 2 == 192 * GIB
+    assert hw.hbm_bytes_per_s * 2 == pytest.approx(7.38e12)
+    assert hw.vmem_bytes == 64 * 2**20
+    assert hw.devices_per_host == 8 and hw.host_memory_bytes == 960 * 10**9
+    assert hw.fast_domain_devices == 2 * 9216
+    assert hw.slow_link_bytes_per_s == 5e10
+    assert hw.fast_link_bytes_per_s * 2 * hw.fast_links_per_device == pytest.approx(6e11)
+    assert topology_shape(hw, "tpu7x:4x4x4") == (4, 4, 4)
+    for figure in ("peak_bf16_flops", "hbm_bytes", "hbm_bytes_per_s", "devices_per_chip",
+                   "topologies", "vmem_bytes", "host_memory_bytes"):  # fmt: skip
+        assert "tpu7x" in hw.sources[figure].lower() or "TPU_7X" in hw.sources[figure]
+    assert hw.to_json()["devices_per_chip"] == 2
+    assert all(h.devices_per_chip == 1 for n, h in HARDWARE.items() if n != "tpu7x")

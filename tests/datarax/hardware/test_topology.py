@@ -140,6 +140,12 @@ ORDER_CASES = [
     ("v5p-2x2x2-ring", ("tpu-v5p", "2x2x2", 1, {"data": 2, "model": 4}, {}, False)),
     ("v5p-4x8x8", ("tpu-v5p", "4x8x8", 1, {"data": 4, "model": 64}, {}, False)),
     ("v5p-4x4x8-split", ("tpu-v5p", "4x4x8", 1, {"a": 8, "b": 2, "c": 8}, {}, True)),
+    # TPU7x: two devices per chip; JAX rings trays of 8, then puts the core axis first
+    ("7x-2x2x1-ring", ("tpu7x", "2x2x1", 1, {"data": 2, "model": 4}, {}, False)),
+    ("7x-2x2x4-ring", ("tpu7x", "2x2x4", 1, {"data": 8, "model": 4}, {}, False)),
+    ("7x-4x4x4-core", ("tpu7x", "4x4x4", 1, {"data": 4, "fsdp": 16, "tensor": 2}, {}, False)),
+    ("7x-4x4x4-split", ("tpu7x", "4x4x4", 1, {"data": 2, "model": 64}, {}, True)),
+    ("7x-4x4x4-x2", ("tpu7x", "4x4x4", 2, {"data": 16, "model": 8}, {"data": 2}, False)),
     ("v5e-4x4-x2-dcn-data", ("tpu-v5e", "4x4", 2, {"data": 4, "model": 4}, {"data": 2}, False)),
     (
         "v6e-16x16-x2",

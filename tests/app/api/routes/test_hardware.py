@@ -332,3 +332,23 @@ def test_axis_no_kind_claims_lists_the_kinds(api):
     problem = assert_problem(api.post("/v1/meshes", json=body), 422, "unknown_axis_role")
     assert "did you mean 'fsdp'" in problem["detail"]
     assert all(kind in problem["detail"] for kind in ("data", "fsdp", "tensor", "expert"))
+
+
+def test_tpu7x_plan_has_two_devices_per_chip(api):
+    # Ironwood: each chip's two TensorCores are two JAX devices (core 0 and 1)
+    body = {"hardware": "tpu7x", "topology": "2x2x1", "ici": {"data": 2, "model": 4}}
+    response = api.post("/v1/meshes", json=body)
+    assert response.status_code == 201, response.text
+    plan = response.json()
+    assert plan["total_devices"] == 8 == len(plan["shards"])
+    shards = plan["shards"]
+    assert sorted(s["device"] for s in shards) == list(range(8))
+    assert {tuple(s["physical"]) for s in shards} == {(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)}
+    for chip in {tuple(s["physical"]) for s in shards}:
+        assert sorted(s["core"] for s in shards if tuple(s["physical"]) == chip) == [0, 1]
+    assert all(s["device"] % 2 == s["core"] for s in shards)  # libtpu: id = 2 * chip + core
+    assert {s["host"] for s in shards} == {0}  # one 4-chip VM
+    layout = plan_hardware_devices("tpu7x", topology="2x2x1", ici=body["ici"])
+    assert plan["device_grid"] == layout.device_grid.tolist() == [[0, 1, 2, 3], [6, 7, 4, 5]]
+    entry = api.get("/v1/hardware/tpu7x").json()
+    assert entry["devices_per_chip"] == 2 and entry["device_kind"] == "TPU7x"
