@@ -22,12 +22,13 @@ from app.services.hardware import (
     render_hardware_plan,
 )
 from datarax.distributed.errors import PlanError
+from datarax.hardware.chips import HARDWARE
 from datarax.hardware.topology import plan_hardware_devices
 
 
 def test_catalog_functions():
     names = [item["name"] for item in list_hardware()["items"]]
-    assert len(names) == 11 and "gb200-nvl72" in names
+    assert len(names) == len(HARDWARE) == 12 and {"gb200-nvl72", "tpu7x"} <= set(names)
     assert hardware_entry("cpu")["kind"] == "cpu"
     with pytest.raises(ServiceError, match="no hardware named") as info:
         hardware_entry("nope")
