@@ -35,6 +35,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from datarax.distributed.errors import PlanError
+from datarax.estimate.model_fields import (
+    DTYPE_BYTES,
+    MAXTEXT_REMAT,
+    MLA_FIELDS,
+    MLP_REMAT,
+    MOE_FIELDS,
+    REMAT_POLICIES,
+    REMAT_TENSORS,
+    check_choice,
+    check_dtype,
+    transformer_fields,
+)
 from datarax.estimate.named_models import named_model
 from datarax.json_types import JSONObject
 
@@ -45,15 +57,12 @@ __all__ = [
     "ParamGroup",
     "TransformerSpec",
     "MAXTEXT_REMAT",
+    "MLA_FIELDS",
+    "MOE_FIELDS",
     "REMAT_POLICIES",
     "REMAT_TENSORS",
     "model_spec",
 ]
-
-DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
-"""Bytes per element of the dtypes a model spec accepts."""
-
-MLP_REMAT: tuple[str, ...] = ("none", "full")
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,9 @@ class ParamGroup:
       tensor: tensor-parallel role: ``col``, ``row``, ``vocab`` or ``replicated``.
       repeat: how many such parameters the model has.
       matmul: whether each token multiplies through it (counts in ``6 * N`` FLOPs).
+      expert: the group stacks the routed experts of mixture-of-experts layers on its
+        first dimension (``[experts, ...]``): the ``expert`` axes split that dimension,
+        and a token multiplies through ``experts_per_token`` of them only.
     """
 
     path: str
@@ -73,6 +85,7 @@ class ParamGroup:
     tensor: str
     repeat: int = 1
     matmul: bool = True
+    expert: bool = False
 
     @property
     def size(self) -> int:
@@ -82,39 +95,12 @@ class ParamGroup:
         """Dimension the tensor axis splits, or ``None``."""
         if self.tensor == "col":
             return len(self.shape) - 1
-        if self.tensor == "row":
-            return 0
+        if self.tensor == "row":  # [.., in, out]: the input dimension
+            return len(self.shape) - 2
         if self.tensor == "vocab":
             # embedding [vocab, d] splits dim 0; unembedding [d, vocab] its last dim
             return 0 if self.path.startswith("embed") else len(self.shape) - 1
         return None
-
-
-def _positive_int(spec: Mapping[str, Any], key: str) -> int:
-    value = spec.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlanError(
-            "invalid_model",
-            f"model.{key} must be a positive integer, got {value!r}",
-        )
-    return value
-
-
-def _dtype(value: object, default: str) -> str:
-    value = default if value is None else value
-    if value not in DTYPE_BYTES:
-        raise PlanError(
-            "invalid_model", f"model.dtype {value!r} is not one of {sorted(DTYPE_BYTES)}"
-        )
-    return str(value)
-
-
-def _choice(model: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
-    value = model.get(key)
-    value = default if value is None else value
-    if value not in allowed:
-        raise PlanError("invalid_model", f"model.{key} {value!r} is not one of {list(allowed)}")
-    return str(value)
 
 
 class _SpecBase:
@@ -213,57 +199,6 @@ class MLPSpec(_SpecBase):
         }
 
 
-REMAT_TENSORS: tuple[str, ...] = (
-    "decoder_layer_input",
-    "context",
-    "mlpwi",
-    "mlpwi_0",
-    "mlpwi_1",
-    "mlpwo",
-    "query_proj",
-    "key_proj",
-    "value_proj",
-    "qkv_proj",
-    "out_proj",
-)
-"""MaxText's ``checkpoint_name``\\ s of one decoder layer (``layers/decoders.py``,
-``layers/attentions.py``, ``layers/linears.py``), the keys of ``remat_custom``."""
-
-REMAT_PLACES: tuple[str, ...] = ("device", "offload", "remat")
-"""Where a named tensor goes under ``remat: custom`` (MaxText's ``RematLocation``)."""
-
-_QKV = ("query_proj", "key_proj", "value_proj", "qkv_proj")
-_MLP_ALL = ("mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo")
-MAXTEXT_REMAT: dict[str, dict[str, str] | None] = {
-    "none": None,
-    "minimal": dict.fromkeys((*_QKV, "out_proj", *_MLP_ALL), "device"),
-    "minimal_with_context": dict.fromkeys((*_QKV, "context", "out_proj", *_MLP_ALL), "device"),
-    "save_dot_with_context_except_mlp": dict.fromkeys((*_QKV, "context", "out_proj"), "device"),
-    "save_dot_except_mlpwi": dict.fromkeys((*_QKV, "out_proj", "mlpwo"), "device"),
-    "save_dot_except_mlp": dict.fromkeys((*_QKV, "out_proj"), "device"),
-    "save_qkv_proj": dict.fromkeys(_QKV, "device"),
-    "qkv_proj_offloaded": dict.fromkeys(("query_proj", "key_proj", "value_proj"), "offload"),
-    "minimal_offloaded": dict.fromkeys((*_QKV, "out_proj", *_MLP_ALL), "offload"),
-    "save_out_proj": {"out_proj": "device"},
-    "full": {},
-    "custom": {},
-}
-"""MaxText's ``remat_policy`` names and the tensors each keeps (``device``) or moves to host
-memory (``offload``) for the backward pass; every other named tensor is recomputed
-(``Decoder.get_remat_policy`` in MaxText's ``layers/decoders.py`` at commit
-``8cbea6617945cdcb0e1dd54b1d842a1dedb9a19e``: ``minimal`` is
-``checkpoint_dots_with_no_batch_dims``, which saves every projection, the attention's
-batched einsums excluded; the ``save_*`` policies are ``save_only_these_names`` of the
-names listed; the ``*_offloaded`` ones ``save_and_offload_only_these_names`` to
-``pinned_host``). ``none`` is no ``jax.checkpoint`` at all (everything the autodiff wants
-is kept); ``full`` keeps only the layer's input (the scan's carry). ``custom`` takes its
-places from ``remat_custom``. The layer input (``decoder_layer_input``, the scan carry)
-stays on the device unless ``custom`` says otherwise."""
-
-REMAT_POLICIES: tuple[str, ...] = tuple(MAXTEXT_REMAT)
-ATTENTION_KINDS: tuple[str, ...] = ("flash", "dot")
-
-
 @dataclass(frozen=True)
 class TransformerSpec(_SpecBase):
     """A decoder-only transformer (see the module docstring for its parameters).
@@ -297,6 +232,24 @@ class TransformerSpec(_SpecBase):
         keys ``decoder_layer_input: offload`` ...); places ``device``, ``offload``,
         ``remat``.
       name: the catalog entry this spec came from (``llama3.1-8b``), if any.
+      num_experts: routed experts of each mixture-of-experts layer (MaxText's
+        ``num_experts``); 0 or 1: a dense model.
+      experts_per_token: experts each token is routed to (``num_experts_per_tok``).
+      shared_experts: experts every token goes through besides the routed ones
+        (``shared_experts``; DeepSeek), one gated MLP ``shared_experts * moe_d_ff`` wide.
+      moe_d_ff: one expert's hidden width (``base_moe_mlp_dim``; default ``d_ff``).
+      first_dense_layers: leading layers with a dense MLP (``first_num_dense_layers``).
+      moe_every: every ``moe_every``-th layer after those is a mixture-of-experts layer,
+        the others dense (``interleave_moe_layer_step``; Llama 4 Maverick: 2).
+      capacity_factor: tokens an expert takes, as a multiple of its even share
+        (``capacity_factor``); 0 or less: dropless (every routed token is computed).
+      moe_kernel: ``sparse`` (grouped matmul over tokens sorted by expert, MaxText's
+        ``sparse_matmul`` with megablox or ``ragged_dot``) or ``dense`` (a
+        capacity-padded einsum, MaxText's ``sparse_matmul: false``).
+      attention_type: ``mha`` (grouped by ``kv_heads``) or ``mla`` (DeepSeek's
+        multi-head latent attention: queries through a ``q_lora_rank`` bottleneck when it
+        is over 0, keys and values through a ``kv_lora_rank`` one; query and key heads
+        ``qk_nope_head_dim + qk_rope_head_dim`` wide, value heads ``v_head_dim``).
     """
 
     layers: int
@@ -316,6 +269,20 @@ class TransformerSpec(_SpecBase):
     vocab_tiling: int = 1
     remat_custom: tuple[tuple[str, str], ...] = ()
     name: str | None = None
+    num_experts: int = 0
+    experts_per_token: int = 1
+    shared_experts: int = 0
+    moe_d_ff: int = 0
+    first_dense_layers: int = 0
+    moe_every: int = 1
+    capacity_factor: float = -1.0
+    moe_kernel: str = "sparse"
+    attention_type: str = "mha"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     kind = "transformer"
 
@@ -324,6 +291,58 @@ class TransformerSpec(_SpecBase):
             object.__setattr__(self, "param_dtype", self.dtype)
         if not self.head_dim:
             object.__setattr__(self, "head_dim", self.d_model // self.heads)
+        if not self.moe_d_ff:
+            object.__setattr__(self, "moe_d_ff", self.d_ff)
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether some layers route tokens to experts (``num_experts`` over 1)."""
+        return self.num_experts > 1
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer ``i`` (from 0) is a mixture-of-experts layer: after the
+        ``first_dense_layers``, every ``moe_every``-th one (MaxText's
+        ``(layer + 1) % interleave_moe_layer_step == 0`` counted from the first
+        non-dense layer)."""
+        if not self.is_moe or i < self.first_dense_layers:
+            return False
+        return (i + 1 - self.first_dense_layers) % self.moe_every == 0
+
+    @property
+    def moe_layers(self) -> int:
+        """How many layers are mixture-of-experts layers."""
+        return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of a query and a key head: ``head_dim``, or MLA's nope plus rope."""
+        if self.attention_type == "mla":
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        """Width of a value head (and of the attention output per head)."""
+        return self.v_head_dim if self.attention_type == "mla" else self.head_dim
+
+    @property
+    def ffn_width(self) -> float:
+        """The feed-forward hidden width one token goes through, averaged over layers:
+        ``d_ff`` in a dense layer, ``(experts_per_token + shared_experts) * moe_d_ff``
+        in a mixture-of-experts layer. The activation and time estimates take it where a
+        dense model has ``d_ff``; a dense model's is ``d_ff`` exactly."""
+        if not self.is_moe:
+            return float(self.d_ff)
+        routed = (self.experts_per_token + self.shared_experts) * self.moe_d_ff
+        return (self.dense_layers * self.d_ff + self.moe_layers * routed) / self.layers
+
+    @property
+    def dropless(self) -> bool:
+        return self.capacity_factor <= 0
 
     @property
     def tokens_per_example(self) -> int:
@@ -345,41 +364,132 @@ class TransformerSpec(_SpecBase):
         places["decoder_layer_input"] = "device"
         return places
 
+    def _attention_params(self, prefix: str, n: int) -> list[ParamGroup]:
+        d, h = self.d_model, self.heads
+        if self.attention_type == "mha":
+            hd = self.head_dim
+            return [
+                ParamGroup(f"{prefix}/attn/q", (d, h * hd), "col", n),
+                ParamGroup(f"{prefix}/attn/k", (d, self.kv_heads * hd), "col", n),
+                ParamGroup(f"{prefix}/attn/v", (d, self.kv_heads * hd), "col", n),
+                ParamGroup(f"{prefix}/attn/o", (h * hd, d), "row", n),
+            ]
+        # MLA (DeepSeek-V2/V3, MaxText's attention_mla.py): the down projections and their
+        # norms are small and stay whole over the tensor axes; the up projections split
+        # their heads.
+        qk, rank, rope = self.qk_head_dim, self.kv_lora_rank, self.qk_rope_head_dim
+        groups = []
+        if self.q_lora_rank > 0:
+            q = self.q_lora_rank
+            groups += [
+                ParamGroup(f"{prefix}/attn/wq_a", (d, q), "replicated", n),
+                ParamGroup(f"{prefix}/attn/q_norm/scale", (q,), "replicated", n, matmul=False),
+                ParamGroup(f"{prefix}/attn/wq_b", (q, h * qk), "col", n),
+            ]
+        else:
+            groups.append(ParamGroup(f"{prefix}/attn/q", (d, h * qk), "col", n))
+        return [
+            *groups,
+            ParamGroup(f"{prefix}/attn/wkv_a", (d, rank + rope), "replicated", n),
+            ParamGroup(f"{prefix}/attn/kv_norm/scale", (rank,), "replicated", n, matmul=False),
+            ParamGroup(
+                f"{prefix}/attn/wkv_b", (rank, h * (self.qk_nope_head_dim + self.v_head_dim)),
+                "col", n,
+            ),
+            ParamGroup(f"{prefix}/attn/o", (h * self.v_head_dim, d), "row", n),
+        ]  # fmt: skip
+
+    def _mlp_params(self, path: str, width: int, n: int) -> list[ParamGroup]:
+        d = self.d_model
+        groups = [ParamGroup(f"{path}/gate", (d, width), "col", n)] if self.mlp == "gated" else []
+        return [
+            *groups,
+            ParamGroup(f"{path}/up", (d, width), "col", n),
+            ParamGroup(f"{path}/down", (width, d), "row", n),
+        ]
+
+    def _moe_params(self, prefix: str, n: int) -> list[ParamGroup]:
+        """A mixture-of-experts layer's parameters (MaxText's ``RoutedMoE``): the router
+        ``[d, experts]`` (whole on every device: its logits are needed for every expert),
+        the experts' stacked ``wi``/``wo`` kernels ``[experts, d, moe_d_ff]`` and
+        ``[experts, moe_d_ff, d]``, and the shared experts as one gated MLP."""
+        d, e, f = self.d_model, self.num_experts, self.moe_d_ff
+        names = ("wi_0", "wi_1", "wo") if self.mlp == "gated" else ("wi", "wo")
+        groups = [ParamGroup(f"{prefix}/moe/router", (d, e), "replicated", n)]
+        groups += [
+            ParamGroup(
+                f"{prefix}/moe/experts/{name}",
+                (e, f, d) if name == "wo" else (e, d, f),
+                "row" if name == "wo" else "col",
+                n,
+                expert=True,
+            )
+            for name in names
+        ]
+        if self.shared_experts:
+            groups += self._mlp_params(f"{prefix}/moe/shared", self.shared_experts * f, n)
+        return groups
+
+    def _layer_params(self, prefix: str, n: int, moe: bool) -> list[ParamGroup]:
+        d = self.d_model
+        return [
+            ParamGroup(f"{prefix}/attn_norm/scale", (d,), "replicated", n, matmul=False),
+            *self._attention_params(prefix, n),
+            ParamGroup(f"{prefix}/mlp_norm/scale", (d,), "replicated", n, matmul=False),
+            *(self._moe_params(prefix, n) if moe else self._mlp_params(
+                f"{prefix}/mlp", self.d_ff, n)),
+        ]  # fmt: skip
+
     def params(self) -> list[ParamGroup]:
-        d, f, hd, n = self.d_model, self.d_ff, self.head_dim, self.layers
+        """The parameter groups. A dense model's layers are one stacked group per
+        parameter (``layers/*/...``); a mixture-of-experts model's are two stacks, as
+        MaxText scans them: ``dense_layers/*/...`` and ``moe_layers/*/...``."""
+        d = self.d_model
         groups = [ParamGroup("embed/embedding", (self.vocab, d), "vocab", matmul=False)]
-        per_layer = [
-            ParamGroup("layers/*/attn_norm/scale", (d,), "replicated", n, matmul=False),
-            ParamGroup("layers/*/attn/q", (d, self.heads * hd), "col", n),
-            ParamGroup("layers/*/attn/k", (d, self.kv_heads * hd), "col", n),
-            ParamGroup("layers/*/attn/v", (d, self.kv_heads * hd), "col", n),
-            ParamGroup("layers/*/attn/o", (self.heads * hd, d), "row", n),
-            ParamGroup("layers/*/mlp_norm/scale", (d,), "replicated", n, matmul=False),
-        ]
-        if self.mlp == "gated":
-            per_layer.append(ParamGroup("layers/*/mlp/gate", (d, f), "col", n))
-        per_layer += [
-            ParamGroup("layers/*/mlp/up", (d, f), "col", n),
-            ParamGroup("layers/*/mlp/down", (f, d), "row", n),
-        ]
-        head = [ParamGroup("final_norm/scale", (d,), "replicated", matmul=False)]
+        if not self.is_moe:
+            groups += self._layer_params("layers/*", self.layers, moe=False)
+        else:
+            if self.dense_layers:
+                groups += self._layer_params("dense_layers/*", self.dense_layers, moe=False)
+            groups += self._layer_params("moe_layers/*", self.moe_layers, moe=True)
+        groups.append(ParamGroup("final_norm/scale", (d,), "replicated", matmul=False))
         if not self.tied_embeddings:
-            head.append(ParamGroup("unembed/kernel", (d, self.vocab), "vocab"))
-        return [*groups, *per_layer, *head]
+            groups.append(ParamGroup("unembed/kernel", (d, self.vocab), "vocab"))
+        return groups
+
+    def _routed_share(self, group: ParamGroup) -> float:
+        """The share of a group one token multiplies through: ``experts_per_token /
+        num_experts`` for routed experts, else 1."""
+        return self.experts_per_token / self.num_experts if group.expert else 1.0
 
     def matmul_params(self) -> int:
         """Parameters every token multiplies through: all but the embedding and norms
-        (a tied embedding counts once, as the unembedding)."""
-        n = sum(g.size for g in self.params() if g.matmul)
+        (a tied embedding counts once, as the unembedding); of the routed experts, the
+        ``experts_per_token`` a token goes to."""
+        n = sum(round(g.size * self._routed_share(g)) for g in self.params() if g.matmul)
         return n + (self.vocab * self.d_model if self.tied_embeddings else 0)
+
+    def routed_matmul_params(self) -> int:
+        """The part of :meth:`matmul_params` in the routed experts (grouped matmuls)."""
+        return sum(round(g.size * self._routed_share(g)) for g in self.params() if g.expert)
+
+    def active_param_count(self) -> int:
+        """Parameters one token uses, as model cards count "active" ones: all of them
+        with the routed experts counted ``experts_per_token`` times, not
+        ``num_experts`` (the embedding included). A dense model's is
+        :meth:`param_count`."""
+        return sum(round(g.size * self._routed_share(g)) for g in self.params())
 
     def attention_flops_per_token(self) -> int:
         """Training FLOPs of the attention scores per token: ``12 * layers * seq_len *
         heads * head_dim`` (forward ``QK^T`` and ``AV`` are ``2 * S * heads * head_dim``
         each; backward twice the forward). This is the model-FLOPs count MaxText's
         ``calculate_tflops_training_per_device`` uses (non-causal); a ``flash`` kernel
-        skips the masked half, which :mod:`cost` prices, not this count."""
-        return 12 * self.layers * self.seq_len * self.heads * self.head_dim
+        skips the masked half, which :mod:`cost` prices, not this count. With MLA,
+        ``QK^T`` is ``qk_head_dim`` wide and ``AV`` ``v_head_dim``: ``6 * layers *
+        seq_len * heads * (qk + v)``."""
+        qk_v = self.qk_head_dim + self.value_head_dim
+        return 6 * self.layers * self.seq_len * self.heads * qk_v
 
     def batch_bytes_per_example(self) -> int:
         """Token ids and next-token targets, int32: ``8 * seq_len`` bytes."""
@@ -398,14 +508,15 @@ class TransformerSpec(_SpecBase):
         backward pass never reads it. The MLP's input projections are ``mlpwi_0`` and
         ``mlpwi_1`` when gated, ``mlpwi`` when plain, as MaxText names one activation's
         ``wi``.)"""
-        d, f, hd, t = self.d_model, self.d_ff, self.head_dim, tensor
+        d, f, t = self.d_model, self.ffn_width, tensor
+        qk, v = self.qk_head_dim, self.value_head_dim
         return {
             "decoder_layer_input": d / t,
-            "query_proj": self.heads * hd / t,
-            "key_proj": self.kv_heads * hd / t,
-            "value_proj": self.kv_heads * hd / t,
+            "query_proj": self.heads * qk / t,
+            "key_proj": self.kv_heads * qk / t,
+            "value_proj": self.kv_heads * v / t,
             "qkv_proj": 0.0,
-            "context": self.heads * hd / t,
+            "context": self.heads * v / t,
             "out_proj": d / t,
             "mlpwi": 0.0 if self.mlp == "gated" else f / t,
             "mlpwi_0": f / t if self.mlp == "gated" else 0.0,
@@ -416,10 +527,11 @@ class TransformerSpec(_SpecBase):
     def layer_elements_per_token(self, tensor: int) -> float:
         """One layer's textbook activations per token at ``remat: none``, one device,
         ``tensor``-way (see :meth:`activation_elements_per_token`)."""
-        d, f, hd, s = self.d_model, self.d_ff, self.head_dim, self.seq_len
+        d, f, s = self.d_model, self.ffn_width, self.seq_len
+        qk, v = self.qk_head_dim, self.value_head_dim
         mlp_hidden = (3 if self.mlp == "gated" else 2) * f
         scores = self.heads * s if self.attention == "dot" else 0
-        attention = (self.heads + 2 * self.kv_heads) * hd + self.heads * hd
+        attention = (self.heads + self.kv_heads) * qk + (self.kv_heads + self.heads) * v
         return (4 * d + attention + scores + mlp_hidden) / tensor
 
     def activation_elements_per_token(self, tensor: int) -> float:
@@ -469,6 +581,10 @@ class TransformerSpec(_SpecBase):
         }
         if self.remat == "custom":
             out["remat_custom"] = dict(self.remat_custom)
+        if self.is_moe:
+            out.update({key: getattr(self, key) for key in MOE_FIELDS})
+        if self.attention_type == "mla":
+            out.update({key: getattr(self, key) for key in MLA_FIELDS})
         if self.name is not None:
             out["name"] = self.name
         return out
@@ -502,9 +618,9 @@ def model_spec(
     if name is not None:
         model = {**named_model(name), **{k: v for k, v in model.items() if k != "name"}}
     kind = model.get("kind")
-    dtype = _dtype(model.get("dtype"), default_dtype)
+    dtype = check_dtype(model.get("dtype"), default_dtype)
     if kind == "mlp":
-        remat = _choice(model, "remat", MLP_REMAT, "none")
+        remat = check_choice(model, "remat", MLP_REMAT, "none")
         features = model.get("features")
         if (
             not isinstance(features, list | tuple)
@@ -520,83 +636,5 @@ def model_spec(
             raise PlanError("invalid_model", f"model.loss {loss!r} is not 'mse' or 'cross_entropy'")
         return MLPSpec(tuple(int(f) for f in features), dtype, remat, loss)
     if kind == "transformer":
-        return _transformer_spec(model, dtype, name)
+        return TransformerSpec(**transformer_fields(model, dtype), name=name)
     raise PlanError("invalid_model", f"model.kind {kind!r} is not 'mlp' or 'transformer'")
-
-
-def _transformer_spec(model: Mapping[str, Any], dtype: str, name: str | None) -> TransformerSpec:
-    sizes = {
-        key: _positive_int(model, key)
-        for key in ("layers", "d_model", "d_ff", "heads", "kv_heads", "vocab", "seq_len")
-    }
-    head_dim = model.get("head_dim")
-    if head_dim is None:
-        if sizes["d_model"] % sizes["heads"]:
-            raise PlanError(
-                "invalid_model",
-                f"model.d_model {sizes['d_model']} is not a multiple of heads "
-                f"{sizes['heads']}; choose heads dividing d_model or give head_dim",
-            )
-        head_dim = sizes["d_model"] // sizes["heads"]
-    else:
-        head_dim = _positive_int(model, "head_dim")
-    if sizes["heads"] % sizes["kv_heads"]:
-        raise PlanError(
-            "invalid_model",
-            f"model.heads {sizes['heads']} is not a multiple of kv_heads "
-            f"{sizes['kv_heads']}; choose kv_heads dividing heads",
-        )
-    mlp = _choice(model, "mlp", ("gated", "plain"), "gated")
-    remat = _choice(model, "remat", REMAT_POLICIES, "none")
-    attention = _choice(model, "attention", ATTENTION_KINDS, "flash")
-    param_dtype = _dtype(model.get("param_dtype"), dtype)
-    tied = model.get("tied_embeddings", False)
-    if not isinstance(tied, bool):
-        raise PlanError("invalid_model", f"model.tied_embeddings must be a boolean, got {tied!r}")
-    tiling = model.get("vocab_tiling", 1)
-    tiling = 1 if tiling is None else tiling
-    if isinstance(tiling, bool) or not isinstance(tiling, int) or tiling < 1:
-        raise PlanError(
-            "invalid_model", f"model.vocab_tiling must be a positive integer, got {tiling!r}"
-        )
-    if sizes["seq_len"] % tiling:
-        raise PlanError(
-            "invalid_model",
-            f"model.vocab_tiling {tiling} does not divide seq_len {sizes['seq_len']}: each "
-            "tile is a slice of every sequence; choose a divisor of seq_len",
-        )
-    custom = model.get("remat_custom") or {}
-    if not isinstance(custom, Mapping):
-        raise PlanError(
-            "invalid_model", f"model.remat_custom must map tensor names to places, got {custom!r}"
-        )
-    if custom and remat != "custom":
-        raise PlanError(
-            "invalid_model",
-            f"model.remat_custom applies to remat 'custom' only (remat is {remat!r}); "
-            "set remat to 'custom' or drop remat_custom",
-        )
-    for tensor, place in custom.items():
-        if tensor not in REMAT_TENSORS:
-            raise PlanError(
-                "invalid_model",
-                f"model.remat_custom names {tensor!r}, not one of MaxText's {list(REMAT_TENSORS)}",
-            )
-        if place not in REMAT_PLACES:
-            raise PlanError(
-                "invalid_model",
-                f"model.remat_custom.{tensor} is {place!r}; use one of {list(REMAT_PLACES)}",
-            )
-    return TransformerSpec(
-        **sizes,
-        mlp=mlp,
-        dtype=dtype,
-        remat=remat,
-        param_dtype=param_dtype,
-        head_dim=head_dim,
-        tied_embeddings=tied,
-        attention=attention,
-        vocab_tiling=tiling,
-        remat_custom=tuple(sorted(custom.items())),
-        name=name,
-    )

@@ -41,6 +41,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.models.attention import attention
 
@@ -68,6 +69,14 @@ def _transformer_spec(spec: TransformerSpec | Mapping[str, Any]) -> TransformerS
     resolved = model_spec(spec)
     if not isinstance(resolved, TransformerSpec):
         raise ValueError(f"the model is a {resolved.kind}; these functions take a transformer")
+    if resolved.is_moe or resolved.attention_type != "mha":
+        what = "mixture-of-experts layers" if resolved.is_moe else "MLA attention"
+        raise PlanError(
+            "invalid_model",
+            f"the library's transformer does not build {what} yet: plans, memory and step "
+            "estimates price this model, but it cannot be compiled or trained here; use a "
+            "dense model with attention_type 'mha' for compile checks and sessions",
+        )
     return resolved
 
 
