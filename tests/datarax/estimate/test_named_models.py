@@ -4,6 +4,7 @@ them: mixed precision, host offload, the compute dtype's peak."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -31,6 +32,28 @@ PUBLISHED = {
     "gpt3-175b": 175.0,
 }
 
+# Mixture-of-experts models: (name, card's total, card's active (billions), the card or
+# paper that publishes both).
+MOE_CARDS = [
+    ("mixtral-8x7b", 46.7, 12.9, "https://mistral.ai/news/mixtral-of-experts"),
+    ("mixtral-8x22b", 141.0, 39.0, "https://mistral.ai/news/mixtral-8x22b"),
+    ("deepseek3-671b", 671.0, 37.0, "https://arxiv.org/abs/2412.19437"),
+    ("qwen3-30b-a3b", 30.5, 3.3, "https://huggingface.co/Qwen/Qwen3-30B-A3B"),
+    ("qwen3-235b-a22b", 235.0, 22.0, "https://huggingface.co/Qwen/Qwen3-235B-A22B"),
+    ("llama4-17b-16e", 109.0, 17.0, "https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E"),
+    ("llama4-17b-128e", 400.0, 17.0,
+     "https://huggingface.co/meta-llama/Llama-4-Maverick-17B-128E"),
+    ("gpt-oss-120b", 116.83, 5.13, "https://arxiv.org/abs/2508.10925"),
+]  # fmt: skip
+MOE_NAMES = [row[0] for row in MOE_CARDS]
+# gpt-oss's card counts active parameters without the embedding table (its unembedding
+# in): 5.13B; the spec's active count has the embedding, as the other cards do.
+ACTIVE_WITHOUT_EMBEDDING = {"gpt-oss-120b"}
+MAXTEXT_MOE_CONFIG = re.compile(
+    r"https://github\.com/AI-Hypercomputer/maxtext/blob/[0-9a-f]{40}/src/maxtext/configs/"
+    r"models/(?P<name>[\w.-]+)\.yml"
+)
+
 OFFLOADED_8B = {
     "name": "llama3.1-8b",
     "param_dtype": "float32",
@@ -53,8 +76,46 @@ def test_named_models_have_their_published_size_and_a_source(name):
     assert "maxtext" in MODELS[name]["source"].lower()
 
 
+@pytest.mark.parametrize(("name", "total", "active"), [row[:3] for row in MOE_CARDS], ids=MOE_NAMES)
+def test_moe_models_have_their_cards_total_and_active_size(name, total, active):
+    spec = model_spec({"name": name})
+    assert isinstance(spec, TransformerSpec) and spec.name == name
+    assert spec.param_count() / 1e9 == pytest.approx(total, rel=0.02)
+    counted = spec.active_param_count()
+    if name in ACTIVE_WITHOUT_EMBEDDING:
+        counted -= spec.vocab * spec.d_model
+    assert counted / 1e9 == pytest.approx(active, rel=0.02)
+    assert spec.active_param_count() < spec.param_count()
+
+
+@pytest.mark.parametrize(("name", "total", "active", "card"), MOE_CARDS, ids=MOE_NAMES)
+def test_moe_entries_name_maxtexts_commit_their_card_and_what_is_not_priced(
+    name, total, active, card
+):
+    entry = MODELS[name]
+    found = MAXTEXT_MOE_CONFIG.search(entry["source"])
+    assert found and found["name"] == name
+    assert card in entry["source"]
+    assert f"{total:g}B" in entry["source"] and f"{active:g}B" in entry["source"]
+    assert entry["notes"]
+
+
+def test_moe_entries_keep_maxtexts_layer_pattern():
+    deepseek = MODELS["deepseek3-671b"]
+    assert deepseek["first_dense_layers"] == 3 and deepseek["shared_experts"] == 1
+    assert deepseek["attention_type"] == "mla" and deepseek["kv_heads"] == deepseek["heads"]
+    assert deepseek["head_dim"] == deepseek["qk_nope_head_dim"] + deepseek["qk_rope_head_dim"]
+    # Maverick alternates dense (16384 wide) and MoE layers; Scout is MoE throughout
+    assert MODELS["llama4-17b-128e"]["moe_every"] == 2
+    assert MODELS["llama4-17b-128e"]["d_ff"] == 2 * MODELS["llama4-17b-128e"]["moe_d_ff"]
+    assert MODELS["llama4-17b-16e"]["moe_every"] == 1
+    # capacity and kernel are left to the request (MaxText's defaults: dropless, sparse)
+    assert not any({"capacity_factor", "moe_kernel"} & set(MODELS[n]) for n in MOE_NAMES)
+
+
 def test_the_catalog_lists_what_the_issue_asks_for():
     assert set(PUBLISHED) <= set(MODELS)
+    assert set(MOE_NAMES) <= set(MODELS)
     items = models_json()
     assert [item["name"] for item in items] == list(MODELS)
     assert all(item["source"] for item in items)
