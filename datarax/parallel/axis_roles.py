@@ -41,7 +41,10 @@ __all__ = [
     "batch_axes",
     "batch_shards",
     "batch_split_axes",
+    "check_expert_split",
+    "check_kinds_apply",
     "check_named_kinds",
+    "gather_axes",
     "check_tensor_split",
     "param_specs",
     "replica_axes",
@@ -114,6 +117,25 @@ def check_named_kinds(axes: Mapping[str, int]) -> None:
     )
 
 
+def check_kinds_apply(model: ModelSpec | None, axes: Mapping[str, int]) -> None:
+    """Refuse named axes over 1 whose kind the model gives nothing to split (an expert
+    axis on a dense model, experts the axis does not divide), before any layout: the
+    kinds read from the names, as :func:`check_named_kinds` reads them.
+
+    Raises:
+      PlanError: ``invalid_parallelism`` (:func:`check_expert_split`).
+    """
+    if model is None:
+        return
+    claimed = kinds_by_alias()
+    expert = math.prod(
+        int(size)
+        for name, size in axes.items()
+        if name in claimed and claimed[name].param_split == "expert_dim"
+    )
+    check_expert_split(model, expert)
+
+
 def role_axes(axes: Mapping[str, int], roles: Mapping[str, str], role: str) -> tuple[str, ...]:
     return tuple(name for name, size in axes.items() if roles[name] == role and size > 1)
 
@@ -167,33 +189,54 @@ def _split(names: tuple[str, ...]) -> str | tuple[str, ...] | None:
     return names[0] if len(names) == 1 else names
 
 
+def gather_axes(
+    group: ParamGroup, axes: Mapping[str, int], roles: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The axes over 1 that split ``group`` as fsdp does (all-gathered where it is used,
+    gradients reduce-scattered): the fsdp axes and, for every group but the routed
+    experts, the expert axes (MaxText's rules shard the other weights over ``expert``
+    as over ``fsdp``), mesh order."""
+    fsdp_like = ("first_divisible",) if group.expert else ("first_divisible", "expert_dim")
+    return tuple(
+        name
+        for name, size in axes.items()
+        if KINDS[roles[name]].param_split in fsdp_like and size > 1
+    )
+
+
 def param_specs(
     model: ModelSpec, axes: Mapping[str, int], roles: Mapping[str, str]
 ) -> list[ParamSharding]:
     """Each parameter group's PartitionSpec entries, per-device shard shape, and whether
-    the fsdp axes split it.
+    the fsdp-like axes (:func:`gather_axes`) split it.
 
-    The tensor axes split the dimension of the group's role (``ParamGroup.tensor_dim``)
-    when it divides; the fsdp axes split the first other dimension they divide, else
-    none (the parameter stays whole on the fsdp axes and its gradient is all-reduced
-    over them instead of reduce-scattered).
+    The expert axes split the routed experts' first dimension (``[experts, ...]``); the
+    tensor axes split the dimension of the group's role (``ParamGroup.tensor_dim``)
+    when it divides; the group's :func:`gather_axes` split the first other dimension
+    they divide, else none (the parameter stays whole on them and its gradient is
+    all-reduced over them instead of reduce-scattered).
 
     Returns:
       ``[(group, spec, shard_shape, fsdp_split)]``; ``spec`` entries are ``None``, an
       axis name or a tuple of names, as ``PartitionSpec`` takes them.
     """
     tensor_axes = split_axes(axes, roles, "tensor_dim")
-    fsdp_axes = split_axes(axes, roles, "first_divisible")
+    expert_axes = split_axes(axes, roles, "expert_dim")
     t = math.prod(axes[a] for a in tensor_axes)
-    f = math.prod(axes[a] for a in fsdp_axes)
+    e = math.prod(axes[a] for a in expert_axes)
     out: list[ParamSharding] = []
     for group in model.params():
         spec: list[SpecEntry] = [None] * len(group.shape)
         shard = list(group.shape)
+        if group.expert and e > 1 and shard[0] % e == 0:
+            spec[0] = _split(expert_axes)
+            shard[0] //= e
         dim = group.tensor_dim()
         if t > 1 and dim is not None and shard[dim] % t == 0:
             spec[dim] = _split(tensor_axes)
             shard[dim] //= t
+        fsdp_axes = gather_axes(group, axes, roles)
+        f = math.prod(axes[a] for a in fsdp_axes)
         fsdp_split = False
         if f > 1:
             for d in range(len(shard)):
@@ -215,18 +258,49 @@ def tokens_per_device(model: ModelSpec, global_batch: int, batch_shards: int) ->
         low = global_batch // batch_shards * batch_shards
         raise PlanError(
             "batch_not_divisible",
-            f"global_batch {global_batch} does not split over the {batch_shards} data x fsdp "
-            f"shards; use {low or batch_shards} or {low + batch_shards}",
+            f"global_batch {global_batch} does not split over the {batch_shards} batch "
+            f"shards (data x fsdp x expert); use {low or batch_shards} or {low + batch_shards}",
         )
     return global_batch // batch_shards * model.tokens_per_example
 
 
+def check_expert_split(model: ModelSpec, e: int) -> None:
+    """Refuse an expert axis over 1 that has no experts to split.
+
+    Raises:
+      PlanError: ``invalid_parallelism`` for an expert axis on a model without
+        mixture-of-experts layers (name what would apply: fsdp, which splits the batch
+        and the weights as the expert axis would), or experts the axis does not divide.
+    """
+    if e <= 1:
+        return
+    experts = model.num_experts if isinstance(model, TransformerSpec) and model.is_moe else 0
+    if not experts:
+        raise PlanError(
+            "invalid_parallelism",
+            f"an expert axis of size {e} needs a mixture-of-experts model (num_experts of 2 "
+            "or more), and this one is dense: name the axis fsdp, which splits the batch "
+            "and the weights as an expert axis would, or give the model its experts",
+        )
+    if experts % e:
+        fits = [n for n in range(2, experts + 1) if experts % n == 0 and n <= e * 2]
+        raise PlanError(
+            "invalid_parallelism",
+            f"the expert axes ({e}) do not divide the model's {experts} experts: use an "
+            f"expert size dividing {experts} (e.g. {fits[-1] if fits else 1}) and put the "
+            "rest on fsdp",
+        )
+
+
 def check_tensor_split(model: ModelSpec, t: int) -> None:
     if t > 1 and isinstance(model, TransformerSpec):
-        for what, value in (("heads", model.heads), ("d_ff", model.d_ff)):
+        widths = [("heads", model.heads), ("d_ff", model.d_ff)]
+        if model.is_moe:
+            widths.append(("moe_d_ff", model.moe_d_ff))
+        for what, value in widths:
             if value % t:
                 raise PlanError(
                     "tensor_not_divisible",
                     f"model {what} {value} does not split over tensor={t}; use a tensor size "
-                    f"dividing both heads ({model.heads}) and d_ff ({model.d_ff})",
+                    f"dividing {' and '.join(f'{w} ({v})' for w, v in widths)}",
                 )

@@ -1,8 +1,8 @@
 """The registry of parallelism kinds: one frozen entry per kind, read by every part that
 prices, shards, lays out, recommends, compiles or launches a mesh.
 
-A mesh axis has one *kind* (its role): ``data``, ``fsdp`` or ``tensor`` today, with
-``expert``, ``stage``, ``context``, ``sequence``, ``diloco`` and ``autoregressive``
+A mesh axis has one *kind* (its role): ``data``, ``fsdp``, ``tensor`` or ``expert``
+today, with ``stage``, ``context``, ``sequence``, ``diloco`` and ``autoregressive``
 known by name but not priced yet. An axis takes the kind its name says: the kind's own
 name or one of its :attr:`ParallelismKind.aliases` (``batch`` is ``data``, ``model`` is
 ``tensor``, MaxText's ``fsdp_transpose`` is ``fsdp``). A name no kind claims is refused;
@@ -20,7 +20,7 @@ Example:
   >>> kind_of_axis("batch").name
   'data'
   >>> [k.name for k in KINDS.values() if k.priced]
-  ['data', 'fsdp', 'tensor']
+  ['data', 'fsdp', 'tensor', 'expert']
 """
 
 from __future__ import annotations
@@ -43,10 +43,13 @@ __all__ = [
     "kinds_by_alias",
 ]
 
-type ParamSplit = Literal["none", "first_divisible", "tensor_dim"]
+type ParamSplit = Literal["none", "first_divisible", "tensor_dim", "expert_dim"]
 """Which parameter dimension a kind splits: none (parameters whole on the axis), the
-first dimension the axis size divides (fsdp), or the group's tensor dimension (the
-output of ``col`` matmuls, the input of ``row`` ones: Megatron's tensor parallelism)."""
+first dimension the axis size divides (fsdp), the group's tensor dimension (the
+output of ``col`` matmuls, the input of ``row`` ones: Megatron's tensor parallelism), or
+the experts dimension of the routed experts' stacked kernels (expert parallelism; the
+other parameters are split over the axis as fsdp splits them, as MaxText's sharding
+rules do)."""
 
 
 @dataclass(frozen=True)
@@ -145,13 +148,18 @@ KINDS: Mapping[str, ParallelismKind] = dict(
         _kind(
             "expert",
             aliases=(),
-            priced=False,
+            priced=True,
             splits_batch=True,
-            param_split="none",
+            param_split="expert_dim",
             shards_state=True,
-            collectives=(CollectiveTerm("all-to-all", "tokens", "each MoE layer"),),
+            collectives=(
+                CollectiveTerm("all-to-all", "tokens", "each MoE layer, dispatch and combine"),
+                CollectiveTerm("all-gather", "params", "the non-expert weights, as fsdp"),
+                CollectiveTerm("reduce-scatter", "gradients", "the non-expert weights, as fsdp"),
+            ),
             maxtext_axes=("expert",),
-            summary="splits the experts of mixture-of-experts layers",
+            summary="splits the experts of mixture-of-experts layers (the batch and the other "
+            "weights as fsdp); tokens reach their experts by all-to-all",
         ),
         _kind(
             "stage",
@@ -213,7 +221,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
 """Every kind by name, in MaxText's mesh order where it has one."""
 
 PRICED_KINDS: tuple[str, ...] = tuple(name for name, kind in KINDS.items() if kind.priced)
-"""The kinds the estimates price: ``('data', 'fsdp', 'tensor')``."""
+"""The kinds the estimates price: ``('data', 'fsdp', 'tensor', 'expert')``."""
 
 
 def kinds_by_alias() -> dict[str, ParallelismKind]:

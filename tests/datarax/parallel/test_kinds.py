@@ -15,7 +15,7 @@ def test_every_name_claims_one_kind():
     names = [name for kind in KINDS.values() for name in kind.names()]
     assert len(names) == len(set(names))  # no name is two kinds
     assert set(kinds_by_alias()) == set(names)
-    assert AXIS_ROLES == PRICED_KINDS == ("data", "fsdp", "tensor")
+    assert AXIS_ROLES == PRICED_KINDS == ("data", "fsdp", "tensor", "expert")
 
 
 def test_maxtext_axes_are_each_one_kind():
@@ -26,7 +26,8 @@ def test_maxtext_axes_are_each_one_kind():
         for axis in kind.maxtext_axes:
             assert kind_of_axis(axis) is kind, axis
         assert AXIS_BY_ROLE[kind.name] == kind.maxtext_axes[0]
-    assert BATCH_AXES == ["data", "fsdp", "fsdp_transpose"]
+    # MaxText's activation_batch rule: data, fsdp, fsdp_transpose, expert
+    assert BATCH_AXES == ["data", "fsdp", "fsdp_transpose", "expert"]
 
 
 @pytest.mark.parametrize(
@@ -61,17 +62,25 @@ def test_unpriced_kinds_over_one_are_refused(kind):
     with pytest.raises(PlanError, match="invalid_parallelism|not price"):
         role_sizes(axes, roles)
     # size 1 is no parallelism: nothing to price
-    assert role_sizes({"fsdp": 8, "x": 1}, roles) == {"data": 1, "fsdp": 8, "tensor": 1}
+    assert role_sizes({"fsdp": 8, "x": 1}, roles) == {
+        "data": 1,
+        "fsdp": 8,
+        "tensor": 1,
+        "expert": 1,
+    }
 
 
 def test_priced_kinds_carry_what_the_estimates_read():
-    data, fsdp, tensor = (KINDS[k] for k in PRICED_KINDS)
+    data, fsdp, tensor, expert = (KINDS[k] for k in PRICED_KINDS)
     assert data.splits_batch and fsdp.splits_batch and not tensor.splits_batch
-    assert (data.param_split, fsdp.param_split, tensor.param_split) == (
+    assert expert.splits_batch  # as fsdp, in MaxText's rules
+    assert (data.param_split, fsdp.param_split, tensor.param_split, expert.param_split) == (
         "none",
         "first_divisible",
         "tensor_dim",
+        "expert_dim",
     )
     assert fsdp.shards_state and not data.shards_state
+    assert [t.op for t in expert.collectives][0] == "all-to-all"
     for kind in KINDS.values():
         assert kind.summary and all(t.op and t.operand for t in kind.collectives)
