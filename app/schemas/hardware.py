@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, Tag
 from pydantic.config import JsonDict
 
 from app.schemas.base import JsonInt, OptimizerField, Strict
@@ -125,6 +125,40 @@ class _TransformerFields(Strict):
     vocab_tiling: Annotated[JsonInt, Field(ge=1, le=4096)] | None = Field(
         None, description="MaxText num_vocab_tiling (default 1)"
     )
+    num_experts: Annotated[JsonInt, Field(ge=0, le=65_536)] | None = Field(
+        None, description="routed experts per MoE layer (MaxText num_experts); 0 or 1: dense"
+    )
+    experts_per_token: Annotated[JsonInt, Field(ge=1, le=65_536)] | None = Field(
+        None, description="MaxText num_experts_per_tok (default 1)"
+    )
+    shared_experts: Annotated[JsonInt, Field(ge=0, le=1024)] | None = Field(
+        None, description="experts every token goes through (MaxText shared_experts)"
+    )
+    moe_d_ff: _Size | None = Field(
+        None, description="one expert's hidden width (MaxText base_moe_mlp_dim; default d_ff)"
+    )
+    first_dense_layers: Annotated[JsonInt, Field(ge=0, le=MAX_LAYERS)] | None = Field(
+        None, description="leading dense layers (MaxText first_num_dense_layers)"
+    )
+    moe_every: Annotated[JsonInt, Field(ge=1, le=MAX_LAYERS)] | None = Field(
+        None, description="MaxText interleave_moe_layer_step (default 1: every layer)"
+    )
+    capacity_factor: (
+        Annotated[StrictFloat, Field(ge=-1.0, le=1024.0, allow_inf_nan=False)] | None
+    ) = Field(None, description="MaxText capacity_factor; 0 or less: dropless (default -1)")
+    moe_kernel: Literal["sparse", "dense"] | None = Field(
+        None, description="sparse (grouped matmul, default) or dense (capacity-padded einsum)"
+    )
+    attention_type: Literal["mha", "mla"] | None = Field(
+        None, description="mha (default, grouped by kv_heads) or mla (multi-head latent)"
+    )
+    q_lora_rank: Annotated[JsonInt, Field(ge=0, le=1_048_576)] | None = Field(
+        None, description="mla: query bottleneck rank (0: none)"
+    )
+    kv_lora_rank: _Size | None = Field(None, description="mla: key/value bottleneck rank")
+    qk_nope_head_dim: _Size | None = Field(None, description="mla: query/key width without rope")
+    qk_rope_head_dim: _Size | None = Field(None, description="mla: query/key rotary width")
+    v_head_dim: _Size | None = Field(None, description="mla: value head width")
 
 
 class TransformerModel(_TransformerFields):
@@ -231,12 +265,14 @@ class RecommendationRequest(Strict):
     model: HardwareModel
     global_batch: JsonInt = Field(ge=1, le=2**40, description="examples or sequences a step")
     top_k: JsonInt = Field(5, ge=1, le=100, description="candidates to return")
-    axes: list[AxisName] = Field(
-        ["data", "fsdp", "tensor"],
+    axes: list[AxisName] | None = Field(
+        None,
         min_length=1,
         max_length=8,
-        description="mesh axis names in order, each with a role: data, fsdp or tensor "
-        "(aliases batch, replica, model)",
+        description="mesh axis names in order, each with a role: data, fsdp, tensor or "
+        "expert (aliases batch, replica, model); default data, fsdp, tensor, and expert "
+        "when the model has experts",
+        examples=[["data", "fsdp", "tensor"]],
     )
     optimizer: OptimizerField = "adam"
     allow_split_physical_axes: StrictBool = _SPLIT
@@ -297,6 +333,19 @@ class NamedModelEntry(BaseModel):
     tied_embeddings: bool
     source: str = Field(description="MaxText's configs/models/<name>.yml and the model card")
     notes: str | None = None
+    # mixture-of-experts models and MLA attention only (DESIGN v1.3)
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+    shared_experts: int | None = None
+    moe_d_ff: int | None = None
+    first_dense_layers: int | None = None
+    moe_every: int | None = None
+    attention_type: Literal["mha", "mla"] | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
 
 
 class NamedModelList(BaseModel):

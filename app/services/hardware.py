@@ -47,7 +47,12 @@ from datarax.hardware.topology import (
     plan_hardware_devices,
 )
 from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
-from datarax.parallel.axis_roles import axis_roles, batch_axes, check_named_kinds
+from datarax.parallel.axis_roles import (
+    axis_roles,
+    batch_axes,
+    check_kinds_apply,
+    check_named_kinds,
+)
 from datarax.plan.layout import PlanCancelled, check_batch_shape
 
 # ------------------------------------------------------------------------------ catalog
@@ -286,8 +291,11 @@ def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
       PlanError: the planner's codes (``unknown_hardware``, ``invalid_topology``, ...).
     """
     dcn = request.dcn or {}
-    # before the layout, so its own refusals do not hide this one; -1 sizes after it
-    check_named_kinds({a: n * dcn.get(a, 1) for a, n in request.ici.items() if n > 0})
+    # before the layout, so its own refusals do not hide these; -1 sizes after it
+    named = {a: n * dcn.get(a, 1) for a, n in request.ici.items() if n > 0}
+    check_named_kinds(named)
+    model = None if request.model is None else request.model.model_dump(exclude_none=True)
+    check_kinds_apply(None if model is None else model_spec(model), named)
     layout = plan_hardware_devices(
         request.hardware,
         ici=request.ici,
@@ -297,7 +305,7 @@ def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
         hosts=request.hosts,
         allow_split_physical_axes=request.allow_split_physical_axes,
     )
-    check_named_kinds(layout.axes)  # expert/stage/context over 1: invalid_parallelism
+    check_named_kinds(layout.axes)  # stage/context over 1: invalid_parallelism
     return layout
 
 

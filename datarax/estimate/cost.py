@@ -75,6 +75,7 @@ from datarax.parallel.axis_roles import (
     ParamSharding,
     axis_roles,
     batch_shards,
+    gather_axes,
     param_specs,
     replica_axes,
     role_sizes,
@@ -99,7 +100,7 @@ def collective_seconds(
     """Ring alpha-beta time of one collective over ``link`` (see the module docstring).
 
     Args:
-      kind: ``all-reduce``, ``all-gather`` or ``reduce-scatter``.
+      kind: ``all-reduce``, ``all-gather``, ``reduce-scatter`` or ``all-to-all``.
       bytes_per_device: ``V``: the array one device holds whole (all-gather: after;
         reduce-scatter and all-reduce: before).
       link: the axis.
@@ -107,6 +108,8 @@ def collective_seconds(
         ``None``.
     """
     passes = 2 if kind == "all-reduce" else 1
+    # An all-to-all sends (n - 1) / n of V, each device to each other one: priced as one
+    # pass of the ring (every device injects that much at the axis's bandwidth).
 
     def ring(n: int, volume: float, bandwidth: float, alpha: float) -> float:
         if n <= 1:
@@ -288,11 +291,10 @@ def _step_collectives(
             latency_ops[key] = max(latency_ops.get(key, 0), count)
 
     # what each axis moves follows its kind's parameter split (the registry's entry)
-    fsdp_axes = split_axes(axes, roles, "first_divisible")
     data_axes = replica_axes(axes, roles)
     for group, _, shard, fsdp_split in specs:
         whole = math.prod(shard) * param_itemsize  # bytes this device keeps
-        for axis in fsdp_axes:
+        for axis in gather_axes(group, axes, roles):
             if fsdp_split:
                 gathered = whole * axes[axis]
                 add(axis, "all-gather", "forward", "params", gathered, group.repeat)
@@ -305,6 +307,14 @@ def _step_collectives(
     for axis in split_axes(axes, roles, "tensor_dim"):
         for phase, kind, elements in _tensor_activation_collectives(model, tokens):
             add(axis, kind, phase, "activations", elements * itemsize)
+    if isinstance(model, TransformerSpec) and model.is_moe:
+        # Each MoE layer sends every routed copy of this device's tokens to its expert's
+        # shard and back (dispatch and combine), forward and again in the backward pass
+        # (their gradients): the routed rows, k per token, d wide.
+        routed = tokens * model.experts_per_token * model.d_model * itemsize
+        for axis in split_axes(axes, roles, "expert_dim"):
+            for phase in ("forward", "backward"):
+                add(axis, "all-to-all", phase, "tokens", routed, 2 * model.moe_layers)
     for key, ops in latency_ops.items():
         # one combined op per layer, plus one for the unstacked parameters
         extra = 1 if isinstance(model, TransformerSpec) else 0

@@ -133,7 +133,9 @@ from datarax.parallel.axis_roles import (
     ParamSharding,
     axis_roles,
     batch_shards,
+    check_expert_split,
     check_tensor_split,
+    gather_axes,
     param_specs,
     role_sizes,
     tokens_per_device,
@@ -186,18 +188,64 @@ def _transformer_head(model: TransformerSpec, t: int, itemsize: int) -> float:
     return (2 * _F32 * d + 2 * itemsize * d) / t + _F32 + 4
 
 
-def _layer_none_bytes(model: TransformerSpec, t: int, b: int) -> float:
+def _layer_none_bytes(
+    model: TransformerSpec, t: int, b: int, *, moe: bool = False, e: int = 1
+) -> float:
     """Bytes per token one layer keeps under ``remat: none`` (see
-    :func:`_transformer_residuals`)."""
-    d, f, h, hd, s = model.d_model, model.d_ff, model.heads, model.head_dim, model.seq_len
-    kv = model.kv_heads
+    :func:`_transformer_residuals`); ``moe``: a mixture-of-experts layer with ``e``-way
+    expert parallelism (:func:`_moe_bytes`)."""
+    d, h, s = model.d_model, model.heads, model.seq_len
+    qk, v, kv = model.qk_head_dim, model.value_head_dim, model.kv_heads
     mlp = 6 if model.mlp == "gated" else 5
     norms = 2 * (2 * _F32 * d + 2 * b * d)
     if model.attention == "dot":  # softmax's float32 output, its two statistics, probs
-        attention = b * (2 * h * hd + 2 * kv * hd) + (_F32 + b) * h * s + 2 * _F32 * h
+        attention = b * (h * qk + h * v + kv * (qk + v)) + (_F32 + b) * h * s + 2 * _F32 * h
     else:  # the kernel's output (and its [S, heads * hd] view) and float32 log-sum-exp
-        attention = b * (3 * h * hd + 2 * kv * hd) + _F32 * h
-    return (norms + attention + mlp * b * f) / t
+        attention = b * (h * qk + 2 * h * v + kv * (qk + v)) + _F32 * h
+    ffn = _moe_bytes(model, b, e) if moe else mlp * b * model.d_ff
+    return (norms + attention + ffn) / t
+
+
+def dispatch_factor(model: TransformerSpec, e: int) -> float:
+    """Rows each routed token takes in an expert's buffers, per token and expert it goes
+    to. Dropless (``capacity_factor`` 0 or less) over ``e > 1`` expert shards, MaxText
+    sizes the all-to-all's receive buffer for the worst case, every token of the expert
+    group routed to one shard: ``min(e, num_experts / experts_per_token)`` times the
+    balanced size (``RoutedMoE.get_ragged_buffer_size`` in MaxText's ``layers/moe.py``
+    at commit ``e591f30cbbf217ed67ef71263ec0538239f9c3b8``), and the grouped matmuls run
+    over that buffer. Dropless on one shard: 1 (the tokens sorted by expert). With a
+    capacity: ``capacity_factor`` (each expert padded or cut to its share times it)."""
+    if not model.dropless:
+        return model.capacity_factor
+    if e <= 1:
+        return 1.0
+    return min(float(e), model.num_experts / model.experts_per_token)
+
+
+def _moe_bytes(model: TransformerSpec, b: int, e: int) -> float:
+    """Bytes per token a mixture-of-experts layer's feed-forward part keeps under
+    ``remat: none``, before the tensor split: the router's float32 logits and
+    probabilities (``2 * 4 E``); the dispatched copies of the token (``k w d``, ``w``
+    the :func:`dispatch_factor`), the experts' hidden arrays (as a dense MLP's: six or
+    five per hidden unit, ``k w moe_d_ff`` wide) and their outputs before the combine
+    (``k w d``), the combined ``k d`` rows; the shared experts as a dense MLP
+    ``shared_experts * moe_d_ff`` wide."""
+    d, f, k = model.d_model, model.moe_d_ff, model.experts_per_token
+    w = dispatch_factor(model, e)
+    mlp = 6 if model.mlp == "gated" else 5
+    router = 2 * _F32 * model.num_experts
+    routed = b * (2 * k * w * d + k * d) + mlp * b * k * w * f
+    shared = mlp * b * model.shared_experts * f
+    return router + routed + shared
+
+
+def _none_bytes_by_layer(model: TransformerSpec, t: int, b: int, e: int) -> list[tuple[int, float]]:
+    """``[(layers, bytes per token of one at remat none)]``: the dense layers and the
+    mixture-of-experts layers."""
+    out = [(model.dense_layers, _layer_none_bytes(model, t, b))]
+    if model.moe_layers:
+        out.append((model.moe_layers, _layer_none_bytes(model, t, b, moe=True, e=e)))
+    return [(n, per) for n, per in out if n]
 
 
 def _named_bytes(model: TransformerSpec, t: int, b: int, place: str) -> float:
@@ -208,7 +256,7 @@ def _named_bytes(model: TransformerSpec, t: int, b: int, place: str) -> float:
     return b * sum(sizes[name] for name, where in places.items() if where == place)
 
 
-def _transformer_residuals(model: TransformerSpec, t: int, itemsize: int) -> float:
+def _transformer_residuals(model: TransformerSpec, t: int, itemsize: int, e: int = 1) -> float:
     """Bytes per token that JAX's autodiff of the compiled step keeps in HBM for the
     backward pass (``jax.ad_checkpoint.print_saved_residuals`` of the step's loss lists
     these, and XLA's forward ``while`` loop stacks them ``[layers, ...]``).
@@ -230,7 +278,7 @@ def _transformer_residuals(model: TransformerSpec, t: int, itemsize: int) -> flo
     """
     head = _transformer_head(model, t, itemsize)
     if model.remat_places() is None:
-        return model.layers * _layer_none_bytes(model, t, itemsize) + head
+        return sum(n * per for n, per in _none_bytes_by_layer(model, t, itemsize, e)) + head
     return model.layers * _named_bytes(model, t, itemsize, "device") + head
 
 
@@ -245,6 +293,7 @@ def _temporaries(
     model: ModelSpec,
     specs: Sequence[ParamSharding],
     sizes: Mapping[str, int],
+    gathered_by: Mapping[str, int],
     tokens: int,
     itemsize: int,
     param_itemsize: int,
@@ -252,9 +301,10 @@ def _temporaries(
     """What XLA holds beside the state and the saved activations at the step's peak
     (see :func:`memory_estimate`): ``fsdp_gathered`` and the ``phase`` transient (the
     transformer's loss or last-layer backward transient; the MLP's widest hidden
-    activation gradient)."""
+    activation gradient). ``gathered_by``: ``{group path: devices its fsdp-like axes
+    split it over}`` (:func:`~datarax.parallel.axis_roles.gather_axes`)."""
     t = sizes["tensor"]
-    fsdp = sizes["fsdp"]
+    e = sizes.get("expert", 1)
     # The scanned transformer gathers one layer's slice of a stacked parameter inside the
     # loop (the layer's weights, cast to the compute dtype), and XLA's scheduler
     # prefetches the next layer's: two in flight. The embedding and unembedding are
@@ -263,9 +313,10 @@ def _temporaries(
     # the 128k-vocabulary runs 7-30% high). The MLP gathers whole parameters.
     scanned = isinstance(model, TransformerSpec)
     gathered = sorted(
-        (math.prod(shard) * fsdp * (itemsize if scanned else group.repeat * param_itemsize)
+        (math.prod(shard) * gathered_by[group.path]
+         * (itemsize if scanned else group.repeat * param_itemsize)
          for group, _, shard, split in specs
-         if split and fsdp > 1 and (not scanned or "*" in group.path)),
+         if split and gathered_by[group.path] > 1 and (not scanned or "*" in group.path)),
         reverse=True,
     )  # fmt: skip
     in_flight = _SCAN_IN_FLIGHT_GATHERS if scanned else _IN_FLIGHT_GATHERS
@@ -295,7 +346,7 @@ def _temporaries(
         if model.remat_places() is None:
             layer = _F32 * h * s if model.attention == "dot" else 0.0
         else:
-            layer = _layer_none_bytes(model, t, itemsize)
+            layer = max(per for _, per in _none_bytes_by_layer(model, t, itemsize, e))
             layer += _named_bytes(model, t, itemsize, "offload")
         out["phase"] = int(tokens * max(loss, layer - head))
     return out
@@ -395,6 +446,7 @@ def memory_estimate(
         )
     sizes = role_sizes(axes, roles)
     check_tensor_split(model, sizes["tensor"])
+    check_expert_split(model, sizes["expert"])
     tokens = tokens_per_device(model, global_batch, batch_shards(sizes))
     itemsize = DTYPE_BYTES[model.dtype]
     param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
@@ -402,13 +454,21 @@ def memory_estimate(
     params = sum(math.prod(shard) * group.repeat * param_itemsize for group, _, shard, _ in specs)
     host_offload = int(_offloaded_bytes(model, sizes["tensor"], itemsize) * tokens)
     if isinstance(model, TransformerSpec):
-        activations = int(_transformer_residuals(model, sizes["tensor"], itemsize) * tokens)
+        activations = int(
+            _transformer_residuals(model, sizes["tensor"], itemsize, sizes["expert"]) * tokens
+        )
     else:
         activations = int(_mlp_residuals(model, sizes["tensor"], itemsize) * tokens)
     examples = tokens // model.tokens_per_example
     batch = examples * model.batch_bytes_per_example()
     optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer]
-    temporaries = sum(_temporaries(model, specs, sizes, tokens, itemsize, param_itemsize).values())
+    gathered_by = {
+        group.path: math.prod(axes[a] for a in gather_axes(group, axes, roles))
+        for group, _, _, _ in specs
+    }
+    temporaries = sum(
+        _temporaries(model, specs, sizes, gathered_by, tokens, itemsize, param_itemsize).values()
+    )
     grads = params
     vmem = 0
     working = grads + activations + temporaries

@@ -42,12 +42,12 @@ from typing import Any
 
 from datarax.distributed.errors import PlanError
 from datarax.estimate.cost import estimate_step
-from datarax.estimate.model_specs import ModelSpec, model_spec
+from datarax.estimate.model_specs import ModelSpec, TransformerSpec, model_spec
 from datarax.estimate.results import Candidate, Recommendations, StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.json_types import JSONObject
-from datarax.parallel.axis_roles import AXIS_ROLES, axis_roles, batch_axes
+from datarax.parallel.axis_roles import axis_roles, batch_axes
 from datarax.parallel.kinds import check_priced
 from datarax.plan.layout import PlanCancelled
 
@@ -55,6 +55,7 @@ __all__ = [
     "RANKING",
     "SearchSpaceTooLarge",
     "count_factorisations",
+    "default_axes",
     "factorisations",
     "recommend_meshes",
     "search_space",
@@ -198,6 +199,17 @@ def factorisations(n: int, parts: int) -> list[tuple[int, ...]]:
     return out
 
 
+DENSE_AXES: tuple[str, ...] = ("data", "fsdp", "tensor")
+
+
+def default_axes(model: ModelSpec) -> tuple[str, ...]:
+    """The axes a recommendation searches when the request names none: ``data``,
+    ``fsdp`` and ``tensor``, and ``expert`` after them when the model has experts
+    (MaxText's mesh order)."""
+    moe = isinstance(model, TransformerSpec) and model.is_moe
+    return (*DENSE_AXES, "expert") if moe else DENSE_AXES
+
+
 def _check_axes(axes: Sequence[str]) -> list[str]:
     if isinstance(axes, str) or not axes or len(set(axes)) != len(axes):
         raise PlanError(
@@ -241,7 +253,7 @@ def recommend_meshes(
     topology: str | None = None,
     slices: int = 1,
     hosts: int | None = None,
-    axes: Sequence[str] = AXIS_ROLES,
+    axes: Sequence[str] | None = None,
     top_k: int = 5,
     optimizer: str = "adam",
     allow_split_physical_axes: bool = False,
@@ -260,8 +272,10 @@ def recommend_meshes(
       topology: TPU slice shape (``"16x16"`` or ``"v5e:16x16"``); TPU only.
       slices: TPU slices joined by DCN.
       hosts: GPU/CPU hosts; they must fill whole NVLink domains.
-      axes: mesh axis names in order; each must have a role (``data``, ``fsdp``,
-        ``tensor``, or their aliases), see :func:`datarax.estimate.cost.axis_roles`.
+      axes: mesh axis names in order; each must have a priced role (``data``,
+        ``fsdp``, ``tensor``, ``expert`` or their aliases), see
+        :func:`datarax.parallel.axis_roles.axis_roles`. ``None``: :func:`default_axes`
+        (``data``, ``fsdp``, ``tensor``, and ``expert`` for a mixture-of-experts model).
       top_k: candidates to return, >= 1.
       optimizer: ``adam``, ``adamw`` or ``sgd``.
       allow_split_physical_axes: as in JAX's ``create_device_mesh``; without it, ICI
@@ -297,7 +311,7 @@ def recommend_meshes(
     """
     hw = get_hardware(hardware)
     spec = model_spec(model)
-    names = _check_axes(axes)
+    names = _check_axes(default_axes(spec) if axes is None else axes)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise PlanError("invalid_top_k", f"top_k must be a positive integer, got {top_k!r}")
     cluster = _Cluster.of(hw, names, topology, slices, hosts, allow_split_physical_axes)

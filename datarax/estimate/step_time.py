@@ -56,6 +56,8 @@ class Calibration:
         offload transfers) run; the rest of them is exposed.
       overhead_s: fixed time per step (launch, host loop, the loss's reduction).
       source: how the figures were obtained.
+      grouped_matmul: fraction of peak the routed experts' grouped matmuls reach
+        (megablox / ``ragged_dot`` on TPU, grouped GEMMs on GPU); ``None``: ``matmul``'s.
     """
 
     matmul: float
@@ -64,6 +66,11 @@ class Calibration:
     overlap: float
     overhead_s: float
     source: str
+    grouped_matmul: float | None = None
+
+    @property
+    def grouped(self) -> float:
+        return self.matmul if self.grouped_matmul is None else self.grouped_matmul
 
 
 _FIT = "fitted by benchmarks/calibrate.py on the training rows of benchmarks/calibration_runs.py"
@@ -83,12 +90,13 @@ parameter."""
 
 def _layer_matmul_flops(model: TransformerSpec) -> dict[str, float]:
     """Forward FLOPs per token of one layer's projections, by MaxText tensor name."""
-    d, f, hd = model.d_model, model.d_ff, model.head_dim
+    d, f = model.d_model, model.ffn_width
+    qk, v = model.qk_head_dim, model.value_head_dim
     return {
-        "query_proj": 2.0 * d * model.heads * hd,
-        "key_proj": 2.0 * d * model.kv_heads * hd,
-        "value_proj": 2.0 * d * model.kv_heads * hd,
-        "out_proj": 2.0 * model.heads * hd * d,
+        "query_proj": 2.0 * d * model.heads * qk,
+        "key_proj": 2.0 * d * model.kv_heads * qk,
+        "value_proj": 2.0 * d * model.kv_heads * v,
+        "out_proj": 2.0 * model.heads * v * d,
         "mlpwi": 0.0 if model.mlp == "gated" else 2.0 * d * f,
         "mlpwi_0": 2.0 * d * f if model.mlp == "gated" else 0.0,
         "mlpwi_1": 2.0 * d * f if model.mlp == "gated" else 0.0,
@@ -98,7 +106,7 @@ def _layer_matmul_flops(model: TransformerSpec) -> dict[str, float]:
 
 def _attention_forward_flops(model: TransformerSpec) -> float:
     """Forward FLOPs per token of one layer's ``QK^T`` and ``AV``, non-causal."""
-    return 4.0 * model.seq_len * model.heads * model.head_dim
+    return 2.0 * model.seq_len * model.heads * (model.qk_head_dim + model.value_head_dim)
 
 
 def recompute_flops_per_token(model: ModelSpec) -> tuple[float, float]:
@@ -149,7 +157,7 @@ def _elementwise_bytes_per_token(model: ModelSpec, t: int) -> float:
     if not isinstance(model, TransformerSpec):
         return 0.0
     b = DTYPE_BYTES[model.dtype]
-    d, f = model.d_model, model.d_ff
+    d, f = model.d_model, model.ffn_width
     hidden = (3 if model.mlp == "gated" else 2) * f / t
     scores = 3 * model.heads * model.seq_len / t if model.attention == "dot" else 0
     layer = b * (10 * d + hidden + scores)
@@ -232,6 +240,15 @@ def step_components(
     t = max(1, int(sizes.get("tensor", 1)))
     peak = hw.peak_flops(model.dtype)
     n_matmul = model.matmul_params()
+    n_routed = 0.0
+    routed_model = 0.0
+    if isinstance(model, TransformerSpec) and model.is_moe:
+        # the routed experts' grouped matmuls, priced apart (Calibration.grouped_matmul);
+        # the dense kernel pads each expert to its capacity and computes the padding
+        pad = 1.0 if model.moe_kernel == "sparse" else max(1.0, model.capacity_factor)
+        routed_model = float(model.routed_matmul_params())
+        n_routed = routed_model * pad
+        n_matmul -= model.routed_matmul_params()
     if isinstance(model, TransformerSpec):
         attn_fwd = model.layers * _attention_forward_flops(model)
         flash = model.attention == "flash"
@@ -250,10 +267,12 @@ def step_components(
     for entry in collectives:
         comm[entry["phase"]] += float(entry["seconds"])
     link = hw.host_link_bytes_per_s
-    model_flops = (6.0 * n_matmul + 3.0 * attn_fwd) * per_device
+    model_flops = (6.0 * (n_matmul + routed_model) + 3.0 * attn_fwd) * per_device
     return {
         "mm_fwd": 2.0 * n_matmul * per_device / peak,
         "mm_bwd": (4.0 * n_matmul + re_mm) * per_device / peak,
+        "gmm_fwd": 2.0 * n_routed * per_device / peak,
+        "gmm_bwd": 4.0 * n_routed * per_device / peak,
         "flash_fwd": at_fwd * per_device / peak if flash else 0.0,
         "flash_bwd": at_bwd * per_device / peak if flash else 0.0,
         "dot_fwd": 0.0 if flash else at_fwd * per_device / peak,
@@ -272,13 +291,17 @@ def step_components(
 
 def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
     """:func:`predict_step`'s answer from :func:`step_components` and constants."""
+    gmm_fwd = parts.get("gmm_fwd", 0.0) / cal.grouped
+    gmm_bwd = parts.get("gmm_bwd", 0.0) / cal.grouped
     fwd = (
         (parts["mm_fwd"] + parts["dot_fwd"]) / cal.matmul
+        + gmm_fwd
         + parts["flash_fwd"] / cal.attention
         + parts["mem_fwd"] / cal.hbm
     )
     bwd = (
         (parts["mm_bwd"] + parts["dot_bwd"]) / cal.matmul
+        + gmm_bwd
         + parts["flash_bwd"] / cal.attention
         + parts["mem_bwd"] / cal.hbm
     )
@@ -293,7 +316,9 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
     )
     breakdown = {
         "matmul_s": (parts["mm_fwd"] + parts["mm_bwd"] + parts["dot_fwd"] + parts["dot_bwd"])
-        / cal.matmul,
+        / cal.matmul
+        + gmm_fwd
+        + gmm_bwd,
         "attention_s": (parts["flash_fwd"] + parts["flash_bwd"]) / cal.attention,
         "memory_bound_s": (parts["mem_fwd"] + parts["mem_bwd"]) / cal.hbm,
         "exposed_comm_s": exposed_comm,
