@@ -87,6 +87,20 @@ class ModelSpec(TypedDict, total=False):
     param_sharding: str
     optimizer: str | dict[str, Any]
     loss: str
+    num_experts: int
+    experts_per_token: int
+    shared_experts: int
+    moe_d_ff: int
+    first_dense_layers: int
+    moe_every: int
+    capacity_factor: float
+    moe_kernel: Literal["sparse", "dense"]
+    attention_type: Literal["mha", "mla"]
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
 
 
 class NamedModel(TypedDict):
@@ -106,6 +120,18 @@ class NamedModel(TypedDict):
     tied_embeddings: bool
     source: str
     notes: NotRequired[str | None]
+    num_experts: NotRequired[int]
+    experts_per_token: NotRequired[int]
+    shared_experts: NotRequired[int]
+    moe_d_ff: NotRequired[int]
+    first_dense_layers: NotRequired[int]
+    moe_every: NotRequired[int]
+    attention_type: NotRequired[Literal["mha", "mla"]]
+    q_lora_rank: NotRequired[int]
+    kv_lora_rank: NotRequired[int]
+    qk_nope_head_dim: NotRequired[int]
+    qk_rope_head_dim: NotRequired[int]
+    v_head_dim: NotRequired[int]
 
 
 class NamedModelList(TypedDict):

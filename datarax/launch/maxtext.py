@@ -37,7 +37,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import TransformerSpec, model_spec
+from datarax.estimate.model_specs import MLA_FIELDS, MOE_FIELDS, TransformerSpec, model_spec
 from datarax.estimate.named_models import named_model
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import HardwareLayout, plan_hardware_devices
@@ -49,6 +49,7 @@ from datarax.launch.maxtext_config import (
     MAXTEXT_MESH_AXES,
     MAXTEXT_MODELS,
     MESH_AXIS_STEM,
+    MLA_KEYS,
     SWIGLU,
     XLA_FLAGS,
     format_value,
@@ -210,6 +211,7 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
         "vocab_size": spec.vocab,
         "mlp_activations": SWIGLU if spec.mlp == "gated" else ["gelu"],
         "logits_via_embedding": spec.tied_embeddings,
+        **_moe_mla_args(spec),
     }
     if table is not None:
         out["model_name"] = name
@@ -217,7 +219,7 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
         fields = {k: v for k, v in named_model(name).items() if k in _NAMED_ARCH}
         if all(model.get(k, v) == v for k, v in fields.items()):
             # the named model as MaxText has it: its own values, so no key is overridden
-            arch = {k: v for k, v in table.items() if k in arch}
+            arch = {k: table.get(k, v) for k, v in arch.items() if k in table or k in _MOE_ARCH}
             if pairs > 1:
                 notes.append(
                     f"{name}: MaxText counts {pairs} layers per decoder layer "
@@ -238,6 +240,8 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
                 f"the plan changes {name}'s architecture: override_model_config=true lets "
                 f"the keys below override MaxText's {name}.yml"
             )
+    if spec.attention_type == "mla":
+        arch.pop("head_dim", None)  # MLA's head widths are its own keys
     out.update(arch)
     out["dtype"] = spec.dtype
     out["weight_dtype"] = spec.param_dtype
@@ -250,6 +254,42 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
     )
     out["num_vocab_tiling"] = spec.vocab_tiling
     out["max_target_length"] = spec.seq_len
+    if spec.is_moe:
+        out["capacity_factor"] = spec.capacity_factor if not spec.dropless else -1
+        out["sparse_matmul"] = spec.moe_kernel == "sparse"
+    return out
+
+
+# MaxText keys of the MoE and MLA fields a named model's config sets (or base.yml's
+# default it keeps): written from the spec even when the model is named.
+_MOE_ARCH = (
+    "num_experts",
+    "num_experts_per_tok",
+    "shared_experts",
+    "base_moe_mlp_dim",
+    "first_num_dense_layers",
+    "interleave_moe_layer_step",
+    "attention_type",
+    *MLA_KEYS,
+)
+
+
+def _moe_mla_args(spec: TransformerSpec) -> dict[str, Any]:
+    """MaxText's mixture-of-experts and MLA keys of a spec (none for a dense ``mha``
+    model, which base.yml's defaults describe)."""
+    out: dict[str, Any] = {}
+    if spec.is_moe:
+        out.update(
+            num_experts=spec.num_experts,
+            num_experts_per_tok=spec.experts_per_token,
+            shared_experts=spec.shared_experts,
+            base_moe_mlp_dim=spec.moe_d_ff,
+            first_num_dense_layers=spec.first_dense_layers,
+            interleave_moe_layer_step=spec.moe_every,
+        )
+    if spec.attention_type == "mla":
+        out["attention_type"] = "mla"
+        out.update({key: getattr(spec, key) for key in MLA_KEYS})
     return out
 
 
@@ -263,6 +303,8 @@ _NAMED_ARCH = (
     "vocab",
     "mlp",
     "tied_embeddings",
+    *(field for field in MOE_FIELDS if field not in ("capacity_factor", "moe_kernel")),
+    *MLA_FIELDS,
 )
 
 

@@ -29,6 +29,7 @@ from datarax.parallel.kinds import KINDS
 __all__ = [
     "ARCH_FIELDS",
     "ATTENTION_IN",
+    "ATTENTION_TYPE_IN",
     "AXIS_BY_ROLE",
     "BATCH_AXES",
     "DEFAULT_DCN",
@@ -39,7 +40,9 @@ __all__ = [
     "MAXTEXT_MESH_AXES",
     "MAXTEXT_MODELS",
     "MESH_AXIS_STEM",
+    "MLA_KEYS",
     "MODEL_DEFAULTS",
+    "MOE_KEYS",
     "ORDER_KEYS",
     "OTHER_MODEL_KEYS",
     "PER_DEVICE_BATCH_DEFAULT",
@@ -121,6 +124,22 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "attention": "autoselected",
     "num_vocab_tiling": 1,
     "max_target_length": 2048,
+    # mixture of experts and MLA (base.yml's "mixture of experts (moe)", "deepseek moe"
+    # and "MLA parameters" sections; interleave_moe_layer_step sits with the llama4 keys)
+    "num_experts": 1,
+    "num_experts_per_tok": 1,
+    "shared_experts": 0,
+    "base_moe_mlp_dim": -1,
+    "first_num_dense_layers": 0,
+    "interleave_moe_layer_step": 1,
+    "capacity_factor": -1.0,
+    "sparse_matmul": True,
+    "attention_type": "global",
+    "q_lora_rank": 0,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
 }
 PER_DEVICE_BATCH_DEFAULT = 12.0
 # Architecture keys a MaxText model config sets, and our field for each.
@@ -133,6 +152,27 @@ ARCH_FIELDS = {
     "head_dim": "head_dim",
     "vocab_size": "vocab",
 }
+# MaxText's mixture-of-experts keys and our field for each (``sparse_matmul`` is
+# ``moe_kernel``: true is ``sparse``, MaxText's dropless grouped-matmul path; false is
+# ``dense``, its capacity-padded einsums). ``base_moe_mlp_dim=-1`` and
+# ``capacity_factor=-1`` are base.yml's "not set": the MLP width, and dropless.
+MOE_KEYS = {
+    "num_experts": "num_experts",
+    "num_experts_per_tok": "experts_per_token",
+    "shared_experts": "shared_experts",
+    "base_moe_mlp_dim": "moe_d_ff",
+    "first_num_dense_layers": "first_dense_layers",
+    "interleave_moe_layer_step": "moe_every",
+    "capacity_factor": "capacity_factor",
+    "sparse_matmul": "moe_kernel",
+}
+# MLA's ranks and head widths: the same names in MaxText and here. They are read only
+# with attention_type=mla.
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# MaxText's attention_type values this planner prices, and our field's value for each:
+# global (full causal attention) and mla. Sliding-window, chunked and the other variants
+# would be priced as something else, so they are refused.
+ATTENTION_TYPE_IN = {"global": "mha", "full": "mha", "mla": "mla"}
 OTHER_MODEL_KEYS = (
     "model_name",
     "override_model_config",
@@ -145,6 +185,9 @@ OTHER_MODEL_KEYS = (
     "num_vocab_tiling",
     "max_target_length",
     "per_device_batch_size",
+    "attention_type",
+    *MOE_KEYS,
+    *MLA_KEYS,
 )
 ATTENTION_IN = {
     "flash": "flash",
@@ -166,14 +209,16 @@ def _model(
     vocab: int,
     acts: list[str],
     tied: bool,
+    **extra: Any,
 ) -> JSONObject:
     return {
+        **extra,
         "base_emb_dim": emb,
         "base_num_query_heads": q,
         "base_num_kv_heads": kv,
         "base_mlp_dim": mlp,
         "base_num_decoder_layers": layers,
-        "head_dim": head,
+        **({"head_dim": head} if head else {}),
         "mlp_activations": acts,
         "vocab_size": vocab,
         "logits_via_embedding": tied,
@@ -200,7 +245,45 @@ MAXTEXT_MODELS: dict[str, dict[str, Any]] = {
         "layers_per_decoder_layer": 2,
     },
     "gpt3-175b": _model("gpt3-175b", 12288, 96, 96, 49152, 96, 128, 50304, ["gelu"], True),
-}
+    # mixture of experts: MaxText's MoE keys as its configs set them (head 0: the config
+    # sets no head_dim, as DeepSeek-V3's MLA reads its own head widths)
+    "mixtral-8x7b": _model(
+        "mixtral-8x7b", 4096, 32, 8, 14336, 32, 128, 32000, SWIGLU, False,
+        num_experts=8, num_experts_per_tok=2, base_moe_mlp_dim=14336,
+    ),
+    "mixtral-8x22b": _model(
+        "mixtral-8x22b", 6144, 48, 8, 16384, 56, 128, 32768, SWIGLU, False,
+        num_experts=8, num_experts_per_tok=2, base_moe_mlp_dim=16384,
+    ),
+    "deepseek3-671b": _model(
+        "deepseek3-671b", 7168, 128, 128, 18432, 61, 0, 129280, SWIGLU, False,
+        num_experts=256, num_experts_per_tok=8, shared_experts=1, base_moe_mlp_dim=2048,
+        first_num_dense_layers=3, attention_type="mla", q_lora_rank=1536, kv_lora_rank=512,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+    ),
+    "qwen3-30b-a3b": _model(
+        "qwen3-30b-a3b", 2048, 32, 4, 768, 48, 128, 151936, SWIGLU, False,
+        num_experts=128, num_experts_per_tok=8, base_moe_mlp_dim=768,
+    ),
+    "qwen3-235b-a22b": _model(
+        "qwen3-235b-a22b", 4096, 64, 4, 1536, 94, 128, 151936, SWIGLU, False,
+        num_experts=128, num_experts_per_tok=8, base_moe_mlp_dim=1536,
+    ),
+    "llama4-17b-16e": _model(
+        "llama4-17b-16e", 5120, 40, 8, 8192, 48, 128, 202048, SWIGLU, False,
+        num_experts=16, num_experts_per_tok=1, shared_experts=1, base_moe_mlp_dim=8192,
+        interleave_moe_layer_step=1,
+    ),
+    "llama4-17b-128e": _model(
+        "llama4-17b-128e", 5120, 40, 8, 16384, 48, 128, 202048, SWIGLU, False,
+        num_experts=128, num_experts_per_tok=1, shared_experts=1, base_moe_mlp_dim=8192,
+        interleave_moe_layer_step=2,
+    ),
+    "gpt-oss-120b": _model(
+        "gpt-oss-120b", 2880, 64, 8, 2880, 36, 64, 201088, ["sigmoid", "linear"], False,
+        num_experts=128, num_experts_per_tok=4, base_moe_mlp_dim=2880,
+    ),
+}  # fmt: skip
 """MaxText's ``configs/models/<name>.yml`` architecture keys for the named models of
 :mod:`datarax.estimate.named_models` (all of them have one), with ``source``."""
 

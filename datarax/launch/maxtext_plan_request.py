@@ -36,6 +36,7 @@ from datarax.json_types import JSONObject
 from datarax.launch.maxtext_config import (
     ARCH_FIELDS,
     ATTENTION_IN,
+    ATTENTION_TYPE_IN,
     BATCH_AXES,
     DEFAULT_DCN,
     DEFAULT_ICI,
@@ -43,7 +44,9 @@ from datarax.launch.maxtext_config import (
     MAXTEXT_MESH_AXES,
     MAXTEXT_MODELS,
     MESH_AXIS_STEM,
+    MLA_KEYS,
     MODEL_DEFAULTS,
+    MOE_KEYS,
     ORDER_KEYS,
     OTHER_MODEL_KEYS,
     PER_DEVICE_BATCH_DEFAULT,
@@ -189,6 +192,13 @@ def _model_request(maxtext: Mapping[str, Any], notes: list[str]) -> dict[str, An
             raise _invalid(f"logits_via_embedding={value!r}: give true or false")
         else:
             fields["tied_embeddings"] = value
+    fields.update(_moe_mla_request(maxtext, table, name, override, notes))
+    if fields.get("attention_type") == "mla" or (table or {}).get("attention_type") == "mla":
+        if fields.pop("head_dim", None) is not None:
+            notes.append(
+                "attention_type=mla: head_dim ignored (MLA's heads are qk_nope_head_dim "
+                "+ qk_rope_head_dim wide)"
+            )
     fields["dtype"] = _choice_key(maxtext, "dtype", DTYPES)
     fields["param_dtype"] = _choice_key(maxtext, "weight_dtype", DTYPES)
     fields["remat"] = _choice_key(maxtext, "remat_policy", REMAT_POLICIES)
@@ -207,6 +217,87 @@ def _model_request(maxtext: Mapping[str, Any], notes: list[str]) -> dict[str, An
     if table is not None:
         return {"name": name, **fields}
     return {"kind": "transformer", **fields}
+
+
+# MoE keys that are the architecture's (a named model's config sets them or keeps
+# base.yml's default); capacity_factor and sparse_matmul are run choices.
+_MOE_ARCH_KEYS = tuple(k for k in MOE_KEYS if k not in ("capacity_factor", "sparse_matmul"))
+
+
+def _moe_value(key: str, value: Any) -> Any:
+    if key == "sparse_matmul":
+        if not isinstance(value, bool):
+            raise _invalid(f"sparse_matmul={value!r}: give true or false")
+        return "sparse" if value else "dense"
+    if key == "capacity_factor":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _invalid(f"capacity_factor={value!r}: give a number (-1: dropless)")
+        return float(value)
+    if key == "attention_type":
+        if value not in ATTENTION_TYPE_IN:
+            raise _invalid(
+                f"attention_type={value!r} is not priced here: datarax prices "
+                f"{sorted(ATTENTION_TYPE_IN)} (sliding-window and chunked attention would "
+                f"be priced as full causal attention); use one of those"
+            )
+        return ATTENTION_TYPE_IN[value]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    low = 1 if key in ("num_experts", "num_experts_per_tok", "interleave_moe_layer_step") else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not (key == "base_moe_mlp_dim" and value == -1):
+            raise _invalid(f"{key}={value!r}: give an integer >= {low}")
+    return value
+
+
+def _moe_mla_request(
+    maxtext: Mapping[str, Any],
+    table: Mapping[str, Any] | None,
+    name: str,
+    override: bool,
+    notes: list[str],
+) -> dict[str, Any]:
+    """The model's mixture-of-experts and MLA fields from MaxText's keys: architecture
+    keys are held to a named model's config as the dense ones are; a dense model
+    (``num_experts=1``) drops the MoE keys, and MLA's keys count only with
+    ``attention_type=mla``, each dropped key noted."""
+    out: dict[str, Any] = {}
+    for key in (*MOE_KEYS, "attention_type", *MLA_KEYS):
+        if key not in maxtext:
+            continue
+        value = _moe_value(key, maxtext[key])
+        if table is not None and key in (*_MOE_ARCH_KEYS, "attention_type", *MLA_KEYS):
+            theirs = _moe_value(key, table.get(key, MODEL_DEFAULTS[key]))
+            if value != theirs and not override:
+                raise _invalid(
+                    f"{key}={maxtext[key]!r} differs from MaxText's {name}.yml "
+                    f"({table.get(key, MODEL_DEFAULTS[key])!r}); MaxText refuses that too: "
+                    f"drop it or set override_model_config=true"
+                )
+        field = MOE_KEYS.get(key, key)
+        if not (key == "base_moe_mlp_dim" and value == -1):
+            out[field] = value
+    experts = out.get("num_experts", (table or {}).get("num_experts", 1))
+    if experts <= 1:
+        dropped = [k for k, f in MOE_KEYS.items() if f in out and k != "num_experts"]
+        dropped = [k for k in dropped if maxtext[k] != MODEL_DEFAULTS[k]]
+        if dropped:
+            notes.append(f"num_experts={experts}: a dense model; {dropped} ignored")
+        for field in MOE_KEYS.values():
+            out.pop(field, None)
+    if out.get("capacity_factor", 1.0) <= 0:
+        out.pop("capacity_factor")  # base.yml's -1: dropless, our default
+    mla = out.get("attention_type", (table or {}).get("attention_type", "global"))
+    if mla != "mla":
+        out.pop("attention_type", None)
+        given = [k for k in MLA_KEYS if k in out]
+        if given:
+            notes.append(f"attention_type is not mla: {given} ignored")
+        for key in MLA_KEYS:
+            out.pop(key, None)
+    elif table is None:
+        out.update({key: out.get(key, MODEL_DEFAULTS[key]) for key in MLA_KEYS})
+    return out
 
 
 _PLAN_KEYS = {

@@ -18,6 +18,7 @@ import pytest
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
 from datarax.distributed.errors import PlanError
+from datarax.estimate.model_specs import model_spec
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.launch.maxtext import (
     LIBTPU_INIT_ARGS,
@@ -114,6 +115,14 @@ ROUND_TRIPS = [
     ("v5e-2x2-named-model", "tpu-v5e", "2x2", 1, {"model_name": "llama3.1-8b",
                                                   "per_device_batch_size": 1,
                                                   "remat_policy": "full"}),
+    ("v5p-2x4x4-expert-moe", "tpu-v5p", "2x4x4", 1, {"model_name": "mixtral-8x7b",
+                                                     "ici_fsdp_parallelism": 4,
+                                                     "ici_expert_parallelism": 8,
+                                                     "per_device_batch_size": 1}),
+    ("v5p-2x2x4-2-slices-dcn-expert", "tpu-v5p", "2x2x4", 2, {"dcn_expert_parallelism": 2,
+                                                              "dcn_data_parallelism": 1,
+                                                              "ici_expert_parallelism": 4,
+                                                              "ici_fsdp_parallelism": 4}),
 ]  # fmt: skip
 
 
@@ -219,6 +228,50 @@ def test_named_model_keys_use_maxtexts_own_values():
     assert parsed["remat_policy"] == "save_qkv_proj" and parsed["attention"] == "flash"
     assert parsed["num_vocab_tiling"] == 1 and parsed["max_target_length"] == 8192
     assert parsed["per_device_batch_size"] == 2 and parsed["opt_type"] == "adamw"
+
+
+def test_moe_and_mla_keys_are_written_and_read_back():
+    body = {
+        "hardware": "tpu-v5p",
+        "topology": "4x4x8",
+        "ici": {"fsdp": 16, "expert": 8},
+        "batch_shape": [128, 4096],
+        "model": {"name": "deepseek3-671b", "capacity_factor": 1.25, "moe_kernel": "dense"},
+    }
+    out = maxtext_args(_render(body))
+    parsed = parse_maxtext_args(out["args"])
+    assert parsed["model_name"] == "deepseek3-671b" and "override_model_config" not in parsed
+    assert parsed["ici_expert_parallelism"] == 8 and parsed["ici_fsdp_parallelism"] == 16
+    assert (parsed["num_experts"], parsed["num_experts_per_tok"], parsed["shared_experts"]) == (
+        256, 8, 1)  # fmt: skip
+    assert parsed["base_moe_mlp_dim"] == 2048 and parsed["first_num_dense_layers"] == 3
+    assert parsed["capacity_factor"] == 1.25 and parsed["sparse_matmul"] is False
+    assert parsed["attention_type"] == "mla" and parsed["q_lora_rank"] == 1536
+    assert "head_dim" not in parsed  # MLA's head widths are its own keys
+    notes: list[str] = []
+    again = plan_request_from_maxtext(parsed, hardware="tpu-v5p", topology="4x4x8", notes=notes)
+    assert again["model"]["capacity_factor"] == 1.25 and again["model"]["moe_kernel"] == "dense"
+    assert again["ici"]["expert"] == 8
+    assert model_spec(again["model"]) == model_spec(body["model"])
+    # a MaxText model given by its keys alone: an MoE with MLA, base.yml's MLA defaults
+    keys = {"base_emb_dim": 1024, "base_num_query_heads": 8, "base_num_kv_heads": 8,
+            "base_mlp_dim": 2048, "base_num_decoder_layers": 4, "num_experts": 16,
+            "num_experts_per_tok": 2, "base_moe_mlp_dim": 512, "interleave_moe_layer_step": 2,
+            "attention_type": "mla"}  # fmt: skip
+    model = plan_request_from_maxtext(keys, hardware="tpu-v5p", topology="2x2x1")["model"]
+    spec = model_spec(model)
+    assert (spec.num_experts, spec.experts_per_token, spec.moe_d_ff, spec.moe_every) == (
+        16, 2, 512, 2)  # fmt: skip
+    assert spec.dropless and spec.moe_kernel == "sparse"
+    assert (spec.kv_lora_rank, spec.qk_nope_head_dim, spec.q_lora_rank) == (512, 128, 0)
+    # one routed expert is a dense model: MaxText reads no MoE key then
+    notes = []
+    dense = plan_request_from_maxtext(
+        {**keys, "num_experts": 1, "attention_type": "global"},
+        hardware="tpu-v5p", topology="2x2x1", notes=notes,
+    )  # fmt: skip
+    assert not model_spec(dense["model"]).is_moe
+    assert any("a dense model" in n for n in notes)
 
 
 def test_named_model_overridden_sets_override_model_config():

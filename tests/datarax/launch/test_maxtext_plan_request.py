@@ -12,7 +12,12 @@ from tests.datarax.launch.test_maxtext import _layout
 
 REFUSALS = [
     ("pipeline", {"ici_pipeline_parallelism": 2}, "invalid_parallelism", "ici_pipeline"),
-    ("expert", {"dcn_expert_parallelism": 2}, "invalid_parallelism", "dcn_expert"),
+    ("moe-override", {"model_name": "mixtral-8x7b", "num_experts": 4},
+     "invalid_maxtext_config", "override_model_config"),
+    ("attention-type", {"base_emb_dim": 1024, "attention_type": "local_sliding"},
+     "invalid_maxtext_config", "attention_type"),
+    ("moe-count", {"base_emb_dim": 1024, "num_experts": 0}, "invalid_maxtext_config",
+     "num_experts"),
     ("context", {"ici_context_parallelism": 4}, "invalid_parallelism", "ici_context"),
     ("typo", {"ici_fdsp_parallelism": 4}, "invalid_maxtext_config", "ici_fdsp"),
     ("bad-size", {"ici_tensor_parallelism": 0}, "invalid_maxtext_config", "ici_tensor"),
