@@ -76,12 +76,17 @@ from datarax.parallel.axis_roles import (
     axis_roles,
     batch_shards,
     gather_axes,
+    layer_shards,
     param_specs,
+    repeat_per_device,
     replica_axes,
     role_sizes,
+    sequence_shards,
     split_axes,
     tokens_per_device,
 )
+from datarax.parallel.kinds import KINDS
+from datarax.parallel.options import ParallelOptions, PipelineShape, pipeline_shape
 
 __all__ = [
     "AXIS_ROLES",
@@ -100,13 +105,21 @@ def collective_seconds(
     """Ring alpha-beta time of one collective over ``link`` (see the module docstring).
 
     Args:
-      kind: ``all-reduce``, ``all-gather``, ``reduce-scatter`` or ``all-to-all``.
+      kind: ``all-reduce``, ``all-gather``, ``reduce-scatter``, ``all-to-all`` or
+        ``send-recv`` (point to point: ``V / W`` plus one latency, on the slowest
+        network the axis crosses).
       bytes_per_device: ``V``: the array one device holds whole (all-gather: after;
         reduce-scatter and all-reduce: before).
       link: the axis.
       hardware: supplies latencies and the ICI figure when ``link.ici_bytes_per_s`` is
         ``None``.
     """
+    if kind == "send-recv":
+        if link.size <= 1:
+            return 0.0
+        slow = link.dcn > 1
+        alpha = hardware.slow_link_latency_s if slow else hardware.fast_link_latency_s
+        return bytes_per_device / link.bytes_per_s + alpha
     passes = 2 if kind == "all-reduce" else 1
     # An all-to-all sends (n - 1) / n of V, each device to each other one: priced as one
     # pass of the ring (every device injects that much at the axis's bandwidth).
@@ -164,6 +177,7 @@ def estimate_step(
     *,
     roles: Mapping[str, str] | None = None,
     optimizer: str = "adam",
+    options: ParallelOptions | None = None,
 ) -> StepEstimate:
     """Estimates one training step of ``model`` on a mesh of ``hardware``.
 
@@ -176,6 +190,8 @@ def estimate_step(
         ``data`` and ``fsdp`` axes.
       roles: ``{axis: role}`` overriding the name-derived roles (see :func:`axis_roles`).
       optimizer: ``adam``, ``adamw`` or ``sgd``.
+      options: the pipeline's schedule, the context-parallel strategy and ZeRO-1
+        (:class:`~datarax.parallel.options.ParallelOptions`; default: none of them).
 
     Returns:
       A :class:`~datarax.estimate.results.StepEstimate`: ``step_s`` the predicted wall
@@ -197,6 +213,7 @@ def estimate_step(
     links = {link.name: link for link in axes_detail}
     axes = {link.name: link.size for link in axes_detail}
     roles = axis_roles(list(axes), roles)
+    options = options or ParallelOptions()
     specs = tuple(param_specs(model, axes, roles))  # once: memory, collectives, the answer
     memory = memory_estimate(
         model,
@@ -206,15 +223,24 @@ def estimate_step(
         optimizer=optimizer,
         dcn_axes=[link.name for link in axes_detail if link.dcn > 1],
         specs=specs,
+        options=options,
         **hardware_memory(hw),
     )
     sizes = role_sizes(axes, roles)
     n_devices = math.prod(axes.values())
-    tokens = tokens_per_device(model, global_batch, batch_shards(sizes))
+    tokens = tokens_per_device(model, global_batch, batch_shards(sizes), sequence_shards(sizes))
+    shape = None
+    if layer_shards(sizes) > 1 and isinstance(model, TransformerSpec):
+        shape = pipeline_shape(
+            options.pipeline,
+            stages=layer_shards(sizes),
+            layers=model.layers,
+            local_batch=global_batch // batch_shards(sizes),
+        )
     global_tokens = global_batch * model.tokens_per_example
     flops = 6 * model.matmul_params() * global_tokens
     flops += model.attention_flops_per_token() * global_tokens
-    collectives = _step_collectives(model, hw, links, roles, specs, tokens)
+    collectives = _step_collectives(model, hw, links, roles, specs, tokens, options, shape)
     predicted = predict_step(
         model,
         hw,
@@ -224,6 +250,8 @@ def estimate_step(
         collectives=collectives,
         host_offload_bytes=memory.host_offload_bytes,
         optimizer=optimizer,
+        bubble_fraction=shape.bubble_fraction if shape else 0.0,
+        load_balance=options.context.load_balance,
     )
     parts = predicted.breakdown
     peak = hw.peak_flops(model.dtype)
@@ -247,6 +275,7 @@ def estimate_step(
         peak_flops=peak,
         breakdown=parts,
         gap=predicted.gap,
+        pipeline=shape.to_json() if shape else None,
         memory_per_device=memory,
         predicted_components=predicted.components,
         param_shardings=specs,
@@ -260,10 +289,25 @@ def _step_collectives(
     roles: Mapping[str, str],
     specs: Sequence[ParamSharding],
     tokens: int,
+    options: ParallelOptions | None = None,
+    shape: PipelineShape | None = None,
 ) -> tuple[Collective, ...]:
     """The step's collectives, one entry per axis, kind, pass and operand: the priced
     kinds' terms (:attr:`~datarax.parallel.kinds.ParallelismKind.collectives`) on this
-    model's parameter groups and activations."""
+    model's parameter groups and activations.
+
+    Stages: a device's collectives cover its stage's layers
+    (:func:`~datarax.parallel.axis_roles.repeat_per_device`); the groups outside the
+    pipeline (embedding, final norm, unembedding) are whole on every stage and their
+    gradients all-reduced over the stage axes, as over data; each microbatch's
+    activations pass to the next stage forward and their gradients back
+    (``send-recv``, one per microbatch and repeat). ZeRO-1 (``shard_over_data``): the
+    data axes reduce-scatter the gradients to the optimizer's shards and all-gather the
+    updated parameters, instead of all-reducing the gradients. Context: each attention
+    layer gathers the sequence's keys and values (``all_gather``; their gradients
+    reduce-scattered in the backward pass) or passes them round the ring
+    (``send-recv``, ``context - 1`` shards each way)."""
+    options = options or ParallelOptions()
     axes = {name: link.size for name, link in links.items()}
     itemsize = DTYPE_BYTES[model.dtype]
     param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
@@ -292,29 +336,77 @@ def _step_collectives(
 
     # what each axis moves follows its kind's parameter split (the registry's entry)
     data_axes = replica_axes(axes, roles)
+    stage_axes = split_axes(axes, roles, "layer_dim")
+    stages = math.prod(axes[a] for a in stage_axes)
     for group, _, shard, fsdp_split in specs:
         whole = math.prod(shard) * param_itemsize  # bytes this device keeps
+        repeat = repeat_per_device(group, stages)
         for axis in gather_axes(group, axes, roles):
             if fsdp_split:
                 gathered = whole * axes[axis]
-                add(axis, "all-gather", "forward", "params", gathered, group.repeat)
-                add(axis, "all-gather", "backward", "params", gathered, group.repeat)
-                add(axis, "reduce-scatter", "backward", "grads", gathered, group.repeat)
+                add(axis, "all-gather", "forward", "params", gathered, repeat)
+                add(axis, "all-gather", "backward", "params", gathered, repeat)
+                add(axis, "reduce-scatter", "backward", "grads", gathered, repeat)
             else:
-                add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
+                add(axis, "all-reduce", "backward", "grads", whole, repeat)
         for axis in data_axes:
-            add(axis, "all-reduce", "backward", "grads", whole, group.repeat)
+            if options.shard_over_data:
+                add(axis, "reduce-scatter", "backward", "grads", whole, repeat)
+                add(axis, "all-gather", "backward", "params", whole, repeat)
+            else:
+                add(axis, "all-reduce", "backward", "grads", whole, repeat)
+        if "*" not in group.path:  # outside the pipeline: whole on every stage
+            for axis in stage_axes:
+                add(axis, "all-reduce", "backward", "grads", whole, repeat)
     for axis in split_axes(axes, roles, "tensor_dim"):
-        for phase, kind, elements in _tensor_activation_collectives(model, tokens):
+        for phase, kind, elements in _tensor_activation_collectives(model, tokens // stages):
             add(axis, kind, phase, "activations", elements * itemsize)
-    if isinstance(model, TransformerSpec) and model.is_moe:
+    if not isinstance(model, TransformerSpec):
+        return _entries(entries, latency_ops, links, hw, model)
+    if model.is_moe:
         # Each MoE layer sends every routed copy of this device's tokens to its expert's
         # shard and back (dispatch and combine), forward and again in the backward pass
         # (their gradients): the routed rows, k per token, d wide.
         routed = tokens * model.experts_per_token * model.d_model * itemsize
+        moe_layers = -(-model.moe_layers // stages)
         for axis in split_axes(axes, roles, "expert_dim"):
             for phase in ("forward", "backward"):
-                add(axis, "all-to-all", phase, "tokens", routed, 2 * model.moe_layers)
+                add(axis, "all-to-all", phase, "tokens", routed, 2 * moe_layers)
+    if shape is not None:
+        # one send a microbatch and repeat, each way: the microbatch's residual stream
+        sends = shape.repeats * shape.microbatches
+        volume = tokens / shape.microbatches * model.d_model * itemsize
+        for axis in stage_axes:
+            add(axis, "send-recv", "forward", "activations", volume, sends)
+            add(axis, "send-recv", "backward", "activations", volume, sends)
+    context_axes = [a for a, size in axes.items() if KINDS[roles[a]].splits_sequence and size > 1]
+    local_kv = float(tokens * model.kv_heads * (model.qk_head_dim + model.value_head_dim))
+    local_kv *= itemsize
+    local_kv /= max(1, math.prod(axes[a] for a in split_axes(axes, roles, "tensor_dim")))
+    layers = model.layers // stages
+    for axis in context_axes:
+        n = axes[axis]
+        if options.context.strategy == "ring":
+            add(axis, "send-recv", "forward", "keys and values", local_kv * (n - 1), layers)
+            add(axis, "send-recv", "backward", "keys and values", 2 * local_kv * (n - 1), layers)
+        else:
+            add(axis, "all-gather", "forward", "keys and values", local_kv * n, layers)
+            add(axis, "reduce-scatter", "backward", "keys and values", local_kv * n, layers)
+            if recompute_flops_per_token(model)[1] > 0:  # recomputed attention gathers again
+                add(axis, "all-gather", "backward", "keys and values", local_kv * n, layers)
+    return _entries(entries, latency_ops, links, hw, model)
+
+
+def _entries(
+    entries: Mapping[tuple[str, str, str, str], list[float]],
+    latency_ops: Mapping[tuple[str, str, str, str], int],
+    links: Mapping[str, AxisLink],
+    hw: Hardware,
+    model: ModelSpec,
+) -> tuple[Collective, ...]:
+    """The collected ``(count, volume, seconds)`` as :class:`Collective` records, with
+    the combined parameter and gradient collectives' latency paid once per layer."""
+    entries = {key: list(value) for key, value in entries.items()}
     for key, ops in latency_ops.items():
         # one combined op per layer, plus one for the unstacked parameters
         extra = 1 if isinstance(model, TransformerSpec) else 0

@@ -134,13 +134,19 @@ from datarax.parallel.axis_roles import (
     axis_roles,
     batch_shards,
     check_expert_split,
+    check_kinds_apply,
     check_tensor_split,
     gather_axes,
+    layer_shards,
     param_specs,
+    repeat_per_device,
+    replica_axes,
     role_sizes,
+    sequence_shards,
     tokens_per_device,
 )
 from datarax.parallel.kinds import KINDS
+from datarax.parallel.options import ParallelOptions, pipeline_shape
 from datarax.plan.memory import OPTIMIZER_STATE_FACTOR
 
 __all__ = ["hardware_memory", "memory_estimate"]
@@ -256,7 +262,14 @@ def _named_bytes(model: TransformerSpec, t: int, b: int, place: str) -> float:
     return b * sum(sizes[name] for name, where in places.items() if where == place)
 
 
-def _transformer_residuals(model: TransformerSpec, t: int, itemsize: int, e: int = 1) -> float:
+def _transformer_residuals(
+    model: TransformerSpec,
+    t: int,
+    itemsize: int,
+    e: int = 1,
+    layer_share: float = 1.0,
+    head_share: float = 1.0,
+) -> float:
     """Bytes per token that JAX's autodiff of the compiled step keeps in HBM for the
     backward pass (``jax.ad_checkpoint.print_saved_residuals`` of the step's loss lists
     these, and XLA's forward ``while`` loop stacks them ``[layers, ...]``).
@@ -275,11 +288,18 @@ def _transformer_residuals(model: TransformerSpec, t: int, itemsize: int, e: int
     input, ``b d``); offloaded ones are in :func:`_offloaded_bytes`. Checked against
     ``print_saved_residuals`` of ``datarax.models``' step for every policy
     (``tests/datarax/spmd/test_compile_step.py``).
+
+    Pipelined (:func:`_pipeline_shares`), a device keeps ``layer_share`` of the layers'
+    bytes per token (its stage's layers, for the microbatches in flight) and
+    ``head_share`` of the head's (the head runs outside the pipeline, its batch split
+    over the stages, as MaxText's logical rules split it).
     """
-    head = _transformer_head(model, t, itemsize)
+    head = _transformer_head(model, t, itemsize) * head_share
     if model.remat_places() is None:
-        return sum(n * per for n, per in _none_bytes_by_layer(model, t, itemsize, e)) + head
-    return model.layers * _named_bytes(model, t, itemsize, "device") + head
+        layers = sum(n * per for n, per in _none_bytes_by_layer(model, t, itemsize, e))
+    else:
+        layers = model.layers * _named_bytes(model, t, itemsize, "device")
+    return layers * layer_share + head
 
 
 def _offloaded_bytes(model: ModelSpec, t: int, itemsize: int) -> float:
@@ -297,12 +317,18 @@ def _temporaries(
     tokens: int,
     itemsize: int,
     param_itemsize: int,
+    shares: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    context_kv: float = 0.0,
 ) -> dict[str, int]:
     """What XLA holds beside the state and the saved activations at the step's peak
     (see :func:`memory_estimate`): ``fsdp_gathered`` and the ``phase`` transient (the
     transformer's loss or last-layer backward transient; the MLP's widest hidden
     activation gradient). ``gathered_by``: ``{group path: devices its fsdp-like axes
-    split it over}`` (:func:`~datarax.parallel.axis_roles.gather_axes`)."""
+    split it over}`` (:func:`~datarax.parallel.axis_roles.gather_axes`). ``shares``:
+    ``(layers, head, one layer's pass)``, the shares of ``tokens`` whose activations a
+    pipelined device keeps, whose head it runs, and that one layer's backward pass runs
+    at a time (a microbatch) (:func:`_pipeline_shares`). ``context_kv``: the keys and
+    values a context-parallel layer holds beside its own (:func:`_context_kv_bytes`)."""
     t = sizes["tensor"]
     e = sizes.get("expert", 1)
     # The scanned transformer gathers one layer's slice of a stacked parameter inside the
@@ -320,7 +346,7 @@ def _temporaries(
         reverse=True,
     )  # fmt: skip
     in_flight = _SCAN_IN_FLIGHT_GATHERS if scanned else _IN_FLIGHT_GATHERS
-    out = {"fsdp_gathered": sum(gathered[:in_flight]), "phase": 0}
+    out = {"fsdp_gathered": sum(gathered[:in_flight]), "phase": 0, "context_kv": int(context_kv)}
     if isinstance(model, MLPSpec):
         # The backward pass makes each hidden layer's activation gradient (the next
         # layer's input gradient, masked by ReLU's mask) in the model dtype. It is a
@@ -348,8 +374,44 @@ def _temporaries(
         else:
             layer = max(per for _, per in _none_bytes_by_layer(model, t, itemsize, e))
             layer += _named_bytes(model, t, itemsize, "offload")
-        out["phase"] = int(tokens * max(loss, layer - head))
+        _, head_share, pass_share = shares
+        out["phase"] = int(tokens * max(loss * head_share, layer * pass_share - head * head_share))
     return out
+
+
+def _pipeline_shares(
+    model: ModelSpec, sizes: Mapping[str, int], local_batch: int, options: ParallelOptions
+) -> tuple[float, float, float]:
+    """``(layers, head, one layer's pass)``: the shares of a device's tokens whose layer
+    activations it keeps, whose head it runs and that one layer's backward pass takes at
+    a time. Without stages, ``(1, 1, 1)``. With ``s`` stages of a pipeline whose
+    schedule keeps ``in_flight`` of its ``M`` microbatches
+    (:class:`~datarax.parallel.options.PipelineShape`): a stage keeps its ``1 / s`` of
+    the layers for those microbatches, ``in_flight / s``; the head runs over the batch
+    split over the stages, ``1 / s``; a layer's backward pass runs one microbatch,
+    ``1 / M``."""
+    s = layer_shards(sizes)
+    if s <= 1 or not isinstance(model, TransformerSpec):
+        return 1.0, 1.0, 1.0
+    shape = pipeline_shape(options.pipeline, stages=s, layers=model.layers, local_batch=local_batch)
+    return shape.in_flight / s, 1.0 / s, 1.0 / shape.microbatches
+
+
+def _context_kv_bytes(
+    model: ModelSpec, sizes: Mapping[str, int], tokens: int, itemsize: int, options: ParallelOptions
+) -> float:
+    """Bytes a context-parallel attention layer holds beside its own keys and values:
+    ``all_gather`` gathers the whole sequence's keys and values (``context`` times this
+    device's) and its backward pass makes their gradient whole before the
+    reduce-scatter, so two such arrays; ``ring`` holds the shard being computed on and
+    the next one arriving, two of this device's size. Split by the tensor axes, as the
+    heads are."""
+    cp = sequence_shards(sizes)
+    if cp <= 1 or not isinstance(model, TransformerSpec):
+        return 0.0
+    local = float(tokens * model.kv_heads * (model.qk_head_dim + model.value_head_dim) * itemsize)
+    local /= sizes["tensor"]
+    return 2 * local * (cp if options.context.strategy == "all_gather" else 1)
 
 
 def _transposed_update(
@@ -406,6 +468,7 @@ def memory_estimate(
     usable_hbm_bytes: int | None = None,
     host_memory_bytes: int | None = None,
     specs: Sequence[ParamSharding] | None = None,
+    options: ParallelOptions | None = None,
 ) -> MemoryEstimate:
     """Bytes per device of one training step, at its peak.
 
@@ -425,6 +488,14 @@ def memory_estimate(
         HBM for ``pinned_host`` memory) are checked; ``None``: not checked.
       specs: :func:`param_specs` of ``model`` on ``axes`` under ``roles``, where the
         caller has them already (:func:`~datarax.estimate.cost.estimate_step`).
+      options: the pipeline, context-parallel and ZeRO-1 options
+        (:class:`~datarax.parallel.options.ParallelOptions`). Stages hold their layers'
+        state (:func:`~datarax.parallel.axis_roles.repeat_per_device`) and their
+        schedule's activations in flight (:func:`_pipeline_shares`); a context axis
+        divides the tokens a device keeps and adds the keys and values it gathers
+        (:func:`_context_kv_bytes`); ``shard_over_data`` splits the optimizer state
+        over the data axes as well (MaxText's ``shard_optimizer_over_data`` adds them to
+        the optimizer state's sharding only: parameters and gradients keep theirs).
 
     Returns:
       A :class:`~datarax.estimate.results.MemoryEstimate` of
@@ -444,30 +515,43 @@ def memory_estimate(
             "unknown_optimizer",
             f"optimizer {optimizer!r} is not one of {sorted(OPTIMIZER_STATE_FACTOR)}",
         )
+    options = options or ParallelOptions()
     sizes = role_sizes(axes, roles)
     check_tensor_split(model, sizes["tensor"])
     check_expert_split(model, sizes["expert"])
-    tokens = tokens_per_device(model, global_batch, batch_shards(sizes))
+    check_kinds_apply(model, axes, roles, options.context)
+    cp, stages = sequence_shards(sizes), layer_shards(sizes)
+    tokens = tokens_per_device(model, global_batch, batch_shards(sizes), cp)
+    local_batch = global_batch // batch_shards(sizes)
+    shares = _pipeline_shares(model, sizes, local_batch, options)
     itemsize = DTYPE_BYTES[model.dtype]
     param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
     specs = param_specs(model, axes, roles) if specs is None else specs
-    params = sum(math.prod(shard) * group.repeat * param_itemsize for group, _, shard, _ in specs)
-    host_offload = int(_offloaded_bytes(model, sizes["tensor"], itemsize) * tokens)
+    params = sum(
+        math.prod(shard) * repeat_per_device(group, stages) * param_itemsize
+        for group, _, shard, _ in specs
+    )
+    host_offload = int(_offloaded_bytes(model, sizes["tensor"], itemsize) * tokens * shares[0])
     if isinstance(model, TransformerSpec):
-        activations = int(
-            _transformer_residuals(model, sizes["tensor"], itemsize, sizes["expert"]) * tokens
+        per_token = _transformer_residuals(
+            model, sizes["tensor"], itemsize, sizes["expert"], shares[0], shares[1]
         )
+        activations = int(per_token * tokens)
     else:
         activations = int(_mlp_residuals(model, sizes["tensor"], itemsize) * tokens)
-    examples = tokens // model.tokens_per_example
-    batch = examples * model.batch_bytes_per_example()
+    batch = local_batch * model.batch_bytes_per_example() // cp
     optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer]
+    if options.shard_over_data:
+        optimizer_bytes //= math.prod(axes[a] for a in replica_axes(axes, roles))
     gathered_by = {
         group.path: math.prod(axes[a] for a in gather_axes(group, axes, roles))
         for group, _, _, _ in specs
     }
+    context_kv = _context_kv_bytes(model, sizes, tokens, itemsize, options)
     temporaries = sum(
-        _temporaries(model, specs, sizes, gathered_by, tokens, itemsize, param_itemsize).values()
+        _temporaries(
+            model, specs, sizes, gathered_by, tokens, itemsize, param_itemsize, shares, context_kv
+        ).values()
     )
     grads = params
     vmem = 0

@@ -203,6 +203,9 @@ class StepEstimate(Record):
       peak_flops: the compute dtype's peak of one device.
       breakdown: :attr:`StepPrediction.breakdown`.
       gap: :attr:`StepPrediction.gap`.
+      pipeline: with pipeline stages, ``{"stages", "microbatches", "repeats",
+        "layers_per_stage", "schedule", "bubble_fraction"}``
+        (:meth:`~datarax.parallel.options.PipelineShape.to_json`); else ``None``.
       memory_per_device: the step's :class:`MemoryEstimate`.
       predicted_components: :attr:`StepPrediction.components`.
       param_shardings: each parameter group's spec and shard shape
@@ -225,6 +228,7 @@ class StepEstimate(Record):
     peak_flops: float
     breakdown: dict[str, float]
     gap: str
+    pipeline: dict[str, Any] | None
     memory_per_device: MemoryEstimate = _internal()
     predicted_components: dict[str, float] = _internal()
     param_shardings: tuple[ParamSharding, ...] = _internal()

@@ -32,6 +32,7 @@ from typing import Any
 from datarax.estimate.model_specs import DTYPE_BYTES, ModelSpec, TransformerSpec
 from datarax.estimate.results import StepPrediction
 from datarax.hardware.chips import Hardware
+from datarax.parallel.axis_roles import layer_shards, sequence_shards
 
 __all__ = [
     "CALIBRATION",
@@ -229,6 +230,8 @@ def step_components(
     collectives: Sequence[Mapping[str, Any]],
     host_offload_bytes: int,
     optimizer: str = "adam",
+    bubble_fraction: float = 0.0,
+    load_balance: bool = True,
 ) -> dict[str, float]:
     """The step's parts in seconds at 100% of peak and of HBM bandwidth, before
     calibration (see :func:`predict_step`; :func:`combine` applies a
@@ -236,8 +239,17 @@ def step_components(
     ``flash_bwd`` (fused attention), ``dot_fwd``, ``dot_bwd`` (materialized attention,
     priced as matmuls), ``mem_fwd``, ``mem_bwd`` (memory-bound), ``comm_fwd``,
     ``comm_bwd`` (collectives), ``offload`` (one way), ``roofline_fwd``,
-    ``roofline_bwd``, ``model_flops``."""
-    t = max(1, int(sizes.get("tensor", 1)))
+    ``roofline_bwd``, ``model_flops``, ``ring_fwd``, ``ring_bwd`` (the ring's key and
+    value passes, hidden behind the attention they feed), ``bubble_fraction``.
+
+    Pipeline stages divide a device's work: it runs its stage's layers for its data
+    shard's tokens and the head for their share over the stages, ``1 / stages`` of the
+    model's work either way; the schedule's bubble (``bubble_fraction`` of the step)
+    comes on top (:func:`combine`). A context axis divides the tokens (``tokens`` is
+    this device's share of the sequence); without ``load_balance`` a causal mask leaves
+    the last shard ``(2 context - 1) / context`` times the mean's attention work, which
+    the step waits for."""
+    t = max(1, int(sizes.get("tensor", 1))) * layer_shards(sizes)
     peak = hw.peak_flops(model.dtype)
     n_matmul = model.matmul_params()
     n_routed = 0.0
@@ -257,15 +269,20 @@ def step_components(
     re_mm, re_attn = recompute_flops_per_token(model)
     per_device = tokens / t
     if flash:  # the causal half skipped; the backward kernel recomputes the scores
-        at_fwd, at_bwd = 0.5 * attn_fwd, 0.5 * (2.5 * attn_fwd + re_attn)
+        cp = sequence_shards(sizes)
+        slowest = 1.0 if load_balance or cp <= 1 else (2 * cp - 1) / cp
+        at_fwd, at_bwd = 0.5 * slowest * attn_fwd, 0.5 * slowest * (2.5 * attn_fwd + re_attn)
     else:
         at_fwd, at_bwd = attn_fwd, 2.0 * attn_fwd + re_attn
     elem = _elementwise_bytes_per_token(model, t) * tokens
     re_share = (re_mm / (2.0 * n_matmul)) if n_matmul else 0.0
     hbm = max(hw.hbm_bytes_per_s, 1.0)
     comm = {"forward": 0.0, "backward": 0.0}
+    ring = {"forward": 0.0, "backward": 0.0}
     for entry in collectives:
         comm[entry["phase"]] += float(entry["seconds"])
+        if entry["kind"] == "send-recv" and entry["what"] == "keys and values":
+            ring[entry["phase"]] += float(entry["seconds"])
     link = hw.host_link_bytes_per_s
     model_flops = (6.0 * (n_matmul + routed_model) + 3.0 * attn_fwd) * per_device
     return {
@@ -286,6 +303,9 @@ def step_components(
         "roofline_bwd": 2 * model_flops / 3 / peak + re_mm * per_device / peak,
         "model_flops": model_flops,
         "recompute": float(re_mm + re_attn > 0),
+        "ring_fwd": ring["forward"],
+        "ring_bwd": ring["backward"],
+        "bubble_fraction": bubble_fraction,
     }
 
 
@@ -306,14 +326,19 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
         + parts["mem_bwd"] / cal.hbm
     )
     offload = parts["offload"]
-    exposed_fwd = max(0.0, parts["comm_fwd"] + offload - cal.overlap * fwd)
-    exposed_bwd = max(0.0, parts["comm_bwd"] + offload - cal.overlap * bwd)
-    step_s = fwd + bwd + exposed_fwd + exposed_bwd + cal.overhead_s
+    # the ring's passes run under the attention of the shard at hand
+    hidden = {p: min(parts.get(f"ring_{p}", 0.0), parts[f"flash_{p}"] / cal.attention)
+              for p in ("fwd", "bwd")}  # fmt: skip
+    comm_fwd, comm_bwd = parts["comm_fwd"] - hidden["fwd"], parts["comm_bwd"] - hidden["bwd"]
+    exposed_fwd = max(0.0, comm_fwd + offload - cal.overlap * fwd)
+    exposed_bwd = max(0.0, comm_bwd + offload - cal.overlap * bwd)
+    bubble = parts.get("bubble_fraction", 0.0)
+    bubble_s = (fwd + bwd) * bubble / (1.0 - bubble)
+    step_s = fwd + bwd + exposed_fwd + exposed_bwd + bubble_s + cal.overhead_s
     roof_fwd, roof_bwd = parts["roofline_fwd"], parts["roofline_bwd"]
     roofline_s = max(roof_fwd, parts["comm_fwd"]) + max(roof_bwd, parts["comm_bwd"])
-    exposed_comm = max(0.0, parts["comm_fwd"] - cal.overlap * fwd) + max(
-        0.0, parts["comm_bwd"] - cal.overlap * bwd
-    )
+    roofline_s += (roof_fwd + roof_bwd) * bubble / (1.0 - bubble)
+    exposed_comm = max(0.0, comm_fwd - cal.overlap * fwd) + max(0.0, comm_bwd - cal.overlap * bwd)
     breakdown = {
         "matmul_s": (parts["mm_fwd"] + parts["mm_bwd"] + parts["dot_fwd"] + parts["dot_bwd"])
         / cal.matmul
@@ -324,6 +349,7 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
         "exposed_comm_s": exposed_comm,
         "offload_s": max(0.0, exposed_fwd + exposed_bwd - exposed_comm),
         "overhead_s": cal.overhead_s,
+        "bubble_s": bubble_s,
     }
     return StepPrediction(
         step_s=step_s,
@@ -355,4 +381,6 @@ def _gap_line(
         words.append(f"exposed collectives {parts['exposed_comm_s']:.3g} s")
     if parts["offload_s"] > 0:
         words.append(f"exposed offload {parts['offload_s']:.3g} s")
+    if parts.get("bubble_s", 0.0) > 0:
+        words.append(f"pipeline bubble {parts['bubble_s']:.3g} s")
     return f"{step_s / roofline_s:.2f}x the roofline: " + ", ".join(words)

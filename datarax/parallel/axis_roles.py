@@ -20,18 +20,20 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import ModelSpec, ParamGroup, TransformerSpec
 from datarax.parallel.kinds import (
     KINDS,
     PRICED_KINDS,
+    ParallelismKind,
     ParamSplit,
     check_priced,
     kind_of_axis,
     kinds_by_alias,
 )
+from datarax.parallel.options import ContextParallel, check_context_split
 from datarax.plan.layout import SpecEntry
 
 __all__ = [
@@ -44,6 +46,9 @@ __all__ = [
     "check_expert_split",
     "check_kinds_apply",
     "check_named_kinds",
+    "layer_shards",
+    "repeat_per_device",
+    "sequence_shards",
     "gather_axes",
     "check_tensor_split",
     "param_specs",
@@ -117,23 +122,55 @@ def check_named_kinds(axes: Mapping[str, int]) -> None:
     )
 
 
-def check_kinds_apply(model: ModelSpec | None, axes: Mapping[str, int]) -> None:
-    """Refuse named axes over 1 whose kind the model gives nothing to split (an expert
-    axis on a dense model, experts the axis does not divide), before any layout: the
-    kinds read from the names, as :func:`check_named_kinds` reads them.
+def check_kinds_apply(
+    model: ModelSpec | None,
+    axes: Mapping[str, int],
+    roles: Mapping[str, str] | None = None,
+    context_options: ContextParallel | None = None,
+) -> None:
+    """Refuse axes over 1 whose kind the model gives nothing to split, before any
+    layout: an expert axis on a dense model or experts the axis does not divide
+    (:func:`check_expert_split`), stages or a context axis on a model without stacked
+    layers or sequences, stages that do not divide the layers, a context axis that does
+    not divide the sequence (:func:`~datarax.parallel.options.check_context_split`).
+    ``roles``: each axis's kind; default the kinds the names say (names no kind claims
+    are skipped, as :func:`check_named_kinds` skips them).
 
     Raises:
-      PlanError: ``invalid_parallelism`` (:func:`check_expert_split`).
+      PlanError: ``invalid_parallelism``, saying what would apply.
     """
     if model is None:
         return
     claimed = kinds_by_alias()
-    expert = math.prod(
-        int(size)
-        for name, size in axes.items()
-        if name in claimed and claimed[name].param_split == "expert_dim"
-    )
-    check_expert_split(model, expert)
+    if roles is None:
+        roles = {name: claimed[name].name for name in axes if name in claimed}
+
+    def product(wanted: Callable[[ParallelismKind], bool]) -> int:
+        return math.prod(
+            int(size) for name, size in axes.items() if name in roles and wanted(KINDS[roles[name]])
+        )
+
+    check_expert_split(model, product(lambda kind: kind.param_split == "expert_dim"))
+    stages = product(lambda kind: kind.param_split == "layer_dim")
+    context = product(lambda kind: kind.splits_sequence)
+    for what, size in (("pipeline stages", stages), ("a context axis", context)):
+        if size > 1 and not isinstance(model, TransformerSpec):
+            raise PlanError(
+                "invalid_parallelism",
+                f"{what} of {size} need a transformer (stacked layers split into stages, "
+                "sequences split for attention), and this model is an MLP: put those devices "
+                "on data or fsdp",
+            )
+    if isinstance(model, TransformerSpec):
+        if stages > 1 and model.layers % stages:
+            fits = [n for n in range(2, model.layers + 1) if model.layers % n == 0]
+            raise PlanError(
+                "invalid_parallelism",
+                f"{stages} pipeline stages do not divide the model's {model.layers} layers: "
+                f"each stage holds whole layers; use a stage size among {fits[:8]}, or put "
+                "the devices on fsdp or data",
+            )
+        check_context_split(model.seq_len, context, context_options or ContextParallel())
 
 
 def role_axes(axes: Mapping[str, int], roles: Mapping[str, str], role: str) -> tuple[str, ...]:
@@ -249,7 +286,31 @@ def param_specs(
     return out
 
 
-def tokens_per_device(model: ModelSpec, global_batch: int, batch_shards: int) -> int:
+def layer_shards(sizes: Mapping[str, int]) -> int:
+    """How many pipeline stages the layers split into: the product of the sizes of the
+    priced kinds that split the layers (``stage``), from :func:`role_sizes`."""
+    return math.prod(sizes[k] for k in PRICED_KINDS if KINDS[k].param_split == "layer_dim")
+
+
+def sequence_shards(sizes: Mapping[str, int]) -> int:
+    """How many shards each sequence splits into: the product of the sizes of the
+    priced kinds that split it (``context``), from :func:`role_sizes`."""
+    return math.prod(sizes[k] for k in PRICED_KINDS if KINDS[k].splits_sequence)
+
+
+def repeat_per_device(group: ParamGroup, stages: int) -> int:
+    """How many of a group's stacked layers one device holds: a stacked per-layer group
+    (``layers/*/...``) splits its layers over the stages (the most a stage holds, where
+    they do not divide: a DeepSeek-V3's 3 dense layers over 8 stages leave 1 on some);
+    every other group is whole on every stage."""
+    if "*" not in group.path or stages <= 1:
+        return group.repeat
+    return -(-group.repeat // stages)
+
+
+def tokens_per_device(
+    model: ModelSpec, global_batch: int, batch_shards: int, sequence_shards: int = 1
+) -> int:
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
         raise PlanError(
             "invalid_batch_shape", f"global_batch must be a positive integer, got {global_batch!r}"
@@ -259,9 +320,10 @@ def tokens_per_device(model: ModelSpec, global_batch: int, batch_shards: int) ->
         raise PlanError(
             "batch_not_divisible",
             f"global_batch {global_batch} does not split over the {batch_shards} batch "
-            f"shards (data x fsdp x expert); use {low or batch_shards} or {low + batch_shards}",
+            f"shards (data x fsdp x expert); use "
+            + (f"{low} or {low + batch_shards}" if low else f"a multiple of {batch_shards}"),
         )
-    return global_batch // batch_shards * model.tokens_per_example
+    return global_batch // batch_shards * model.tokens_per_example // sequence_shards
 
 
 def check_expert_split(model: ModelSpec, e: int) -> None:

@@ -1,11 +1,12 @@
 """The registry of parallelism kinds: one frozen entry per kind, read by every part that
 prices, shards, lays out, recommends, compiles or launches a mesh.
 
-A mesh axis has one *kind* (its role): ``data``, ``fsdp``, ``tensor`` or ``expert``
-today, with ``stage``, ``context``, ``sequence``, ``diloco`` and ``autoregressive``
-known by name but not priced yet. An axis takes the kind its name says: the kind's own
-name or one of its :attr:`ParallelismKind.aliases` (``batch`` is ``data``, ``model`` is
-``tensor``, MaxText's ``fsdp_transpose`` is ``fsdp``). A name no kind claims is refused;
+A mesh axis has one *kind* (its role): ``data``, ``fsdp``, ``tensor``, ``expert``,
+``stage`` or ``context`` today, with ``ulysses``, ``sequence``, ``diloco`` and
+``autoregressive`` known by name but not priced yet. An axis takes the kind its name
+says: the kind's own name or one of its :attr:`ParallelismKind.aliases` (``batch`` is
+``data``, ``model`` is ``tensor``, MaxText's ``fsdp_transpose`` is ``fsdp``). A name no
+kind claims is refused;
 so is an axis over 1 of a kind that is not priced (:func:`check_priced`): one kind is
 never taken for another.
 
@@ -20,7 +21,7 @@ Example:
   >>> kind_of_axis("batch").name
   'data'
   >>> [k.name for k in KINDS.values() if k.priced]
-  ['data', 'fsdp', 'tensor', 'expert']
+  ['data', 'fsdp', 'tensor', 'expert', 'stage', 'context']
 """
 
 from __future__ import annotations
@@ -38,18 +39,20 @@ __all__ = [
     "ParamSplit",
     "CollectiveTerm",
     "ParallelismKind",
+    "check_compiled",
     "check_priced",
     "kind_of_axis",
     "kinds_by_alias",
 ]
 
-type ParamSplit = Literal["none", "first_divisible", "tensor_dim", "expert_dim"]
+type ParamSplit = Literal["none", "first_divisible", "tensor_dim", "expert_dim", "layer_dim"]
 """Which parameter dimension a kind splits: none (parameters whole on the axis), the
 first dimension the axis size divides (fsdp), the group's tensor dimension (the
 output of ``col`` matmuls, the input of ``row`` ones: Megatron's tensor parallelism), or
 the experts dimension of the routed experts' stacked kernels (expert parallelism; the
 other parameters are split over the axis as fsdp splits them, as MaxText's sharding
-rules do)."""
+rules do), or the layers of the stacked per-layer groups (pipeline stages: MaxText's
+``layers`` logical axis is ``stage``)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,11 @@ class ParallelismKind:
       priced: whether memory, step time, recommendations and compile checks handle it;
         an axis over 1 of an unpriced kind is 422 ``invalid_parallelism``.
       splits_batch: whether the axis splits the global batch (its size divides it).
+      splits_sequence: whether the axis splits each sequence (context parallelism: its
+        size divides the sequence length).
+      compiled: whether the library's program (:mod:`datarax.spmd.compile_step`, the
+        sessions' training step) builds the kind; compile checks refuse the others with
+        ``invalid_parallelism`` while plans price them.
       param_split: which parameter dimension the axis splits (:data:`ParamSplit`).
       shards_state: whether gradients and optimizer state are split with the
         parameters (fsdp), rather than held whole wherever the parameters are.
@@ -97,6 +105,8 @@ class ParallelismKind:
     collectives: tuple[CollectiveTerm, ...]
     maxtext_axes: tuple[str, ...]
     summary: str
+    splits_sequence: bool = False
+    compiled: bool = False
 
     def names(self) -> tuple[str, ...]:
         """The kind's name and aliases: every axis name that takes this kind."""
@@ -112,6 +122,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
         _kind(
             "data",
             aliases=("batch", "replica"),
+            compiled=True,
             priced=True,
             splits_batch=True,
             param_split="none",
@@ -123,6 +134,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
         _kind(
             "fsdp",
             aliases=("fsdp_transpose",),
+            compiled=True,
             priced=True,
             splits_batch=True,
             param_split="first_divisible",
@@ -137,6 +149,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
         _kind(
             "tensor",
             aliases=("model",),
+            compiled=True,
             priced=True,
             splits_batch=False,
             param_split="tensor_dim",
@@ -164,24 +177,48 @@ KINDS: Mapping[str, ParallelismKind] = dict(
         _kind(
             "stage",
             aliases=(),
-            priced=False,
+            priced=True,
             splits_batch=False,
-            param_split="none",
+            param_split="layer_dim",
             shards_state=True,
-            collectives=(CollectiveTerm("send-recv", "activations", "between stages"),),
+            collectives=(
+                CollectiveTerm("send-recv", "activations", "each microbatch, to the next stage"),
+                CollectiveTerm("send-recv", "gradients", "each microbatch, to the stage before"),
+            ),
             maxtext_axes=("stage",),
-            summary="splits the layers into pipeline stages",
+            summary="splits the layers into pipeline stages, each holding its layers; "
+            "microbatches pass stage to stage",
         ),
         _kind(
             "context",
-            aliases=("context_usp_ulysses", "context_autoregressive"),
+            aliases=(),
+            priced=True,
+            splits_batch=False,
+            splits_sequence=True,
+            param_split="first_divisible",
+            shards_state=True,
+            collectives=(
+                CollectiveTerm(
+                    "all-gather", "keys and values", "each attention layer (or a ring of them)"
+                ),
+                CollectiveTerm("all-gather", "params", "each layer, as fsdp"),
+                CollectiveTerm("reduce-scatter", "gradients", "once per step, as fsdp"),
+            ),
+            maxtext_axes=("context",),
+            summary="splits each sequence for attention (keys and values gathered or passed "
+            "round a ring; the weights as fsdp)",
+        ),
+        _kind(
+            "ulysses",
+            aliases=("context_usp_ulysses",),
             priced=False,
             splits_batch=False,
-            param_split="none",
-            shards_state=False,
-            collectives=(CollectiveTerm("all-gather", "keys and values", "each attention layer"),),
-            maxtext_axes=("context", "context_usp_ulysses", "context_autoregressive"),
-            summary="splits the sequence for attention",
+            splits_sequence=True,
+            param_split="first_divisible",
+            shards_state=True,
+            collectives=(CollectiveTerm("all-to-all", "heads", "each attention layer"),),
+            maxtext_axes=("context_usp_ulysses",),
+            summary="Ulysses context parallelism: heads exchanged by all-to-all for attention",
         ),
         _kind(
             "sequence",
@@ -207,13 +244,13 @@ KINDS: Mapping[str, ParallelismKind] = dict(
         ),
         _kind(
             "autoregressive",
-            aliases=(),
+            aliases=("context_autoregressive",),
             priced=False,
             splits_batch=False,
             param_split="none",
             shards_state=False,
             collectives=(),
-            maxtext_axes=("autoregressive",),
+            maxtext_axes=("autoregressive", "context_autoregressive"),
             summary="MaxText's axis for autoregressive decoding (inference)",
         ),
     ]
@@ -221,7 +258,8 @@ KINDS: Mapping[str, ParallelismKind] = dict(
 """Every kind by name, in MaxText's mesh order where it has one."""
 
 PRICED_KINDS: tuple[str, ...] = tuple(name for name, kind in KINDS.items() if kind.priced)
-"""The kinds the estimates price: ``('data', 'fsdp', 'tensor', 'expert')``."""
+"""The kinds the estimates price: ``('data', 'fsdp', 'tensor', 'expert', 'stage',
+'context')``."""
 
 
 def kinds_by_alias() -> dict[str, ParallelismKind]:
@@ -282,4 +320,25 @@ def check_priced(axes: Mapping[str, int], roles: Mapping[str, str]) -> None:
                 f"axis {name!r} of size {size} is {kind.name} parallelism ({kind.summary}), "
                 f"which plans do not price yet. Use only {', '.join(PRICED_KINDS)} axes "
                 f"over 1, or set {name!r} to 1",
+            )
+
+
+def check_compiled(axes: Mapping[str, int], roles: Mapping[str, str]) -> None:
+    """Refuse an axis over 1 whose kind the library's program does not build
+    (:attr:`ParallelismKind.compiled`): compile checks and sessions run that program, so
+    a kind it would leave out is refused rather than compiled as something else.
+
+    Raises:
+      PlanError: ``invalid_parallelism``, naming the axis and the kinds it builds.
+    """
+    built = [name for name, kind in KINDS.items() if kind.compiled]
+    for name, size in axes.items():
+        kind = KINDS[roles[name]]
+        if int(size) > 1 and not kind.compiled:
+            raise PlanError(
+                "invalid_parallelism",
+                f"axis {name!r} of size {size} is {kind.name} parallelism ({kind.summary}): "
+                f"plans price it, but the library's training program builds only "
+                f"{', '.join(built)} axes, so it cannot be compiled or run here. Set "
+                f"{name!r} to 1, or plan it without a compile check",
             )

@@ -65,7 +65,7 @@ from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 from datarax.models import ActivationLayout, make_optimizer, transformer_loss_fn
 from datarax.parallel.axis_roles import axis_roles, batch_split_axes, param_specs, split_axes
-from datarax.parallel.kinds import check_priced
+from datarax.parallel.kinds import check_compiled
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -327,7 +327,7 @@ def abstract_train_step(
     """
     spec = model_spec(model)
     roles = axis_roles(list(mesh.axis_names), roles)
-    check_priced(dict(mesh.shape), roles)  # an expert/stage axis is not priced yet
+    check_compiled(dict(mesh.shape), roles)  # the program builds data, fsdp, tensor only
     try:
         opt = make_optimizer(optimizer, _LEARNING_RATE)
     except ValueError as error:

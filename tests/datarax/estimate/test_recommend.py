@@ -118,7 +118,7 @@ def test_indivisible_batch_everywhere_is_explained():
     [
         ({"hardware": "tpu-v5e", "top_k": 0}, "invalid_top_k"),
         ({"hardware": "tpu-v5e", "axes": ["data", "pipeline"]}, "unknown_axis_role"),
-        ({"hardware": "tpu-v5e", "axes": ["data", "stage"]}, "invalid_parallelism"),
+        ({"hardware": "tpu-v5e", "axes": ["data", "diloco"]}, "invalid_parallelism"),
         ({"hardware": "tpu-v5e", "topology": None}, "missing_topology"),
         ({"hardware": "tpu-v7x"}, "unknown_hardware"),
         ({"hardware": "tpu-v5e", "model": {"kind": "rnn"}}, "invalid_model"),

@@ -27,7 +27,7 @@ def test_roles_follow_names_or_what_is_given():
         "batch": "data", "fsdp": "fsdp", "model": "tensor",
     }  # fmt: skip
     assert axis_roles(["x", "y"], {"x": "data", "y": "tensor"}) == {"x": "data", "y": "tensor"}
-    assert set(AXIS_ROLES) == {"data", "fsdp", "tensor", "expert"}
+    assert set(AXIS_ROLES) == {"data", "fsdp", "tensor", "expert", "stage", "context"}
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,9 @@ def test_unknown_roles_are_refused(names, roles, says):
 def test_sizes_and_axes_by_role():
     axes = {"data": 2, "fsdp": 4, "tensor": 1, "replica": 3}
     roles = axis_roles(list(axes))
-    assert role_sizes(axes, roles) == {"data": 6, "fsdp": 4, "tensor": 1, "expert": 1}
+    assert role_sizes(axes, roles) == {
+        "data": 6, "fsdp": 4, "tensor": 1, "expert": 1, "stage": 1, "context": 1,
+    }  # fmt: skip
     assert role_axes(axes, roles, "data") == ("data", "replica")
     assert role_axes(axes, roles, "tensor") == ()  # size-1 axes split nothing
 

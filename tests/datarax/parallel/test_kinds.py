@@ -15,7 +15,7 @@ def test_every_name_claims_one_kind():
     names = [name for kind in KINDS.values() for name in kind.names()]
     assert len(names) == len(set(names))  # no name is two kinds
     assert set(kinds_by_alias()) == set(names)
-    assert AXIS_ROLES == PRICED_KINDS == ("data", "fsdp", "tensor", "expert")
+    assert AXIS_ROLES == PRICED_KINDS == ("data", "fsdp", "tensor", "expert", "stage", "context")
 
 
 def test_maxtext_axes_are_each_one_kind():
@@ -33,7 +33,8 @@ def test_maxtext_axes_are_each_one_kind():
 @pytest.mark.parametrize(
     ("name", "kind"),
     [("batch", "data"), ("replica", "data"), ("fsdp_transpose", "fsdp"), ("model", "tensor"),
-     ("expert", "expert"), ("stage", "stage"), ("context_usp_ulysses", "context"),
+     ("expert", "expert"), ("stage", "stage"), ("context_usp_ulysses", "ulysses"),
+     ("context", "context"), ("context_autoregressive", "autoregressive"),
      ("tensor_sequence", "sequence")],
 )  # fmt: skip
 def test_aliases(name, kind):
@@ -67,11 +68,13 @@ def test_unpriced_kinds_over_one_are_refused(kind):
         "fsdp": 8,
         "tensor": 1,
         "expert": 1,
+        "stage": 1,
+        "context": 1,
     }
 
 
 def test_priced_kinds_carry_what_the_estimates_read():
-    data, fsdp, tensor, expert = (KINDS[k] for k in PRICED_KINDS)
+    data, fsdp, tensor, expert, stage, context = (KINDS[k] for k in PRICED_KINDS)
     assert data.splits_batch and fsdp.splits_batch and not tensor.splits_batch
     assert expert.splits_batch  # as fsdp, in MaxText's rules
     assert (data.param_split, fsdp.param_split, tensor.param_split, expert.param_split) == (
@@ -81,6 +84,14 @@ def test_priced_kinds_carry_what_the_estimates_read():
         "expert_dim",
     )
     assert fsdp.shards_state and not data.shards_state
+    # stages split the layers; a context axis the sequence, its weights as fsdp (MaxText's
+    # embed rule lists context beside fsdp)
+    assert stage.param_split == "layer_dim" and not stage.splits_batch
+    assert context.splits_sequence and not context.splits_batch
+    assert context.param_split == "first_divisible"
+    assert [t.op for t in stage.collectives] == ["send-recv", "send-recv"]
+    # the library's program builds only data, fsdp and tensor: compile checks refuse the rest
+    assert [k for k, kind in KINDS.items() if kind.compiled] == ["data", "fsdp", "tensor"]
     assert [t.op for t in expert.collectives][0] == "all-to-all"
     for kind in KINDS.values():
         assert kind.summary and all(t.op and t.operand for t in kind.collectives)
