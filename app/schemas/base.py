@@ -29,6 +29,12 @@ class OptimizerSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: OptimizerName = "adam"
     learning_rate: float | None = Field(None, gt=0)
+    shard_over_data: bool = Field(
+        False,
+        strict=True,
+        description="hardware plans: optimizer state split over the data axes as well "
+        "(ZeRO-1; MaxText's shard_optimizer_over_data)",
+    )
 
     @model_validator(mode="after")
     def _bounded_extras(self) -> OptimizerSpec:
@@ -56,6 +62,11 @@ def optimizer_name(value: OptimizerField | None, default: str = "adam") -> str:
     if value is None:
         return default
     return value if isinstance(value, str) else value.name
+
+
+def shards_over_data(value: OptimizerField | None) -> bool:
+    """Whether the optimizer object asks for ZeRO-1 (``shard_over_data``)."""
+    return isinstance(value, OptimizerSpec) and value.shard_over_data
 
 
 def _integral(value: Any) -> Any:

@@ -222,6 +222,33 @@ _HOSTS = Field(None, ge=1, le=65_536, description="GPU/CPU only: hosts in the jo
 _SPLIT = Field(False, description="as in jax.experimental.mesh_utils.create_device_mesh")
 
 
+class PipelineSpec(Strict):
+    """``pipeline`` (DESIGN v1.3): the schedule of the ``stage`` axes."""
+
+    microbatches: Annotated[JsonInt, Field(ge=1, le=1_048_576)] | None = Field(
+        None, description="microbatches a step (MaxText num_pipeline_microbatches); default "
+        "the stages"
+    )  # fmt: skip
+    layers_per_stage: Annotated[JsonInt, Field(ge=1, le=MAX_LAYERS)] | None = Field(
+        None, description="layers a stage runs per pass (MaxText num_layers_per_pipeline_stage);"
+        " default layers / stages, one repeat"
+    )  # fmt: skip
+    schedule: Literal["gpipe", "circular", "1f1b", "interleaved_1f1b"] = Field(
+        "gpipe", description="gpipe (default), circular (MaxText's), 1f1b, interleaved_1f1b"
+    )
+
+
+class ContextParallelSpec(Strict):
+    """``context_parallel`` (DESIGN v1.3): how the ``context`` axes reach keys and values."""
+
+    strategy: Literal["all_gather", "ring"] = Field(
+        "all_gather", description="MaxText context_parallel_strategy (default all_gather)"
+    )
+    load_balance: StrictBool = Field(
+        True, description="MaxText context_parallel_load_balance: causal work evened out"
+    )
+
+
 class HardwarePlanRequest(Strict):
     """A plan over all the devices of a hardware cluster (``POST /v1/meshes`` with
     ``hardware``): an abstract plan in JAX's device order for that hardware."""
@@ -249,6 +276,10 @@ class HardwarePlanRequest(Strict):
     )
     optimizer: OptimizerField = "adam"
     name: str | None = Field(None, max_length=200)
+    pipeline: PipelineSpec | None = Field(None, description="with stage axes: their schedule")
+    context_parallel: ContextParallelSpec | None = Field(
+        None, description="with context axes: their strategy"
+    )
 
 
 class RecommendationRequest(Strict):
@@ -378,6 +409,20 @@ class StepBreakdown(BaseModel):
     exposed_comm_s: float
     offload_s: float
     overhead_s: float
+    bubble_s: float = Field(0.0, description="the pipeline's bubble (stages idle)")
+
+
+class PipelineEstimate(BaseModel):
+    """``step_estimate.pipeline`` (DESIGN v1.3), with stage axes."""
+
+    stages: int
+    microbatches: int
+    repeats: int
+    layers_per_stage: int
+    schedule: Literal["gpipe", "circular", "1f1b", "interleaved_1f1b"]
+    bubble_fraction: float = Field(
+        description="(stages - 1) / (repeats * microbatches + stages - 1)"
+    )
 
 
 class StepEstimate(BaseModel):
@@ -393,6 +438,7 @@ class StepEstimate(BaseModel):
     collectives: list[Collective]
     breakdown: StepBreakdown | None = None
     gap: str | None = Field(None, description="one line: what step_s - roofline_s is made of")
+    pipeline: PipelineEstimate | None = Field(None, description="with stage axes")
 
 
 class Candidate(BaseModel):

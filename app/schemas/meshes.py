@@ -27,8 +27,10 @@ from app.schemas.hardware import (
     AxisName,
     BatchAxes,
     BatchDim,
+    ContextParallelSpec,
     HardwarePlanRequest,
     NamedModel,
+    PipelineSpec,
     Remat,
     TransformerModel,
 )
@@ -300,6 +302,12 @@ class HardwarePlanBody(Strict):
         "adam", description="optimizer whose state is estimated"
     )
     name: str | None = Field(None, max_length=200, description="free-form label")
+    pipeline: PipelineSpec | None = Field(
+        None, description=HardwarePlanRequest.model_fields["pipeline"].description
+    )
+    context_parallel: ContextParallelSpec | None = Field(
+        None, description=HardwarePlanRequest.model_fields["context_parallel"].description
+    )
 
     @model_validator(mode="before")
     @classmethod

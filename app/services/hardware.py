@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from app.core.errors import InvalidRequest, ServiceError, from_library
-from app.schemas.base import optimizer_name
+from app.schemas.base import optimizer_name, shards_over_data
 from app.schemas.hardware import (
     HardwareMlpModel,
     HardwareModel,
@@ -52,7 +52,12 @@ from datarax.parallel.axis_roles import (
     batch_axes,
     check_kinds_apply,
     check_named_kinds,
+    layer_shards,
+    repeat_per_device,
+    role_sizes,
 )
+from datarax.parallel.kinds import kinds_by_alias
+from datarax.parallel.options import ParallelOptions
 from datarax.plan.layout import PlanCancelled, check_batch_shape
 
 # ------------------------------------------------------------------------------ catalog
@@ -151,8 +156,12 @@ def _from_body(body: HardwarePlanBody, roles: Mapping[str, str] | None) -> Hardw
         if body.batch_axes is not None
         else _role_batch_axes(body, roles),
         model=model,
-        optimizer=optimizer_name(body.optimizer),
+        optimizer=body.optimizer
+        if shards_over_data(body.optimizer)
+        else optimizer_name(body.optimizer),
         name=body.name,
+        pipeline=body.pipeline,
+        context_parallel=body.context_parallel,
     )
 
 
@@ -279,6 +288,30 @@ def check_cluster_size(request: HardwarePlanRequest | RecommendationRequest) -> 
     return devices
 
 
+def parallel_options(request: HardwarePlanRequest) -> ParallelOptions:
+    """The request's ``pipeline``, ``context_parallel`` and ``shard_over_data`` as the
+    library's :class:`~datarax.parallel.options.ParallelOptions`."""
+    return ParallelOptions.from_json(
+        None if request.pipeline is None else request.pipeline.model_dump(),
+        None if request.context_parallel is None else request.context_parallel.model_dump(),
+        shards_over_data(request.optimizer),
+    )
+
+
+def _check_options_apply(request: HardwarePlanRequest, named: Mapping[str, int]) -> None:
+    """Refuse a ``pipeline`` without stage axes over 1, or a ``context_parallel``
+    without context axes over 1: neither is read as anything else."""
+    kinds = kinds_by_alias()
+    present = {kinds[a].name for a, n in named.items() if a in kinds and n > 1}
+    for member, kind in (("pipeline", "stage"), ("context_parallel", "context")):
+        if getattr(request, member) is not None and kind not in present:
+            raise PlanError(
+                "invalid_parallelism",
+                f"{member} describes {kind} axes, and this plan has no {kind} axis over 1: "
+                f"add one to ici or dcn, or drop {member}",
+            )
+
+
 def _stop_if(should_stop: Callable[[], bool] | None) -> None:
     if should_stop is not None and should_stop():
         raise PlanCancelled("the plan was abandoned")
@@ -295,7 +328,9 @@ def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
     named = {a: n * dcn.get(a, 1) for a, n in request.ici.items() if n > 0}
     check_named_kinds(named)
     model = None if request.model is None else request.model.model_dump(exclude_none=True)
-    check_kinds_apply(None if model is None else model_spec(model), named)
+    options = parallel_options(request)
+    check_kinds_apply(None if model is None else model_spec(model), named, None, options.context)
+    _check_options_apply(request, named)
     layout = plan_hardware_devices(
         request.hardware,
         ici=request.ici,
@@ -344,15 +379,17 @@ def _step_parts(
         global_batch,
         roles=roles,
         optimizer=optimizer_name(request.optimizer),
+        options=parallel_options(request),
     )
     itemsize = DTYPE_BYTES[getattr(spec, "param_dtype", spec.dtype)]
+    stages = layer_shards(role_sizes(layout.axes, roles))
     params = [
         {
             "path": group.path,
             "shape": list(group.shape),
             "spec": [list(e) if isinstance(e, tuple) else e for e in entry_spec],
             "shard_shape": list(shard),
-            "bytes_per_device": math.prod(shard) * itemsize * group.repeat,
+            "bytes_per_device": math.prod(shard) * itemsize * repeat_per_device(group, stages),
             "repeat": group.repeat,
         }
         for group, entry_spec, shard, _ in estimate.param_shardings
@@ -414,6 +451,14 @@ def render_hardware_plan(
         params, memory, members["step_estimate"] = _step_parts(request, layout, plan.roles)
         # the plan stores its model (resolved: a named model's figures with its overrides)
         members["model"] = members["step_estimate"].pop("model")
+    options = parallel_options(request)
+    if request.context_parallel is not None:
+        members["context_parallel"] = {
+            "strategy": options.context.strategy,
+            "load_balance": options.context.load_balance,
+        }
+    if options.shard_over_data:
+        members["shard_over_data"] = True
     plain = PlanRequest(
         axes=layout.axes,
         batch_shape=request.batch_shape,

@@ -242,6 +242,18 @@ class StepBreakdown(TypedDict):
     exposed_comm_s: float
     offload_s: float
     overhead_s: float
+    bubble_s: NotRequired[float]
+
+
+class PipelineEstimate(TypedDict):
+    """``step_estimate.pipeline``: the stages' schedule and its bubble."""
+
+    stages: int
+    microbatches: int
+    repeats: int
+    layers_per_stage: int
+    schedule: Literal["gpipe", "circular", "1f1b", "interleaved_1f1b"]
+    bubble_fraction: float
 
 
 class StepEstimate(TypedDict):
@@ -258,6 +270,7 @@ class StepEstimate(TypedDict):
     collectives: list[Collective]
     breakdown: NotRequired[StepBreakdown | None]
     gap: NotRequired[str | None]
+    pipeline: NotRequired[PipelineEstimate | None]
 
 
 class MeshPlan(TypedDict):
@@ -287,6 +300,8 @@ class MeshPlan(TypedDict):
     axes_detail: NotRequired[list[AxisDetail]]
     step_estimate: NotRequired[StepEstimate]
     model: NotRequired[ModelSpec]
+    context_parallel: NotRequired[dict[str, Any]]
+    shard_over_data: NotRequired[bool]
 
 
 class MeshPlanList(TypedDict):
@@ -532,6 +547,7 @@ __all__ = [
     "NamedModel",
     "NamedModelList",
     "ParamLayout",
+    "PipelineEstimate",
     "PushResult",
     "Readiness",
     "Recommendations",

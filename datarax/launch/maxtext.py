@@ -308,6 +308,30 @@ _NAMED_ARCH = (
 )
 
 
+def _parallel_args(plan: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """MaxText's keys of the plan's pipeline (``step_estimate.pipeline``), context
+    strategy (``context_parallel``) and ZeRO-1 (``shard_over_data``). MaxText runs one
+    schedule, circular GPipe; a 1f1b plan is noted, its bubble and memory being
+    another schedule's."""
+    out: dict[str, Any] = {}
+    pipeline = (plan.get("step_estimate") or {}).get("pipeline")
+    if pipeline:
+        out["num_pipeline_microbatches"] = pipeline["microbatches"]
+        out["num_layers_per_pipeline_stage"] = pipeline["layers_per_stage"]
+        if pipeline["schedule"] in ("1f1b", "interleaved_1f1b"):
+            notes.append(
+                f"the plan prices a {pipeline['schedule']} schedule; MaxText runs its circular "
+                "(GPipe-like) one, which keeps every microbatch's activations"
+            )
+    context = plan.get("context_parallel")
+    if context:
+        out["context_parallel_strategy"] = context["strategy"]
+        out["context_parallel_load_balance"] = context["load_balance"]
+    if plan.get("shard_over_data"):
+        out["shard_optimizer_over_data"] = True
+    return out
+
+
 def _env(hardware: str) -> tuple[dict[str, str], dict[str, str]]:
     if hardware in LIBTPU_INIT_ARGS:
         entry, var = LIBTPU_INIT_ARGS[hardware], "LIBTPU_INIT_ARGS"
@@ -381,6 +405,7 @@ def maxtext_args(plan: Mapping[str, Any]) -> MaxTextArgs:
     values["hardware"] = entry.kind
     values.update(_batch_args(plan, theirs.num_devices))
     values.update(_model_args(plan, entry.kind == "gpu", notes))
+    values.update(_parallel_args(plan, notes))
     optimizer = plan.get("optimizer")
     optimizer = optimizer.get("name") if isinstance(optimizer, Mapping) else optimizer
     if optimizer in _OPT_TYPE:

@@ -44,6 +44,7 @@ __all__ = [
     "MODEL_DEFAULTS",
     "MOE_KEYS",
     "ORDER_KEYS",
+    "PARALLEL_KEYS",
     "OTHER_MODEL_KEYS",
     "PER_DEVICE_BATCH_DEFAULT",
     "PLANNED_AXES",
@@ -140,7 +141,21 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "qk_nope_head_dim": 128,
     "qk_rope_head_dim": 64,
     "v_head_dim": 128,
+    # pipeline, context parallelism and ZeRO-1 (base.yml)
+    "num_pipeline_microbatches": -1,
+    "num_layers_per_pipeline_stage": 1,
+    "context_parallel_strategy": "all_gather",
+    "context_parallel_load_balance": True,
+    "shard_optimizer_over_data": False,
 }
+# MaxText's keys of the pipeline's schedule, context parallelism's strategy and ZeRO-1.
+PARALLEL_KEYS = (
+    "num_pipeline_microbatches",
+    "num_layers_per_pipeline_stage",
+    "context_parallel_strategy",
+    "context_parallel_load_balance",
+    "shard_optimizer_over_data",
+)
 PER_DEVICE_BATCH_DEFAULT = 12.0
 # Architecture keys a MaxText model config sets, and our field for each.
 ARCH_FIELDS = {

@@ -49,6 +49,7 @@ from datarax.launch.maxtext_config import (
     MOE_KEYS,
     ORDER_KEYS,
     OTHER_MODEL_KEYS,
+    PARALLEL_KEYS,
     PER_DEVICE_BATCH_DEFAULT,
     PLANNED_AXES,
     STEMS_WITHOUT_AXIS,
@@ -310,8 +311,64 @@ _PLAN_KEYS = {
     "allow_split_physical_axes",
     "hardware",
     "opt_type",
+    *PARALLEL_KEYS,
 }
 _OPTIMIZERS = {"adamw": "adamw", "adam_pax": "adamw", "sgd": "sgd"}
+
+
+def _bool_key(maxtext: Mapping[str, Any], key: str) -> bool:
+    value = maxtext.get(key, MODEL_DEFAULTS[key])
+    if not isinstance(value, bool):
+        raise _invalid(f"{key}={value!r}: give true or false")
+    return value
+
+
+def _parallel_options(
+    maxtext: Mapping[str, Any],
+    ici: Mapping[str, int],
+    dcn: Mapping[str, int],
+    notes: list[str],
+    optimizer: Any,
+) -> dict[str, Any]:
+    """The body's ``pipeline``, ``context_parallel`` and ZeRO-1 optimizer from MaxText's
+    keys. MaxText's pipeline is circular: ``num_layers_per_pipeline_stage`` (default 1)
+    layers a pass, as many repeats as that leaves, ``num_pipeline_microbatches``
+    (default: the stages). Keys of a kind the mesh does not use are noted and left."""
+    out: dict[str, Any] = {}
+    stages = ici.get("stage", 1) * dcn.get("stage", 1)
+    pipe_keys = [k for k in ("num_pipeline_microbatches", "num_layers_per_pipeline_stage")
+                 if k in maxtext]  # fmt: skip
+    if stages != 1:
+        micro = _int_key(maxtext, "num_pipeline_microbatches", -1)
+        out["pipeline"] = {
+            "schedule": "circular",
+            "layers_per_stage": _int_key(maxtext, "num_layers_per_pipeline_stage", 1),
+            **({"microbatches": micro} if micro != -1 else {}),
+        }
+    elif pipe_keys:
+        notes.append(f"no pipeline stages: {pipe_keys} ignored")
+    context = ici.get("context", 1) * dcn.get("context", 1)
+    ctx_keys = [k for k in ("context_parallel_strategy", "context_parallel_load_balance")
+                if k in maxtext]  # fmt: skip
+    if context != 1:
+        strategy = maxtext.get(
+            "context_parallel_strategy", MODEL_DEFAULTS["context_parallel_strategy"]
+        )
+        if strategy not in ("all_gather", "ring"):
+            raise PlanError(
+                "invalid_parallelism",
+                f"context_parallel_strategy={strategy!r} is not priced: datarax prices "
+                "all_gather and ring; use one of those",
+            )
+        out["context_parallel"] = {
+            "strategy": strategy,
+            "load_balance": _bool_key(maxtext, "context_parallel_load_balance"),
+        }
+    elif ctx_keys:
+        notes.append(f"no context axis: {ctx_keys} ignored")
+    if _bool_key(maxtext, "shard_optimizer_over_data"):
+        out["optimizer"] = {"name": optimizer or "adam", "shard_over_data": True}
+    return out
 
 
 def _cluster(
@@ -441,6 +498,7 @@ def plan_request_from_maxtext(
         if maxtext["opt_type"] not in _OPTIMIZERS:
             raise _invalid(f"opt_type={maxtext['opt_type']!r} is not one of {list(_OPTIMIZERS)}")
         body["optimizer"] = _OPTIMIZERS[maxtext["opt_type"]]
+    body.update(_parallel_options(maxtext, ici, dcn, notes, body.get("optimizer")))
     ignored = sorted(k for k in maxtext if k not in _PLAN_KEYS)
     if ignored:
         notes.append(f"MaxText keys that do not change the plan, ignored: {ignored}")

@@ -82,7 +82,7 @@ _ESTIMATE_MEMORY = {
 }  # fmt: skip
 _HARDWARE_PLAN = {
     "hardware", "topology", "slices", "hosts", "ici", "dcn", "axes_detail", "step_estimate",
-    "model",
+    "model", "context_parallel", "shard_over_data",
 }  # fmt: skip
 _ENV_TARGET = {
     "process_model", "num_processes", "coordinator_address", "rule", "processes",
@@ -108,6 +108,7 @@ PAIRS: list[tuple[Any, type[BaseModel], set[str]]] = [
     (answers.Collective, hardware.Collective, set()),
     (answers.StepBreakdown, hardware.StepBreakdown, set()),
     (answers.StepEstimate, hardware.StepEstimate, set()),
+    (answers.PipelineEstimate, hardware.PipelineEstimate, set()),
     (answers.MeshPlan, meshes.MeshPlan, _HARDWARE_PLAN),
     (answers.MeshPlanList, meshes.MeshPlanList, set()),
     (answers.Candidate, hardware.Candidate, set()),

@@ -119,6 +119,14 @@ ROUND_TRIPS = [
                                                      "ici_fsdp_parallelism": 4,
                                                      "ici_expert_parallelism": 8,
                                                      "per_device_batch_size": 1}),
+    ("v5p-4x4x4-stage-context", "tpu-v5p", "4x4x4", 1, {"model_name": "llama3.1-8b",
+                                                        "ici_pipeline_parallelism": 4,
+                                                        "ici_context_parallelism": 4,
+                                                        "ici_fsdp_parallelism": 4,
+                                                        "num_pipeline_microbatches": 8,
+                                                        "context_parallel_strategy": "ring",
+                                                        "shard_optimizer_over_data": True,
+                                                        "per_device_batch_size": 1}),
     ("v5p-2x2x4-2-slices-dcn-expert", "tpu-v5p", "2x2x4", 2, {"dcn_expert_parallelism": 2,
                                                               "dcn_data_parallelism": 1,
                                                               "ici_expert_parallelism": 4,
@@ -272,6 +280,35 @@ def test_moe_and_mla_keys_are_written_and_read_back():
     )  # fmt: skip
     assert not model_spec(dense["model"]).is_moe
     assert any("a dense model" in n for n in notes)
+
+
+def test_pipeline_context_and_zero1_are_written_and_read_back():
+    body = {
+        "hardware": "tpu-v5p", "topology": "4x4x4", "ici": {"stage": 4, "fsdp": 4, "context": 4},
+        "batch_shape": [64, 8192], "model": {"name": "llama3.1-8b", "remat": "full"},
+        "pipeline": {"microbatches": 8, "layers_per_stage": 2, "schedule": "circular"},
+        "context_parallel": {"strategy": "ring", "load_balance": False},
+        "optimizer": {"name": "adamw", "shard_over_data": True},
+    }  # fmt: skip
+    out = maxtext_args(_render(body))
+    parsed = parse_maxtext_args(out["args"])
+    assert parsed["ici_pipeline_parallelism"] == 4 and parsed["ici_context_parallelism"] == 4
+    assert parsed["num_pipeline_microbatches"] == 8
+    assert parsed["num_layers_per_pipeline_stage"] == 2
+    assert parsed["context_parallel_strategy"] == "ring"
+    assert parsed["context_parallel_load_balance"] is False
+    assert parsed["shard_optimizer_over_data"] is True
+    again = plan_request_from_maxtext(parsed, hardware="tpu-v5p", topology="4x4x4")
+    assert again["pipeline"] == {"schedule": "circular", "layers_per_stage": 2, "microbatches": 8}
+    assert again["context_parallel"] == {"strategy": "ring", "load_balance": False}
+    assert again["optimizer"]["shard_over_data"] is True
+    first = _render(body)["step_estimate"]
+    second = _render(again)["step_estimate"]
+    assert second["pipeline"] == first["pipeline"]
+    assert second["step_s"] == pytest.approx(first["step_s"])
+    # a 1f1b plan says MaxText runs its own schedule
+    body["pipeline"] = {"microbatches": 8, "schedule": "1f1b"}
+    assert any("circular" in note for note in maxtext_args(_render(body))["notes"])
 
 
 def test_named_model_overridden_sets_override_model_config():

@@ -11,14 +11,17 @@ from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
 from tests.datarax.launch.test_maxtext import _layout
 
 REFUSALS = [
-    ("pipeline", {"ici_pipeline_parallelism": 2}, "invalid_parallelism", "ici_pipeline"),
+    ("ulysses", {"ici_context_usp_ulysses_parallelism": 2}, "invalid_parallelism",
+     "ici_context_usp_ulysses"),
+    ("cp-strategy", {"ici_context_parallelism": 4, "context_parallel_strategy": "usp"},
+     "invalid_parallelism", "context_parallel_strategy"),
     ("moe-override", {"model_name": "mixtral-8x7b", "num_experts": 4},
      "invalid_maxtext_config", "override_model_config"),
     ("attention-type", {"base_emb_dim": 1024, "attention_type": "local_sliding"},
      "invalid_maxtext_config", "attention_type"),
     ("moe-count", {"base_emb_dim": 1024, "num_experts": 0}, "invalid_maxtext_config",
      "num_experts"),
-    ("context", {"ici_context_parallelism": 4}, "invalid_parallelism", "ici_context"),
+    ("diloco", {"dcn_diloco_parallelism": 2}, "invalid_parallelism", "dcn_diloco"),
     ("typo", {"ici_fdsp_parallelism": 4}, "invalid_maxtext_config", "ici_fdsp"),
     ("bad-size", {"ici_tensor_parallelism": 0}, "invalid_maxtext_config", "ici_tensor"),
     ("custom-mesh", {"custom_mesh": "hybrid_ring_64x4"}, "invalid_maxtext_config", "custom_mesh"),
@@ -43,6 +46,30 @@ def test_refusals_name_the_key(keys, code, named):
     with pytest.raises(PlanError) as error:
         plan_request_from_maxtext(keys, hardware="tpu-v5e", topology="4x4", slices=2)
     assert error.value.code == code and named in error.value.message
+
+
+def test_pipeline_context_and_zero1_keys_are_read():
+    notes: list[str] = []
+    body = plan_request_from_maxtext(
+        {"ici_pipeline_parallelism": 2, "ici_context_parallelism": 2, "ici_fsdp_parallelism": 4,
+         "num_pipeline_microbatches": 4, "context_parallel_strategy": "ring",
+         "shard_optimizer_over_data": True, "opt_type": "adamw"},
+        hardware="tpu-v5e", topology="4x4", notes=notes,
+    )  # fmt: skip
+    assert body["ici"]["stage"] == 2 and body["ici"]["context"] == 2
+    # MaxText's pipeline is circular, one layer a pass unless told otherwise
+    assert body["pipeline"] == {"schedule": "circular", "layers_per_stage": 1, "microbatches": 4}
+    assert body["context_parallel"] == {"strategy": "ring", "load_balance": True}
+    assert body["optimizer"] == {"name": "adamw", "shard_over_data": True}
+    # without their axes the keys are noted, not read as anything else
+    notes = []
+    body = plan_request_from_maxtext(
+        {"num_pipeline_microbatches": 4, "context_parallel_strategy": "ring"},
+        hardware="tpu-v5e", topology="4x4", notes=notes,
+    )  # fmt: skip
+    assert "pipeline" not in body and "context_parallel" not in body
+    assert any("no pipeline stages" in n for n in notes)
+    assert any("no context axis" in n for n in notes)
 
 
 def test_unknown_keys_are_ignored_and_noted():

@@ -303,18 +303,94 @@ STAGES_405B = {
     "dcn": {"stage": 8, "fsdp": 8}, "batch_shape": [512, 8192],
     "model": {"name": "llama3.1-405b", "seq_len": 8192},
 }  # fmt: skip
-CONTEXT_NO_MODEL = {"hardware": "tpu-v6e", "topology": "4x4", "ici": {"context": 4, "fsdp": 4}}
+ULYSSES = {"hardware": "tpu-v6e", "topology": "4x4", "ici": {"context_usp_ulysses": 4, "fsdp": 4}}
 
 
-@pytest.mark.parametrize(
-    ("body", "kind"),
-    [(STAGES_405B, "stage"), (CONTEXT_NO_MODEL, "context")],
-    ids=["h100-stage-405b", "context-no-model"],
-)
-def test_unpriced_kinds_are_refused(api, body, kind):
+def test_kinds_not_priced_are_refused(api):
+    problem = assert_problem(api.post("/v1/meshes", json=ULYSSES), 422, "invalid_parallelism")
+    assert "ulysses parallelism" in problem["detail"], problem
+    assert "data, fsdp, tensor, expert, stage, context" in problem["detail"], problem
+
+
+def test_stages_that_do_not_divide_the_layers_are_refused(api):
+    # issue 38: the 8 stages of a 405B used to be priced as data parallelism, each stage
+    # holding the whole model; its 126 layers do not split into 8 stages
+    problem = assert_problem(api.post("/v1/meshes", json=STAGES_405B), 422, "invalid_parallelism")
+    assert "126 layers" in problem["detail"] and "7" in problem["detail"], problem
+
+
+def _plan(api, body: dict) -> dict:
+    response = api.post("/v1/meshes", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_a_pipelined_plan_holds_its_layers_and_prices_its_bubble(api):
+    body = {**STAGES_405B, "batch_shape": [256, 8192],
+            "model": {"name": "llama3.1-70b", "remat": "full"}}  # fmt: skip
+    flat = _plan(api, {**body, "ici": {"fsdp": 8}, "dcn": {"fsdp": 64}, "batch_shape": [512, 8192]})
+    staged = _plan(api, {**body, "pipeline": {"microbatches": 4, "schedule": "1f1b"}})
+    pipeline = staged["step_estimate"]["pipeline"]
+    assert pipeline == {"stages": 8, "microbatches": 4, "repeats": 1, "layers_per_stage": 10,
+                        "schedule": "1f1b", "bubble_fraction": 7 / 11}  # fmt: skip
+    assert flat["step_estimate"]["pipeline"] is None
+    assert staged["step_estimate"]["breakdown"]["bubble_s"] > 0
+    # a stage holds a tenth of the 80 layers: 8 stages x 64 fsdp split them 512 ways, as
+    # 512 fsdp would; the embedding is whole on every stage (64 fsdp)
+    params = {p["path"]: p["bytes_per_device"] for p in staged["params"]}
+    flat_params = {p["path"]: p["bytes_per_device"] for p in flat["params"]}
+    assert params["layers/*/mlp/up"] == flat_params["layers/*/mlp/up"]
+    assert params["embed/embedding"] == 8 * flat_params["embed/embedding"]
+    sends = [c for c in staged["step_estimate"]["collectives"] if c["kind"] == "send-recv"]
+    assert {(c["axis"], c["phase"], c["count"]) for c in sends} == {
+        ("stage", "forward", 4), ("stage", "backward", 4)}  # fmt: skip
+
+
+def test_pipeline_or_context_options_without_their_axis_are_refused(api):
+    body = {**LLAMA_8B_V6E8, "pipeline": {"microbatches": 4}}
     problem = assert_problem(api.post("/v1/meshes", json=body), 422, "invalid_parallelism")
-    assert f"{kind} parallelism" in problem["detail"], problem
-    assert "data, fsdp, tensor, expert" in problem["detail"], problem
+    assert "no stage axis" in problem["detail"]
+    body = {**LLAMA_8B_V6E8, "context_parallel": {"strategy": "ring"}}
+    problem = assert_problem(api.post("/v1/meshes", json=body), 422, "invalid_parallelism")
+    assert "no context axis" in problem["detail"]
+
+
+LONG_70B = {
+    "hardware": "tpu-v5p", "topology": "4x4x4", "ici": {"fsdp": 16, "context": 4},
+    "batch_shape": [16, 131072],
+    "model": {"name": "llama3.1-70b", "seq_len": 131072, "remat": "full"},
+}  # fmt: skip
+
+
+def test_a_context_axis_splits_the_sequence_and_gathers_keys_and_values(api):
+    plan = _plan(api, LONG_70B)
+    estimate = plan["step_estimate"]
+    kv = [c for c in estimate["collectives"] if c["what"] == "keys and values"]
+    assert {(c["axis"], c["kind"]) for c in kv} >= {("context", "all-gather"),
+                                                     ("context", "reduce-scatter")}  # fmt: skip
+    ring = _plan(api, {**LONG_70B, "context_parallel": {"strategy": "ring"}})
+    assert ring["context_parallel"] == {"strategy": "ring", "load_balance": True}
+    kinds = {
+        c["kind"] for c in ring["step_estimate"]["collectives"] if c["what"] == "keys and values"
+    }
+    assert kinds == {"send-recv"}
+    # 131072 tokens over 4 context shards
+    flat = _plan(api, {**LONG_70B, "ici": {"fsdp": 64}, "batch_shape": [64, 131072]})
+    assert plan["memory_per_device"]["total"] < flat["memory_per_device"]["total"] / 2
+    bad = {**LONG_70B, "model": {**LONG_70B["model"], "seq_len": 131071}}
+    problem = assert_problem(api.post("/v1/meshes", json=bad), 422, "invalid_parallelism")
+    assert "seq_len 131071" in problem["detail"]
+
+
+def test_shard_over_data_splits_the_optimizer_state_over_the_data_axes(api):
+    body = {**LLAMA_8B_V6E8, "ici": {"data": 4, "fsdp": 2}}
+    plain = _plan(api, body)
+    zero1 = _plan(api, {**body, "optimizer": {"name": "adamw", "shard_over_data": True}})
+    assert zero1["shard_over_data"] is True and "shard_over_data" not in plain
+    assert zero1["memory_per_device"]["optimizer"] * 4 == plain["memory_per_device"]["optimizer"]
+    data_ops = {(c["kind"], c["what"]) for c in zero1["step_estimate"]["collectives"]
+                if c["axis"] == "data"}  # fmt: skip
+    assert data_ops == {("reduce-scatter", "grads"), ("all-gather", "params")}
 
 
 def test_an_expert_axis_on_a_dense_model_is_refused_with_what_applies(api):
@@ -349,8 +425,8 @@ def test_an_moe_plan_splits_experts_over_the_expert_axis(api):
     assert wi["spec"][0] == "expert", wi
 
 
-@pytest.mark.parametrize("kind", ["expert", "stage", "context"])
-def test_size_one_axes_of_unpriced_kinds_plan(api, kind):
+@pytest.mark.parametrize("kind", ["expert", "stage", "context", "diloco"])
+def test_size_one_axes_of_kinds_that_do_not_apply_plan(api, kind):
     # an axis of size 1 splits nothing: MaxText's own meshes carry them
     body = {**EXPERT_ON_DENSE, "ici": {"fsdp": 256, kind: 1}}
     assert api.post("/v1/meshes", json=body).status_code == 201
