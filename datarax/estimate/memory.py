@@ -99,6 +99,14 @@ fsdp 8: -17% to -20%), may not keep a multi-layer FSDP step's whole gradient bes
 them (+13%, +22%), and may keep another layer's gradient until the first kernel's
 update (v6e ``[16384, 8192, 16384]``: -9%).
 
+Stages, context and ZeRO-1 (:class:`~datarax.parallel.options.ParallelOptions`). Stages
+hold their layers' state (:func:`~datarax.parallel.axis_roles.repeat_per_device`) and
+their schedule's activations in flight (:func:`_pipeline_shares`); a context axis divides
+the tokens a device keeps and adds the keys and values it gathers
+(:func:`_context_kv_bytes`); ``shard_over_data`` splits the optimizer state over the data
+axes as well (MaxText's ``shard_optimizer_over_data`` adds them to the optimizer state's
+sharding only: parameters and gradients keep theirs).
+
 The figure is meant for HBM: ``fits`` compares it with the HBM a program may use
 (``usable_hbm_bytes``, else ``hbm_bytes``), as XLA's compile-time OOM check compares
 its HBM allocation (``total_allocation_bytes``, ``compile_step``'s
@@ -133,7 +141,6 @@ from datarax.parallel.axis_roles import (
     ParamSharding,
     axis_roles,
     batch_shards,
-    check_expert_split,
     check_kinds_apply,
     check_tensor_split,
     gather_axes,
@@ -379,6 +386,43 @@ def _temporaries(
     return out
 
 
+def _in_vmem(
+    grads: int,
+    activations: int,
+    temporaries: int,
+    axes: Mapping[str, int],
+    roles: Mapping[str, str],
+    dcn_axes: Collection[str],
+) -> tuple[int, int, int, int]:
+    """``(grads, vmem, activations, temporaries)`` in HBM terms when the working set sits
+    in VMEM (module docstring): HBM keeps the gradients only where a DCN axis reduces
+    them, and one received copy with :data:`_HBM_REMAINDER`."""
+    reduced_over_dcn = any(
+        KINDS[roles[a]].splits_batch and int(axes[a]) > 1 for a in dcn_axes if a in axes
+    )
+    hbm_grads = grads if reduced_over_dcn else 0
+    vmem = grads + activations + temporaries - hbm_grads
+    return hbm_grads, vmem, 0, hbm_grads + _HBM_REMAINDER
+
+
+def _activation_bytes(
+    model: ModelSpec,
+    sizes: Mapping[str, int],
+    tokens: int,
+    itemsize: int,
+    shares: tuple[float, float, float],
+) -> int:
+    """Bytes of the activations this device keeps for the backward pass: its tokens'
+    residuals (:func:`_transformer_residuals`, :func:`_mlp_residuals`), a pipelined
+    device's shares of them (:func:`_pipeline_shares`)."""
+    if isinstance(model, TransformerSpec):
+        per_token = _transformer_residuals(
+            model, sizes["tensor"], itemsize, sizes["expert"], shares[0], shares[1]
+        )
+        return int(per_token * tokens)
+    return int(_mlp_residuals(model, sizes["tensor"], itemsize) * tokens)
+
+
 def _pipeline_shares(
     model: ModelSpec, sizes: Mapping[str, int], local_batch: int, options: ParallelOptions
 ) -> tuple[float, float, float]:
@@ -489,13 +533,7 @@ def memory_estimate(
       specs: :func:`param_specs` of ``model`` on ``axes`` under ``roles``, where the
         caller has them already (:func:`~datarax.estimate.cost.estimate_step`).
       options: the pipeline, context-parallel and ZeRO-1 options
-        (:class:`~datarax.parallel.options.ParallelOptions`). Stages hold their layers'
-        state (:func:`~datarax.parallel.axis_roles.repeat_per_device`) and their
-        schedule's activations in flight (:func:`_pipeline_shares`); a context axis
-        divides the tokens a device keeps and adds the keys and values it gathers
-        (:func:`_context_kv_bytes`); ``shard_over_data`` splits the optimizer state
-        over the data axes as well (MaxText's ``shard_optimizer_over_data`` adds them to
-        the optimizer state's sharding only: parameters and gradients keep theirs).
+        (:class:`~datarax.parallel.options.ParallelOptions`; module docstring).
 
     Returns:
       A :class:`~datarax.estimate.results.MemoryEstimate` of
@@ -518,8 +556,7 @@ def memory_estimate(
     options = options or ParallelOptions()
     sizes = role_sizes(axes, roles)
     check_tensor_split(model, sizes["tensor"])
-    check_expert_split(model, sizes["expert"])
-    check_kinds_apply(model, axes, roles, options.context)
+    check_kinds_apply(model, axes, roles, options.context)  # experts, stages, context
     cp, stages = sequence_shards(sizes), layer_shards(sizes)
     tokens = tokens_per_device(model, global_batch, batch_shards(sizes), cp)
     local_batch = global_batch // batch_shards(sizes)
@@ -532,13 +569,7 @@ def memory_estimate(
         for group, _, shard, _ in specs
     )
     host_offload = int(_offloaded_bytes(model, sizes["tensor"], itemsize) * tokens * shares[0])
-    if isinstance(model, TransformerSpec):
-        per_token = _transformer_residuals(
-            model, sizes["tensor"], itemsize, sizes["expert"], shares[0], shares[1]
-        )
-        activations = int(per_token * tokens)
-    else:
-        activations = int(_mlp_residuals(model, sizes["tensor"], itemsize) * tokens)
+    activations = _activation_bytes(model, sizes, tokens, itemsize, shares)
     batch = local_batch * model.batch_bytes_per_example() // cp
     optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer]
     if options.shard_over_data:
@@ -548,23 +579,15 @@ def memory_estimate(
         for group, _, _, _ in specs
     }
     context_kv = _context_kv_bytes(model, sizes, tokens, itemsize, options)
-    temporaries = sum(
-        _temporaries(
-            model, specs, sizes, gathered_by, tokens, itemsize, param_itemsize, shares, context_kv
-        ).values()
+    parts = _temporaries(
+        model, specs, sizes, gathered_by, tokens, itemsize, param_itemsize, shares, context_kv
     )
-    grads = params
-    vmem = 0
-    working = grads + activations + temporaries
-    if vmem_bytes is not None and working <= vmem_bytes:
-        reduced_over_dcn = any(
-            KINDS[roles[a]].splits_batch and int(axes[a]) > 1 for a in dcn_axes if a in axes
+    temporaries = sum(parts.values())
+    grads, vmem = params, 0
+    if vmem_bytes is not None and grads + activations + temporaries <= vmem_bytes:
+        grads, vmem, activations, temporaries = _in_vmem(
+            grads, activations, temporaries, axes, roles, dcn_axes
         )
-        hbm_grads = grads if reduced_over_dcn else 0
-        vmem = working - hbm_grads
-        activations = 0
-        temporaries = hbm_grads + _HBM_REMAINDER
-        grads = hbm_grads
     total = params + grads + optimizer_bytes + activations + batch + temporaries
     usable = hbm_bytes if usable_hbm_bytes is None or hbm_bytes is None else usable_hbm_bytes
     host_fits = host_memory_bytes is None or host_offload <= host_memory_bytes
@@ -574,12 +597,10 @@ def memory_estimate(
         kernel, whole, copies = _transposed_update(
             specs, sizes, itemsize, OPTIMIZER_STATE_FACTOR[optimizer], arguments, hbm_bytes
         )
-        moment = arguments + whole + kernel + copies
         in_vmem = vmem_bytes is not None and kernel + copies <= vmem_bytes
-        if not in_vmem and moment > total:
+        if not in_vmem and arguments + whole + kernel + copies > total:
             grads, activations, layout_copies = kernel, 0, copies
-            temporaries = whole + copies
-            total = moment
+            temporaries, total = whole + copies, arguments + whole + kernel + copies
     return MemoryEstimate(
         params=params,
         optimizer=optimizer_bytes,

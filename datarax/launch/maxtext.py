@@ -219,7 +219,10 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
         fields = {k: v for k, v in named_model(name).items() if k in _NAMED_ARCH}
         if all(model.get(k, v) == v for k, v in fields.items()):
             # the named model as MaxText has it: its own values, so no key is overridden
-            arch = {k: table.get(k, v) for k, v in arch.items() if k in table or k in _MOE_ARCH}
+            arch = {
+                **{k: v for k, v in table.items() if k in arch},
+                **{k: v for k, v in arch.items() if k in _MOE_ARCH and k not in table},
+            }
             if pairs > 1:
                 notes.append(
                     f"{name}: MaxText counts {pairs} layers per decoder layer "
@@ -274,10 +277,10 @@ _MOE_ARCH = (
 )
 
 
-def _moe_mla_args(spec: TransformerSpec) -> dict[str, Any]:
+def _moe_mla_args(spec: TransformerSpec) -> JSONObject:
     """MaxText's mixture-of-experts and MLA keys of a spec (none for a dense ``mha``
     model, which base.yml's defaults describe)."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     if spec.is_moe:
         out.update(
             num_experts=spec.num_experts,
@@ -308,12 +311,12 @@ _NAMED_ARCH = (
 )
 
 
-def _parallel_args(plan: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+def _parallel_args(plan: Mapping[str, Any], notes: list[str]) -> JSONObject:
     """MaxText's keys of the plan's pipeline (``step_estimate.pipeline``), context
     strategy (``context_parallel``) and ZeRO-1 (``shard_over_data``). MaxText runs one
     schedule, circular GPipe; a 1f1b plan is noted, its bubble and memory being
     another schedule's."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     pipeline = (plan.get("step_estimate") or {}).get("pipeline")
     if pipeline:
         out["num_pipeline_microbatches"] = pipeline["microbatches"]

@@ -227,7 +227,6 @@ def _model(
     **extra: Any,
 ) -> JSONObject:
     return {
-        **extra,
         "base_emb_dim": emb,
         "base_num_query_heads": q,
         "base_num_kv_heads": kv,
@@ -237,6 +236,7 @@ def _model(
         "mlp_activations": acts,
         "vocab_size": vocab,
         "logits_via_embedding": tied,
+        **extra,
         "source": f"{_BLOB}src/maxtext/configs/models/{name}.yml",
     }
 

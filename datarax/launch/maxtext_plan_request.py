@@ -257,12 +257,12 @@ def _moe_mla_request(
     name: str,
     override: bool,
     notes: list[str],
-) -> dict[str, Any]:
+) -> JSONObject:
     """The model's mixture-of-experts and MLA fields from MaxText's keys: architecture
     keys are held to a named model's config as the dense ones are; a dense model
     (``num_experts=1``) drops the MoE keys, and MLA's keys count only with
     ``attention_type=mla``, each dropped key noted."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for key in (*MOE_KEYS, "attention_type", *MLA_KEYS):
         if key not in maxtext:
             continue
@@ -286,7 +286,8 @@ def _moe_mla_request(
             notes.append(f"num_experts={experts}: a dense model; {dropped} ignored")
         for field in MOE_KEYS.values():
             out.pop(field, None)
-    if out.get("capacity_factor", 1.0) <= 0:
+    factor = out.get("capacity_factor")
+    if isinstance(factor, float) and factor <= 0:
         out.pop("capacity_factor")  # base.yml's -1: dropless, our default
     mla = out.get("attention_type", (table or {}).get("attention_type", "global"))
     if mla != "mla":
@@ -329,12 +330,12 @@ def _parallel_options(
     dcn: Mapping[str, int],
     notes: list[str],
     optimizer: Any,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The body's ``pipeline``, ``context_parallel`` and ZeRO-1 optimizer from MaxText's
     keys. MaxText's pipeline is circular: ``num_layers_per_pipeline_stage`` (default 1)
     layers a pass, as many repeats as that leaves, ``num_pipeline_microbatches``
     (default: the stages). Keys of a kind the mesh does not use are noted and left."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     stages = ici.get("stage", 1) * dcn.get("stage", 1)
     pipe_keys = [k for k in ("num_pipeline_microbatches", "num_layers_per_pipeline_stage")
                  if k in maxtext]  # fmt: skip

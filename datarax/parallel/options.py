@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datarax.distributed.errors import PlanError
+from datarax.json_types import JSONObject
 
 __all__ = [
     "CONTEXT_STRATEGIES",
@@ -129,7 +130,7 @@ class PipelineShape:
     bubble_fraction: float
     in_flight: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "stages": self.stages,
             "microbatches": self.microbatches,
