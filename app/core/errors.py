@@ -91,7 +91,7 @@ CODES: dict[str, Code] = _codes(
     ("launch_target_unavailable", 422, "Cannot launch", "a target that does not apply here"),
     ("invalid_maxtext_config", 422, "Invalid MaxText config", "MaxText keys we cannot plan"),
     ("unknown_axis_role", 422, "Invalid hardware plan", "an axis whose role is not known"),
-    ("invalid_parallelism", 422, "Invalid hardware plan", "a kind not priced or that does not apply"),
+    ("invalid_parallelism", 422, "Invalid hardware plan", "a kind not priced or not applying"),
     ("tensor_not_divisible", 422, "Invalid hardware plan", "tensor axis does not divide heads"),
     ("unknown_optimizer", 422, "Invalid model", "an optimizer other than adam/adamw/sgd"),
     ("invalid_top_k", 422, "Invalid recommendation request", "top_k below 1"),
