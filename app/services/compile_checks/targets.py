@@ -42,6 +42,7 @@ from datarax.distributed.errors import PlanError
 from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.hardware.chips import HARDWARE, get_hardware
+from datarax.parallel.kinds import check_compiled, kinds_by_alias
 
 PROGRAM_VERSION = 3
 """Bumped when :mod:`datarax.spmd.compile_step` builds a different program, or a
@@ -135,6 +136,7 @@ def check_target(
         )
     batch = int(shape[0])
     _check_sizes(spec, batch)
+    _check_buildable(spec, plan)
     optimizer = optimizer_name(request.optimizer)
     estimate = _estimate(plan, spec.to_json(), optimizer, batch)
     extra = {"estimate": estimate}
@@ -294,6 +296,26 @@ def _check_sizes(spec: Any, batch: int) -> None:
             f"the step's {name} would hold {largest:.3g} elements, beyond the {_MAX_ELEMENTS:.3g} "
             "that XLA can lower (it aborts on such a shape); shrink the model or the batch",
             code="model_too_large",
+        )
+
+
+def _check_buildable(spec: Any, plan: Mapping[str, Any]) -> None:
+    """422 before any compile when the library's program would not build what the plan
+    prices: axes of kinds it does not build (``invalid_parallelism``: expert, stage,
+    context), or mixture-of-experts layers and MLA (``invalid_model``)."""
+    kinds = kinds_by_alias()
+    axes = {name: int(size) for name, size in plan["axes"].items() if name in kinds}
+    try:
+        check_compiled(axes, {name: kinds[name].name for name in axes})
+    except PlanError as error:
+        raise from_library(error) from None
+    if isinstance(spec, TransformerSpec) and (spec.is_moe or spec.attention_type != "mha"):
+        what = "mixture-of-experts layers" if spec.is_moe else "MLA attention"
+        raise ServiceError(
+            f"the library's transformer does not build {what} yet, so XLA cannot be asked "
+            "about this step: the plan's estimate prices it; compile a dense model with "
+            "attention_type 'mha'",
+            code="invalid_model",
         )
 
 

@@ -150,3 +150,28 @@ def test_bad_bodies(client):
     assert_problem(
         client.post(url, json={"model": MODEL, "batch_shape": [102]}), 422, "batch_not_divisible"
     )
+
+
+def test_kinds_and_layers_the_program_does_not_build_are_refused_before_compiling(client):
+    # issue 38: plans price stages, context and experts; the library's training program
+    # does not build them yet, so a compile check says so instead of compiling another step
+    dense = {"kind": "transformer", "layers": 4, "d_model": 512, "d_ff": 2048, "heads": 8,
+             "kv_heads": 8, "vocab": 32000, "seq_len": 2048}  # fmt: skip
+    staged = _plan(client, {"hardware": "tpu-v5e", "topology": "4x4",
+                            "ici": {"stage": 4, "fsdp": 4}, "batch_shape": [16, 2048],
+                            "model": dense})  # fmt: skip
+    problem = assert_problem(
+        client.post(f"/v1/meshes/{staged}/compile-checks", json={"model": dense}),
+        422,
+        "invalid_parallelism",
+    )
+    assert "stage parallelism" in problem["detail"] and "data, fsdp, tensor" in problem["detail"]
+    moe = {**dense, "num_experts": 8, "experts_per_token": 2}
+    mesh_id = _plan(client, TPU_PLAN)
+    problem = assert_problem(
+        client.post(f"/v1/meshes/{mesh_id}/compile-checks",
+                    json={"model": moe, "batch_shape": [16, 2048]}),
+        422,
+        "invalid_model",
+    )  # fmt: skip
+    assert "mixture-of-experts" in problem["detail"]
