@@ -189,6 +189,34 @@ def bench_abstract_plans(client: httpx.Client, repeats: int) -> dict:
     }
 
 
+DEEPSEEK_65536 = {
+    "hardware": "tpu-v5p",
+    "topology": "16x16x16",
+    "slices": 16,
+    "ici": {"data": 1, "fsdp": 16, "expert": 256},
+    "dcn": {"data": 16, "fsdp": 1, "expert": 1},
+    "batch_shape": [65536, 4096],
+    "model": {"name": "deepseek3-671b", "remat": "full"},
+}
+"""Issue 38's target: a 65,536-chip hardware plan of DeepSeek-V3 (v5p 16x16x16 x 16)."""
+DEEPSEEK_PLAIN = {
+    "axes": {"data": 16, "fsdp": 16, "expert": 256},
+    "num_devices": 65536,
+    "batch_shape": [65536, 4096],
+    "batch_axes": ["data", "fsdp", "expert"],
+}
+MIXTRAL_V5P_1024 = {
+    "hardware": "tpu-v5p",
+    "topology": "8x8x16",
+    "global_batch": 1024,
+    "axes": ["fsdp", "tensor", "expert"],
+    "model": {"name": "mixtral-8x7b", "remat": "full"},
+    "top_k": 5,
+}
+"""Issue 38's target: a recommendation over the expert, fsdp and tensor factorisations of
+a v5p-1024 (8x8x16)."""
+
+
 def bench_hardware_plans(client: httpx.Client, repeats: int) -> dict:
     """A 65,536-chip hardware plan (v5e 16x16 x 256 slices) beside the plain plan of the same
     mesh shape, end to end, and a recommendation over every factorisation of that cluster."""
@@ -239,7 +267,20 @@ def bench_hardware_plans(client: httpx.Client, repeats: int) -> dict:
         hardware_s.append(_median_time(lambda: post("/v1/meshes", hardware), 1))
         plain_s.append(_median_time(lambda: post("/v1/meshes", plain), 1))
     answer = client.post("/v1/recommendations", json=recommendation).json()
+    post("/v1/meshes", DEEPSEEK_65536)
+    post("/v1/recommendations", MIXTRAL_V5P_1024)
+    moe_s, moe_plain_s = [], []
+    for _ in range(repeats):  # the MoE plan beside the plain plan of its mesh shape
+        moe_s.append(_median_time(lambda: post("/v1/meshes", DEEPSEEK_65536), 1))
+        moe_plain_s.append(_median_time(lambda: post("/v1/meshes", DEEPSEEK_PLAIN), 1))
+    moe_answer = client.post("/v1/recommendations", json=MIXTRAL_V5P_1024).json()
     return {
+        "moe_plan_s": statistics.median(moe_s),
+        "moe_plain_plan_s": statistics.median(moe_plain_s),
+        "moe_recommendation_s": _median_time(
+            lambda: post("/v1/recommendations", MIXTRAL_V5P_1024), repeats
+        ),
+        "moe_recommendation_considered": moe_answer["considered"],
         "hardware_plan_s": statistics.median(hardware_s),
         "plain_plan_s": statistics.median(plain_s),
         "hardware_over_plain": statistics.median(hardware_s) / statistics.median(plain_s),
@@ -544,6 +585,20 @@ def write_markdown(results: dict, path: Path) -> None:
             f"| {h['recommendation_s'] * 1e3:.0f} ms | - | < 1 s "
             f"| {_met(h['recommendation_s'] < 1)} |"
         )
+        if "moe_plan_s" in h:
+            lines.append(
+                f"| hardware plan of `deepseek3-671b`, TPU v5p 16x16x16 x 16 slices (65,536 "
+                f"chips, expert 256), end to end, vs the plain plan of the same mesh shape "
+                f"| {h['moe_plan_s'] * 1e3:.0f} ms vs {h['moe_plain_plan_s'] * 1e3:.0f} ms "
+                f"| {h['moe_plan_s'] / h['moe_plain_plan_s']:.2f} | < 1 s "
+                f"| {_met(h['moe_plan_s'] < 1)} |"
+            )
+            lines.append(
+                f"| recommendation over the fsdp, tensor and expert factorisations of a "
+                f"v5p-1024 for `mixtral-8x7b` ({h['moe_recommendation_considered']} "
+                f"considered), end to end | {h['moe_recommendation_s'] * 1e3:.0f} ms | - "
+                f"| < 2 s | {_met(h['moe_recommendation_s'] < 2)} |"
+            )
     if "served_steps" in r:
         e = r["served_steps"]
         lines.append(
@@ -839,6 +894,10 @@ def _run_only(names: list[str], args: argparse.Namespace) -> None:
         with running_server() as base, httpx.Client(base_url=base, timeout=600) as client:
             results["real_runs"] = bench_real_runs(client, args.repeats)
         print("real_runs", results["real_runs"], flush=True)
+    if "hardware_plans" in names:
+        with running_server() as base, httpx.Client(base_url=base, timeout=600) as client:
+            results["hardware_plans"] = bench_hardware_plans(client, args.repeats)
+        print("hardware_plans", results["hardware_plans"], flush=True)
     if "calibration" in names:
         results["calibration"] = bench_calibration()
         print("calibration done", flush=True)
@@ -900,8 +959,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        help="comma-separated: real_runs, calibration, production_memory, heavy_work, "
-        "startup; run "
+        help="comma-separated: real_runs, hardware_plans, calibration, production_memory, "
+        "heavy_work, startup; run "
         "just these and write --out with "
         "the other results it already holds",
     )
