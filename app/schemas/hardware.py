@@ -448,6 +448,11 @@ class Candidate(BaseModel):
     step_estimate: StepEstimate
     memory_per_device: dict[str, Any]
     plan_request: dict[str, Any] = Field(description="a POST /v1/meshes body, as it is")
+    flags: list[str] | None = Field(
+        None,
+        description="tensor or expert axes across DCN or InfiniBand, and why the candidate "
+        "ranks where it does anyway",
+    )
 
 
 class Recommendations(BaseModel):

@@ -318,6 +318,7 @@ class Candidate(TypedDict):
     step_estimate: StepEstimate
     memory_per_device: MemoryPerDevice
     plan_request: dict[str, Any]  # a POST /v1/meshes body, as it is
+    flags: NotRequired[list[str]]  # tensor/expert axes across the slow network, and why
 
 
 class Recommendations(TypedDict):

@@ -48,7 +48,7 @@ from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.json_types import JSONObject
 from datarax.parallel.axis_roles import axis_roles, batch_axes
-from datarax.parallel.kinds import check_priced
+from datarax.parallel.kinds import KINDS, check_priced
 from datarax.plan.layout import PlanCancelled
 
 __all__ = [
@@ -338,17 +338,20 @@ def recommend_meshes(
             cluster.explain(spec, global_batch, optimizer, rejected, smallest),
         )
     candidates: list[Candidate] = []
+    roles = axis_roles(list(names))
     for rank, (_, ici, dcn, est) in enumerate(survivors[:top_k], start=1):
-        candidates.append(
-            {
-                "rank": rank,
-                "ici": ici,
-                "dcn": dcn,
-                "step_estimate": est.to_json(),
-                "memory_per_device": est.memory_per_device.to_json(),
-                "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
-            }
-        )
+        candidate: Candidate = {
+            "rank": rank,
+            "ici": ici,
+            "dcn": dcn,
+            "step_estimate": est.to_json(),
+            "memory_per_device": est.memory_per_device.to_json(),
+            "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
+        }
+        flags = _slow_link_flags(dcn, roles, est, cluster.hw, cluster.best_on_fast)
+        if flags:
+            candidate["flags"] = flags
+        candidates.append(candidate)
     out: Recommendations = {
         "candidates": candidates,
         "considered": considered,
@@ -360,6 +363,50 @@ def recommend_meshes(
             f"{len(candidates)} of the top_k {top_k} asked for: only {n_survivors} of the "
             f"{considered} factorisations survive"
             + (f" (rejected: {_counts(rejected)})" if rejected else "")
+        )
+    return out
+
+
+def slow_model_axes(dcn: Mapping[str, int], roles: Mapping[str, str]) -> list[str]:
+    """The axes over 1 across the slow network (DCN or InfiniBand) whose kind splits the
+    model's tensors or experts (tensor, expert): their collectives run inside every layer,
+    where the slow network hurts most."""
+    return [
+        name
+        for name, size in dcn.items()
+        if size > 1 and KINDS[roles[name]].param_split in ("tensor_dim", "expert_dim")
+    ]
+
+
+def _slow_link_flags(
+    dcn: Mapping[str, int],
+    roles: Mapping[str, str],
+    est: StepEstimate,
+    hw: Hardware,
+    best_on_fast: float,
+) -> list[str]:
+    """One line per tensor or expert axis a candidate puts across the slow network, with
+    why it ranks where it does anyway: faster than the best candidate that keeps those
+    kinds on the fast network (by how much), or the only kind of layout that fits."""
+    out = []
+    network = "InfiniBand" if hw.kind == "gpu" else "the data-centre network (DCN)"
+    for name in slow_model_axes(dcn, roles):
+        if math.isinf(best_on_fast):
+            why = "no candidate keeping tensor and expert axes within a slice or NVLink domain fits"
+        elif best_on_fast >= est.step_s:
+            why = (
+                f"the best candidate keeping them within a slice or NVLink domain is "
+                f"{best_on_fast / est.step_s - 1:.0%} slower ({best_on_fast:.4g} s a step)"
+            )
+        else:
+            why = (
+                f"none: it is {est.step_s / best_on_fast - 1:.0%} slower than the best "
+                f"candidate keeping them within a slice or NVLink domain "
+                f"({best_on_fast:.4g} s a step), which ranks above it"
+            )
+        out.append(
+            f"{roles[name]} axis {name!r} crosses {network} ({dcn[name]} ways): its "
+            f"collectives run inside every layer on the slow link; why it ranks here: {why}"
         )
     return out
 
@@ -396,6 +443,7 @@ class _Cluster:
     fixed_dcn: dict[str, int] = field(default_factory=dict)
     should_stop: Callable[[], bool] | None = None
     budget: int | None = None
+    best_on_fast: float = math.inf  # the fastest survivor keeping tensor/expert off DCN
     """Candidates left to price, over the search and its explaining re-searches."""
 
     @classmethod
@@ -578,6 +626,8 @@ class _Cluster:
             for f in _factorisations_with(self.n_dcn, self.names, self.fixed_dcn)
         ]
         considered = 0
+        self.best_on_fast = math.inf
+        roles = axis_roles(list(self.names))
         for ici_sizes in _factorisations_with(self.n_ici, self.names, self.fixed_ici):
             considered += len(dcn_options)
             self._spend(0)
@@ -604,6 +654,8 @@ class _Cluster:
                     smallest = min(smallest, memory.total)
                     rejected["does_not_fit"] = rejected.get("does_not_fit", 0) + 1
                     continue
+                if not slow_model_axes(dcn, roles):
+                    self.best_on_fast = min(self.best_on_fast, est.step_s)
                 # enumeration order (ici factorisations ascending, then dcn) breaks the
                 # last ties
                 entry = (-est.step_s, -memory.total, -survivors, (est.step_s, ici, dcn, est))

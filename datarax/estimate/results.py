@@ -245,6 +245,7 @@ class Candidate(TypedDict):
     step_estimate: JSONObject
     memory_per_device: JSONObject
     plan_request: JSONObject
+    flags: NotRequired[list[str]]
 
 
 class Recommendations(TypedDict):

@@ -140,3 +140,31 @@ def test_65536_device_recommendation_considers_every_factorisation():
     out = recommend_meshes("tpu-v5e", topology="16x16", slices=256, model=model, global_batch=32768)
     assert out["considered"] == 45 * 45
     assert out["candidates"][0]["memory_per_device"]["fits"]
+
+
+def test_tensor_or_expert_across_dcn_is_flagged_with_why_it_ranks_anyway():
+    # every candidate of the whole search, best first: the ones putting tensor on DCN
+    # carry a flag saying how they compare with the best that keeps tensor in a slice
+    out = recommend_meshes(
+        "tpu-v5e", topology="4x4", slices=2, model=SMALL, global_batch=64, top_k=10_000
+    )
+    on_fast = [c for c in out["candidates"] if c["dcn"]["tensor"] == 1]
+    slow = [c for c in out["candidates"] if c["dcn"]["tensor"] > 1]
+    assert on_fast and slow
+    assert not any("flags" in c for c in on_fast)
+    best = on_fast[0]["step_estimate"]["step_s"]
+    for c in slow:
+        (flag,) = c["flags"]
+        assert "tensor axis 'tensor' crosses the data-centre network (DCN) (2 ways)" in flag
+        step = c["step_estimate"]["step_s"]
+        if step <= best:
+            assert f"is {best / step - 1:.0%} slower ({best:.4g} s a step)" in flag
+        else:
+            assert f"none: it is {step / best - 1:.0%} slower than the best" in flag
+    # when only slow layouts are left, the flag says so
+    out = recommend_meshes(
+        "tpu-v5e", topology="4x4", slices=2, model=SMALL, global_batch=64,
+        fixed_dcn={"data": 1, "fsdp": 1, "tensor": 2},
+    )  # fmt: skip
+    assert all("no candidate keeping tensor and expert axes" in c["flags"][0]
+               for c in out["candidates"])  # fmt: skip
