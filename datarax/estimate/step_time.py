@@ -59,6 +59,9 @@ class Calibration:
       source: how the figures were obtained.
       grouped_matmul: fraction of peak the routed experts' grouped matmuls reach
         (megablox / ``ragged_dot`` on TPU, grouped GEMMs on GPU); ``None``: ``matmul``'s.
+      all_to_all_overlap: fraction of the experts' all-to-all (dispatch and combine over
+        the expert axes) that hides behind compute; the rest is exposed. ``None``: the
+        all-to-all is one more collective under ``overlap``.
     """
 
     matmul: float
@@ -68,6 +71,7 @@ class Calibration:
     overhead_s: float
     source: str
     grouped_matmul: float | None = None
+    all_to_all_overlap: float | None = None
 
     @property
     def grouped(self) -> float:
@@ -77,10 +81,15 @@ class Calibration:
 _FIT = "fitted by benchmarks/calibrate.py on the training rows of benchmarks/calibration_runs.py"
 CALIBRATION: dict[str, Calibration] = {
     "tpu": Calibration(0.76, 0.65, 0.9, 0.4, 0.0, _FIT),
-    "gpu": Calibration(0.45, 0.30, 0.9, 0.6, 0.0, _FIT),
+    "gpu": Calibration(0.45, 0.30, 0.9, 0.6, 0.0, _FIT, grouped_matmul=0.53),
     "cpu": Calibration(1.0, 1.0, 1.0, 1.0, 0.0, "nominal: simulated devices"),
 }
-"""Constants per ``Hardware.kind`` (see :class:`Calibration`)."""
+"""Constants per ``Hardware.kind`` (see :class:`Calibration`). The mixture-of-experts
+constants (``grouped_matmul``, ``all_to_all_overlap``) are fitted by
+``benchmarks/calibration_moe.py`` on the published MoE runs issue 38 names; TPU's stay
+unset (its sparse run misses by more than grouped-matmul efficiency explains, and the
+all-to-all's own overlap does not cut the error), GPU's ``grouped_matmul`` rests on one
+run (NeMo's Mixtral 8x7B on 256 H200)."""
 
 
 _UPDATE_PASSES = {"adam": 7, "adamw": 7, "sgd": 3}
@@ -108,6 +117,22 @@ def _layer_matmul_flops(model: TransformerSpec) -> dict[str, float]:
 def _attention_forward_flops(model: TransformerSpec) -> float:
     """Forward FLOPs per token of one layer's ``QK^T`` and ``AV``, non-causal."""
     return 2.0 * model.seq_len * model.heads * (model.qk_head_dim + model.value_head_dim)
+
+
+def _dense_moe_flops(model: TransformerSpec, routed: float) -> tuple[float, float]:
+    """``(forward, backward)`` FLOPs per token of the dense (capacity) kernel, on the
+    matmul units: MaxText's ``dense_matmul`` (``layers/moe.py`` at the tpu-recipes-v0.1.2
+    tag, commit ``14b5876ea857c09cc3d8645385f984689376a331``) pads every expert to its
+    capacity, ``C = ceil(S k / E) * capacity_factor`` rows a sequence, so the ``routed``
+    expert FLOPs scale by ``capacity_factor``; and it dispatches and combines through
+    einsums with ``[S, E, C]`` one-hot masks (``BSM,BSEC -> EBCM`` and back), ``2 E C d``
+    FLOPs a token each, about ``2 S k capacity_factor d``: two forward, three backward
+    (the input gradient of the dispatch; the combine's gradients to the experts' output
+    and to its router-weighted mask). MaxText's own FLOP count leaves the masks' einsums
+    out, and so does ``model_flops`` here: they are time, not model FLOPs."""
+    cf = model.capacity_factor
+    mask = 2.0 * model.seq_len * model.experts_per_token * cf * model.d_model * model.moe_layers
+    return 2.0 * routed * cf + 2.0 * mask, 4.0 * routed * cf + 3.0 * mask
 
 
 def recompute_flops_per_token(model: ModelSpec) -> tuple[float, float]:
@@ -254,13 +279,15 @@ def step_components(
     n_matmul = model.matmul_params()
     n_routed = 0.0
     routed_model = 0.0
+    dense_moe = (0.0, 0.0)
     if isinstance(model, TransformerSpec) and model.is_moe:
-        # the routed experts' grouped matmuls, priced apart (Calibration.grouped_matmul);
-        # the dense kernel pads each expert to its capacity and computes the padding
-        pad = 1.0 if model.moe_kernel == "sparse" else max(1.0, model.capacity_factor)
         routed_model = float(model.routed_matmul_params())
-        n_routed = routed_model * pad
         n_matmul -= model.routed_matmul_params()
+        if model.moe_kernel == "sparse":
+            # the routed experts' grouped matmuls, priced apart (Calibration.grouped_matmul)
+            n_routed = routed_model
+        else:
+            dense_moe = _dense_moe_flops(model, routed_model)
     if isinstance(model, TransformerSpec):
         attn_fwd = model.layers * _attention_forward_flops(model)
         flash = model.attention == "flash"
@@ -279,15 +306,18 @@ def step_components(
     hbm = max(hw.hbm_bytes_per_s, 1.0)
     comm = {"forward": 0.0, "backward": 0.0}
     ring = {"forward": 0.0, "backward": 0.0}
+    a2a = {"forward": 0.0, "backward": 0.0}
     for entry in collectives:
         comm[entry["phase"]] += float(entry["seconds"])
+        if entry["kind"] == "all-to-all":
+            a2a[entry["phase"]] += float(entry["seconds"])
         if entry["kind"] == "send-recv" and entry["what"] == "keys and values":
             ring[entry["phase"]] += float(entry["seconds"])
     link = hw.host_link_bytes_per_s
     model_flops = (6.0 * (n_matmul + routed_model) + 3.0 * attn_fwd) * per_device
     return {
-        "mm_fwd": 2.0 * n_matmul * per_device / peak,
-        "mm_bwd": (4.0 * n_matmul + re_mm) * per_device / peak,
+        "mm_fwd": (2.0 * n_matmul + dense_moe[0]) * per_device / peak,
+        "mm_bwd": (4.0 * n_matmul + re_mm + dense_moe[1]) * per_device / peak,
         "gmm_fwd": 2.0 * n_routed * per_device / peak,
         "gmm_bwd": 4.0 * n_routed * per_device / peak,
         "flash_fwd": at_fwd * per_device / peak if flash else 0.0,
@@ -305,6 +335,8 @@ def step_components(
         "recompute": float(re_mm + re_attn > 0),
         "ring_fwd": ring["forward"],
         "ring_bwd": ring["backward"],
+        "a2a_fwd": a2a["forward"],
+        "a2a_bwd": a2a["backward"],
         "bubble_fraction": bubble_fraction,
     }
 
@@ -329,16 +361,25 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
     # the ring's passes run under the attention of the shard at hand
     hidden = {p: min(parts.get(f"ring_{p}", 0.0), parts[f"flash_{p}"] / cal.attention)
               for p in ("fwd", "bwd")}  # fmt: skip
-    comm_fwd, comm_bwd = parts["comm_fwd"] - hidden["fwd"], parts["comm_bwd"] - hidden["bwd"]
+    # the experts' all-to-all, where it has its own constant: that share of it hides
+    a2a = {p: parts.get(f"a2a_{p}", 0.0) if cal.all_to_all_overlap is not None else 0.0
+           for p in ("fwd", "bwd")}  # fmt: skip
+    a2a_exposed = (1.0 - (cal.all_to_all_overlap or 0.0)) * (a2a["fwd"] + a2a["bwd"])
+    comm_fwd = parts["comm_fwd"] - hidden["fwd"] - a2a["fwd"]
+    comm_bwd = parts["comm_bwd"] - hidden["bwd"] - a2a["bwd"]
     exposed_fwd = max(0.0, comm_fwd + offload - cal.overlap * fwd)
-    exposed_bwd = max(0.0, comm_bwd + offload - cal.overlap * bwd)
+    exposed_bwd = max(0.0, comm_bwd + offload - cal.overlap * bwd) + a2a_exposed
     bubble = parts.get("bubble_fraction", 0.0)
     bubble_s = (fwd + bwd) * bubble / (1.0 - bubble)
     step_s = fwd + bwd + exposed_fwd + exposed_bwd + bubble_s + cal.overhead_s
     roof_fwd, roof_bwd = parts["roofline_fwd"], parts["roofline_bwd"]
     roofline_s = max(roof_fwd, parts["comm_fwd"]) + max(roof_bwd, parts["comm_bwd"])
     roofline_s += (roof_fwd + roof_bwd) * bubble / (1.0 - bubble)
-    exposed_comm = max(0.0, comm_fwd - cal.overlap * fwd) + max(0.0, comm_bwd - cal.overlap * bwd)
+    exposed_comm = (
+        max(0.0, comm_fwd - cal.overlap * fwd)
+        + max(0.0, comm_bwd - cal.overlap * bwd)
+        + a2a_exposed
+    )
     breakdown = {
         "matmul_s": (parts["mm_fwd"] + parts["mm_bwd"] + parts["dot_fwd"] + parts["dot_bwd"])
         / cal.matmul
