@@ -57,6 +57,7 @@ from datarax.models import (
     Transformer,
     make_optimizer,
 )
+from datarax.parallel.kinds import kinds_by_alias
 from datarax.plan.layout import spec_shard_counts
 from datarax.spmd.global_arrays import global_array_from_host
 from datarax.spmd.multihost import owns_devices_of
@@ -364,9 +365,15 @@ def _create_transformer(payload: dict[str, Any]) -> tuple[dict, dict]:
     if not session.participates:
         SESSIONS[sid] = session
         return {"id": sid, "step": 0, "params": []}, {}
-    model = Transformer(
-        spec, rngs=nnx.Rngs(int(payload.get("seed", 0))), constrain=ActivationLayout(mesh, flat)
-    )
+    # a mixture-of-experts model's dispatched tokens go over the mesh's expert axes
+    kinds = kinds_by_alias()
+    experts = [
+        a
+        for a in mesh.axis_names
+        if a in kinds and kinds[a].param_split == "expert_dim" and mesh.shape[a] > 1
+    ]
+    layout = ActivationLayout(mesh, flat, (), experts if spec.is_moe else ())
+    model = Transformer(spec, rngs=nnx.Rngs(int(payload.get("seed", 0))), constrain=layout)
     _place(session, model, make_optimizer(opt_name, lr), "replicate")
     session.key_prefix = (
         tuple(d.id for d in mesh.devices.flat),

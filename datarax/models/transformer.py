@@ -44,6 +44,7 @@ from jax.sharding import PartitionSpec as P
 from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.models.attention import attention
+from datarax.models.moe import moe_block
 
 __all__ = [
     "ActivationLayout",
@@ -59,6 +60,9 @@ __all__ = [
 
 JNP_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
+Params = dict[str, jax.Array]
+"""Parameters by spec path (a layer's, or stacked ``[layers, ...]``)."""
+
 Constrain = Callable[..., jax.Array]
 """``constrain(x, tensor_dim=None) -> x`` pinning an activation's layout (or not)."""
 
@@ -69,13 +73,12 @@ def _transformer_spec(spec: TransformerSpec | Mapping[str, Any]) -> TransformerS
     resolved = model_spec(spec)
     if not isinstance(resolved, TransformerSpec):
         raise ValueError(f"the model is a {resolved.kind}; these functions take a transformer")
-    if resolved.is_moe or resolved.attention_type != "mha":
-        what = "mixture-of-experts layers" if resolved.is_moe else "MLA attention"
+    if resolved.attention_type != "mha":
         raise PlanError(
             "invalid_model",
-            f"the library's transformer does not build {what} yet: plans, memory and step "
-            "estimates price this model, but it cannot be compiled or trained here; use a "
-            "dense model with attention_type 'mha' for compile checks and sessions",
+            "the library's transformer does not build MLA attention yet: plans, memory and "
+            "step estimates price this model, but it cannot be compiled or trained here; "
+            "use attention_type 'mha' for compile checks and sessions",
         )
     return resolved
 
@@ -111,17 +114,25 @@ class ActivationLayout:
     """
 
     def __init__(
-        self, mesh: Mesh, batch_axes: Sequence[str] = (), tensor_axes: Sequence[str] = ()
+        self,
+        mesh: Mesh,
+        batch_axes: Sequence[str] = (),
+        tensor_axes: Sequence[str] = (),
+        expert_axes: Sequence[str] = (),
     ) -> None:
         sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-        unknown = [a for a in (*batch_axes, *tensor_axes) if a not in sizes]
+        unknown = [a for a in (*batch_axes, *tensor_axes, *expert_axes) if a not in sizes]
         if unknown:
             raise ValueError(f"axes {unknown} are not axes of the mesh {list(mesh.axis_names)}")
-        batch, tensor = tuple(batch_axes), tuple(tensor_axes)
+        batch, tensor, expert = tuple(batch_axes), tuple(tensor_axes), tuple(expert_axes)
         self.mesh = mesh
-        self.batch = None if not batch else batch[0] if len(batch) == 1 else batch
-        self.tensor = None if not tensor else tensor[0] if len(tensor) == 1 else tensor
+        self.batch = _entry(batch)
+        self.tensor = _entry(tensor)
+        self.expert = _entry(expert)
+        # the dispatched tokens' batch: the batch axes but the expert ones
+        self.expert_batch = _entry(tuple(a for a in batch if a not in expert))
         self.t = math.prod(sizes[a] for a in tensor)
+        self.e = math.prod(sizes[a] for a in expert)
 
     def __call__(self, x: jax.Array, tensor_dim: int | None = None) -> jax.Array:
         """``x`` with dimension 0 on the batch axes and ``tensor_dim`` (where the tensor
@@ -132,6 +143,21 @@ class ActivationLayout:
             spec[tensor_dim] = self.tensor
         pinned: jax.Array = jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
         return pinned
+
+    def experts(self, x: jax.Array) -> jax.Array:
+        """``x [experts, B, ...]`` (tokens dispatched to the experts) with its experts over
+        the expert axes and its batch over the other batch axes: XLA moves each token to
+        its expert's devices by all-to-all (MaxText's ``activation_exp`` rule)."""
+        spec: list[str | tuple[str, ...] | None] = [None] * x.ndim
+        if self.e > 1 and x.shape[0] % self.e == 0:
+            spec[0] = self.expert
+        spec[1] = self.expert_batch
+        pinned: jax.Array = jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
+        return pinned
+
+
+def _entry(axes: tuple[str, ...]) -> str | tuple[str, ...] | None:
+    return None if not axes else axes[0] if len(axes) == 1 else axes
 
 
 # --------------------------------------------------------------------------------- remat
@@ -187,6 +213,12 @@ class _Compute:
         self.c = constrain or _no_constraint
         self.t = getattr(constrain, "t", 1)
 
+    def experts(self, x: jax.Array) -> jax.Array:
+        """``x [experts, ...]`` pinned as the layout pins dispatched tokens (identity
+        without a layout that knows expert axes)."""
+        pin = getattr(self.layout, "experts", None)
+        return x if pin is None else pin(x)
+
     def dense(self, x: jax.Array, w: jax.Array) -> jax.Array:
         """``x @ w`` in the compute dtype (the weight cast from ``param_dtype``)."""
         return jnp.matmul(x, w.astype(self.dtype), precision=self.precision)
@@ -197,8 +229,13 @@ class _Compute:
         y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + _NORM_EPS)
         return y.astype(self.dtype) * scale.astype(self.dtype)
 
-    def layer(self, x: jax.Array, p: Mapping[str, jax.Array]) -> tuple[jax.Array, None]:
-        """One decoder layer: ``x [B, S, d]`` -> ``[B, S, d]`` (compute dtype).
+    def layer(
+        self, x: jax.Array, p: Mapping[str, jax.Array], prefix: str = "layers/*", moe: bool = False
+    ) -> tuple[jax.Array, None]:
+        """One decoder layer: ``x [B, S, d]`` -> ``[B, S, d]`` (compute dtype); its
+        parameters are ``p``'s under ``prefix`` (``layers/*``, or a mixture-of-experts
+        model's ``dense_layers/*`` and ``moe_layers/*``), its feed-forward block the
+        experts' (:func:`datarax.models.moe.moe_block`) when ``moe``.
 
         Names (MaxText's, ``checkpoint_name``): ``decoder_layer_input`` on the input
         (``llama2.py``); ``query_proj``, ``key_proj``, ``value_proj`` on the projections
@@ -212,12 +249,12 @@ class _Compute:
         h, kv, hd = spec.heads, spec.kv_heads, spec.head_dim
         b, s, _ = x.shape
         x = checkpoint_name(x, "decoder_layer_input")
-        y = self.rms_norm(x, p["layers/*/attn_norm/scale"])
-        q = checkpoint_name(c(self.dense(y, p["layers/*/attn/q"]).reshape(b, s, h, hd), 2),
+        y = self.rms_norm(x, p[f"{prefix}/attn_norm/scale"])
+        q = checkpoint_name(c(self.dense(y, p[f"{prefix}/attn/q"]).reshape(b, s, h, hd), 2),
                             "query_proj")  # fmt: skip
-        k = checkpoint_name(c(self.dense(y, p["layers/*/attn/k"]).reshape(b, s, kv, hd), 2),
+        k = checkpoint_name(c(self.dense(y, p[f"{prefix}/attn/k"]).reshape(b, s, kv, hd), 2),
                             "key_proj")  # fmt: skip
-        v = checkpoint_name(c(self.dense(y, p["layers/*/attn/v"]).reshape(b, s, kv, hd), 2),
+        v = checkpoint_name(c(self.dense(y, p[f"{prefix}/attn/v"]).reshape(b, s, kv, hd), 2),
                             "value_proj")  # fmt: skip
         if self.t > 1 and kv % self.t and h % self.t == 0:
             # KV heads the tensor axes cannot split: give each query head its own copy so
@@ -229,18 +266,20 @@ class _Compute:
         # activation_embed rule; Megatron's sequence parallelism): the row-parallel
         # projections end in a reduce-scatter, the next norm's input is gathered
         out = checkpoint_name(
-            c(self.dense(ctx.reshape(b, s, h * hd), p["layers/*/attn/o"]), 2), "out_proj"
+            c(self.dense(ctx.reshape(b, s, h * hd), p[f"{prefix}/attn/o"]), 2), "out_proj"
         )
         x = c(x + out, 2)
-        y = self.rms_norm(x, p["layers/*/mlp_norm/scale"])
+        y = self.rms_norm(x, p[f"{prefix}/mlp_norm/scale"])
+        if moe:
+            return c(x + moe_block(self, y, p, prefix), 2), None
         if spec.mlp == "gated":
-            gate = checkpoint_name(c(self.dense(y, p["layers/*/mlp/gate"]), 2), "mlpwi_0")
-            up = checkpoint_name(c(self.dense(y, p["layers/*/mlp/up"]), 2), "mlpwi_1")
+            gate = checkpoint_name(c(self.dense(y, p[f"{prefix}/mlp/gate"]), 2), "mlpwi_0")
+            up = checkpoint_name(c(self.dense(y, p[f"{prefix}/mlp/up"]), 2), "mlpwi_1")
             hidden = jax.nn.silu(gate) * up
         else:
-            up = checkpoint_name(c(self.dense(y, p["layers/*/mlp/up"]), 2), "mlpwi")
+            up = checkpoint_name(c(self.dense(y, p[f"{prefix}/mlp/up"]), 2), "mlpwi")
             hidden = jax.nn.gelu(up)
-        down = checkpoint_name(c(self.dense(c(hidden, 2), p["layers/*/mlp/down"]), 2), "mlpwo")
+        down = checkpoint_name(c(self.dense(c(hidden, 2), p[f"{prefix}/mlp/down"]), 2), "mlpwo")
         return c(x + down, 2), None
 
     def unembedding(self, params: Mapping[str, jax.Array]) -> jax.Array:
@@ -260,14 +299,59 @@ class _Compute:
         # cast, then look up (MaxText's Embed): the gathered table and the lookup's
         # gradient are in the compute dtype, not param_dtype
         x = c(jnp.take(params["embed/embedding"].astype(self.dtype), tokens, axis=0), 2)
-        layer = self.layer
         checkpoint, policy = remat_policy(self.spec)
-        if checkpoint:
+
+        def layer_fn(prefix: str, moe: bool) -> Callable[..., tuple[jax.Array, None]]:
+            def one(x: jax.Array, p: Mapping[str, jax.Array]) -> tuple[jax.Array, None]:
+                return self.layer(x, p, prefix, moe)
+
             # prevent_cse=False: inside a scan CSE cannot undo the recompute (jax docs)
-            layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
-        stacked = {k: v for k, v in params.items() if k.startswith("layers/")}
-        x, _ = jax.lax.scan(layer, x, stacked)
+            return jax.checkpoint(one, policy=policy, prevent_cse=False) if checkpoint else one
+
+        if not self.spec.is_moe:
+            x, _ = jax.lax.scan(layer_fn("layers/*", False), x, _stack(params, "layers/"))
+        else:
+            x = self._moe_layers(x, params, layer_fn)
         return self.rms_norm(x, params["final_norm/scale"])
+
+    def _moe_layers(
+        self,
+        x: jax.Array,
+        params: Mapping[str, jax.Array],
+        layer_fn: Callable[[str, bool], Callable[..., tuple[jax.Array, None]]],
+    ) -> jax.Array:
+        """A mixture-of-experts model's layers in their order: the ``first_dense_layers``,
+        then blocks of ``moe_every - 1`` dense layers and one MoE layer (MaxText's
+        ``interleave_moe_layer_step``), then any dense layers left; each run a
+        ``lax.scan`` over its slice of the ``dense_layers/*`` and ``moe_layers/*`` stacks."""
+        spec = self.spec
+        dense, moe = _stack(params, "dense_layers/"), _stack(params, "moe_layers/")
+        first, every, n_moe = spec.first_dense_layers, spec.moe_every, spec.moe_layers
+        dense_step, moe_step = layer_fn("dense_layers/*", False), layer_fn("moe_layers/*", True)
+
+        def run(x: jax.Array, stack: dict[str, jax.Array], lo: int, hi: int) -> jax.Array:
+            if hi > lo:
+                x, _ = jax.lax.scan(dense_step, x, {k: v[lo:hi] for k, v in stack.items()})
+            return x
+
+        x = run(x, dense, 0, first)
+        inner = (every - 1) * n_moe
+        if every == 1:
+            x, _ = jax.lax.scan(moe_step, x, moe)
+        else:
+            blocks = {k: v[first : first + inner].reshape(n_moe, every - 1, *v.shape[1:])
+                      for k, v in dense.items()}  # fmt: skip
+
+            def block(x: jax.Array, ps: tuple[Params, Params]) -> tuple[jax.Array, None]:
+                x, _ = jax.lax.scan(dense_step, x, ps[0])
+                return moe_step(x, ps[1])
+
+            x, _ = jax.lax.scan(block, x, (blocks, moe))
+        return run(x, dense, first + inner, spec.dense_layers)
+
+
+def _stack(params: Mapping[str, jax.Array], stem: str) -> dict[str, jax.Array]:
+    return {k: v for k, v in params.items() if k.startswith(stem)}
 
 
 def _check_params(spec: TransformerSpec, params: Mapping[str, Any]) -> None:

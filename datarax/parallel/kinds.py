@@ -162,6 +162,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             "expert",
             aliases=(),
             priced=True,
+            compiled=True,
             splits_batch=True,
             param_split="expert_dim",
             shards_state=True,

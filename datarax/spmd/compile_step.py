@@ -250,11 +250,15 @@ def _batch_tree(
 
 
 def _activation_layout(mesh: Mesh, roles: Mapping[str, str]) -> ActivationLayout:
-    """The plan's activation layout: batch over the data then fsdp axes, tensor-split
-    dimensions over the tensor axes (:class:`datarax.models.ActivationLayout`)."""
+    """The plan's activation layout: batch over the axes that split it (data, fsdp,
+    expert), tensor-split dimensions over the tensor axes, the tokens dispatched to the
+    experts over the expert axes (:class:`datarax.models.ActivationLayout`)."""
     axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
     return ActivationLayout(
-        mesh, batch_split_axes(axes, roles), split_axes(axes, roles, "tensor_dim")
+        mesh,
+        batch_split_axes(axes, roles),
+        split_axes(axes, roles, "tensor_dim"),
+        split_axes(axes, roles, "expert_dim"),
     )
 
 
@@ -327,7 +331,7 @@ def abstract_train_step(
     """
     spec = model_spec(model)
     roles = axis_roles(list(mesh.axis_names), roles)
-    check_compiled(dict(mesh.shape), roles)  # the program builds data, fsdp, tensor only
+    check_compiled(dict(mesh.shape), roles)  # the kinds the program builds
     try:
         opt = make_optimizer(optimizer, _LEARNING_RATE)
     except ValueError as error:

@@ -301,19 +301,18 @@ def _check_sizes(spec: Any, batch: int) -> None:
 
 def _check_buildable(spec: Any, plan: Mapping[str, Any]) -> None:
     """422 before any compile when the library's program would not build what the plan
-    prices: axes of kinds it does not build (``invalid_parallelism``: expert, stage,
-    context), or mixture-of-experts layers and MLA (``invalid_model``)."""
+    prices: axes of kinds it does not build (``invalid_parallelism``: stage, context), or
+    MLA attention (``invalid_model``)."""
     kinds = kinds_by_alias()
     axes = {name: int(size) for name, size in plan["axes"].items() if name in kinds}
     try:
         check_compiled(axes, {name: kinds[name].name for name in axes})
     except PlanError as error:
         raise from_library(error) from None
-    if isinstance(spec, TransformerSpec) and (spec.is_moe or spec.attention_type != "mha"):
-        what = "mixture-of-experts layers" if spec.is_moe else "MLA attention"
+    if isinstance(spec, TransformerSpec) and spec.attention_type != "mha":
         raise ServiceError(
-            f"the library's transformer does not build {what} yet, so XLA cannot be asked "
-            "about this step: the plan's estimate prices it; compile a dense model with "
+            "the library's transformer does not build MLA attention yet, so XLA cannot be "
+            "asked about this step: the plan's estimate prices it; compile it with "
             "attention_type 'mha'",
             code="invalid_model",
         )

@@ -364,3 +364,17 @@ def test_transformer_step_weights_are_in_param_dtype_and_host_memory_is_reported
         "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "peak_bytes",
         "hbm_bytes", "host_temp_bytes",
     }  # fmt: skip
+
+
+def test_an_moe_plan_with_an_expert_axis_compiles_through_libtpu_with_all_to_all():
+    # issue 38: the compile check is XLA's verdict on the MoE program a user would run
+    layout, mesh = _tpu_mesh("tpu-v5e", "2x4", {"fsdp": 2, "expert": 4})
+    model = {"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 512, "heads": 4,
+             "kv_heads": 4, "vocab": 1024, "seq_len": 512, "num_experts": 8,
+             "experts_per_token": 2, "moe_d_ff": 512, "first_dense_layers": 1}  # fmt: skip
+    out = compile_train_step(model, mesh, 16, hbm_bytes=layout.hardware.hbm_bytes)
+    assert out["fits"] is True
+    assert out["collectives"].get("all-to-all", 0) >= 1, out["collectives"]
+    # the routed experts' kernels are split over the expert axis in the step's arguments
+    wi = abstract_train_step(model, mesh, 16).args[0]["moe_layers/*/moe/experts/wi_0"]
+    assert wi.shape == (1, 8, 256, 512) and wi.sharding.spec[1] == "expert"

@@ -165,13 +165,17 @@ def test_kinds_and_layers_the_program_does_not_build_are_refused_before_compilin
         422,
         "invalid_parallelism",
     )
-    assert "stage parallelism" in problem["detail"] and "data, fsdp, tensor" in problem["detail"]
-    moe = {**dense, "num_experts": 8, "experts_per_token": 2}
+    assert (
+        "stage parallelism" in problem["detail"]
+        and "data, fsdp, tensor, expert" in problem["detail"]
+    )
+    mla = {**dense, "attention_type": "mla", "kv_lora_rank": 64, "qk_nope_head_dim": 32,
+           "qk_rope_head_dim": 16, "v_head_dim": 32}  # fmt: skip
     mesh_id = _plan(client, TPU_PLAN)
     problem = assert_problem(
         client.post(f"/v1/meshes/{mesh_id}/compile-checks",
-                    json={"model": moe, "batch_shape": [16, 2048]}),
+                    json={"model": mla, "batch_shape": [16, 2048]}),
         422,
         "invalid_model",
     )  # fmt: skip
-    assert "mixture-of-experts" in problem["detail"]
+    assert "MLA attention" in problem["detail"]

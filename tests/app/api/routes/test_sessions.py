@@ -346,3 +346,24 @@ def test_a_session_trains_the_transformer(api):
     refused = api.post(path, json={**body, "param_sharding": "fsdp"})
     assert_problem(refused, 422, "invalid_strategy")
     api.delete(f"/v1/sessions/{session['id']}")
+
+
+def test_a_session_trains_a_mixture_of_experts_transformer_over_an_expert_axis(api):
+    # issue 38: a small MoE transformer, its dispatched tokens over the expert axis
+    mesh = api.post(
+        "/v1/meshes", json={"axes": {"data": 2, "expert": 4}, "batch_axes": ["data", "expert"]}
+    ).json()
+    moe = {**TINY_TRANSFORMER, "num_experts": 4, "experts_per_token": 2, "moe_d_ff": 32}
+    body = {"model": moe, "optimizer": {"name": "adam", "learning_rate": 0.01}}
+    response = api.post(f"/v1/meshes/{mesh['id']}/sessions", json=body)
+    assert response.status_code == 201, response.text
+    session = response.json()
+    params = {p["path"] for p in session["params"]}
+    assert any("experts" in p for p in params), params
+    steps = api.post(
+        f"/v1/sessions/{session['id']}/steps", json={"steps": 20, "synthetic": {"batch_size": 16}}
+    )
+    assert steps.status_code == 200, steps.text
+    losses = steps.json()["losses"]
+    assert len(losses) == 20 and losses[-1] < 0.8 * losses[0], losses
+    api.delete(f"/v1/sessions/{session['id']}")
