@@ -42,6 +42,13 @@ from typing import Any
 
 from datarax.distributed.errors import PlanError
 from datarax.estimate.cost import estimate_step
+from datarax.estimate.factorisations import (
+    count_factorisations,
+    factorisations,
+    factorisations_with,
+    fixed_sizes,
+    search_space,
+)
 from datarax.estimate.model_specs import ModelSpec, TransformerSpec, model_spec
 from datarax.estimate.results import Candidate, Recommendations, StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
@@ -85,118 +92,6 @@ class SearchSpaceTooLarge(PlanError):
 
     def __reduce__(self) -> tuple[type[SearchSpaceTooLarge], tuple[int, int, list[dict[str, Any]]]]:
         return (type(self), (self.count, self.limit, self.suggestions))
-
-
-def _prime_exponents(n: int) -> list[int]:
-    exponents = []
-    p = 2
-    while p * p <= n:
-        e = 0
-        while n % p == 0:
-            n //= p
-            e += 1
-        if e:
-            exponents.append(e)
-        p += 1 if p == 2 else 2
-    if n > 1:
-        exponents.append(1)
-    return exponents
-
-
-def count_factorisations(n: int, parts: int) -> int:
-    """``len(factorisations(n, parts))`` without listing them.
-
-    Each prime ``p`` with ``p**e`` in ``n`` spreads its ``e`` copies over the ``parts``
-    slots on its own ("stars and bars": ``C(e + parts - 1, parts - 1)`` ways), so the
-    count is the product over primes. ``parts == 0`` counts the empty tuple when
-    ``n == 1``.
-
-    >>> count_factorisations(4, 2), count_factorisations(16, 6), count_factorisations(1, 0)
-    (3, 126, 1)
-    """
-    if parts == 0:
-        return 1 if n == 1 else 0
-    return math.prod(math.comb(e + parts - 1, parts - 1) for e in _prime_exponents(n))
-
-
-def _fixed_sizes(
-    names: Sequence[str], n: int, fixed: Mapping[str, int] | None, what: str
-) -> dict[str, int]:
-    """``fixed`` checked against the axes and the devices it splits."""
-    fixed = dict(fixed or {})
-    for name, size in fixed.items():
-        if name not in names:
-            raise PlanError(
-                "invalid_axis_name",
-                f"fixed_{what} names {name!r}, which is not one of the axes {list(names)}",
-            )
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise PlanError(
-                "invalid_axis_size",
-                f"fixed_{what}[{name!r}] is {size!r}; give an integer >= 1",
-            )
-    product = math.prod(fixed.values())
-    if n % product or (len(fixed) == len(names) and product != n):
-        verb = "equal" if len(fixed) == len(names) else "divide"
-        unit = "devices of one slice or domain" if what == "ici" else "slices or domains"
-        raise PlanError(
-            "axes_product_mismatch",
-            f"fixed_{what} {fixed} multiplies to {product}, which does not {verb} the {n} {unit}",
-        )
-    return fixed
-
-
-def _count_with(n: int, names: Sequence[str], fixed: Mapping[str, int]) -> int:
-    return count_factorisations(n // math.prod(fixed.values()), len(names) - len(fixed))
-
-
-def _factorisations_with(
-    n: int, names: Sequence[str], fixed: Mapping[str, int]
-) -> list[tuple[int, ...]]:
-    """Every ordered factorisation of ``n`` over ``names`` whose ``fixed`` axes have the
-    fixed sizes, in the order of :func:`factorisations` over the free axes."""
-    free = [i for i, name in enumerate(names) if name not in fixed]
-    if not free:
-        return [tuple(fixed[name] for name in names)]
-    out = []
-    for sizes in factorisations(n // math.prod(fixed.values()), len(free)):
-        full = [fixed.get(name, 0) for name in names]
-        for i, size in zip(free, sizes, strict=True):
-            full[i] = size
-        out.append(tuple(full))
-    return out
-
-
-def search_space(
-    n_ici: int,
-    n_dcn: int,
-    names: Sequence[str],
-    fixed_ici: Mapping[str, int] | None = None,
-    fixed_dcn: Mapping[str, int] | None = None,
-) -> int:
-    """Candidates a recommendation prices: ICI factorisations x DCN factorisations.
-
-    >>> search_space(16, 64, ["data", "fsdp", "tensor", "batch", "replica", "model"])
-    58212
-    """
-    return _count_with(n_ici, names, dict(fixed_ici or {})) * _count_with(
-        n_dcn, names, dict(fixed_dcn or {})
-    )
-
-
-def factorisations(n: int, parts: int) -> list[tuple[int, ...]]:
-    """Every ordered tuple of ``parts`` positive ints whose product is ``n``.
-
-    >>> factorisations(4, 2)
-    [(1, 4), (2, 2), (4, 1)]
-    """
-    if parts == 1:
-        return [(n,)]
-    out = []
-    for first in range(1, n + 1):
-        if n % first == 0:
-            out += [(first, *rest) for rest in factorisations(n // first, parts - 1)]
-    return out
 
 
 DENSE_AXES: tuple[str, ...] = ("data", "fsdp", "tensor")
@@ -321,8 +216,8 @@ def recommend_meshes(
             f"the cluster has {cluster.n_ici * cluster.n_dcn} devices; plans and "
             f"recommendations cover at most {max_devices}: use fewer slices or hosts",
         )
-    cluster.fixed_ici = _fixed_sizes(names, cluster.n_ici, fixed_ici, "ici")
-    cluster.fixed_dcn = _fixed_sizes(names, cluster.n_dcn, fixed_dcn, "dcn")
+    cluster.fixed_ici = fixed_sizes(names, cluster.n_ici, fixed_ici, "ici")
+    cluster.fixed_dcn = fixed_sizes(names, cluster.n_dcn, fixed_dcn, "dcn")
     count = cluster.search_space()
     if max_search_space is not None and count > max_search_space:
         raise SearchSpaceTooLarge(count, max_search_space, cluster.shrink(max_search_space))
@@ -623,12 +518,12 @@ class _Cluster:
         smallest = math.inf
         dcn_options = [
             dict(zip(self.names, f, strict=True))
-            for f in _factorisations_with(self.n_dcn, self.names, self.fixed_dcn)
+            for f in factorisations_with(self.n_dcn, self.names, self.fixed_dcn)
         ]
         considered = 0
         self.best_on_fast = math.inf
         roles = axis_roles(list(self.names))
-        for ici_sizes in _factorisations_with(self.n_ici, self.names, self.fixed_ici):
+        for ici_sizes in factorisations_with(self.n_ici, self.names, self.fixed_ici):
             considered += len(dcn_options)
             self._spend(0)
             inner = self.links(ici_sizes)
