@@ -53,6 +53,9 @@ _SUMMARY_KEYS = (
     "model",
     "optimizer",
     "allow_split_physical_axes",
+    "step_estimate",  # its pipeline: MaxText's microbatches and layers per stage
+    "context_parallel",
+    "shard_over_data",
 )
 
 

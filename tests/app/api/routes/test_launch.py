@@ -117,3 +117,24 @@ def test_a_queue_or_image_kubernetes_would_refuse_is_refused(api):
         response = api.post(f"/v1/meshes/{plan['id']}/launch", json=body)
         assert response.status_code == 422, body
         assert response.headers["content-type"].startswith("application/problem+json")
+
+
+def test_jobset_and_slurm_carry_the_new_kinds(api):
+    # issue 38: a pipelined plan on 64 H100 hosts and an expert-parallel TPU plan launch
+    # with MaxText's keys for their kinds, in every target that runs MaxText
+    gpu = _plan(api, {"hardware": "h100-sxm", "hosts": 16, "ici": {"stage": 1, "fsdp": 8},
+                      "dcn": {"stage": 4, "fsdp": 4}, "batch_shape": [256, 8192],
+                      "model": {"name": "llama3.1-8b", "remat": "full"},
+                      "pipeline": {"microbatches": 8, "schedule": "circular",
+                                   "layers_per_stage": 2}})  # fmt: skip
+    script = api.post(f"/v1/meshes/{gpu['id']}/launch", json={"target": "slurm"}).json()["script"]
+    assert "--nodes=16" in script
+    for key in ("dcn_pipeline_parallelism=4", "num_pipeline_microbatches=8",
+                "num_layers_per_pipeline_stage=2"):  # fmt: skip
+        assert key in script, key
+    tpu = _plan(api, {"hardware": "tpu-v5p", "topology": "4x4x8", "ici": {"fsdp": 16, "expert": 8},
+                      "batch_shape": [128, 4096], "model": {"name": "mixtral-8x7b"}})  # fmt: skip
+    body = {"target": "jobset", "image": "example.com/maxtext:1"}
+    manifest = api.post(f"/v1/meshes/{tpu['id']}/launch", json=body).json()["manifest"]
+    text = str(manifest)
+    assert "ici_expert_parallelism=8" in text and "num_experts=8" in text
