@@ -166,6 +166,39 @@ RUNS: list[dict[str, Any]] = [
         "model": {"name": "gemma2-9b", **_F32_WEIGHTS, "remat": "full", "vocab_tiling": 4},
         "why": "tied 256k vocabulary, head_dim 256",
     },
+    {
+        "id": "mixtral-8x7b-v6e64-capacity",
+        "hardware": "tpu-v6e",
+        "topology": "8x8",
+        "ici": {"fsdp": 64},
+        "global_batch": 64,
+        "model": {
+            "name": "mixtral-8x7b",
+            **_F32_WEIGHTS,
+            "seq_len": 4096,
+            "remat": "full",
+            "moe_kernel": "dense",
+            "capacity_factor": 1.25,
+        },  # fmt: skip
+        "why": "mixture of experts, the capacity kernel of tpu-recipes' Mixtral run, fsdp only",
+    },
+    {
+        "id": "mixtral-8x7b-v5p64-expert4-capacity",
+        "hardware": "tpu-v5p",
+        "topology": "4x4x4",
+        "ici": {"fsdp": 16, "expert": 4},
+        "global_batch": 64,
+        "model": {
+            "name": "mixtral-8x7b",
+            **_F32_WEIGHTS,
+            "seq_len": 4096,
+            "remat": "full",
+            "moe_kernel": "dense",
+            "capacity_factor": 1.25,
+        },  # fmt: skip
+        "why": "mixture of experts over an expert axis: the tokens dispatched by XLA's "
+        "resharding of the capacity kernel's einsums",
+    },
 ]
 """Production-shaped runs: the model, the mesh and why each is here."""
 

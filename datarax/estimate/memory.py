@@ -247,7 +247,11 @@ def _moe_bytes(model: TransformerSpec, b: int, e: int) -> float:
     w = dispatch_factor(model, e)
     mlp = 6 if model.mlp == "gated" else 5
     router = 2 * _F32 * model.num_experts
-    routed = b * (2 * k * w * d + k * d) + mlp * b * k * w * f
+    # dispatched rows a routed copy takes at once: its copy into the expert's buffer and
+    # the expert's output (2); over expert shards the kernel's buffers of each way of the
+    # all-to-all (sent, received, sorted by expert, output, sent back, received back: 6)
+    copies = 6 if e > 1 and model.dropless and model.moe_kernel == "sparse" else 2
+    routed = b * (copies * k * w * d + k * d) + mlp * b * k * w * f
     shared = mlp * b * model.shared_experts * f
     return router + routed + shared
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from datarax.estimate.model_specs import TransformerSpec
 
@@ -85,6 +86,102 @@ def _sparse(
     return jnp.einsum("bskd,bsk->bsd", back, weights)
 
 
+def _sharded_sparse(
+    compute: MoECompute, y: jax.Array, weights: jax.Array, chosen: jax.Array, w: list[jax.Array]
+) -> jax.Array | None:
+    """The dropless kernel as MaxText's sparse path runs it over an expert axis, under
+    ``jax.shard_map``: each device routes its own tokens, sends every routed copy to the
+    device holding its expert (``all_to_all`` over the expert axes, into a buffer sized
+    for the worst case, every copy to one device), runs its own experts' grouped matmuls
+    on what it received, sends the results back the same way and sums them by the router's
+    weights; the experts' kernels are all-gathered over their fsdp axes inside, a layer
+    at a time. Without an expert axis over 1 every device runs all the experts on its own
+    tokens, the kernels gathered the same way. ``None`` without a layout over several
+    devices, or where it splits the activations over tensor axes (the SPMD kernel then
+    runs: XLA's partitioner, not MaxText's program)."""
+    layout = getattr(compute, "layout", None)
+    e_shards = getattr(layout, "e", 1)
+    mesh = getattr(layout, "mesh", None)
+    if layout is None or mesh is None or mesh.devices.size <= 1 or getattr(layout, "t", 1) > 1:
+        return None
+    spec = compute.spec
+    e, k = spec.num_experts, spec.experts_per_token
+    if e % e_shards:
+        return None
+    expert = layout.expert if e_shards > 1 else None
+    fsdp = tuple(getattr(layout, "fsdp_axes", ()))
+    f = math.prod(mesh.shape[a] for a in fsdp)
+    fsdp_entry = None if not fsdp else fsdp[0] if len(fsdp) == 1 else fsdp
+
+    def kernel_spec(kernel: jax.Array) -> P:
+        dims: list[Any] = [expert, None, None]
+        gather = next((d for d in (1, 2) if f > 1 and kernel.shape[d] % f == 0), None)
+        if gather is not None:
+            dims[gather] = fsdp_entry
+        return P(*dims)
+
+    specs = [kernel_spec(kernel) for kernel in w]
+
+    def exchange(a: jax.Array) -> jax.Array:
+        # each device's rows for device j of the expert axes to device j, and back
+        return a if expert is None else jax.lax.all_to_all(a, expert, 0, 0, tiled=True)
+
+    batch = P(layout.batch)
+    local_e = e // e_shards
+
+    def per_device(
+        x: jax.Array, gates: jax.Array, ids: jax.Array, *kernels: jax.Array
+    ) -> jax.Array:
+        full = []
+        for kernel, kspec in zip(kernels, specs, strict=True):
+            for dim in (1, 2):
+                if kspec[dim] is not None:
+                    kernel = jax.lax.all_gather(kernel, fsdp, axis=dim, tiled=True)
+            full.append(kernel)
+        b, s, d = x.shape
+        n = b * s * k
+        flat = ids.reshape(n)
+        order = jnp.argsort(flat, stable=True)
+        rows = x.reshape(b * s, d)[order // k]
+        sorted_ids = flat[order]
+        dest = sorted_ids // local_e
+        starts = jnp.cumsum(jnp.bincount(dest, length=e_shards)) - jnp.bincount(
+            dest, length=e_shards
+        )
+        slot = jnp.arange(n) - starts[dest]
+        send = jnp.zeros((e_shards, n, d), x.dtype).at[dest, slot].set(rows)
+        send_ids = (
+            jnp.full((e_shards, n), local_e, jnp.int32).at[dest, slot].set(sorted_ids % local_e)
+        )
+        got = exchange(send).reshape(e_shards * n, d)
+        got_ids = exchange(send_ids).reshape(e_shards * n)
+        here = jnp.argsort(got_ids, stable=True)  # the padding (id local_e) last
+        sizes = jnp.bincount(got_ids, length=local_e + 1)[:local_e].astype(jnp.int32)
+
+        def grouped(a: jax.Array, kernel: jax.Array) -> jax.Array:
+            return jax.lax.ragged_dot(a, kernel.astype(compute.dtype), sizes,
+                                      precision=compute.precision)  # fmt: skip
+
+        local_rows = got[here]
+        hidden = _activation(compute)(*(grouped(local_rows, kern) for kern in full[:-1]))
+        done = grouped(hidden, full[-1])
+        back = jnp.zeros_like(done).at[here].set(done).reshape(e_shards, n, d)
+        returned = exchange(back)
+        out_sorted = returned[dest, slot]
+        out = jnp.zeros_like(out_sorted).at[order].set(out_sorted).reshape(b, s, k, d)
+        return jnp.einsum("bskd,bsk->bsd", out, gates)
+
+    run = jax.shard_map(
+        per_device,
+        mesh=mesh,
+        in_specs=(batch, batch, batch, *specs),
+        out_specs=batch,
+        check_vma=False,
+    )
+    result: jax.Array = run(y, weights, chosen, *w)
+    return result
+
+
 def _masks(
     compute: MoECompute, weights: jax.Array, chosen: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
@@ -138,8 +235,13 @@ def moe_block(
     names = ("wi_0", "wi_1", "wo") if spec.mlp == "gated" else ("wi", "wo")
     kernels = [p[f"{prefix}/moe/experts/{name}"] for name in names]
     weights, chosen = _route(compute, y, p[f"{prefix}/moe/router"])
-    kernel = _sparse if spec.moe_kernel == "sparse" else _capacity
-    out = kernel(compute, y, weights, chosen, kernels)
+    out = None
+    if spec.moe_kernel == "sparse":
+        out = _sharded_sparse(compute, y, weights, chosen, kernels)
+        if out is None:
+            out = _sparse(compute, y, weights, chosen, kernels)
+    else:
+        out = _capacity(compute, y, weights, chosen, kernels)
     if spec.shared_experts:
         shared = f"{prefix}/moe/shared"
         ups = [compute.dense(y, p[f"{shared}/{name}"]) for name in ("gate", "up")

@@ -107,6 +107,9 @@ class ActivationLayout:
       mesh: the mesh.
       batch_axes: mesh axes the batch is split over (data, then fsdp).
       tensor_axes: mesh axes the tensor-parallel dimensions are split over.
+      expert_axes: mesh axes the routed experts (and the tokens dispatched to them) are
+        split over.
+      fsdp_axes: mesh axes the experts' kernels are split over as fsdp splits them.
 
     Example:
       >>> layout = ActivationLayout(mesh, ("fsdp",), ("tensor",))  # doctest: +SKIP
@@ -119,6 +122,7 @@ class ActivationLayout:
         batch_axes: Sequence[str] = (),
         tensor_axes: Sequence[str] = (),
         expert_axes: Sequence[str] = (),
+        fsdp_axes: Sequence[str] = (),
     ) -> None:
         sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
         unknown = [a for a in (*batch_axes, *tensor_axes, *expert_axes) if a not in sizes]
@@ -133,6 +137,9 @@ class ActivationLayout:
         self.expert_batch = _entry(tuple(a for a in batch if a not in expert))
         self.t = math.prod(sizes[a] for a in tensor)
         self.e = math.prod(sizes[a] for a in expert)
+        # the axes that split the experts' kernels as fsdp does (gathered a layer at a
+        # time by the expert-parallel kernel)
+        self.fsdp_axes = tuple(a for a in fsdp_axes if a in sizes and a not in expert)
 
     def __call__(self, x: jax.Array, tensor_dim: int | None = None) -> jax.Array:
         """``x`` with dimension 0 on the batch axes and ``tensor_dim`` (where the tensor

@@ -259,6 +259,7 @@ def _activation_layout(mesh: Mesh, roles: Mapping[str, str]) -> ActivationLayout
         batch_split_axes(axes, roles),
         split_axes(axes, roles, "tensor_dim"),
         split_axes(axes, roles, "expert_dim"),
+        split_axes(axes, roles, "first_divisible"),
     )
 
 

@@ -152,8 +152,11 @@ def test_expert_parallel_memory_splits_expert_state_and_sizes_the_dispatch_buffe
     assert four["activations"] > one["activations"]
     tokens = 128  # one sequence per device
     itemsize, mlp = 2, 6
-    grown = (4 - 1) * (2 * K * D + mlp * K * F) * itemsize * tokens * L
-    assert four["activations"] - one["activations"] == grown
+    # one shard: each routed copy and its output (2 rows); over 4 expert shards the
+    # kernel's six buffers of the all-to-all's two ways, each 4 times the balanced share
+    one_shard = (2 * K * D + mlp * K * F) * itemsize * tokens * L
+    four_shards = (6 * K * 4 * D + mlp * K * 4 * F) * itemsize * tokens * L
+    assert four["activations"] - one["activations"] == four_shards - one_shard
 
 
 def _links(hw: str, topology: str, ici: dict[str, int]):

@@ -123,3 +123,28 @@ def test_a_model_with_an_expert_axis_trains(eight_devices, kernel):
         losses.append(float(loss))
     assert losses[-1] < 0.5 * losses[0], losses
     assert params["moe_layers/*/moe/experts/wi_0"].sharding.spec == P(None, "expert")
+
+
+@pytest.mark.parametrize(
+    ("names", "fsdp"),
+    [(("data", "expert"), ()), (("fsdp", "expert"), ("fsdp",)), (("data", "fsdp"), ("fsdp",))],
+    ids=["data-expert", "fsdp-expert", "fsdp-no-expert"],
+)  # fmt: skip
+def test_the_expert_parallel_kernel_equals_the_plain_program(eight_devices, names, fsdp):
+    # the dropless kernel under shard_map (all-to-all dispatch and return over an expert
+    # axis, the experts' kernels gathered over fsdp inside) gives the loss and the
+    # gradients of the same model on one device
+    spec = model_spec(MOE)
+    params = Transformer(spec, rngs=nnx.Rngs(0)).param_arrays()
+    batch = {k: jnp.asarray(v) for k, v in synthetic_tokens(spec, 16, 0, 0).items()}
+    reference = jax.jit(jax.value_and_grad(transformer_loss_fn(spec)))(params, batch)
+    mesh = Mesh(np.array(eight_devices).reshape(2, 4), names)
+    experts = tuple(a for a in names if a == "expert")
+    layout = ActivationLayout(mesh, names, (), experts, fsdp)
+    step = jax.jit(jax.value_and_grad(transformer_loss_fn(spec, layout)))
+    loss, grads = step(params, batch)
+    np.testing.assert_allclose(loss, reference[0], rtol=1e-5)
+    for path, grad in reference[1].items():
+        np.testing.assert_allclose(grads[path], grad, rtol=2e-4, atol=2e-5, err_msg=path)
+    # tokens reach their experts' devices by all-to-all, where there is an expert axis
+    assert ("all_to_all" in step.lower(params, batch).as_text()) == bool(experts)
