@@ -199,6 +199,34 @@ RUNS: list[dict[str, Any]] = [
         "why": "mixture of experts over an expert axis: the tokens dispatched by XLA's "
         "resharding of the capacity kernel's einsums",
     },
+    {
+        "id": "mixtral-8x7b-v5p64-expert4-dropless",
+        "hardware": "tpu-v5p",
+        "topology": "4x4x4",
+        "ici": {"fsdp": 16, "expert": 4},
+        "global_batch": 64,
+        "model": {"name": "mixtral-8x7b", **_F32_WEIGHTS, "seq_len": 4096, "remat": "full"},
+        "why": "the dropless kernel over an expert axis: all-to-all into worst-case buffers",
+    },
+    {
+        "id": "mixtral-8x7b-v6e64-dropless",
+        "hardware": "tpu-v6e",
+        "topology": "8x8",
+        "ici": {"fsdp": 64},
+        "global_batch": 64,
+        "model": {"name": "mixtral-8x7b", **_F32_WEIGHTS, "seq_len": 4096, "remat": "full"},
+        "why": "the dropless kernel without an expert axis: every expert gathered a layer at "
+        "a time",
+    },
+    {
+        "id": "qwen3-30b-a3b-v5p16-expert8-dropless",
+        "hardware": "tpu-v5p",
+        "topology": "2x2x4",
+        "ici": {"fsdp": 2, "expert": 8},
+        "global_batch": 16,
+        "model": {"name": "qwen3-30b-a3b", **_F32_WEIGHTS, "remat": "full"},
+        "why": "128 experts, 8 a token, over 8 expert shards",
+    },
 ]
 """Production-shaped runs: the model, the mesh and why each is here."""
 

@@ -358,6 +358,12 @@ def _temporaries(
     )  # fmt: skip
     in_flight = _SCAN_IN_FLIGHT_GATHERS if scanned else _IN_FLIGHT_GATHERS
     out = {"fsdp_gathered": sum(gathered[:in_flight]), "phase": 0, "context_kv": int(context_kv)}
+    if isinstance(model, TransformerSpec) and model.is_moe and model.moe_kernel == "sparse":
+        # the dropless kernel gathers all of a layer's expert kernels at once inside its
+        # shard_map, and their gradient exists whole before the reduce-scatter
+        experts = sum(math.prod(shard) * gathered_by[group.path] * itemsize
+                      for group, _, shard, split in specs if group.expert and split)  # fmt: skip
+        out["fsdp_gathered"] = max(out["fsdp_gathered"], 2 * experts)
     if isinstance(model, MLPSpec):
         # The backward pass makes each hidden layer's activation gradient (the next
         # layer's input gradient, masked by ReLU's mask) in the model dtype. It is a
