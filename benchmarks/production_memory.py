@@ -207,6 +207,7 @@ RUNS: list[dict[str, Any]] = [
         "global_batch": 64,
         "model": {"name": "mixtral-8x7b", **_F32_WEIGHTS, "seq_len": 4096, "remat": "full"},
         "why": "the dropless kernel over an expert axis: all-to-all into worst-case buffers",
+        "suite": False,  # a three-minute compile: make bench only
     },
     {
         "id": "mixtral-8x7b-v6e64-dropless",
@@ -226,9 +227,15 @@ RUNS: list[dict[str, Any]] = [
         "global_batch": 16,
         "model": {"name": "qwen3-30b-a3b", **_F32_WEIGHTS, "remat": "full"},
         "why": "128 experts, 8 a token, over 8 expert shards",
+        "suite": False,  # a two-and-a-half-minute compile: make bench only
     },
 ]
-"""Production-shaped runs: the model, the mesh and why each is here."""
+"""Production-shaped runs: the model, the mesh and why each is here. Runs marked
+``"suite": False`` compile for minutes; ``make bench`` compiles them, the test suite
+(``tests/datarax/test_production_memory.py``) does not."""
+
+SUITE_RUNS: list[dict[str, Any]] = [run for run in RUNS if run.get("suite", True)]
+"""The runs the test suite compiles."""
 
 
 def compile_run(run: Mapping[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ def compared(request: pytest.FixtureRequest):
             pytest.fail(message)
         pytest.skip(message)
     return [production_memory.compare(run, xla_figures(request.config, run))
-            for run in production_memory.RUNS]  # fmt: skip
+            for run in production_memory.SUITE_RUNS]  # fmt: skip
 
 
 @pytest.mark.timeout(1800)
