@@ -50,6 +50,8 @@ from datarax.launch.maxtext_config import (
     MAXTEXT_MODELS,
     MESH_AXIS_STEM,
     MLA_KEYS,
+    MOE_ARCH_KEYS,
+    MOE_KEYS,
     SWIGLU,
     XLA_FLAGS,
     format_value,
@@ -265,16 +267,7 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
 
 # MaxText keys of the MoE and MLA fields a named model's config sets (or base.yml's
 # default it keeps): written from the spec even when the model is named.
-_MOE_ARCH = (
-    "num_experts",
-    "num_experts_per_tok",
-    "shared_experts",
-    "base_moe_mlp_dim",
-    "first_num_dense_layers",
-    "interleave_moe_layer_step",
-    "attention_type",
-    *MLA_KEYS,
-)
+_MOE_ARCH = (*MOE_ARCH_KEYS, "attention_type", *MLA_KEYS)
 
 
 def _moe_mla_args(spec: TransformerSpec) -> JSONObject:
@@ -282,14 +275,7 @@ def _moe_mla_args(spec: TransformerSpec) -> JSONObject:
     model, which base.yml's defaults describe)."""
     out: JSONObject = {}
     if spec.is_moe:
-        out.update(
-            num_experts=spec.num_experts,
-            num_experts_per_tok=spec.experts_per_token,
-            shared_experts=spec.shared_experts,
-            base_moe_mlp_dim=spec.moe_d_ff,
-            first_num_dense_layers=spec.first_dense_layers,
-            interleave_moe_layer_step=spec.moe_every,
-        )
+        out.update({key: getattr(spec, MOE_KEYS[key]) for key in MOE_ARCH_KEYS})
     if spec.attention_type == "mla":
         out["attention_type"] = "mla"
         out.update({key: getattr(spec, key) for key in MLA_KEYS})

@@ -42,6 +42,7 @@ __all__ = [
     "MESH_AXIS_STEM",
     "MLA_KEYS",
     "MODEL_DEFAULTS",
+    "MOE_ARCH_KEYS",
     "MOE_KEYS",
     "ORDER_KEYS",
     "PARALLEL_KEYS",
@@ -181,6 +182,9 @@ MOE_KEYS = {
     "capacity_factor": "capacity_factor",
     "sparse_matmul": "moe_kernel",
 }
+# The MoE keys that are the architecture's (a named model's config sets them or keeps
+# base.yml's default); capacity_factor and sparse_matmul are run choices.
+MOE_ARCH_KEYS = tuple(k for k in MOE_KEYS if k not in ("capacity_factor", "sparse_matmul"))
 # MLA's ranks and head widths: the same names in MaxText and here. They are read only
 # with attention_type=mla.
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")

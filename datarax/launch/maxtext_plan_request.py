@@ -46,6 +46,7 @@ from datarax.launch.maxtext_config import (
     MESH_AXIS_STEM,
     MLA_KEYS,
     MODEL_DEFAULTS,
+    MOE_ARCH_KEYS,
     MOE_KEYS,
     ORDER_KEYS,
     OTHER_MODEL_KEYS,
@@ -220,11 +221,6 @@ def _model_request(maxtext: Mapping[str, Any], notes: list[str]) -> dict[str, An
     return {"kind": "transformer", **fields}
 
 
-# MoE keys that are the architecture's (a named model's config sets them or keeps
-# base.yml's default); capacity_factor and sparse_matmul are run choices.
-_MOE_ARCH_KEYS = tuple(k for k in MOE_KEYS if k not in ("capacity_factor", "sparse_matmul"))
-
-
 def _moe_value(key: str, value: Any) -> Any:
     if key == "sparse_matmul":
         if not isinstance(value, bool):
@@ -267,7 +263,7 @@ def _moe_mla_request(
         if key not in maxtext:
             continue
         value = _moe_value(key, maxtext[key])
-        if table is not None and key in (*_MOE_ARCH_KEYS, "attention_type", *MLA_KEYS):
+        if table is not None and key in (*MOE_ARCH_KEYS, "attention_type", *MLA_KEYS):
             theirs = _moe_value(key, table.get(key, MODEL_DEFAULTS[key]))
             if value != theirs and not override:
                 raise _invalid(

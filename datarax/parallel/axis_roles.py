@@ -33,7 +33,7 @@ from datarax.parallel.kinds import (
     kind_of_axis,
     kinds_by_alias,
 )
-from datarax.parallel.options import ContextParallel, check_context_split
+from datarax.parallel.options import ContextParallel, check_context_split, check_stage_split
 from datarax.plan.layout import SpecEntry
 
 __all__ = [
@@ -162,14 +162,7 @@ def check_kinds_apply(
                 "on data or fsdp",
             )
     if isinstance(model, TransformerSpec):
-        if stages > 1 and model.layers % stages:
-            fits = [n for n in range(2, model.layers + 1) if model.layers % n == 0]
-            raise PlanError(
-                "invalid_parallelism",
-                f"{stages} pipeline stages do not divide the model's {model.layers} layers: "
-                f"each stage holds whole layers; use a stage size among {fits[:8]}, or put "
-                "the devices on fsdp or data",
-            )
+        check_stage_split(model.layers, stages)
         check_context_split(model.seq_len, context, context_options or ContextParallel())
 
 

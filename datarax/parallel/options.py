@@ -33,6 +33,7 @@ __all__ = [
     "Pipeline",
     "PipelineShape",
     "check_context_split",
+    "check_stage_split",
     "pipeline_shape",
 ]
 
@@ -153,14 +154,7 @@ def pipeline_shape(
         circular schedule's microbatches are not a multiple of the stages (MaxText's
         rule); the message says what would.
     """
-    if layers % stages:
-        fits = [n for n in range(2, layers + 1) if layers % n == 0]
-        raise PlanError(
-            "invalid_parallelism",
-            f"{stages} pipeline stages do not divide the model's {layers} layers: each stage "
-            f"holds whole layers; use a stage size among {fits[:8]} or put the devices on "
-            "fsdp or data",
-        )
+    check_stage_split(layers, stages)
     per_stage = pipeline.layers_per_stage or layers // stages
     if per_stage < 1 or layers % (stages * per_stage):
         raise PlanError(
@@ -189,6 +183,22 @@ def pipeline_shape(
         if pipeline.schedule == "interleaved_1f1b":
             in_flight = min(1.0, in_flight * (1 + (stages - 1) / (stages * repeats)))
     return PipelineShape(stages, micro, per_stage, repeats, pipeline.schedule, bubble, in_flight)
+
+
+def check_stage_split(layers: int, stages: int) -> None:
+    """Refuse stages that do not divide the layers (each stage holds whole layers).
+
+    Raises:
+      PlanError: ``invalid_parallelism`` with the stage sizes that would.
+    """
+    if stages > 1 and layers % stages:
+        fits = [n for n in range(2, layers + 1) if layers % n == 0]
+        raise PlanError(
+            "invalid_parallelism",
+            f"{stages} pipeline stages do not divide the model's {layers} layers: each stage "
+            f"holds whole layers; use a stage size among {fits[:8]}, or put the devices on "
+            "fsdp or data",
+        )
 
 
 def check_context_split(seq_len: int, context: int, options: ContextParallel) -> None:
