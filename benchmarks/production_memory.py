@@ -229,6 +229,17 @@ RUNS: list[dict[str, Any]] = [
         "why": "128 experts, 8 a token, over 8 expert shards",
         "suite": False,  # a two-and-a-half-minute compile: make bench only
     },
+    {
+        "id": "llama3.1-70b-v5p64-128k-context4",
+        "hardware": "tpu-v5p",
+        "topology": "4x4x4",
+        "ici": {"fsdp": 16, "context": 4},
+        "global_batch": 16,
+        "model": {"name": "llama3.1-70b", **_F32_WEIGHTS, "seq_len": 131072, "remat": "full"},
+        "context_parallel": {"strategy": "all_gather", "load_balance": True},
+        "why": "128k-token sequences split over a context axis: splash attention on each "
+        "device's queries against keys and values gathered over it",
+    },
 ]
 """Production-shaped runs: the model, the mesh and why each is here. Runs marked
 ``"suite": False`` compile for minutes; ``make bench`` compiles them, the test suite
@@ -254,7 +265,14 @@ def compile_run(run: Mapping[str, Any]) -> dict[str, Any]:
     devices = tpu_topology_devices(hw.name, run["topology"])
     mesh = mesh_from_ids(devices, layout.device_grid, list(layout.axes))
     start = time.perf_counter()
-    out = compile_train_step(run["model"], mesh, run["global_batch"], hbm_bytes=hw.hbm_bytes)
+    out = compile_train_step(
+        run["model"],
+        mesh,
+        run["global_batch"],
+        hbm_bytes=hw.hbm_bytes,
+        context=run.get("context_parallel"),
+        shard_over_data=bool(run.get("shard_over_data")),
+    )
     out["wall_s"] = time.perf_counter() - start
     return out
 
@@ -262,9 +280,16 @@ def compile_run(run: Mapping[str, Any]) -> dict[str, Any]:
 def estimate(run: Mapping[str, Any]) -> dict[str, Any]:
     from datarax.estimate.memory import hardware_memory, memory_estimate  # noqa: PLC0415
     from datarax.hardware.chips import get_hardware  # noqa: PLC0415
+    from datarax.parallel.options import ParallelOptions  # noqa: PLC0415
 
     hw = get_hardware(run["hardware"])
-    return memory_estimate(run["model"], run["ici"], run["global_batch"], **hardware_memory(hw))
+    options = ParallelOptions.from_json(
+        context_parallel=run.get("context_parallel"),
+        shard_over_data=bool(run.get("shard_over_data")),
+    )
+    return memory_estimate(
+        run["model"], run["ici"], run["global_batch"], options=options, **hardware_memory(hw)
+    )
 
 
 def compare(run: Mapping[str, Any], xla: Mapping[str, Any]) -> dict[str, Any]:

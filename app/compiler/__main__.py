@@ -201,6 +201,8 @@ def handle(request: dict[str, Any], send: Any) -> None:
             optimizer=request.get("optimizer", "adam"),
             hbm_bytes=request.get("hbm_bytes"),
             on_phase=on_phase,
+            context=request.get("context_parallel"),
+            shard_over_data=bool(request.get("shard_over_data", False)),
         )
     except PlanError as error:
         send({"id": cid, "error": {"code": error.code, "detail": str(error)}})

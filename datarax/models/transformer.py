@@ -30,7 +30,7 @@ encoding (rotary embeddings change neither shapes nor memory) and no dropout.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -38,12 +38,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
-from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.models.attention import attention
+from datarax.models.layout import ActivationLayout
 from datarax.models.moe import moe_block
 
 __all__ = [
@@ -73,13 +71,6 @@ def _transformer_spec(spec: TransformerSpec | Mapping[str, Any]) -> TransformerS
     resolved = model_spec(spec)
     if not isinstance(resolved, TransformerSpec):
         raise ValueError(f"the model is a {resolved.kind}; these functions take a transformer")
-    if resolved.attention_type != "mha":
-        raise PlanError(
-            "invalid_model",
-            "the library's transformer does not build MLA attention yet: plans, memory and "
-            "step estimates price this model, but it cannot be compiled or trained here; "
-            "use attention_type 'mha' for compile checks and sessions",
-        )
     return resolved
 
 
@@ -88,83 +79,6 @@ _NORM_EPS = 1e-6
 
 def _no_constraint(x: jax.Array, tensor_dim: int | None = None) -> jax.Array:  # noqa: ARG001
     return x
-
-
-class ActivationLayout:
-    """Pins activations to a plan's layout: dimension 0 (the batch) over the batch axes,
-    and a tensor-split dimension (a ``col`` layer's output features, attention heads, the
-    MLP hidden, the vocabulary, and the ``d``-wide residual stream, as MaxText's
-    ``activation_embed`` rule and Megatron's sequence parallelism split it) over the
-    tensor axes.
-
-    Without these, XLA's sharding propagation is free to compile another program than the
-    plan's: on an fsdp mesh it may keep the weights sharded and instead gather (or
-    all-reduce) activations over the whole global batch, or leave attention replicated
-    over the tensor axis. The flash kernel on TPU also reads ``mesh``, ``batch`` and
-    ``tensor`` to run per device under ``shard_map``.
-
-    Args:
-      mesh: the mesh.
-      batch_axes: mesh axes the batch is split over (data, then fsdp).
-      tensor_axes: mesh axes the tensor-parallel dimensions are split over.
-      expert_axes: mesh axes the routed experts (and the tokens dispatched to them) are
-        split over.
-      fsdp_axes: mesh axes the experts' kernels are split over as fsdp splits them.
-
-    Example:
-      >>> layout = ActivationLayout(mesh, ("fsdp",), ("tensor",))  # doctest: +SKIP
-      >>> x = layout(x, 2)  # [B, S, H, hd]: B over fsdp, H over tensor  # doctest: +SKIP
-    """
-
-    def __init__(
-        self,
-        mesh: Mesh,
-        batch_axes: Sequence[str] = (),
-        tensor_axes: Sequence[str] = (),
-        expert_axes: Sequence[str] = (),
-        fsdp_axes: Sequence[str] = (),
-    ) -> None:
-        sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-        unknown = [a for a in (*batch_axes, *tensor_axes, *expert_axes) if a not in sizes]
-        if unknown:
-            raise ValueError(f"axes {unknown} are not axes of the mesh {list(mesh.axis_names)}")
-        batch, tensor, expert = tuple(batch_axes), tuple(tensor_axes), tuple(expert_axes)
-        self.mesh = mesh
-        self.batch = _entry(batch)
-        self.tensor = _entry(tensor)
-        self.expert = _entry(expert)
-        # the dispatched tokens' batch: the batch axes but the expert ones
-        self.expert_batch = _entry(tuple(a for a in batch if a not in expert))
-        self.t = math.prod(sizes[a] for a in tensor)
-        self.e = math.prod(sizes[a] for a in expert)
-        # the axes that split the experts' kernels as fsdp does (gathered a layer at a
-        # time by the expert-parallel kernel)
-        self.fsdp_axes = tuple(a for a in fsdp_axes if a in sizes and a not in expert)
-
-    def __call__(self, x: jax.Array, tensor_dim: int | None = None) -> jax.Array:
-        """``x`` with dimension 0 on the batch axes and ``tensor_dim`` (where the tensor
-        axes divide it) on the tensor axes; the other dimensions whole."""
-        spec: list[str | tuple[str, ...] | None] = [None] * x.ndim
-        spec[0] = self.batch
-        if tensor_dim is not None and self.t > 1 and x.shape[tensor_dim] % self.t == 0:
-            spec[tensor_dim] = self.tensor
-        pinned: jax.Array = jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
-        return pinned
-
-    def experts(self, x: jax.Array) -> jax.Array:
-        """``x [experts, B, ...]`` (tokens dispatched to the experts) with its experts over
-        the expert axes and its batch over the other batch axes: XLA moves each token to
-        its expert's devices by all-to-all (MaxText's ``activation_exp`` rule)."""
-        spec: list[str | tuple[str, ...] | None] = [None] * x.ndim
-        if self.e > 1 and x.shape[0] % self.e == 0:
-            spec[0] = self.expert
-        spec[1] = self.expert_batch
-        pinned: jax.Array = jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
-        return pinned
-
-
-def _entry(axes: tuple[str, ...]) -> str | tuple[str, ...] | None:
-    return None if not axes else axes[0] if len(axes) == 1 else axes
 
 
 # --------------------------------------------------------------------------------- remat
@@ -219,12 +133,23 @@ class _Compute:
         self.layout = constrain
         self.c = constrain or _no_constraint
         self.t = getattr(constrain, "t", 1)
+        self.cp = getattr(constrain, "cp", 1)
 
     def experts(self, x: jax.Array) -> jax.Array:
         """``x [experts, ...]`` pinned as the layout pins dispatched tokens (identity
         without a layout that knows expert axes)."""
         pin = getattr(self.layout, "experts", None)
         return x if pin is None else pin(x)
+
+    def balance(self, x: jax.Array) -> jax.Array:
+        """``[B, S, ...]`` in the layout's sequence order (load-balanced context splits)."""
+        order = getattr(self.layout, "balance", None)
+        return x if order is None else order(x)
+
+    def unbalance(self, x: jax.Array) -> jax.Array:
+        """The inverse of :meth:`balance`."""
+        order = getattr(self.layout, "unbalance", None)
+        return x if order is None else order(x)
 
     def dense(self, x: jax.Array, w: jax.Array) -> jax.Array:
         """``x @ w`` in the compute dtype (the weight cast from ``param_dtype``)."""
@@ -253,27 +178,35 @@ class _Compute:
         (``linears.py``'s ``MlpBlock``: ``"mlp" + dense_name``).
         """
         spec, c = self.spec, self.c
-        h, kv, hd = spec.heads, spec.kv_heads, spec.head_dim
+        h, kv = spec.heads, spec.kv_heads
         b, s, _ = x.shape
         x = checkpoint_name(x, "decoder_layer_input")
         y = self.rms_norm(x, p[f"{prefix}/attn_norm/scale"])
-        q = checkpoint_name(c(self.dense(y, p[f"{prefix}/attn/q"]).reshape(b, s, h, hd), 2),
-                            "query_proj")  # fmt: skip
-        k = checkpoint_name(c(self.dense(y, p[f"{prefix}/attn/k"]).reshape(b, s, kv, hd), 2),
-                            "key_proj")  # fmt: skip
-        v = checkpoint_name(c(self.dense(y, p[f"{prefix}/attn/v"]).reshape(b, s, kv, hd), 2),
-                            "value_proj")  # fmt: skip
+        if spec.attention_type == "mla":
+            q, k, v = self._mla_qkv(y, p, prefix)
+            kv = h
+        else:
+            q, k, v = (
+                self.dense(y, p[f"{prefix}/attn/{name}"]).reshape(b, s, n, spec.head_dim)
+                for name, n in (("q", h), ("k", kv), ("v", kv))
+            )
+        q = checkpoint_name(c(q, 2), "query_proj")
+        k = checkpoint_name(c(k, 2), "key_proj")
+        v = checkpoint_name(c(v, 2), "value_proj")
         if self.t > 1 and kv % self.t and h % self.t == 0:
             # KV heads the tensor axes cannot split: give each query head its own copy so
             # the heads split evenly (grouping needs whole KV heads per shard)
             k, v = c(jnp.repeat(k, h // kv, axis=2), 2), c(jnp.repeat(v, h // kv, axis=2), 2)
+        gather = getattr(self.layout, "gathered", None)
+        if self.cp > 1 and gather is not None:  # context: each device's queries, every key
+            k, v = gather(k, 2), gather(v, 2)
         ctx = attention(spec.attention, q, k, v, precision=self.precision, layout=self.layout)
         ctx = checkpoint_name(c(ctx, 2), "context")
         # the d-wide residual stream is split over the tensor axes too (MaxText's
         # activation_embed rule; Megatron's sequence parallelism): the row-parallel
         # projections end in a reduce-scatter, the next norm's input is gathered
         out = checkpoint_name(
-            c(self.dense(ctx.reshape(b, s, h * hd), p[f"{prefix}/attn/o"]), 2), "out_proj"
+            c(self.dense(ctx.reshape(b, s, -1), p[f"{prefix}/attn/o"]), 2), "out_proj"
         )
         x = c(x + out, 2)
         y = self.rms_norm(x, p[f"{prefix}/mlp_norm/scale"])
@@ -288,6 +221,34 @@ class _Compute:
             hidden = jax.nn.gelu(up)
         down = checkpoint_name(c(self.dense(c(hidden, 2), p[f"{prefix}/mlp/down"]), 2), "mlpwo")
         return c(x + down, 2), None
+
+    def _mla_qkv(
+        self, y: jax.Array, p: Mapping[str, jax.Array], prefix: str
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Multi-head latent attention's queries, keys and values (DeepSeek-V2/V3, MaxText's
+        ``attention_mla.py``): queries through the ``q_lora_rank`` bottleneck and its norm
+        (or one projection when the rank is 0); keys and values from one ``kv_lora_rank``
+        latent, normed, then up-projected per head into the keys' ``qk_nope_head_dim``
+        part and the ``v_head_dim`` values; each key's ``qk_rope_head_dim`` part is one
+        projection shared by every head. ``q, k [B, S, H, nope + rope]``,
+        ``v [B, S, H, v_head_dim]``. (No rotary embedding, as in the rest of the model.)"""
+        spec, c = self.spec, self.c
+        b, s, _ = y.shape
+        h, nope, rope = spec.heads, spec.qk_nope_head_dim, spec.qk_rope_head_dim
+        if spec.q_lora_rank > 0:
+            low = self.rms_norm(self.dense(y, p[f"{prefix}/attn/wq_a"]),
+                                p[f"{prefix}/attn/q_norm/scale"])  # fmt: skip
+            q = self.dense(low, p[f"{prefix}/attn/wq_b"])
+        else:
+            q = self.dense(y, p[f"{prefix}/attn/q"])
+        latent = self.dense(y, p[f"{prefix}/attn/wkv_a"])
+        main, shared = latent[..., : spec.kv_lora_rank], latent[..., spec.kv_lora_rank :]
+        main = self.rms_norm(main, p[f"{prefix}/attn/kv_norm/scale"])
+        kv = self.dense(main, p[f"{prefix}/attn/wkv_b"]).reshape(b, s, h, nope + spec.v_head_dim)
+        kv = c(kv, 2)
+        k_rope = jnp.broadcast_to(shared[:, :, None, :], (b, s, h, rope))
+        k = jnp.concatenate([kv[..., :nope], k_rope], axis=-1)
+        return q.reshape(b, s, h, nope + rope), k, kv[..., nope:]
 
     def unembedding(self, params: Mapping[str, jax.Array]) -> jax.Array:
         """``[d, vocab]`` in the compute dtype (the embedding's transpose when tied)."""
@@ -397,8 +358,9 @@ def transformer_forward(
     resolved = _transformer_spec(spec)
     _check_params(resolved, params)
     compute = _Compute(resolved, constrain)
-    x = compute.hidden(params, jnp.asarray(tokens))
-    return compute.logits(x, compute.unembedding(params)).astype(jnp.float32)
+    x = compute.hidden(params, compute.balance(jnp.asarray(tokens)))
+    logits = compute.logits(x, compute.unembedding(params)).astype(jnp.float32)
+    return compute.unbalance(logits)
 
 
 def _cross_entropy_head(
@@ -519,9 +481,11 @@ def transformer_loss_fn(
 
     def loss(params: Mapping[str, jax.Array], batch: Mapping[str, jax.Array]) -> jax.Array:
         _check_params(resolved, params)
-        x = compute.hidden(params, batch["inputs"])
+        # a load-balanced context split holds the sequence in its own order: the mean
+        # over tokens is the same in any order
+        x = compute.hidden(params, compute.balance(batch["inputs"]))
         w = compute.unembedding(params)
-        targets = batch["targets"]
+        targets = compute.balance(batch["targets"])
         total = tiled_cross_entropy(x, w, targets, resolved.vocab_tiling, compute.logits, compute.c)
         return total / targets.size
 

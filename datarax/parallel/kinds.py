@@ -196,6 +196,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             priced=True,
             splits_batch=False,
             splits_sequence=True,
+            compiled=True,
             param_split="first_divisible",
             shards_state=True,
             collectives=(

@@ -64,8 +64,14 @@ from jax.tree_util import PyTreeDef
 from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 from datarax.models import ActivationLayout, make_optimizer, transformer_loss_fn
-from datarax.parallel.axis_roles import axis_roles, batch_split_axes, param_specs, split_axes
-from datarax.parallel.kinds import check_compiled
+from datarax.parallel.axis_roles import (
+    axis_roles,
+    batch_split_axes,
+    param_specs,
+    replica_axes,
+    split_axes,
+)
+from datarax.parallel.kinds import KINDS, check_compiled
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -197,8 +203,25 @@ def _param_tree(spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str]) -> dict[s
     return tree
 
 
-def _opt_state_tree(params: dict[str, Any], optimizer: Any, mesh: Mesh) -> Any:
-    """The optimizer state's shapes, each moment sharded like its parameter."""
+def _over_data(leaf: Any, mesh: Mesh, data: tuple[str, ...]) -> NamedSharding:
+    """ZeRO-1: ``leaf``'s sharding with the data axes added to the first dimension they
+    divide along with what already splits it (its own sharding where none does)."""
+    sharding: NamedSharding = leaf.sharding
+    sizes = dict(mesh.shape)
+    dims = list(sharding.spec) + [None] * (len(leaf.shape) - len(sharding.spec))
+    for i, entry in enumerate(dims):
+        have = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        if leaf.shape[i] % math.prod(sizes[a] for a in (*have, *data)) == 0:
+            dims[i] = (*have, *data)
+            return NamedSharding(mesh, P(*dims))
+    return sharding
+
+
+def _opt_state_tree(
+    params: dict[str, Any], optimizer: Any, mesh: Mesh, data: tuple[str, ...] = ()
+) -> Any:
+    """The optimizer state's shapes, each moment sharded like its parameter (and over
+    the ``data`` axes as well for ZeRO-1)."""
     shapes = jax.eval_shape(optimizer.init, params)
     params_def: PyTreeDef = jax.tree.structure(params)
     replicated = NamedSharding(mesh, P())
@@ -212,12 +235,24 @@ def _opt_state_tree(params: dict[str, Any], optimizer: Any, mesh: Mesh) -> Any:
     def place(node: Any) -> Any:
         if is_params_like(node):
             return {
-                k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=params[k].sharding)
+                k: jax.ShapeDtypeStruct(
+                    v.shape,
+                    v.dtype,
+                    sharding=_over_data(params[k], mesh, data) if data else params[k].sharding,
+                )
                 for k, v in node.items()
             }
         return jax.ShapeDtypeStruct(node.shape, node.dtype, sharding=replicated)
 
     return jax.tree.map(place, shapes, is_leaf=is_params_like)
+
+
+def _entry(axes: Sequence[str]) -> str | tuple[str, ...] | None:
+    return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def _sequence_axes(axes: Mapping[str, int], roles: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(n for n, size in axes.items() if KINDS[roles[n]].splits_sequence and size > 1)
 
 
 def _batch_tree(
@@ -231,13 +266,15 @@ def _batch_tree(
             "batch_not_divisible",
             f"global batch {global_batch} does not split over the {shards} data x fsdp shards",
         )
-    lead = None if not batch_axes else batch_axes[0] if len(batch_axes) == 1 else batch_axes
+    lead = _entry(batch_axes)
     sharded = NamedSharding(mesh, P(lead))
     if isinstance(spec, TransformerSpec):
         shape = (global_batch, spec.seq_len)
+        # the tokens of a context split: each device holds its share of every sequence
+        tokens = NamedSharding(mesh, P(lead, _entry(_sequence_axes(axes, roles))))
         return {
-            "inputs": jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharded),
-            "targets": jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharded),
+            "inputs": jax.ShapeDtypeStruct(shape, jnp.int32, sharding=tokens),
+            "targets": jax.ShapeDtypeStruct(shape, jnp.int32, sharding=tokens),
         }
     inputs = jax.ShapeDtypeStruct((global_batch, spec.features[0]), jnp.float32, sharding=sharded)
     if spec.loss == "cross_entropy":
@@ -249,10 +286,13 @@ def _batch_tree(
     return {"inputs": inputs, "targets": targets}
 
 
-def _activation_layout(mesh: Mesh, roles: Mapping[str, str]) -> ActivationLayout:
+def _activation_layout(
+    mesh: Mesh, roles: Mapping[str, str], load_balance: bool = True
+) -> ActivationLayout:
     """The plan's activation layout: batch over the axes that split it (data, fsdp,
-    expert), tensor-split dimensions over the tensor axes, the tokens dispatched to the
-    experts over the expert axes (:class:`datarax.models.ActivationLayout`)."""
+    expert), the sequence over the context axes (load-balanced or not), tensor-split
+    dimensions over the tensor axes, the tokens dispatched to the experts over the expert
+    axes (:class:`datarax.models.ActivationLayout`)."""
     axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
     return ActivationLayout(
         mesh,
@@ -260,6 +300,8 @@ def _activation_layout(mesh: Mesh, roles: Mapping[str, str]) -> ActivationLayout
         split_axes(axes, roles, "tensor_dim"),
         split_axes(axes, roles, "expert_dim"),
         split_axes(axes, roles, "first_divisible"),
+        sequence_axes=_sequence_axes(axes, roles),
+        load_balance=load_balance,
     )
 
 
@@ -292,11 +334,17 @@ def _mlp_loss(spec: MLPSpec, constrain: ActivationLayout) -> StepLoss:
     return loss
 
 
-def step_loss(spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str] | None = None) -> StepLoss:
+def step_loss(
+    spec: ModelSpec,
+    mesh: Mesh,
+    roles: Mapping[str, str] | None = None,
+    *,
+    load_balance: bool = True,
+) -> StepLoss:
     """``loss(params, batch)`` of the step: the MLP, or :mod:`datarax.models`'
     transformer (:func:`datarax.models.transformer_loss_fn`), with activations pinned to
-    the plan's layout."""
-    layout = _activation_layout(mesh, axis_roles(list(mesh.axis_names), roles))
+    the plan's layout (``load_balance``: a context split's sequence order)."""
+    layout = _activation_layout(mesh, axis_roles(list(mesh.axis_names), roles), load_balance)
     if isinstance(spec, MLPSpec):
         return _mlp_loss(spec, layout)
     return transformer_loss_fn(spec, layout)
@@ -309,6 +357,8 @@ def abstract_train_step(
     *,
     roles: Mapping[str, str] | None = None,
     optimizer: str = "adam",
+    context: Mapping[str, Any] | None = None,
+    shard_over_data: bool = False,
 ) -> AbstractStep:
     """The training step of ``model`` on ``mesh``, from shapes only.
 
@@ -319,6 +369,9 @@ def abstract_train_step(
         ``data`` and ``fsdp`` axes.
       roles: ``{axis: role}`` overriding the name-derived roles.
       optimizer: ``adam``, ``adamw`` or ``sgd``.
+      context: a plan's ``context_parallel`` (``{"strategy", "load_balance"}``): the
+        program builds the ``all_gather`` strategy, load-balanced by default.
+      shard_over_data: ZeRO-1: the optimizer state split over the data axes as well.
 
     Returns:
       The step and its abstract arguments: parameters sharded as
@@ -333,14 +386,25 @@ def abstract_train_step(
     spec = model_spec(model)
     roles = axis_roles(list(mesh.axis_names), roles)
     check_compiled(dict(mesh.shape), roles)  # the kinds the program builds
+    context = dict(context or {})
+    sequence = _sequence_axes(dict(mesh.shape), roles)
+    if sequence and context.get("strategy", "all_gather") != "all_gather":
+        raise PlanError(
+            "invalid_parallelism",
+            f"context_parallel.strategy {context['strategy']!r}: the library's program "
+            "builds the all_gather strategy (each device's queries against keys and values "
+            "gathered over the context axes), so it cannot compile this one; plan with "
+            "strategy all_gather, or without a compile check",
+        )
     try:
         opt = make_optimizer(optimizer, _LEARNING_RATE)
     except ValueError as error:
         raise PlanError("unknown_optimizer", str(error)) from None
     params = _param_tree(spec, mesh, roles)
-    opt_state = _opt_state_tree(params, opt, mesh)
+    data = replica_axes(dict(mesh.shape), roles) if shard_over_data else ()
+    opt_state = _opt_state_tree(params, opt, mesh, data)
     batch = _batch_tree(spec, mesh, roles, global_batch)
-    loss_fn = step_loss(spec, mesh, roles)
+    loss_fn = step_loss(spec, mesh, roles, load_balance=bool(context.get("load_balance", True)))
 
     def step(params: Params, opt_state: Any, batch: Params) -> tuple[Params, Any, jax.Array]:
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)
@@ -382,11 +446,14 @@ def compile_train_step(
     optimizer: str = "adam",
     hbm_bytes: int | None = None,
     on_phase: Callable[[str], None] | None = None,
+    context: Mapping[str, Any] | None = None,
+    shard_over_data: bool = False,
 ) -> dict[str, Any]:
     """Lowers and compiles the step (:func:`abstract_train_step`) and reads XLA's figures.
 
     Args:
-      model, mesh, global_batch, roles, optimizer: as :func:`abstract_train_step`.
+      model, mesh, global_batch, roles, optimizer, context, shard_over_data: as
+        :func:`abstract_train_step`.
       hbm_bytes: memory of one device, for ``fits`` where the compiler does not check
         it itself (CPU and GPU compiles); TPU compiles refuse what exceeds HBM.
       on_phase: called with ``"lowering"`` and then ``"compiling"``.
@@ -416,7 +483,15 @@ def compile_train_step(
         program cannot be lowered or compiled for a reason other than memory (XLA's
         text in the detail).
     """
-    step = abstract_train_step(model, mesh, global_batch, roles=roles, optimizer=optimizer)
+    step = abstract_train_step(
+        model,
+        mesh,
+        global_batch,
+        roles=roles,
+        optimizer=optimizer,
+        context=context,
+        shard_over_data=shard_over_data,
+    )
     if on_phase:
         on_phase("lowering")
     start = time.perf_counter()

@@ -36,15 +36,16 @@ from app.core.errors import CompileTargetUnavailable, ServiceError, from_library
 from app.core.host_memory import host_memory_bytes
 from app.core.settings import Settings
 from app.runtime.environment import runtime_platforms
-from app.schemas.base import optimizer_name
+from app.schemas.base import optimizer_name, shards_over_data
 from app.schemas.compile_checks import CompileCheckRequest
 from datarax.distributed.errors import PlanError
 from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.parallel.kinds import check_compiled, kinds_by_alias
+from datarax.parallel.options import ParallelOptions
 
-PROGRAM_VERSION = 3
+PROGRAM_VERSION = 4
 """Bumped when :mod:`datarax.spmd.compile_step` builds a different program, or a
 result means something else (3: ``fits`` is judged here, null without a memory bound,
 where 2 answered true), so cached results of the old one are not answered."""
@@ -78,6 +79,7 @@ def _estimate(
     optimizer: str,
     batch: int,
     hbm: int | None = None,
+    zero1: bool = False,
 ) -> dict[str, Any]:
     figures: Mapping[str, Any] = {"hbm_bytes": hbm}
     dcn_axes = []
@@ -85,9 +87,19 @@ def _estimate(
         figures = hardware_memory(get_hardware(plan["hardware"]))
         # The axes that cross slices (their gradients stay in HBM: cost.memory_estimate).
         dcn_axes = [a["name"] for a in plan.get("axes_detail", ()) if a.get("dcn", 1) > 1]
+    options = ParallelOptions.from_json(
+        context_parallel=plan.get("context_parallel"),
+        shard_over_data=bool(plan.get("shard_over_data")) or zero1,
+    )
     try:
         return memory_estimate(
-            model, plan["axes"], batch, optimizer=optimizer, dcn_axes=dcn_axes, **figures
+            model,
+            plan["axes"],
+            batch,
+            optimizer=optimizer,
+            dcn_axes=dcn_axes,
+            options=options,
+            **figures,
         ).to_json()
     except PlanError as error:  # the batch or the axes' roles do not suit the model
         raise from_library(error) from None
@@ -136,9 +148,10 @@ def check_target(
         )
     batch = int(shape[0])
     _check_sizes(spec, batch)
-    _check_buildable(spec, plan)
+    _check_buildable(plan)
     optimizer = optimizer_name(request.optimizer)
-    estimate = _estimate(plan, spec.to_json(), optimizer, batch)
+    zero1 = shards_over_data(request.optimizer)
+    estimate = _estimate(plan, spec.to_json(), optimizer, batch, zero1=zero1)
     extra = {"estimate": estimate}
     ids = [int(i) for i in _flatten(plan["device_grid"])]
     hbm = None
@@ -167,7 +180,7 @@ def check_target(
         }
     elif needs_gpu(plan):
         target, hbm = _gpu_target(ids, gpu, settings, extra)
-        estimate = _estimate(plan, spec.to_json(), optimizer, batch, hbm)
+        estimate = _estimate(plan, spec.to_json(), optimizer, batch, hbm, zero1)
     elif plan.get("live"):
         if plan.get("platform") != "cpu":
             raise CompileTargetUnavailable(
@@ -184,7 +197,7 @@ def check_target(
             )
         hbm, source = cpu_device_bound(settings, len(ids))
         target = {"kind": "cpu", "devices": settings.cpu_devices, "hbm_source": source}
-        estimate = _estimate(plan, spec.to_json(), optimizer, batch, hbm)  # same bound
+        estimate = _estimate(plan, spec.to_json(), optimizer, batch, hbm, zero1)  # same bound
     else:
         raise CompileTargetUnavailable(
             "this plan is abstract without hardware, so there is no compiler to ask: plan it "
@@ -201,6 +214,9 @@ def check_target(
         "global_batch": batch,
         "hbm_bytes": hbm,
         "estimate": estimate,
+        # the plan's context strategy and ZeRO-1 (or the check's optimizer asking for it)
+        "context_parallel": dict(plan.get("context_parallel") or {}),
+        "shard_over_data": bool(plan.get("shard_over_data")) or zero1,
     }
 
 
@@ -299,22 +315,25 @@ def _check_sizes(spec: Any, batch: int) -> None:
         )
 
 
-def _check_buildable(spec: Any, plan: Mapping[str, Any]) -> None:
+def _check_buildable(plan: Mapping[str, Any]) -> None:
     """422 before any compile when the library's program would not build what the plan
-    prices: axes of kinds it does not build (``invalid_parallelism``: stage, context), or
-    MLA attention (``invalid_model``)."""
+    prices: axes of kinds it does not build (``invalid_parallelism``: stage), a context
+    strategy other than ``all_gather`` (``invalid_parallelism``)."""
     kinds = kinds_by_alias()
     axes = {name: int(size) for name, size in plan["axes"].items() if name in kinds}
     try:
         check_compiled(axes, {name: kinds[name].name for name in axes})
     except PlanError as error:
         raise from_library(error) from None
-    if isinstance(spec, TransformerSpec) and spec.attention_type != "mha":
+    split = any(kinds[name].splits_sequence and size > 1 for name, size in axes.items())
+    strategy = (plan.get("context_parallel") or {}).get("strategy", "all_gather")
+    if split and strategy != "all_gather":
         raise ServiceError(
-            "the library's transformer does not build MLA attention yet, so XLA cannot be "
-            "asked about this step: the plan's estimate prices it; compile it with "
-            "attention_type 'mha'",
-            code="invalid_model",
+            f"context_parallel.strategy {strategy!r}: the library's program builds the "
+            "all_gather strategy (each device's queries against keys and values gathered "
+            "over the context axes), so XLA cannot be asked about this one; plan it with "
+            "strategy all_gather to compile it",
+            code="invalid_parallelism",
         )
 
 
@@ -356,5 +375,7 @@ def cache_key(work: dict[str, Any]) -> str:
         "optimizer": work["optimizer"],
         "global_batch": work["global_batch"],
         "hbm_bytes": work["hbm_bytes"],
+        "context_parallel": work.get("context_parallel") or {},
+        "shard_over_data": bool(work.get("shard_over_data")),
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()

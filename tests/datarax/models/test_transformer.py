@@ -26,6 +26,7 @@ from datarax.models import (
     transformer_loss,
     transformer_loss_fn,
 )
+from datarax.models.transformer import transformer_forward
 from datarax.spmd.train_step import spmd_train_step
 from tests.datarax.support import data_mesh
 
@@ -208,3 +209,55 @@ def test_refusals_name_the_value():
         transformer_loss_fn(model_spec(SMALL))(params, batch)
     with pytest.raises(ValueError, match="not axes of the mesh"):
         ActivationLayout(Mesh(np.array(jax.devices()[:1]), ("data",)), ("fsdp",))
+
+
+MLA = {**SMALL, "kv_heads": 4, "attention_type": "mla", "q_lora_rank": 24, "kv_lora_rank": 16,
+       "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12}  # fmt: skip
+
+
+@pytest.mark.parametrize("q_lora_rank", [24, 0], ids=["q-lora", "q-whole"])
+def test_mla_attention_is_attention_over_its_latent_projections(q_lora_rank):
+    # issue 38: MLA in the real program. Its step equals the same model written out by
+    # hand as plain multi-head attention: per-head keys [k_nope | the shared k_rope] and
+    # values up-projected from the normed latent, queries through the q bottleneck
+    spec = model_spec({**MLA, "q_lora_rank": q_lora_rank, "layers": 1, "attention": "dot"})
+    p = Transformer(spec, rngs=nnx.Rngs(3)).param_arrays()
+    tokens = jnp.asarray(synthetic_tokens(spec, 2, 0, 0)["inputs"])
+
+    def norm(x, scale):
+        return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + 1e-6) * scale
+
+    w = {k.removeprefix("layers/*/"): np.asarray(v, np.float64)[0]
+         for k, v in p.items() if k.startswith("layers/")}  # fmt: skip
+    x = np.asarray(p["embed/embedding"], np.float64)[np.asarray(tokens)]
+    y = norm(x, w["attn_norm/scale"])
+    h, nope, rope, vd = 4, 8, 4, 12
+    q = norm(y @ w["attn/wq_a"], w["attn/q_norm/scale"]) @ w["attn/wq_b"] if q_lora_rank else (
+        y @ w["attn/q"])  # fmt: skip
+    q = q.reshape(2, 32, h, nope + rope)
+    latent = y @ w["attn/wkv_a"]
+    kv = (norm(latent[..., :16], w["attn/kv_norm/scale"]) @ w["attn/wkv_b"]).reshape(
+        2, 32, h, nope + vd
+    )
+    k = np.concatenate([kv[..., :nope], np.repeat(latent[:, :, None, 16:], h, axis=2)], -1)
+    scores = np.einsum("bshd,bthd->bhst", q, k) / np.sqrt(nope + rope)
+    scores = np.where(np.tril(np.ones((32, 32), bool)), scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    ctx = np.einsum("bhst,bthd->bshd", probs, kv[..., nope:]).reshape(2, 32, h * vd)
+    x = x + ctx @ w["attn/o"]
+    y = norm(x, w["mlp_norm/scale"])
+    gate, up = y @ w["mlp/gate"], y @ w["mlp/up"]
+    x = x + (gate / (1 + np.exp(-gate)) * up) @ w["mlp/down"]
+    logits = norm(x, np.asarray(p["final_norm/scale"])) @ np.asarray(p["unembed/kernel"])
+    np.testing.assert_allclose(transformer_forward(spec, p, tokens), logits, rtol=2e-4, atol=2e-4)
+
+
+def test_mla_flash_equals_dot_and_splits_over_fsdp_and_tensor(layout):
+    # MLA's values are narrower than its keys: the blockwise kernel and the sharded
+    # program take them as they are
+    params = Transformer(MLA, rngs=nnx.Rngs(0)).param_arrays()
+    batch = {k: jnp.asarray(v) for k, v in synthetic_tokens(MLA, 8, 0, 0).items()}
+    dot = _loss_and_grads({**MLA, "attention": "dot"}, params, batch)
+    _assert_same(_loss_and_grads({**MLA, "attention": "flash"}, params, batch), dot, 2e-4, 2e-5)
+    _assert_same(_loss_and_grads(MLA, params, batch, layout), dot, 2e-4, 2e-5)

@@ -152,9 +152,10 @@ def test_bad_bodies(client):
     )
 
 
-def test_kinds_and_layers_the_program_does_not_build_are_refused_before_compiling(client):
-    # issue 38: plans price stages, context and experts; the library's training program
-    # does not build them yet, so a compile check says so instead of compiling another step
+def test_kinds_and_strategies_the_program_does_not_build_are_refused_before_compiling(client):
+    # issue 38: plans price stages and the ring context strategy; the library's training
+    # program does not build them, so a compile check says so instead of compiling
+    # another step
     dense = {"kind": "transformer", "layers": 4, "d_model": 512, "d_ff": 2048, "heads": 8,
              "kv_heads": 8, "vocab": 32000, "seq_len": 2048}  # fmt: skip
     staged = _plan(client, {"hardware": "tpu-v5e", "topology": "4x4",
@@ -167,15 +168,14 @@ def test_kinds_and_layers_the_program_does_not_build_are_refused_before_compilin
     )
     assert (
         "stage parallelism" in problem["detail"]
-        and "data, fsdp, tensor, expert" in problem["detail"]
+        and "data, fsdp, tensor, expert, context" in problem["detail"]
     )
-    mla = {**dense, "attention_type": "mla", "kv_lora_rank": 64, "qk_nope_head_dim": 32,
-           "qk_rope_head_dim": 16, "v_head_dim": 32}  # fmt: skip
-    mesh_id = _plan(client, TPU_PLAN)
+    ring = _plan(client, {"hardware": "tpu-v5e", "topology": "4x4",
+                          "ici": {"context": 4, "fsdp": 4}, "batch_shape": [16, 2048],
+                          "model": dense, "context_parallel": {"strategy": "ring"}})  # fmt: skip
     problem = assert_problem(
-        client.post(f"/v1/meshes/{mesh_id}/compile-checks",
-                    json={"model": mla, "batch_shape": [16, 2048]}),
+        client.post(f"/v1/meshes/{ring}/compile-checks", json={"model": dense}),
         422,
-        "invalid_model",
-    )  # fmt: skip
-    assert "MLA attention" in problem["detail"]
+        "invalid_parallelism",
+    )
+    assert "'ring'" in problem["detail"] and "all_gather" in problem["detail"]
