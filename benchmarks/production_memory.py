@@ -1,6 +1,7 @@
 """The memory estimate against XLA's compile-time figure for production-shaped runs.
 
-Each run is a named model (7B-70B, sequences of 4k-8k tokens, MaxText's remat policies,
+Each run is a named model (7B-671B, dense and mixture-of-experts, sequences of 4k-128k
+tokens split over context axes or not, ZeRO-1, MaxText's remat policies,
 offload included) on a v5e, v5p or v6e topology that libtpu describes on this CPU-only
 host. :func:`compile_run` compiles the step that compile checks compile
 (``compile_step.compile_train_step``: the real transformer of ``datarax.models``) and
@@ -239,6 +240,27 @@ RUNS: list[dict[str, Any]] = [
         "context_parallel": {"strategy": "all_gather", "load_balance": True},
         "why": "128k-token sequences split over a context axis: splash attention on each "
         "device's queries against keys and values gathered over it",
+    },
+    {
+        "id": "deepseek3-671b-v5p1024-expert8",
+        "hardware": "tpu-v5p",
+        "topology": "8x8x8",
+        "ici": {"fsdp": 64, "expert": 8},
+        "global_batch": 512,
+        "model": {"name": "deepseek3-671b", **_F32_WEIGHTS, "remat": "full"},
+        "why": "MLA attention and 256 routed experts (8 a token) over 8 expert shards on 512 "
+        "chips",
+        "suite": False,  # minutes of compile: make bench only
+    },
+    {
+        "id": "llama3.1-8b-v6e16-zero1",
+        "hardware": "tpu-v6e",
+        "topology": "4x4",
+        "ici": {"data": 2, "fsdp": 8},
+        "global_batch": 32,
+        "model": {"name": "llama3.1-8b", **_F32_WEIGHTS, "remat": "full"},
+        "shard_over_data": True,
+        "why": "ZeRO-1: the optimizer state split over the data axis as well as fsdp",
     },
 ]
 """Production-shaped runs: the model, the mesh and why each is here. Runs marked

@@ -84,9 +84,9 @@ class ParallelismKind:
       splits_batch: whether the axis splits the global batch (its size divides it).
       splits_sequence: whether the axis splits each sequence (context parallelism: its
         size divides the sequence length).
-      compiled: whether the library's program (:mod:`datarax.spmd.compile_step`, the
-        sessions' training step) builds the kind; compile checks refuse the others with
-        ``invalid_parallelism`` while plans price them.
+      compiled: whether the library's program (:mod:`datarax.spmd.compile_step`) builds
+        the kind; compile checks refuse the others with ``invalid_parallelism`` while
+        plans price them.
       param_split: which parameter dimension the axis splits (:data:`ParamSplit`).
       shards_state: whether gradients and optimizer state are split with the
         parameters (fsdp), rather than held whole wherever the parameters are.

@@ -36,7 +36,7 @@ def compared(request: pytest.FixtureRequest):
             for run in production_memory.SUITE_RUNS]  # fmt: skip
 
 
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(2700)  # the first test compiles every suite run (the fixture)
 def test_the_estimate_is_within_10_percent_of_xla_on_80_percent_of_the_runs(compared):
     measured = [row for row in compared if row["error"] is not None]
     assert len(compared) >= 10 and len(measured) >= 8

@@ -378,3 +378,51 @@ def test_an_moe_plan_with_an_expert_axis_compiles_through_libtpu_with_all_to_all
     # the routed experts' kernels are split over the expert axis in the step's arguments
     wi = abstract_train_step(model, mesh, 16).args[0]["moe_layers/*/moe/experts/wi_0"]
     assert wi.shape == (1, 8, 256, 512) and wi.sharding.spec[1] == "expert"
+
+
+def test_a_context_split_mla_plan_compiles_through_libtpu_with_splash_on_its_queries():
+    # issue 38: a context axis and MLA in the program a compile check compiles: splash
+    # attention per device on its share of the (load-balanced) queries, keys and values
+    # all-gathered over the context axis, MLA's narrower values as they are
+    layout, mesh = _tpu_mesh("tpu-v6e", "2x4", {"fsdp": 2, "context": 2, "tensor": 2})
+    model = {"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 1024, "heads": 8,
+             "kv_heads": 8, "vocab": 4096, "seq_len": 4096, "attention": "flash",
+             "attention_type": "mla", "q_lora_rank": 256, "kv_lora_rank": 128,
+             "qk_nope_head_dim": 64, "qk_rope_head_dim": 64, "v_head_dim": 64}  # fmt: skip
+    out = compile_train_step(model, mesh, 4, hbm_bytes=layout.hardware.hbm_bytes)
+    assert out["fits"] is True
+    assert out["collectives"].get("all-gather", 0) >= 1, out["collectives"]
+    step = abstract_train_step(model, mesh, 4)
+    hlo = step.jitted().lower(*step.args).as_text()
+    assert "splash" in hlo  # the Pallas kernel, not the blockwise fallback
+    # each device holds its share of every sequence
+    assert tuple(step.args[2]["inputs"].sharding.spec) == ("fsdp", "context")
+
+
+def test_zero1_splits_the_optimizer_state_over_the_data_axes_too(eight_devices):
+    mesh = Mesh(np.array(eight_devices).reshape(2, 4), ("data", "fsdp"))
+    model = {"kind": "transformer", "layers": 2, "d_model": 64, "d_ff": 128, "heads": 4,
+             "kv_heads": 4, "vocab": 96, "seq_len": 32}  # fmt: skip
+    plain = abstract_train_step(model, mesh, 8)
+    zero1 = abstract_train_step(model, mesh, 8, shard_over_data=True)
+    path = "layers/*/mlp/up"
+    assert plain.args[0][path].sharding == zero1.args[0][path].sharding  # weights as fsdp
+    mu_plain = plain.args[1][0].mu[path].sharding.spec
+    mu_zero1 = zero1.args[1][0].mu[path].sharding.spec
+    assert "data" not in str(mu_plain) and "data" in str(mu_zero1), (mu_plain, mu_zero1)
+    loss = zero1.jitted().lower(*zero1.args).compile()
+    assert loss is not None
+
+
+def test_context_strategies_the_program_does_not_build_are_refused(eight_devices):
+    mesh = Mesh(np.array(eight_devices).reshape(2, 4), ("fsdp", "context"))
+    model = {"kind": "transformer", "layers": 2, "d_model": 64, "d_ff": 128, "heads": 4,
+             "kv_heads": 4, "vocab": 96, "seq_len": 32}  # fmt: skip
+    with pytest.raises(PlanError) as ring:
+        abstract_train_step(model, mesh, 8, context={"strategy": "ring"})
+    assert ring.value.code == "invalid_parallelism" and "all_gather" in str(ring.value)
+    with pytest.raises(PlanError) as staged:
+        abstract_train_step(
+            model, Mesh(np.array(eight_devices).reshape(2, 4), ("fsdp", "stage")), 8
+        )
+    assert staged.value.code == "invalid_parallelism"
