@@ -248,8 +248,7 @@ RUNS: list[dict[str, Any]] = [
         "ici": {"fsdp": 64, "expert": 8},
         "global_batch": 512,
         "model": {"name": "deepseek3-671b", **_F32_WEIGHTS, "remat": "full"},
-        "why": "MLA attention and 256 routed experts (8 a token) over 8 expert shards on 512 "
-        "chips",
+        "why": "MLA attention and 256 routed experts (8 a token) over 8 expert shards on 512 chips",
         "suite": False,  # minutes of compile: make bench only
     },
     {
