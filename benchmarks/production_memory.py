@@ -255,7 +255,7 @@ RUNS: list[dict[str, Any]] = [
         "id": "llama3.1-8b-v6e16-zero1",
         "hardware": "tpu-v6e",
         "topology": "4x4",
-        "ici": {"data": 2, "fsdp": 8},
+        "ici": {"data": 4, "fsdp": 4},
         "global_batch": 32,
         "model": {"name": "llama3.1-8b", **_F32_WEIGHTS, "remat": "full"},
         "shard_over_data": True,
