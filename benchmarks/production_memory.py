@@ -261,6 +261,38 @@ RUNS: list[dict[str, Any]] = [
         "shard_over_data": True,
         "why": "ZeRO-1: the optimizer state split over the data axis as well as fsdp",
     },
+    {
+        "id": "llama3.1-8b-v6e16-data4-fsdp4",
+        "hardware": "tpu-v6e",
+        "topology": "4x4",
+        "ici": {"data": 4, "fsdp": 4},
+        "global_batch": 32,
+        "model": {"name": "llama3.1-8b", **_F32_WEIGHTS, "remat": "full"},
+        "why": "the ZeRO-1 run's mesh without ZeRO-1: the whole optimizer state on each data "
+        "shard",
+        "suite": False,  # the ZeRO-1 run's baseline: make bench only
+    },
+    {
+        "id": "llama3.1-70b-v5p64-stage4-gpipe",
+        "hardware": "tpu-v5p",
+        "topology": "4x4x4",
+        "ici": {"stage": 4, "fsdp": 16},
+        "global_batch": 64,
+        "model": {"name": "llama3.1-70b", **_F32_WEIGHTS, "seq_len": 8192, "remat": "full"},
+        "pipeline": {"microbatches": 4, "schedule": "gpipe"},
+        "why": "80 layers as 4 pipeline stages of 20, 4 microbatches (GPipe)",
+    },
+    {
+        "id": "llama3.1-70b-v5p64-stage4-circular",
+        "hardware": "tpu-v5p",
+        "topology": "4x4x4",
+        "ici": {"stage": 4, "fsdp": 16},
+        "global_batch": 64,
+        "model": {"name": "llama3.1-70b", **_F32_WEIGHTS, "seq_len": 8192, "remat": "full"},
+        "pipeline": {"microbatches": 4, "layers_per_stage": 5, "schedule": "circular"},
+        "why": "the same stages run circular: 4 passes of 5 layers a stage",
+        "suite": False,  # make bench only
+    },
 ]
 """Production-shaped runs: the model, the mesh and why each is here. Runs marked
 ``"suite": False`` compile for minutes; ``make bench`` compiles them, the test suite
@@ -293,6 +325,7 @@ def compile_run(run: Mapping[str, Any]) -> dict[str, Any]:
         hbm_bytes=hw.hbm_bytes,
         context=run.get("context_parallel"),
         shard_over_data=bool(run.get("shard_over_data")),
+        pipeline=run.get("pipeline"),
     )
     out["wall_s"] = time.perf_counter() - start
     return out
@@ -305,6 +338,7 @@ def estimate(run: Mapping[str, Any]) -> dict[str, Any]:
 
     hw = get_hardware(run["hardware"])
     options = ParallelOptions.from_json(
+        pipeline=run.get("pipeline"),
         context_parallel=run.get("context_parallel"),
         shard_over_data=bool(run.get("shard_over_data")),
     )

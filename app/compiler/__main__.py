@@ -203,6 +203,7 @@ def handle(request: dict[str, Any], send: Any) -> None:
             on_phase=on_phase,
             context=request.get("context_parallel"),
             shard_over_data=bool(request.get("shard_over_data", False)),
+            pipeline=request.get("pipeline"),
         )
     except PlanError as error:
         send({"id": cid, "error": {"code": error.code, "detail": str(error)}})

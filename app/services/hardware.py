@@ -452,6 +452,12 @@ def render_hardware_plan(
         # the plan stores its model (resolved: a named model's figures with its overrides)
         members["model"] = members["step_estimate"].pop("model")
     options = parallel_options(request)
+    if request.pipeline is not None:
+        members["pipeline"] = {
+            "microbatches": options.pipeline.microbatches,
+            "layers_per_stage": options.pipeline.layers_per_stage,
+            "schedule": options.pipeline.schedule,
+        }
     if request.context_parallel is not None:
         members["context_parallel"] = {
             "strategy": options.context.strategy,

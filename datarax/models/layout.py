@@ -28,6 +28,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from datarax.models.pipeline import StagePlan
+
 __all__ = ["ActivationLayout", "balanced_order"]
 
 Entry = str | tuple[str, ...] | None
@@ -82,6 +84,8 @@ class ActivationLayout:
       sequence_axes: mesh axes the sequence is split over (context parallelism).
       load_balance: with sequence axes over 1, hold the sequence in load-balanced order
         (:func:`balanced_order`).
+      pipeline: the decoder layers as pipeline stages over stage axes
+        (:class:`~datarax.models.pipeline.StagePlan`).
 
     Example:
       >>> layout = ActivationLayout(mesh, ("fsdp",), ("tensor",))  # doctest: +SKIP
@@ -97,6 +101,7 @@ class ActivationLayout:
         fsdp_axes: Sequence[str] = (),
         sequence_axes: Sequence[str] = (),
         load_balance: bool = False,
+        pipeline: StagePlan | None = None,
     ) -> None:
         sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
         named = (*batch_axes, *tensor_axes, *expert_axes, *sequence_axes)
@@ -104,8 +109,15 @@ class ActivationLayout:
         if unknown:
             raise ValueError(f"axes {unknown} are not axes of the mesh {list(mesh.axis_names)}")
         batch, tensor, expert = tuple(batch_axes), tuple(tensor_axes), tuple(expert_axes)
+        self._given = (batch, tensor, expert, tuple(fsdp_axes), tuple(sequence_axes))
+        if pipeline is not None and pipeline.stages > 1:
+            # outside the stages (the embedding, the head and the loss) the batch is
+            # split over the stage axes too, so the stages share that work
+            batch = (*batch, *(a for a in pipeline.axes if a not in batch))
         self.mesh = mesh
         self.batch = _entry(batch)
+        self._batch_shards = math.prod(sizes[a] for a in batch)
+        self._stage_free_batch = _entry(self._given[0])
         self.tensor = _entry(tensor)
         self.expert = _entry(expert)
         self.sequence = _entry(tuple(sequence_axes))
@@ -115,9 +127,19 @@ class ActivationLayout:
         self.e = math.prod(sizes[a] for a in expert)
         self.cp = math.prod(sizes[a] for a in sequence_axes)
         self.load_balance = bool(load_balance) and self.cp > 1
+        # the layers as pipeline stages over the stage axes (datarax.models.pipeline)
+        self.pipeline = pipeline if pipeline is not None and pipeline.stages > 1 else None
         # the axes that split the experts' kernels as fsdp does (gathered a layer at a
         # time by the expert-parallel kernel)
         self.fsdp_axes = tuple(a for a in fsdp_axes if a in sizes and a not in expert)
+
+    def within_stages(self) -> ActivationLayout:
+        """The layout of the layers inside a pipeline's stages: the batch over the batch
+        axes alone (the stage axes split the stages), no pipeline."""
+        batch, tensor, expert, fsdp, sequence = self._given
+        return ActivationLayout(
+            self.mesh, batch, tensor, expert, fsdp, sequence, load_balance=self.load_balance
+        )
 
     def _pin(self, x: jax.Array, spec: list[Entry]) -> jax.Array:
         pinned: jax.Array = jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
@@ -133,7 +155,8 @@ class ActivationLayout:
         activation on the context axes, and ``tensor_dim`` (where the tensor axes divide
         it) on the tensor axes; the other dimensions whole."""
         spec: list[Entry] = [None] * x.ndim
-        spec[0] = self.batch
+        # a batch the stage axes do not divide stays whole over them
+        spec[0] = self.batch if x.shape[0] % self._batch_shards == 0 else self._stage_free_batch
         if self.cp > 1 and x.ndim >= 3 and tensor_dim != 1 and x.shape[1] % self.cp == 0:
             spec[1] = self.sequence
         return self._pin(x, self._tensor(x, spec, tensor_dim))

@@ -43,6 +43,7 @@ from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.models.attention import attention
 from datarax.models.layout import ActivationLayout
 from datarax.models.moe import moe_block
+from datarax.models.pipeline import pipelined_layers
 
 __all__ = [
     "ActivationLayout",
@@ -250,6 +251,18 @@ class _Compute:
         k = jnp.concatenate([kv[..., :nope], k_rope], axis=-1)
         return q.reshape(b, s, h, nope + rope), k, kv[..., nope:]
 
+    def layer_step(
+        self, prefix: str, moe: bool, checkpoint: bool, policy: Any
+    ) -> Callable[..., tuple[jax.Array, None]]:
+        """``step(x, layer_params) -> (x, None)``: one layer for a ``lax.scan``, under
+        ``jax.checkpoint`` with the remat policy when ``checkpoint``."""
+
+        def one(x: jax.Array, p: Mapping[str, jax.Array]) -> tuple[jax.Array, None]:
+            return self.layer(x, p, prefix, moe)
+
+        # prevent_cse=False: inside a scan CSE cannot undo the recompute (jax docs)
+        return jax.checkpoint(one, policy=policy, prevent_cse=False) if checkpoint else one
+
     def unembedding(self, params: Mapping[str, jax.Array]) -> jax.Array:
         """``[d, vocab]`` in the compute dtype (the embedding's transpose when tied)."""
         if self.spec.tied_embeddings:
@@ -270,13 +283,21 @@ class _Compute:
         checkpoint, policy = remat_policy(self.spec)
 
         def layer_fn(prefix: str, moe: bool) -> Callable[..., tuple[jax.Array, None]]:
-            def one(x: jax.Array, p: Mapping[str, jax.Array]) -> tuple[jax.Array, None]:
-                return self.layer(x, p, prefix, moe)
+            return self.layer_step(prefix, moe, checkpoint, policy)
 
-            # prevent_cse=False: inside a scan CSE cannot undo the recompute (jax docs)
-            return jax.checkpoint(one, policy=policy, prevent_cse=False) if checkpoint else one
-
-        if not self.spec.is_moe:
+        pipeline = getattr(self.layout, "pipeline", None)
+        if pipeline is not None:
+            if self.spec.is_moe:
+                raise ValueError(
+                    "the library's pipeline runs a dense model's stacked layers; a "
+                    "mixture-of-experts model's layers do not run as stages here"
+                )
+            # the layers run inside the stages with the batch over the batch axes alone
+            inner = _Compute(self.spec, _inner_layout(self.layout))
+            step = inner.layer_step("layers/*", False, checkpoint, policy)
+            stack = _stack(params, "layers/")
+            x = c(pipelined_layers(x, stack, step, pipeline, inner.layout), 2)
+        elif not self.spec.is_moe:
             x, _ = jax.lax.scan(layer_fn("layers/*", False), x, _stack(params, "layers/"))
         else:
             x = self._moe_layers(x, params, layer_fn)
@@ -316,6 +337,11 @@ class _Compute:
 
             x, _ = jax.lax.scan(block, x, (blocks, moe))
         return run(x, dense, first + inner, spec.dense_layers)
+
+
+def _inner_layout(layout: Any) -> Any:
+    """The layout inside a pipeline's stages (:meth:`ActivationLayout.within_stages`)."""
+    return layout.within_stages()
 
 
 def _stack(params: Mapping[str, jax.Array], stem: str) -> dict[str, jax.Array]:

@@ -179,6 +179,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             "stage",
             aliases=(),
             priced=True,
+            compiled=True,
             splits_batch=False,
             param_split="layer_dim",
             shards_state=True,

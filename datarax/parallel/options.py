@@ -26,6 +26,7 @@ from datarax.distributed.errors import PlanError
 from datarax.json_types import JSONObject
 
 __all__ = [
+    "BUILT_SCHEDULES",
     "CONTEXT_STRATEGIES",
     "SCHEDULES",
     "ContextParallel",
@@ -47,6 +48,11 @@ CONTEXT_STRATEGIES: tuple[str, ...] = ("all_gather", "ring")
 """How attention reaches the keys and values of the other context shards: gathered
 whole before attention, or passed round a ring one shard at a time, overlapping
 attention on the shard at hand."""
+
+
+BUILT_SCHEDULES = ("gpipe", "circular")
+"""The pipeline schedules the library's program builds
+(:mod:`datarax.models.pipeline`); plans price every one of :data:`SCHEDULES`."""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from jax.tree_util import PyTreeDef
 from datarax.distributed.errors import PlanError
 from datarax.estimate.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 from datarax.models import ActivationLayout, make_optimizer, transformer_loss_fn
+from datarax.models.pipeline import StagePlan
 from datarax.parallel.axis_roles import (
     axis_roles,
     batch_split_axes,
@@ -72,6 +73,7 @@ from datarax.parallel.axis_roles import (
     split_axes,
 )
 from datarax.parallel.kinds import KINDS, check_compiled
+from datarax.parallel.options import BUILT_SCHEDULES, Pipeline, pipeline_shape
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -80,6 +82,7 @@ __all__ = [
     "compile_train_step",
     "count_collectives",
     "mesh_from_ids",
+    "stage_plan",
     "step_loss",
     "tpu_topology_devices",
 ]
@@ -192,11 +195,14 @@ def _param_tree(spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str]) -> dict[s
     axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
     # weights (and so gradients and optimizer moments) in the transformer's param_dtype
     dtype = _JNP_DTYPES[getattr(spec, "param_dtype", spec.dtype)]
+    # a pipeline's stacked layers split over the stage axes in contiguous blocks
+    stages = _entry(split_axes(axes, roles, "layer_dim"))
     tree = {}
     for group, entries, _, _ in param_specs(spec, axes, roles):
         shape, pspec = group.shape, entries
         if group.repeat > 1 or "*" in group.path:
-            shape, pspec = (group.repeat, *shape), (None, *entries)
+            lead = stages if group.path.startswith("layers/") else None
+            shape, pspec = (group.repeat, *shape), (lead, *entries)
         tree[group.path] = jax.ShapeDtypeStruct(
             shape, dtype, sharding=NamedSharding(mesh, P(*pspec))
         )
@@ -287,12 +293,15 @@ def _batch_tree(
 
 
 def _activation_layout(
-    mesh: Mesh, roles: Mapping[str, str], load_balance: bool = True
+    mesh: Mesh,
+    roles: Mapping[str, str],
+    load_balance: bool = True,
+    pipeline: StagePlan | None = None,
 ) -> ActivationLayout:
     """The plan's activation layout: batch over the axes that split it (data, fsdp,
     expert), the sequence over the context axes (load-balanced or not), tensor-split
     dimensions over the tensor axes, the tokens dispatched to the experts over the expert
-    axes (:class:`datarax.models.ActivationLayout`)."""
+    axes, the layers as pipeline stages (:class:`datarax.models.ActivationLayout`)."""
     axes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
     return ActivationLayout(
         mesh,
@@ -302,7 +311,49 @@ def _activation_layout(
         split_axes(axes, roles, "first_divisible"),
         sequence_axes=_sequence_axes(axes, roles),
         load_balance=load_balance,
+        pipeline=pipeline,
     )
+
+
+def stage_plan(
+    spec: ModelSpec,
+    axes: Mapping[str, int],
+    roles: Mapping[str, str],
+    global_batch: int,
+    pipeline: Mapping[str, Any] | None = None,
+) -> StagePlan | None:
+    """The pipeline the program runs over the mesh's stage axes (``None`` without
+    them), from a plan's ``pipeline`` object.
+
+    Raises:
+      PlanError: ``invalid_parallelism`` for a schedule the program does not build
+        (:data:`~datarax.models.pipeline.BUILT_SCHEDULES`), a mixture-of-experts model,
+        or a pipeline :func:`~datarax.parallel.options.pipeline_shape` refuses.
+    """
+    names = split_axes(axes, roles, "layer_dim")
+    stages = math.prod(axes[a] for a in names)
+    if stages <= 1:
+        return None
+    given = Pipeline(**{k: v for k, v in (pipeline or {}).items() if v is not None})
+    if given.schedule not in BUILT_SCHEDULES:
+        raise PlanError(
+            "invalid_parallelism",
+            f"pipeline.schedule {given.schedule!r}: the library's program builds the "
+            f"{' and '.join(BUILT_SCHEDULES)} schedules (a loop of stages whose backward "
+            "pass is its autodiff), so it cannot compile this one; plan with one of them, "
+            "or without a compile check",
+        )
+    if not isinstance(spec, TransformerSpec) or spec.is_moe:
+        raise PlanError(
+            "invalid_parallelism",
+            "the library's program runs a dense transformer's layers as pipeline stages; "
+            "it does not build stages of this model, so it cannot compile this plan",
+        )
+    shards = math.prod(axes[a] for a in batch_split_axes(axes, roles))
+    shape = pipeline_shape(
+        given, stages=stages, layers=spec.layers, local_batch=global_batch // max(shards, 1)
+    )
+    return StagePlan(names, stages, shape.microbatches, shape.repeats)
 
 
 def _mlp_loss(spec: MLPSpec, constrain: ActivationLayout) -> StepLoss:
@@ -340,11 +391,14 @@ def step_loss(
     roles: Mapping[str, str] | None = None,
     *,
     load_balance: bool = True,
+    pipeline: StagePlan | None = None,
 ) -> StepLoss:
     """``loss(params, batch)`` of the step: the MLP, or :mod:`datarax.models`'
     transformer (:func:`datarax.models.transformer_loss_fn`), with activations pinned to
-    the plan's layout (``load_balance``: a context split's sequence order)."""
-    layout = _activation_layout(mesh, axis_roles(list(mesh.axis_names), roles), load_balance)
+    the plan's layout (``load_balance``: a context split's sequence order; ``pipeline``:
+    the layers as stages)."""
+    roles = axis_roles(list(mesh.axis_names), roles)
+    layout = _activation_layout(mesh, roles, load_balance, pipeline)
     if isinstance(spec, MLPSpec):
         return _mlp_loss(spec, layout)
     return transformer_loss_fn(spec, layout)
@@ -359,6 +413,7 @@ def abstract_train_step(
     optimizer: str = "adam",
     context: Mapping[str, Any] | None = None,
     shard_over_data: bool = False,
+    pipeline: Mapping[str, Any] | None = None,
 ) -> AbstractStep:
     """The training step of ``model`` on ``mesh``, from shapes only.
 
@@ -372,6 +427,8 @@ def abstract_train_step(
       context: a plan's ``context_parallel`` (``{"strategy", "load_balance"}``): the
         program builds the ``all_gather`` strategy, load-balanced by default.
       shard_over_data: ZeRO-1: the optimizer state split over the data axes as well.
+      pipeline: a plan's ``pipeline`` (``{"microbatches", "layers_per_stage",
+        "schedule"}``) for the stage axes (:func:`stage_plan`).
 
     Returns:
       The step and its abstract arguments: parameters sharded as
@@ -404,7 +461,9 @@ def abstract_train_step(
     data = replica_axes(dict(mesh.shape), roles) if shard_over_data else ()
     opt_state = _opt_state_tree(params, opt, mesh, data)
     batch = _batch_tree(spec, mesh, roles, global_batch)
-    loss_fn = step_loss(spec, mesh, roles, load_balance=bool(context.get("load_balance", True)))
+    stages = stage_plan(spec, dict(mesh.shape), roles, global_batch, pipeline)
+    balance = bool(context.get("load_balance", True))
+    loss_fn = step_loss(spec, mesh, roles, load_balance=balance, pipeline=stages)
 
     def step(params: Params, opt_state: Any, batch: Params) -> tuple[Params, Any, jax.Array]:
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)
@@ -448,12 +507,13 @@ def compile_train_step(
     on_phase: Callable[[str], None] | None = None,
     context: Mapping[str, Any] | None = None,
     shard_over_data: bool = False,
+    pipeline: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Lowers and compiles the step (:func:`abstract_train_step`) and reads XLA's figures.
 
     Args:
-      model, mesh, global_batch, roles, optimizer, context, shard_over_data: as
-        :func:`abstract_train_step`.
+      model, mesh, global_batch, roles, optimizer, context, shard_over_data, pipeline:
+        as :func:`abstract_train_step`.
       hbm_bytes: memory of one device, for ``fits`` where the compiler does not check
         it itself (CPU and GPU compiles); TPU compiles refuse what exceeds HBM.
       on_phase: called with ``"lowering"`` and then ``"compiling"``.
@@ -491,6 +551,7 @@ def compile_train_step(
         optimizer=optimizer,
         context=context,
         shard_over_data=shard_over_data,
+        pipeline=pipeline,
     )
     if on_phase:
         on_phase("lowering")

@@ -43,9 +43,9 @@ from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.parallel.kinds import check_compiled, kinds_by_alias
-from datarax.parallel.options import ParallelOptions
+from datarax.parallel.options import BUILT_SCHEDULES, ParallelOptions
 
-PROGRAM_VERSION = 4
+PROGRAM_VERSION = 5
 """Bumped when :mod:`datarax.spmd.compile_step` builds a different program, or a
 result means something else (3: ``fits`` is judged here, null without a memory bound,
 where 2 answered true), so cached results of the old one are not answered."""
@@ -88,6 +88,7 @@ def _estimate(
         # The axes that cross slices (their gradients stay in HBM: cost.memory_estimate).
         dcn_axes = [a["name"] for a in plan.get("axes_detail", ()) if a.get("dcn", 1) > 1]
     options = ParallelOptions.from_json(
+        pipeline=plan.get("pipeline"),
         context_parallel=plan.get("context_parallel"),
         shard_over_data=bool(plan.get("shard_over_data")) or zero1,
     )
@@ -148,7 +149,7 @@ def check_target(
         )
     batch = int(shape[0])
     _check_sizes(spec, batch)
-    _check_buildable(plan)
+    _check_buildable(spec, plan)
     optimizer = optimizer_name(request.optimizer)
     zero1 = shards_over_data(request.optimizer)
     estimate = _estimate(plan, spec.to_json(), optimizer, batch, zero1=zero1)
@@ -216,6 +217,7 @@ def check_target(
         "estimate": estimate,
         # the plan's context strategy and ZeRO-1 (or the check's optimizer asking for it)
         "context_parallel": dict(plan.get("context_parallel") or {}),
+        "pipeline": dict(plan.get("pipeline") or {}),
         "shard_over_data": bool(plan.get("shard_over_data")) or zero1,
     }
 
@@ -315,16 +317,28 @@ def _check_sizes(spec: Any, batch: int) -> None:
         )
 
 
-def _check_buildable(plan: Mapping[str, Any]) -> None:
+def _check_buildable(spec: Any, plan: Mapping[str, Any]) -> None:
     """422 before any compile when the library's program would not build what the plan
-    prices: axes of kinds it does not build (``invalid_parallelism``: stage), a context
-    strategy other than ``all_gather`` (``invalid_parallelism``)."""
+    prices (``invalid_parallelism``): a pipeline schedule other than ``gpipe`` and
+    ``circular``, stages of a mixture-of-experts model, a context strategy other than
+    ``all_gather``."""
     kinds = kinds_by_alias()
     axes = {name: int(size) for name, size in plan["axes"].items() if name in kinds}
     try:
         check_compiled(axes, {name: kinds[name].name for name in axes})
     except PlanError as error:
         raise from_library(error) from None
+    staged = any(kinds[name].param_split == "layer_dim" and size > 1 for name, size in axes.items())
+    schedule = (plan.get("pipeline") or {}).get("schedule") or "gpipe"
+    if staged and (schedule not in BUILT_SCHEDULES or getattr(spec, "is_moe", False)):
+        what = f"the {schedule!r} schedule" if schedule not in BUILT_SCHEDULES else "this model"
+        raise ServiceError(
+            f"the library's program runs a dense transformer's layers as pipeline stages "
+            f"with the {' and '.join(BUILT_SCHEDULES)} schedules (a loop of stages whose "
+            f"backward pass is its autodiff); it does not build {what}, so XLA cannot be "
+            "asked about this plan: its estimate prices it",
+            code="invalid_parallelism",
+        )
     split = any(kinds[name].splits_sequence and size > 1 for name, size in axes.items())
     strategy = (plan.get("context_parallel") or {}).get("strategy", "all_gather")
     if split and strategy != "all_gather":
@@ -376,6 +390,7 @@ def cache_key(work: dict[str, Any]) -> str:
         "global_batch": work["global_batch"],
         "hbm_bytes": work["hbm_bytes"],
         "context_parallel": work.get("context_parallel") or {},
+        "pipeline": work.get("pipeline") or {},
         "shard_over_data": bool(work.get("shard_over_data")),
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()

@@ -414,15 +414,35 @@ def test_zero1_splits_the_optimizer_state_over_the_data_axes_too(eight_devices):
     assert loss is not None
 
 
-def test_context_strategies_the_program_does_not_build_are_refused(eight_devices):
+def test_schedules_strategies_and_stages_the_program_does_not_build_are_refused(eight_devices):
     mesh = Mesh(np.array(eight_devices).reshape(2, 4), ("fsdp", "context"))
     model = {"kind": "transformer", "layers": 2, "d_model": 64, "d_ff": 128, "heads": 4,
              "kv_heads": 4, "vocab": 96, "seq_len": 32}  # fmt: skip
     with pytest.raises(PlanError) as ring:
         abstract_train_step(model, mesh, 8, context={"strategy": "ring"})
     assert ring.value.code == "invalid_parallelism" and "all_gather" in str(ring.value)
-    with pytest.raises(PlanError) as staged:
-        abstract_train_step(
-            model, Mesh(np.array(eight_devices).reshape(2, 4), ("fsdp", "stage")), 8
+    staged = Mesh(np.array(eight_devices).reshape(2, 4), ("fsdp", "stage"))
+    with pytest.raises(PlanError) as one_f_one_b:
+        abstract_train_step(model, staged, 8, pipeline={"schedule": "1f1b"})
+    assert one_f_one_b.value.code == "invalid_parallelism" and "gpipe" in str(one_f_one_b.value)
+    moe = {**model, "num_experts": 4, "experts_per_token": 2, "moe_d_ff": 64}
+    with pytest.raises(PlanError) as staged_moe:
+        abstract_train_step(moe, staged, 8)
+    assert staged_moe.value.code == "invalid_parallelism"
+
+
+def test_a_pipelined_plan_compiles_through_libtpu_with_its_stage_hand_offs():
+    # issue 38: the layers as 4 stages (GPipe, then circular), each stage's layers over
+    # the stage axis, the hand-offs collective-permutes
+    layout, mesh = _tpu_mesh("tpu-v6e", "2x4", {"stage": 4, "fsdp": 2})
+    model = {"kind": "transformer", "layers": 8, "d_model": 512, "d_ff": 1024, "heads": 8,
+             "kv_heads": 8, "vocab": 4096, "seq_len": 1024, "remat": "full"}  # fmt: skip
+    for pipeline in ({"microbatches": 4}, {"microbatches": 4, "layers_per_stage": 1,
+                                           "schedule": "circular"}):  # fmt: skip
+        out = compile_train_step(
+            model, mesh, 16, hbm_bytes=layout.hardware.hbm_bytes, pipeline=pipeline
         )
-    assert staged.value.code == "invalid_parallelism"
+        assert out["fits"] is True
+        assert out["collectives"].get("collective-permute", 0) >= 1, out["collectives"]
+    q = abstract_train_step(model, mesh, 16).args[0]["layers/*/attn/q"]
+    assert q.shape[0] == 8 and q.sharding.spec[0] == "stage"
