@@ -300,9 +300,9 @@ class RecommendationRequest(Strict):
         None,
         min_length=1,
         max_length=8,
-        description="mesh axis names in order, each with a role: data, fsdp, tensor or "
-        "expert (aliases batch, replica, model); default data, fsdp, tensor, and expert "
-        "when the model has experts",
+        description="mesh axis names in order, each with a role: data, fsdp, tensor, "
+        "expert, stage or context (aliases batch, replica, model); default data, fsdp, "
+        "tensor, and expert when the model has experts",
         examples=[["data", "fsdp", "tensor"]],
     )
     optimizer: OptimizerField = "adam"
@@ -320,6 +320,12 @@ class RecommendationRequest(Strict):
         description="DCN sizes to keep as given; {'fsdp': 1, 'tensor': 1} keeps DCN on "
         "data only (MaxText's usual dcn_data_parallelism)",
         examples=[{"fsdp": 1, "tensor": 1}],
+    )
+    pipeline: PipelineSpec | None = Field(
+        None, description="with stage axes among axes: the schedule every candidate is priced with"
+    )
+    context_parallel: ContextParallelSpec | None = Field(
+        None, description="with context axes among axes: their strategy for every candidate"
     )
 
 

@@ -38,7 +38,7 @@ from datarax.distributed.errors import PlanError
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.model_specs import DTYPE_BYTES, model_spec
 from datarax.estimate.named_models import MODELS, models_json
-from datarax.estimate.recommend import SearchSpaceTooLarge, recommend_meshes
+from datarax.estimate.recommend import SearchSpaceTooLarge, default_axes, recommend_meshes
 from datarax.estimate.results import Recommendations
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.topology import (
@@ -529,6 +529,21 @@ def _recommend(
     max_search_space: int | None,
     should_stop: Callable[[], bool] | None,
 ) -> Recommendations:
+    kinds = kinds_by_alias()
+    spec = model_spec(request.model.model_dump(exclude_none=True))
+    named = {kinds[a].name for a in (request.axes or default_axes(spec)) if a in kinds}
+    for member, kind in (("pipeline", "stage"), ("context_parallel", "context")):
+        if getattr(request, member) is not None and kind not in named:
+            raise PlanError(
+                "invalid_parallelism",
+                f"{member} describes {kind} axes, and the search has none: list a {kind} "
+                f"axis in axes, or drop {member}",
+            )
+    options = ParallelOptions.from_json(
+        None if request.pipeline is None else request.pipeline.model_dump(),
+        None if request.context_parallel is None else request.context_parallel.model_dump(),
+        shards_over_data(request.optimizer),
+    )
     return recommend_meshes(
         request.hardware,
         model=request.model.model_dump(exclude_none=True),
@@ -545,6 +560,7 @@ def _recommend(
         max_search_space=max_search_space,
         max_devices=MAX_PLAN_DEVICES,
         should_stop=should_stop,
+        options=options,
     )
 
 

@@ -56,6 +56,7 @@ from datarax.hardware.topology import plan_hardware_devices
 from datarax.json_types import JSONObject
 from datarax.parallel.axis_roles import axis_roles, batch_axes
 from datarax.parallel.kinds import KINDS, check_priced
+from datarax.parallel.options import ParallelOptions
 from datarax.plan.layout import PlanCancelled
 
 __all__ = [
@@ -157,6 +158,7 @@ def recommend_meshes(
     max_search_space: int | None = None,
     max_devices: int | None = None,
     should_stop: Callable[[], bool] | None = None,
+    options: ParallelOptions | None = None,
 ) -> Recommendations:
     """Ranks every (ici, dcn) factorisation of a cluster for one training job.
 
@@ -188,6 +190,10 @@ def recommend_meshes(
         ``None``: no limit.
       should_stop: called between candidates; when it answers true the search stops
         with :class:`~datarax.plan.layout.PlanCancelled` (a client gone).
+      options: the pipeline, the context strategy and ZeRO-1 every candidate is priced
+        with (and its ``plan_request`` carries); a candidate its pipeline does not suit
+        (microbatches that do not divide its local batch) counts under
+        ``invalid_parallelism``.
 
     Returns:
       ``{"candidates": [{"rank", "ici", "dcn", "step_estimate", "memory_per_device",
@@ -222,6 +228,7 @@ def recommend_meshes(
     if max_search_space is not None and count > max_search_space:
         raise SearchSpaceTooLarge(count, max_search_space, cluster.shrink(max_search_space))
     cluster.should_stop = should_stop
+    cluster.options = options or ParallelOptions()
     # The explaining re-searches of no_plan_fits get 3x the search's own budget.
     cluster.budget = None if max_search_space is None else count + 3 * max_search_space
     considered, rejected, survivors, smallest, n_survivors = cluster.rank(
@@ -339,6 +346,7 @@ class _Cluster:
     should_stop: Callable[[], bool] | None = None
     budget: int | None = None
     best_on_fast: float = math.inf  # the fastest survivor keeping tensor/expert off DCN
+    options: ParallelOptions = field(default_factory=ParallelOptions)
     """Candidates left to price, over the search and its explaining re-searches."""
 
     @classmethod
@@ -540,6 +548,7 @@ class _Cluster:
                         spec,
                         global_batch,
                         optimizer=optimizer,
+                        options=self.options,
                     )
                 except PlanError as err:
                     rejected[err.code] = rejected.get(err.code, 0) + 1
@@ -584,6 +593,18 @@ class _Cluster:
         request["batch_axes"] = list(batch_axes(ici, roles))
         request["model"] = spec.to_json()
         request["optimizer"] = optimizer
+        sizes = {name: ici[name] * dcn[name] for name in ici}
+        staged = any(KINDS[roles[n]].param_split == "layer_dim" and sizes[n] > 1 for n in sizes)
+        split = any(KINDS[roles[n]].splits_sequence and sizes[n] > 1 for n in sizes)
+        pipe, context = self.options.pipeline, self.options.context
+        if staged:
+            request["pipeline"] = {
+                k: v for k, v in dataclasses.asdict(pipe).items() if v is not None
+            }
+        if split:
+            request["context_parallel"] = dataclasses.asdict(context)
+        if self.options.shard_over_data:
+            request["optimizer"] = {"name": optimizer, "shard_over_data": True}
         return request
 
     def explain(

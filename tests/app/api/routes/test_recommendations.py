@@ -95,3 +95,42 @@ def test_recommendations_take_a_named_model_and_say_how_they_rank(api):
     best = out["candidates"][0]["plan_request"]
     assert best["model"]["name"] == "llama3.1-70b"
     assert api.post("/v1/meshes", json=best).status_code == 201
+
+
+def test_recommendations_search_stage_and_context_axes_with_the_requests_options(api):
+    # issue 38: the request lists stage and context axes and says how they run; every
+    # candidate is priced with that pipeline and strategy, and its plan_request carries
+    # them, so posting it back plans the same step
+    model = {"name": "llama3.1-8b", "seq_len": 32768, "remat": "full"}
+    body = {"hardware": "h100-sxm", "hosts": 4, "model": model, "global_batch": 32,
+            "axes": ["data", "stage", "context", "fsdp"], "top_k": 5,
+            "fixed_dcn": {"data": 1, "context": 1, "fsdp": 1},
+            "pipeline": {"microbatches": 4, "schedule": "1f1b"},
+            "context_parallel": {"strategy": "ring"},
+            "optimizer": {"name": "adam", "shard_over_data": True}}  # fmt: skip
+    response = api.post("/v1/recommendations", json=body)
+    assert response.status_code == 200, response.text
+    candidates = response.json()["candidates"]
+    # the pipeline over the hosts, a context split inside one among them
+    assert candidates and all(c["dcn"]["stage"] == 4 for c in candidates)
+    assert any(c["ici"]["context"] > 1 for c in candidates)
+    for candidate in candidates:
+        request = candidate["plan_request"]
+        sizes = {a: candidate["ici"][a] * candidate["dcn"][a] for a in candidate["ici"]}
+        assert ("pipeline" in request) == (sizes["stage"] > 1)
+        assert ("context_parallel" in request) == (sizes["context"] > 1)
+        assert request["optimizer"] == {"name": "adam", "shard_over_data": True}
+        if sizes["stage"] > 1:
+            assert candidate["step_estimate"]["pipeline"]["schedule"] == "1f1b"
+            assert request["pipeline"] == {"microbatches": 4, "schedule": "1f1b"}
+        posted = api.post("/v1/meshes", json=request)
+        assert posted.status_code == 201, posted.text
+        assert posted.json()["step_estimate"]["step_s"] == pytest.approx(
+            candidate["step_estimate"]["step_s"]
+        )
+    # options for axes the search does not have are refused, not ignored
+    lone = {**body, "axes": ["data", "fsdp"]}
+    del lone["fixed_dcn"]
+    problem = assert_problem(api.post("/v1/recommendations", json=lone), 422,
+                             "invalid_parallelism")  # fmt: skip
+    assert "pipeline" in problem["detail"]
