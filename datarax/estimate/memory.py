@@ -396,6 +396,27 @@ def _temporaries(
     return out
 
 
+def _stage_pass_bytes(
+    model: TransformerSpec,
+    sizes: Mapping[str, int],
+    tokens: int,
+    itemsize: int,
+    local_batch: int,
+    options: ParallelOptions,
+) -> int:
+    """A pipeline stage's pass in the backward pass: the loop's iteration runs its
+    ``layers_per_stage`` layers on one microbatch as a scan, whose backward pass holds
+    their saved inputs stacked, and the stack of their input gradients: two copies of
+    ``layers_per_stage`` layer inputs of one microbatch (the ``d``-wide residual stream,
+    split over the tensor axes). XLA's HBM allocation of the pipelined runs of
+    ``benchmarks/production_memory.py`` has them beside the loop's saved activations."""
+    shape = pipeline_shape(
+        options.pipeline, stages=layer_shards(sizes), layers=model.layers, local_batch=local_batch
+    )
+    per_token = model.d_model / sizes["tensor"] * itemsize
+    return int(2 * shape.layers_per_stage * tokens / shape.microbatches * per_token)
+
+
 def _in_vmem(
     grads: int,
     activations: int,
@@ -592,6 +613,10 @@ def memory_estimate(
     parts = _temporaries(
         model, specs, sizes, gathered_by, tokens, itemsize, param_itemsize, shares, context_kv
     )
+    if stages > 1 and isinstance(model, TransformerSpec):
+        parts["stage_pass"] = _stage_pass_bytes(
+            model, sizes, tokens, itemsize, local_batch, options
+        )
     temporaries = sum(parts.values())
     grads, vmem = params, 0
     if vmem_bytes is not None and grads + activations + temporaries <= vmem_bytes:

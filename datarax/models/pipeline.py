@@ -102,7 +102,10 @@ def pipelined_layers(
     items = m * repeats
 
     def run_stage(h: jax.Array, w: Mapping[str, jax.Array], r: jax.Array) -> jax.Array:
-        mine = {k: jax.lax.dynamic_index_in_dim(v, r, 0, keepdims=False) for k, v in w.items()}
+        if repeats == 1:  # one pass: the stage's weights, the same every iteration
+            mine = {k: v[0] for k, v in w.items()}
+        else:
+            mine = {k: jax.lax.dynamic_index_in_dim(v, r, 0, keepdims=False) for k, v in w.items()}
         out, _ = jax.lax.scan(step, h, mine)
         return out
 
@@ -112,14 +115,19 @@ def pipelined_layers(
         carry: tuple[jax.Array, jax.Array], t: jax.Array
     ) -> tuple[tuple[jax.Array, jax.Array], None]:
         state, buffer = carry
-        state = state.at[0].set(buffer[t % m])
+        buffer = pin(buffer, None, batch)
+        # stage 0 takes its item from the buffer: a select per stage (an update at index
+        # 0 of the stage-split dimension would gather every stage's state first)
+        first = (jnp.arange(st) == 0).reshape(st, *([1] * (state.ndim - 1)))
+        state = jnp.where(first, buffer[t % m][None], state)
         item = t - jnp.arange(st)
         passes = jnp.clip(item // m, 0, repeats - 1)
         out = pin(stages(pin(state, stage, batch), weights, passes), stage, batch)
         done = t - (st - 1)
         valid = (done >= 0) & (done < items)
         slot = jnp.clip(done, 0, items - 1) % m
-        buffer = buffer.at[slot].set(jnp.where(valid, out[st - 1], buffer[slot]))
+        last = pin(out[st - 1], batch)
+        buffer = pin(buffer.at[slot].set(jnp.where(valid, last, buffer[slot])), None, batch)
         # each stage hands its output to the next (a collective-permute over the stages)
         return (pin(jnp.roll(out, 1, axis=0), stage, batch), buffer), None
 

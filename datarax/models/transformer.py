@@ -296,6 +296,9 @@ class _Compute:
             inner = _Compute(self.spec, _inner_layout(self.layout))
             step = inner.layer_step("layers/*", False, checkpoint, policy)
             stack = _stack(params, "layers/")
+            # into the stages with the batch whole over the stage axes (a [B] split over
+            # data x stage does not reshape into microbatches), out split again
+            x = inner.c(x, 2)
             x = c(pipelined_layers(x, stack, step, pipeline, inner.layout), 2)
         elif not self.spec.is_moe:
             x, _ = jax.lax.scan(layer_fn("layers/*", False), x, _stack(params, "layers/"))

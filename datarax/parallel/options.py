@@ -123,7 +123,11 @@ class PipelineShape:
       bubble_fraction: the share of the step the stages idle, ``(stages - 1) /
         (repeats * microbatches + stages - 1)``.
       in_flight: the share of a stage's microbatches whose activations it holds at
-        its peak: all of them under ``gpipe``/``circular``; ``min(microbatches,
+        its peak: under ``gpipe``/``circular`` all of them and the bubble's,
+        ``(repeats * microbatches + stages - 1) / (repeats * microbatches)``: the
+        schedule is a loop of that many iterations whose backward pass is its
+        autodiff, which keeps every iteration's residuals, the idle ones' included
+        (MaxText's pipeline and :mod:`datarax.models.pipeline`); ``min(microbatches,
         stages) / microbatches`` under ``1f1b``; that times ``1 + (stages - 1) /
         (stages * repeats)`` under ``interleaved_1f1b`` (Narayanan et al. 2021,
         https://arxiv.org/abs/2104.04473, section 2.2.2), at most 1.
@@ -183,7 +187,7 @@ def pipeline_shape(
             f"pipeline.microbatches ({micro}) must be a multiple of them",
         )
     bubble = (stages - 1) / (repeats * micro + stages - 1)
-    in_flight = 1.0
+    in_flight = (repeats * micro + stages - 1) / (repeats * micro)
     if pipeline.schedule in ("1f1b", "interleaved_1f1b"):
         in_flight = min(micro, stages) / micro
         if pipeline.schedule == "interleaved_1f1b":

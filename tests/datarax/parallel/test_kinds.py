@@ -90,10 +90,10 @@ def test_priced_kinds_carry_what_the_estimates_read():
     assert context.splits_sequence and not context.splits_batch
     assert context.param_split == "first_divisible"
     assert [t.op for t in stage.collectives] == ["send-recv", "send-recv"]
-    # the library's program builds data, fsdp, tensor, expert and context (all_gather):
-    # compile checks refuse stages
+    # the library's program builds every priced kind (stages as gpipe and circular
+    # pipelines, context as all_gather); compile checks refuse the unpriced ones
     built = [k for k, kind in KINDS.items() if kind.compiled]
-    assert built == ["data", "fsdp", "tensor", "expert", "context"]
+    assert built == ["data", "fsdp", "tensor", "expert", "stage", "context"]
     assert [t.op for t in expert.collectives][0] == "all-to-all"
     for kind in KINDS.values():
         assert kind.summary and all(t.op and t.operand for t in kind.collectives)

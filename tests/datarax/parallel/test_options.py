@@ -35,7 +35,9 @@ def test_schedules_keep_their_microbatches_in_flight():
         pipe = Pipeline(microbatches=16, schedule=schedule, layers_per_stage=repeats_layers)
         return pipeline_shape(pipe, stages=4, layers=32, local_batch=16).in_flight
 
-    assert in_flight("gpipe") == 1.0 and in_flight("circular", 2) == 1.0
+    # gpipe and circular: every iteration of the loop, the bubble's (stages - 1) too
+    assert in_flight("gpipe") == pytest.approx((16 + 3) / 16)
+    assert in_flight("circular", 2) == pytest.approx((4 * 16 + 3) / 64)
     assert in_flight("1f1b") == pytest.approx(4 / 16)
     # Megatron's interleaved schedule holds (1 + (p - 1) / (p v)) times 1F1B's
     assert in_flight("interleaved_1f1b", 2) == pytest.approx(4 / 16 * (1 + 3 / (4 * 4)))
