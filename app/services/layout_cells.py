@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.services.layout_scope import scope_query, span_text
+from datarax.parallel.kinds import kinds_by_alias
 
 MAX_CELLS = 256
 MAX_COLUMNS = 32
@@ -126,15 +127,69 @@ def grid_row_labels(sizes: Sequence[int], wrapped: bool, rows: int) -> list[str]
     return labels
 
 
+@dataclass(frozen=True)
+class ModelSplit:
+    """A dimension of the plan's model that its axes split: the routed experts over the
+    expert axes, or the layers over the stage axes (``per`` a shard, ``repeats`` passes
+    of a circular pipeline)."""
+
+    what: str  # "experts" or "layers"
+    axes: tuple[str, ...]
+    sizes: tuple[int, ...]
+    total: int
+    per: int
+    repeats: int = 1
+
+    def header(self) -> str:
+        over = " x ".join(f"{a}={n}" for a, n in zip(self.axes, self.sizes, strict=True))
+        text = f"{over} splits the {self.total} {self.what}: {self.per} per device"
+        return text + (f" in each of {self.repeats} passes" if self.repeats > 1 else "")
+
+    def held(self, coords: Mapping[str, Any]) -> str:
+        """``experts 4-5`` or ``layers 0-9, 40-49``: what the device at ``coords`` holds."""
+        k = 0
+        for a, n in zip(self.axes, self.sizes, strict=True):
+            k = k * n + int(coords.get(a, 0))
+        shards = math.prod(self.sizes)
+        runs = [r * shards * self.per + k * self.per for r in range(self.repeats)]
+        return f"{self.what} " + ", ".join(f"{lo}-{lo + self.per - 1}" for lo in runs)
+
+
+def model_splits(plan: Mapping[str, Any]) -> list[ModelSplit]:
+    """The model dimensions the plan's axes split (none without a stored model)."""
+    model, axes = plan.get("model") or {}, plan.get("axes") or {}
+    kinds = kinds_by_alias()
+    out = []
+    pipeline = plan.get("pipeline") or {}
+    for what, split, total in (
+        ("experts", "expert_dim", int(model.get("num_experts") or 0)),
+        ("layers", "layer_dim", int(model.get("layers") or 0)),
+    ):
+        names = [a for a, n in axes.items() if a in kinds and kinds[a].param_split == split]
+        names = [a for a in names if int(axes[a]) > 1]
+        shards = math.prod(int(axes[a]) for a in names)
+        if not names or not total or total % shards:
+            continue
+        per = total // shards
+        if what == "layers" and pipeline.get("layers_per_stage"):
+            per = int(pipeline["layers_per_stage"])
+        repeats = total // (shards * per) if total % (shards * per) == 0 else 1
+        sizes = tuple(int(axes[a]) for a in names)
+        out.append(ModelSplit(what, tuple(names), sizes, total, per, repeats))
+    return out
+
+
 def device_cells(
     shards: Sequence[Mapping[str, Any]],
     positions: Sequence[int],
     names: Sequence[str],
     colours: Colours,
     cols: int,
+    splits: Sequence[ModelSplit] = (),
 ) -> list[Cell]:
     """One cell per device at ``positions``, ``cols`` to a row, labelled with its id, mesh
-    coordinates and (hardware plans) slice and host."""
+    coordinates and (hardware plans) slice and host; the experts or layers it holds in
+    its tip (``splits``)."""
     cells = []
     for i, p in enumerate(positions):
         shard = shards[p]
@@ -158,6 +213,8 @@ def device_cells(
                 tip += f" core {shard['core']}"
         if where:
             tip += f" slice {shard.get('slice', '-')} host {shard.get('host', '-')}"
+        for split in splits:
+            tip += f"; {split.held(coords)}"
         cells.append(
             Cell(i // cols, i % cols, colours.of([key]), lines, tip, shard.get("slice"),
                   (shard.get("slice"), shard.get("host")) if "host" in shard else None)

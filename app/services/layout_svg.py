@@ -59,10 +59,12 @@ from app.services.layout_cells import (
     WRAP,
     Cell,
     Colours,
+    ModelSplit,
     block_cells,
     device_cells,
     grid_row_labels,
     grid_shape,
+    model_splits,
     plural,
     ramp,
 )
@@ -171,6 +173,7 @@ class _PlanFacts:
     batch: Mapping[str, Any] | None
     slice_keys: list[SliceKey]  # per shard
     holders: Counter[SliceKey]  # slice -> number of devices holding it, first-seen order
+    splits: list[ModelSplit] = field(default_factory=list)  # experts, layers over axes
 
     @property
     def names(self) -> list[str]:
@@ -301,6 +304,7 @@ def _read_plan(plan: Mapping[str, Any]) -> _PlanFacts:
         batch=plan.get("batch") or None,
         slice_keys=slice_keys,
         holders=Counter(slice_keys),
+        splits=model_splits(plan),
     )
 
 
@@ -350,13 +354,14 @@ def _lay_out(
         most = max(len(c.lines) for c in cells)
         return _Grid("blocks", cells, BLOCK_W, BLOCK_H + PITCH * max(0, most - 3), MARGIN, how)
     if not scope:
-        cells = device_cells(shards, positions, names, colours, cols)
+        cells = device_cells(shards, positions, names, colours, cols, facts.splits)
         labels = grid_row_labels(sizes, wrapped, max(c.row for c in cells) + 1)
         widest = max((_text_width(t, 11) for t in labels), default=0)
         left = math.ceil(MARGIN + widest + 14)
         return _Grid("grid", cells, CELL_W, CELL_H, left, row_labels=labels)
     wrap = sizes[-1] if sizes[-1] <= MAX_COLUMNS else WRAP
-    cells = device_cells(shards, positions, names, colours, min(wrap, len(positions)))
+    cols = min(wrap, len(positions))
+    cells = device_cells(shards, positions, names, colours, cols, facts.splits)
     return _Grid("scope", cells, CELL_W, CELL_H, MARGIN)
 
 
@@ -380,6 +385,7 @@ def _header_lines(
         (f"mesh {_shape_text(facts)}, {plural(n, 'device')}, {kind}, "
          f"platform {plan.get('platform') or '-'}", 12, ""),
     ]  # fmt: skip
+    header += [(split.header(), 12, "") for split in facts.splits]
     for a, d in facts.detail.items():
         rate = f", {format_rate(d['bytes_per_s'])}" if d.get("bytes_per_s") else ""
         header.append(

@@ -411,3 +411,25 @@ def test_a_scope_without_devices_says_what_exists(query, hint):
         render_layout_svg(plan, _scope("?" + query))
     assert err.value.code == "validation_error"
     assert "selects no device" in str(err.value) and hint in str(err.value)
+
+
+def test_the_picture_says_which_experts_and_layers_each_device_holds(api):
+    # issue 38: a plan with an expert axis (and one with stages) shows the split in its
+    # header and each device's share in its tip
+    moe = api.post("/v1/meshes", json={
+        "hardware": "tpu-v5p", "topology": "2x2x2", "ici": {"fsdp": 2, "expert": 4},
+        "batch_shape": [16, 4096], "model": {"name": "mixtral-8x7b"}})  # fmt: skip
+    assert moe.status_code == 201, moe.text
+    svg = api.get(f"/v1/meshes/{moe.json()['id']}/layout.svg").text
+    assert "expert=4 splits the 8 experts: 2 per device" in svg
+    tips = [t.text for t in _parse(svg).iter(f"{NS}title") if t.text and "device" in t.text]
+    held = sorted({tip.split("; ")[-1] for tip in tips if "; " in tip})
+    assert held == ["experts 0-1", "experts 2-3", "experts 4-5", "experts 6-7"]
+    staged = api.post("/v1/meshes", json={
+        "hardware": "tpu-v5p", "topology": "2x2x2", "ici": {"stage": 4, "fsdp": 2},
+        "batch_shape": [16, 4096], "model": {"name": "llama3.1-8b"},
+        "pipeline": {"microbatches": 4, "layers_per_stage": 2, "schedule": "circular"}})  # fmt: skip
+    assert staged.status_code == 201, staged.text
+    svg = api.get(f"/v1/meshes/{staged.json()['id']}/layout.svg").text
+    assert "stage=4 splits the 32 layers: 2 per device in each of 4 passes" in svg
+    assert "layers 2-3, 10-11, 18-19, 26-27" in svg
