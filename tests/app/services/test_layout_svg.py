@@ -428,7 +428,8 @@ def test_the_picture_says_which_experts_and_layers_each_device_holds(api):
     staged = api.post("/v1/meshes", json={
         "hardware": "tpu-v5p", "topology": "2x2x2", "ici": {"stage": 4, "fsdp": 2},
         "batch_shape": [16, 4096], "model": {"name": "llama3.1-8b"},
-        "pipeline": {"microbatches": 4, "layers_per_stage": 2, "schedule": "circular"}})  # fmt: skip
+        "pipeline": {"microbatches": 4, "layers_per_stage": 2,
+                     "schedule": "circular"}})  # fmt: skip
     assert staged.status_code == 201, staged.text
     svg = api.get(f"/v1/meshes/{staged.json()['id']}/layout.svg").text
     assert "stage=4 splits the 32 layers: 2 per device in each of 4 passes" in svg
