@@ -34,10 +34,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["StagePlan", "pipelined_layers", "stored_layer_order"]
+__all__ = ["WEIGHTS", "StagePlan", "pipelined_layers", "stored_layer_order"]
+
+WEIGHTS = "pipeline_stage_weights"
+"""The name of a circular stage's per-iteration weight slices (never saved)."""
 
 
 @dataclass(frozen=True)
@@ -74,9 +78,12 @@ def pipelined_layers(
     step: Callable[[jax.Array, Mapping[str, jax.Array]], tuple[jax.Array, None]],
     plan: StagePlan,
     layout: Any,
+    keep: Any = None,
 ) -> jax.Array:
     """``x [B, S, d]`` through the stacked layers ``stack`` (``{path: [layers, ...]}``)
     as a pipeline; ``step(x, layer_params)`` is one layer (its remat included).
+    ``keep``: the checkpoint policy of a stage's pass (what the layers' remat saves),
+    which leaves out the weight slices (named :data:`WEIGHTS`) of a circular schedule.
 
     Returns:
       ``[B, S, d]``, as the layers in model order would give it.
@@ -105,11 +112,19 @@ def pipelined_layers(
         if repeats == 1:  # one pass: the stage's weights, the same every iteration
             mine = {k: v[0] for k, v in w.items()}
         else:
-            mine = {k: jax.lax.dynamic_index_in_dim(v, r, 0, keepdims=False) for k, v in w.items()}
+            mine = {
+                k: checkpoint_name(jax.lax.dynamic_index_in_dim(v, r, 0, keepdims=False), WEIGHTS)
+                for k, v in w.items()
+            }
         out, _ = jax.lax.scan(step, h, mine)
         return out
 
-    stages = jax.vmap(run_stage, spmd_axis_name=plan.axes)
+    run = run_stage
+    if repeats > 1 and keep is not None:
+        # each iteration slices its pass's weights: sliced again in the backward pass,
+        # not kept for every iteration (the layers' own residuals are, by their names)
+        run = jax.checkpoint(run_stage, policy=keep, prevent_cse=False)
+    stages = jax.vmap(run, spmd_axis_name=plan.axes)
 
     def iteration(
         carry: tuple[jax.Array, jax.Array], t: jax.Array

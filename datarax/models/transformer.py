@@ -43,7 +43,7 @@ from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.models.attention import attention
 from datarax.models.layout import ActivationLayout
 from datarax.models.moe import moe_block
-from datarax.models.pipeline import pipelined_layers
+from datarax.models.pipeline import WEIGHTS, pipelined_layers
 
 __all__ = [
     "ActivationLayout",
@@ -299,7 +299,8 @@ class _Compute:
             # into the stages with the batch whole over the stage axes (a [B] split over
             # data x stage does not reshape into microbatches), out split again
             x = inner.c(x, 2)
-            x = c(pipelined_layers(x, stack, step, pipeline, inner.layout), 2)
+            keep = _stage_policy(self.spec)
+            x = c(pipelined_layers(x, stack, step, pipeline, inner.layout, keep), 2)
         elif not self.spec.is_moe:
             x, _ = jax.lax.scan(layer_fn("layers/*", False), x, _stack(params, "layers/"))
         else:
@@ -340,6 +341,16 @@ class _Compute:
 
             x, _ = jax.lax.scan(block, x, (blocks, moe))
         return run(x, dense, first + inner, spec.dense_layers)
+
+
+def _stage_policy(spec: TransformerSpec) -> Any:
+    """The checkpoint policy of a pipeline stage's pass: what the layers' remat keeps
+    (their inputs and the names it saves on the device), never the stage's weight slices."""
+    places = spec.remat_places()
+    if places is None:  # remat none: everything but the weight slices
+        return jax.checkpoint_policies.save_anything_except_these_names(WEIGHTS)
+    kept = [name for name, where in places.items() if where == "device"]
+    return jax.checkpoint_policies.save_only_these_names("decoder_layer_input", *kept)
 
 
 def _inner_layout(layout: Any) -> Any:
