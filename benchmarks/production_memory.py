@@ -280,8 +280,7 @@ RUNS: list[dict[str, Any]] = [
         "ici": {"data": 4, "fsdp": 4},
         "global_batch": 32,
         "model": {"name": "llama3.1-8b", **_F32_WEIGHTS, "remat": "full"},
-        "why": "the ZeRO-1 run's mesh without ZeRO-1: the whole optimizer state on each data "
-        "shard",
+        "why": "the ZeRO-1 run's mesh without ZeRO-1: the whole optimizer state on each data shard",
         "suite": False,  # the ZeRO-1 run's baseline: make bench only
     },
     {
