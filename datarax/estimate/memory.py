@@ -397,7 +397,7 @@ def _temporaries(
 
 
 def _stage_pass_bytes(
-    model: TransformerSpec,
+    model: ModelSpec,
     sizes: Mapping[str, int],
     tokens: int,
     itemsize: int,
@@ -409,7 +409,10 @@ def _stage_pass_bytes(
     their saved inputs stacked, and the stack of their input gradients: two copies of
     ``layers_per_stage`` layer inputs of one microbatch (the ``d``-wide residual stream,
     split over the tensor axes). XLA's HBM allocation of the pipelined runs of
-    ``benchmarks/production_memory.py`` has them beside the loop's saved activations."""
+    ``benchmarks/production_memory.py`` has them beside the loop's saved activations.
+    0 without stages."""
+    if layer_shards(sizes) <= 1 or not isinstance(model, TransformerSpec):
+        return 0
     shape = pipeline_shape(
         options.pipeline, stages=layer_shards(sizes), layers=model.layers, local_batch=local_batch
     )
@@ -613,10 +616,7 @@ def memory_estimate(
     parts = _temporaries(
         model, specs, sizes, gathered_by, tokens, itemsize, param_itemsize, shares, context_kv
     )
-    if stages > 1 and isinstance(model, TransformerSpec):
-        parts["stage_pass"] = _stage_pass_bytes(
-            model, sizes, tokens, itemsize, local_batch, options
-        )
+    parts["stage_pass"] = _stage_pass_bytes(model, sizes, tokens, itemsize, local_batch, options)
     temporaries = sum(parts.values())
     grads, vmem = params, 0
     if vmem_bytes is not None and grads + activations + temporaries <= vmem_bytes:

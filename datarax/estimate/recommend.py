@@ -239,21 +239,7 @@ def recommend_meshes(
             "no_plan_fits",
             cluster.explain(spec, global_batch, optimizer, rejected, smallest),
         )
-    candidates: list[Candidate] = []
-    roles = axis_roles(list(names))
-    for rank, (_, ici, dcn, est) in enumerate(survivors[:top_k], start=1):
-        candidate: Candidate = {
-            "rank": rank,
-            "ici": ici,
-            "dcn": dcn,
-            "step_estimate": est.to_json(),
-            "memory_per_device": est.memory_per_device.to_json(),
-            "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
-        }
-        flags = _slow_link_flags(dcn, roles, est, cluster.hw, cluster.best_on_fast)
-        if flags:
-            candidate["flags"] = flags
-        candidates.append(candidate)
+    candidates = _candidates(cluster, spec, names, survivors[:top_k], global_batch, optimizer)
     out: Recommendations = {
         "candidates": candidates,
         "considered": considered,
@@ -327,6 +313,33 @@ def _counts(rejected: Mapping[str, int]) -> str:
 
 type _Ranked = tuple[float, dict[str, int], dict[str, int], StepEstimate]
 """One priced candidate: ``(step_s, ici, dcn, estimate)``."""
+
+
+def _candidates(
+    cluster: _Cluster,
+    spec: ModelSpec,
+    names: Sequence[str],
+    survivors: Sequence[_Ranked],
+    global_batch: int,
+    optimizer: str,
+) -> list[Candidate]:
+    """The answer's candidates, best first, each with its plan request and flags."""
+    candidates: list[Candidate] = []
+    roles = axis_roles(list(names))
+    for rank, (_, ici, dcn, est) in enumerate(survivors, start=1):
+        candidate: Candidate = {
+            "rank": rank,
+            "ici": ici,
+            "dcn": dcn,
+            "step_estimate": est.to_json(),
+            "memory_per_device": est.memory_per_device.to_json(),
+            "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
+        }
+        flags = _slow_link_flags(dcn, roles, est, cluster.hw, cluster.best_on_fast)
+        if flags:
+            candidate["flags"] = flags
+        candidates.append(candidate)
+    return candidates
 
 
 @dataclass

@@ -277,7 +277,8 @@ def _batch_tree(
     if isinstance(spec, TransformerSpec):
         shape = (global_batch, spec.seq_len)
         # the tokens of a context split: each device holds its share of every sequence
-        tokens = NamedSharding(mesh, P(lead, _entry(_sequence_axes(axes, roles))))
+        sequence = _entry(_sequence_axes(axes, roles))
+        tokens = NamedSharding(mesh, P(lead, sequence) if sequence else P(lead))
         return {
             "inputs": jax.ShapeDtypeStruct(shape, jnp.int32, sharding=tokens),
             "targets": jax.ShapeDtypeStruct(shape, jnp.int32, sharding=tokens),
