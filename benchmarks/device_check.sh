@@ -46,7 +46,8 @@ WHEELS=$ROOT/var/device-wheels
 OFFLINE_PACKAGES="jax flax optax treescope fastapi starlette pydantic pydantic_core
   pydantic-settings annotated-types annotated-doc typing-inspection typing_extensions
   uvicorn httptools uvloop orjson isal python-dotenv prometheus_client httpx httpcore h11
-  anyio idna pytest pytest-timeout pluggy iniconfig"
+  anyio idna pytest pytest-timeout pluggy iniconfig opentelemetry-api click rich
+  markdown-it-py mdurl Pygments"
 
 log() { echo "[device_check +$(($(date +%s) - START))s] $*" >&2; }
 pin() { grep -i -m1 -E "^$(echo "$1" | sed 's/[-_]/[-_]/g')==" "$ROOT/constraints.txt"; }

@@ -335,3 +335,33 @@ def test_device_check_dry_run(tmp_path: Path) -> None:
     assert report["live"]["platform"] == "cpu" and report["live"]["loss_decreased"], report
     assert report["mfu"]["platform"] == "cpu" and "fraction_of_dot_peak" in report["mfu"]
     assert report["gpu_tests_counts"]["skipped"] >= 1, report
+
+
+def test_the_device_checks_offline_wheels_cover_what_the_service_imports() -> None:
+    # issue 39: on a lent GPU with no network the server ran without opentelemetry-api
+    # (fastapi imports it). Every distribution that importing the service and the test
+    # tools pulls in is either in the off-line wheel list or one the image keeps.
+    script = (ROOT / "benchmarks" / "device_check.sh").read_text()
+    listed = script.split('OFFLINE_PACKAGES="', 1)[1].split('"', 1)[0].split()
+    kept = {"jax", "jaxlib", "numpy", "scipy", "ml_dtypes", "opt_einsum", "libtpu"}
+    probe = (
+        "import importlib.metadata as m, sys\n"
+        "import app.main, pytest, pytest_timeout, httpx, uvicorn  # noqa\n"
+        "by_module = m.packages_distributions()\n"
+        "names = {d for mod in list(sys.modules) for d in by_module.get(mod.split('.')[0], [])}\n"
+        "print('\\n'.join(sorted(names)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def norm(name: str) -> str:
+        return name.lower().replace("_", "-")
+
+    have = {norm(n) for n in listed} | {norm(n) for n in kept}
+    imported = {norm(n) for n in result.stdout.split()}
+    project = norm(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"])
+    missing = sorted(imported - have - {project})
+    assert not missing, f"imported but neither carried nor kept by the image: {missing}"

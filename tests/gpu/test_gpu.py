@@ -118,7 +118,11 @@ def gpu_server(tmp: Path, **env: str) -> Iterator[httpx.Client]:
             "JAX_PLATFORMS": "cuda",
             "DATARAX_PLATFORMS": "cuda",
             "XLA_PYTHON_CLIENT_MEM_FRACTION": str(MEM_FRACTION),
-            "PYTHONPATH": str(ROOT),
+            # the checkout first, then whatever the caller put there (the device check's
+            # off-line wheels): replacing it left the server without pydantic
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
             **env,
         }
     )
