@@ -288,7 +288,7 @@ def check_cluster_size(request: HardwarePlanRequest | RecommendationRequest) -> 
     return devices
 
 
-def parallel_options(request: HardwarePlanRequest) -> ParallelOptions:
+def parallel_options(request: HardwarePlanRequest | RecommendationRequest) -> ParallelOptions:
     """The request's ``pipeline``, ``context_parallel`` and ``shard_over_data`` as the
     library's :class:`~datarax.parallel.options.ParallelOptions`."""
     return ParallelOptions.from_json(
@@ -298,17 +298,17 @@ def parallel_options(request: HardwarePlanRequest) -> ParallelOptions:
     )
 
 
-def _check_options_apply(request: HardwarePlanRequest, named: Mapping[str, int]) -> None:
-    """Refuse a ``pipeline`` without stage axes over 1, or a ``context_parallel``
-    without context axes over 1: neither is read as anything else."""
-    kinds = kinds_by_alias()
-    present = {kinds[a].name for a, n in named.items() if a in kinds and n > 1}
+def _check_options_apply(
+    request: HardwarePlanRequest | RecommendationRequest, present: set[str], missing: str
+) -> None:
+    """Refuse a ``pipeline`` without stage axes, or a ``context_parallel`` without context
+    axes, among the kinds ``present``: neither is read as anything else. ``missing``
+    says where they were looked for (``{kind}`` and ``{member}`` filled in)."""
     for member, kind in (("pipeline", "stage"), ("context_parallel", "context")):
         if getattr(request, member) is not None and kind not in present:
             raise PlanError(
                 "invalid_parallelism",
-                f"{member} describes {kind} axes, and this plan has no {kind} axis over 1: "
-                f"add one to ici or dcn, or drop {member}",
+                f"{member} describes {kind} axes, and " + missing.format(kind=kind, member=member),
             )
 
 
@@ -330,7 +330,13 @@ def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
     model = None if request.model is None else request.model.model_dump(exclude_none=True)
     options = parallel_options(request)
     check_kinds_apply(None if model is None else model_spec(model), named, None, options.context)
-    _check_options_apply(request, named)
+    kinds = kinds_by_alias()
+    present = {kinds[a].name for a, n in named.items() if a in kinds and n > 1}
+    _check_options_apply(
+        request,
+        present,
+        "this plan has no {kind} axis over 1: add one to ici or dcn, or drop {member}",
+    )
     layout = plan_hardware_devices(
         request.hardware,
         ici=request.ici,
@@ -532,18 +538,10 @@ def _recommend(
     kinds = kinds_by_alias()
     spec = model_spec(request.model.model_dump(exclude_none=True))
     named = {kinds[a].name for a in (request.axes or default_axes(spec)) if a in kinds}
-    for member, kind in (("pipeline", "stage"), ("context_parallel", "context")):
-        if getattr(request, member) is not None and kind not in named:
-            raise PlanError(
-                "invalid_parallelism",
-                f"{member} describes {kind} axes, and the search has none: list a {kind} "
-                f"axis in axes, or drop {member}",
-            )
-    options = ParallelOptions.from_json(
-        None if request.pipeline is None else request.pipeline.model_dump(),
-        None if request.context_parallel is None else request.context_parallel.model_dump(),
-        shards_over_data(request.optimizer),
+    _check_options_apply(
+        request, named, "the search has none: list a {kind} axis in axes, or drop {member}"
     )
+    options = parallel_options(request)
     return recommend_meshes(
         request.hardware,
         model=request.model.model_dump(exclude_none=True),

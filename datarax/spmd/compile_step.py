@@ -73,7 +73,7 @@ from datarax.parallel.axis_roles import (
     split_axes,
 )
 from datarax.parallel.kinds import KINDS, check_compiled
-from datarax.parallel.options import BUILT_SCHEDULES, Pipeline, pipeline_shape
+from datarax.parallel.options import Pipeline, check_program_builds, pipeline_shape
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -327,29 +327,15 @@ def stage_plan(
     them), from a plan's ``pipeline`` object.
 
     Raises:
-      PlanError: ``invalid_parallelism`` for a schedule the program does not build
-        (:data:`~datarax.models.pipeline.BUILT_SCHEDULES`), a mixture-of-experts model,
-        or a pipeline :func:`~datarax.parallel.options.pipeline_shape` refuses.
+      PlanError: ``invalid_parallelism`` for a pipeline
+        :func:`~datarax.parallel.options.pipeline_shape` refuses (what the program does
+        not build is refused before it: :func:`~datarax.parallel.options.check_program_builds`).
     """
     names = split_axes(axes, roles, "layer_dim")
     stages = math.prod(axes[a] for a in names)
-    if stages <= 1:
+    if stages <= 1 or not isinstance(spec, TransformerSpec):
         return None
     given = Pipeline(**{k: v for k, v in (pipeline or {}).items() if v is not None})
-    if given.schedule not in BUILT_SCHEDULES:
-        raise PlanError(
-            "invalid_parallelism",
-            f"pipeline.schedule {given.schedule!r}: the library's program builds the "
-            f"{' and '.join(BUILT_SCHEDULES)} schedules (a loop of stages whose backward "
-            "pass is its autodiff), so it cannot compile this one; plan with one of them, "
-            "or without a compile check",
-        )
-    if not isinstance(spec, TransformerSpec) or spec.is_moe:
-        raise PlanError(
-            "invalid_parallelism",
-            "the library's program runs a dense transformer's layers as pipeline stages; "
-            "it does not build stages of this model, so it cannot compile this plan",
-        )
     shards = math.prod(axes[a] for a in batch_split_axes(axes, roles))
     shape = pipeline_shape(
         given, stages=stages, layers=spec.layers, local_batch=global_batch // max(shards, 1)
@@ -445,15 +431,14 @@ def abstract_train_step(
     roles = axis_roles(list(mesh.axis_names), roles)
     check_compiled(dict(mesh.shape), roles)  # the kinds the program builds
     context = dict(context or {})
-    sequence = _sequence_axes(dict(mesh.shape), roles)
-    if sequence and context.get("strategy", "all_gather") != "all_gather":
-        raise PlanError(
-            "invalid_parallelism",
-            f"context_parallel.strategy {context['strategy']!r}: the library's program "
-            "builds the all_gather strategy (each device's queries against keys and values "
-            "gathered over the context axes), so it cannot compile this one; plan with "
-            "strategy all_gather, or without a compile check",
-        )
+    sizes = dict(mesh.shape)
+    check_program_builds(
+        stages=math.prod(sizes[a] for a in split_axes(sizes, roles, "layer_dim")),
+        context=math.prod(sizes[a] for a in _sequence_axes(sizes, roles)),
+        schedule=(pipeline or {}).get("schedule"),
+        strategy=context.get("strategy"),
+        dense=isinstance(spec, TransformerSpec) and not spec.is_moe,
+    )
     try:
         opt = make_optimizer(optimizer, _LEARNING_RATE)
     except ValueError as error:

@@ -43,7 +43,7 @@ from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.parallel.kinds import check_compiled, kinds_by_alias
-from datarax.parallel.options import BUILT_SCHEDULES, ParallelOptions
+from datarax.parallel.options import ParallelOptions, check_program_builds
 
 PROGRAM_VERSION = 5
 """Bumped when :mod:`datarax.spmd.compile_step` builds a different program, or a
@@ -328,27 +328,16 @@ def _check_buildable(spec: Any, plan: Mapping[str, Any]) -> None:
         check_compiled(axes, {name: kinds[name].name for name in axes})
     except PlanError as error:
         raise from_library(error) from None
-    staged = any(kinds[name].param_split == "layer_dim" and size > 1 for name, size in axes.items())
-    schedule = (plan.get("pipeline") or {}).get("schedule") or "gpipe"
-    if staged and (schedule not in BUILT_SCHEDULES or getattr(spec, "is_moe", False)):
-        what = f"the {schedule!r} schedule" if schedule not in BUILT_SCHEDULES else "this model"
-        raise ServiceError(
-            f"the library's program runs a dense transformer's layers as pipeline stages "
-            f"with the {' and '.join(BUILT_SCHEDULES)} schedules (a loop of stages whose "
-            f"backward pass is its autodiff); it does not build {what}, so XLA cannot be "
-            "asked about this plan: its estimate prices it",
-            code="invalid_parallelism",
+    try:
+        check_program_builds(
+            stages=math.prod(n for a, n in axes.items() if kinds[a].param_split == "layer_dim"),
+            context=math.prod(n for a, n in axes.items() if kinds[a].splits_sequence),
+            schedule=(plan.get("pipeline") or {}).get("schedule"),
+            strategy=(plan.get("context_parallel") or {}).get("strategy"),
+            dense=isinstance(spec, TransformerSpec) and not spec.is_moe,
         )
-    split = any(kinds[name].splits_sequence and size > 1 for name, size in axes.items())
-    strategy = (plan.get("context_parallel") or {}).get("strategy", "all_gather")
-    if split and strategy != "all_gather":
-        raise ServiceError(
-            f"context_parallel.strategy {strategy!r}: the library's program builds the "
-            "all_gather strategy (each device's queries against keys and values gathered "
-            "over the context axes), so XLA cannot be asked about this one; plan it with "
-            "strategy all_gather to compile it",
-            code="invalid_parallelism",
-        )
+    except PlanError as error:
+        raise from_library(error) from None
 
 
 def _flatten(grid: Any) -> list[int]:

@@ -74,3 +74,18 @@ def test_options_from_json_refuse_unknown_schedules():
         ParallelOptions.from_json({"schedule": "zero_bubble"})
     with pytest.raises(PlanError, match="ulysses"):
         ParallelOptions.from_json(None, {"strategy": "ulysses"})
+
+
+def test_what_the_program_does_not_build_is_refused_in_one_place():
+    from datarax.distributed.errors import PlanError
+    from datarax.parallel.options import check_program_builds
+
+    built = {"stages": 4, "context": 2, "schedule": "circular", "strategy": None, "dense": True}
+    check_program_builds(**built)
+    check_program_builds(**{**built, "stages": 1, "schedule": "1f1b", "dense": False})
+    refusals = [({"schedule": "1f1b"}, "'1f1b' schedule"), ({"dense": False}, "this model"),
+                ({"strategy": "ring"}, "'ring'")]  # fmt: skip
+    for change, words in refusals:
+        with pytest.raises(PlanError) as refused:
+            check_program_builds(**{**built, **change})
+        assert refused.value.code == "invalid_parallelism" and words in str(refused.value)
