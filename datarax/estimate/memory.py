@@ -51,6 +51,10 @@ and elementwise intermediates the step's autodiff saves).
   scores' gradient then replaces. Evidence: the live buffers at the peak of XLA's
   buffer assignment (``--xla_dump_to``, ``*-live-range.txt``) for the transformer
   cases of ``benchmarks/compile_checks.py``.
+- Mixture-of-experts layers: float32 expert kernels cast to the compute dtype once
+  (each device's shard of every layer's experts, held through both passes), and a
+  recomputed capacity-kernel layer's three hidden ``[E, B, C, moe_d_ff]`` arrays in
+  place of the six autodiff saves at ``remat: none`` (:func:`_moe_bytes`).
 - The MLP's backward transient: the widest hidden layer's activation gradient
   (``b width / tensor`` per token for a ``col`` layer's output), live beside the
   residuals. It is a matmul's output (the next layer's input gradient, masked by
@@ -202,11 +206,18 @@ def _transformer_head(model: TransformerSpec, t: int, itemsize: int) -> float:
 
 
 def _layer_none_bytes(
-    model: TransformerSpec, t: int, b: int, *, moe: bool = False, e: int = 1
+    model: TransformerSpec,
+    t: int,
+    b: int,
+    *,
+    moe: bool = False,
+    e: int = 1,
+    recomputed: bool = False,
 ) -> float:
     """Bytes per token one layer keeps under ``remat: none`` (see
     :func:`_transformer_residuals`); ``moe``: a mixture-of-experts layer with ``e``-way
-    expert parallelism (:func:`_moe_bytes`)."""
+    expert parallelism (:func:`_moe_bytes`); ``recomputed``: the layer recomputed in the
+    backward pass of a remat policy (:func:`_moe_bytes`)."""
     d, h, s = model.d_model, model.heads, model.seq_len
     qk, v, kv = model.qk_head_dim, model.value_head_dim, model.kv_heads
     mlp = 6 if model.mlp == "gated" else 5
@@ -215,7 +226,7 @@ def _layer_none_bytes(
         attention = b * (h * qk + h * v + kv * (qk + v)) + (_F32 + b) * h * s + 2 * _F32 * h
     else:  # the kernel's output (and its [S, heads * hd] view) and float32 log-sum-exp
         attention = b * (h * qk + 2 * h * v + kv * (qk + v)) + _F32 * h
-    ffn = _moe_bytes(model, b, e) if moe else mlp * b * model.d_ff
+    ffn = _moe_bytes(model, b, e, recomputed) if moe else mlp * b * model.d_ff
     return (norms + attention + ffn) / t
 
 
@@ -235,17 +246,27 @@ def dispatch_factor(model: TransformerSpec, e: int) -> float:
     return min(float(e), model.num_experts / model.experts_per_token)
 
 
-def _moe_bytes(model: TransformerSpec, b: int, e: int) -> float:
+def _moe_bytes(model: TransformerSpec, b: int, e: int, recomputed: bool = False) -> float:
     """Bytes per token a mixture-of-experts layer's feed-forward part keeps under
     ``remat: none``, before the tensor split: the router's float32 logits and
     probabilities (``2 * 4 E``); the dispatched copies of the token (``k w d``, ``w``
     the :func:`dispatch_factor`), the experts' hidden arrays (as a dense MLP's: six or
     five per hidden unit, ``k w moe_d_ff`` wide) and their outputs before the combine
     (``k w d``), the combined ``k d`` rows; the shared experts as a dense MLP
-    ``shared_experts * moe_d_ff`` wide."""
+    ``shared_experts * moe_d_ff`` wide.
+
+    ``recomputed``: the layer as a remat policy recomputes it inside its backward pass.
+    There the capacity kernel's experts hold three ``[E, B, C, moe_d_ff]`` arrays at
+    once (gated; two plain), not the six autodiff saves: XLA fuses the activation into
+    the backward pass, which holds the product and the two input projections'
+    gradients (``fusion.748`` and ``fusion.749{0,1}`` at the peak of XLA's live ranges
+    for tpu-recipes' Mixtral 8x7B on a v6e-256, 12 sequences a chip, libtpu 0.0.50.1;
+    two at one sequence a chip on a v6e-64)."""
     d, f, k = model.d_model, model.moe_d_ff, model.experts_per_token
     w = dispatch_factor(model, e)
     mlp = 6 if model.mlp == "gated" else 5
+    if recomputed and model.moe_kernel != "sparse":
+        mlp = 3 if model.mlp == "gated" else 2
     router = 2 * _F32 * model.num_experts
     # dispatched rows a routed copy takes at once: its copy into the expert's buffer and
     # the expert's output (2); over expert shards the kernel's buffers of each way of the
@@ -256,12 +277,15 @@ def _moe_bytes(model: TransformerSpec, b: int, e: int) -> float:
     return router + routed + shared
 
 
-def _none_bytes_by_layer(model: TransformerSpec, t: int, b: int, e: int) -> list[tuple[int, float]]:
+def _none_bytes_by_layer(
+    model: TransformerSpec, t: int, b: int, e: int, recomputed: bool = False
+) -> list[tuple[int, float]]:
     """``[(layers, bytes per token of one at remat none)]``: the dense layers and the
-    mixture-of-experts layers."""
+    mixture-of-experts layers (``recomputed``: see :func:`_moe_bytes`)."""
     out = [(model.dense_layers, _layer_none_bytes(model, t, b))]
     if model.moe_layers:
-        out.append((model.moe_layers, _layer_none_bytes(model, t, b, moe=True, e=e)))
+        moe = _layer_none_bytes(model, t, b, moe=True, e=e, recomputed=recomputed)
+        out.append((model.moe_layers, moe))
     return [(n, per) for n, per in out if n]
 
 
@@ -364,6 +388,13 @@ def _temporaries(
         experts = sum(math.prod(shard) * gathered_by[group.path] * itemsize
                       for group, _, shard, split in specs if group.expert and split)  # fmt: skip
         out["fsdp_gathered"] = max(out["fsdp_gathered"], 2 * experts)
+    if isinstance(model, TransformerSpec) and model.is_moe and param_itemsize != itemsize:
+        # XLA casts each device's shard of the stacked expert kernels to the compute
+        # dtype once, before the layers' loop, and keeps the copy through both passes
+        # (``convert`` of ``[layers, experts, ...]`` shards live at the peak of the
+        # capacity and the dropless kernels' Mixtral 8x7B compiles, libtpu 0.0.50.1)
+        out["expert_cast"] = sum(math.prod(shard) * group.repeat * itemsize
+                                 for group, _, shard, _ in specs if group.expert)  # fmt: skip
     if isinstance(model, MLPSpec):
         # The backward pass makes each hidden layer's activation gradient (the next
         # layer's input gradient, masked by ReLU's mask) in the model dtype. It is a
@@ -389,7 +420,7 @@ def _temporaries(
         if model.remat_places() is None:
             layer = _F32 * h * s if model.attention == "dot" else 0.0
         else:
-            layer = max(per for _, per in _none_bytes_by_layer(model, t, itemsize, e))
+            layer = max(per for _, per in _none_bytes_by_layer(model, t, itemsize, e, True))
             layer += _named_bytes(model, t, itemsize, "offload")
         _, head_share, pass_share = shares
         out["phase"] = int(tokens * max(loss * head_share, layer * pass_share - head * head_share))

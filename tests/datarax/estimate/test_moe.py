@@ -159,6 +159,32 @@ def test_expert_parallel_memory_splits_expert_state_and_sizes_the_dispatch_buffe
     assert four["activations"] - one["activations"] == four_shards - one_shard
 
 
+def test_a_recomputed_capacity_layer_holds_three_hidden_arrays_and_the_cast_experts():
+    capacity = {**MOE, "moe_kernel": "dense", "capacity_factor": 1.0, "remat": "full"}
+    tokens = 128 * 8  # eight sequences per device: the layer's transient sets the peak
+
+    def estimate(model):
+        return memory_estimate(model_spec(model), {"fsdp": 8}, global_batch=64)
+
+    # remat none saves six hidden arrays per expert; the recomputed layer of a remat
+    # policy holds three (the product and the two input projections' gradients)
+    # (widening moe_d_ff by F also widens the two gathered expert kernels in flight)
+    gathered = 2 * E * D * F * 2
+    gated, plain = estimate(capacity), estimate({**capacity, "mlp": "plain"})
+    wide = estimate({**capacity, "moe_d_ff": 2 * F})
+    assert wide["temporaries"] - gated["temporaries"] == 3 * K * F * 2 * tokens + gathered
+    wide_plain = estimate({**capacity, "mlp": "plain", "moe_d_ff": 2 * F})
+    assert wide_plain["temporaries"] - plain["temporaries"] == 2 * K * F * 2 * tokens + gathered
+    # the dropless kernel keeps autodiff's six under recompute as well
+    sparse = {**capacity, "moe_kernel": "sparse", "capacity_factor": 0.0}
+    assert (estimate({**sparse, "moe_d_ff": 2 * F})["temporaries"]
+            - estimate(sparse)["temporaries"]) >= 6 * K * F * 2 * tokens  # fmt: skip
+    # float32 expert kernels are cast to bfloat16 once, each device's shard of all layers
+    f32 = estimate({**capacity, "param_dtype": "float32"})
+    experts = 3 * E * D * F * L // 8
+    assert f32["temporaries"] - gated["temporaries"] == experts * 2
+
+
 def _links(hw: str, topology: str, ici: dict[str, int]):
     return plan_hardware_devices(hw, topology=topology, ici=ici).axes_detail
 
