@@ -215,7 +215,10 @@ HardwareModel = Annotated[
 
 _HARDWARE = Field(max_length=64, description="a catalog name of GET /v1/hardware")
 _TOPOLOGY = Field(
-    None, max_length=64, description="TPU only: slice shape, '16x16' or JAX's 'v5e:16x16'"
+    None,
+    max_length=64,
+    description="TPU only: slice shape, '16x16', JAX's 'v5e:16x16' or a Cloud TPU "
+    "accelerator type, 'v5p-512' (the answer's topology gives the resolved shape)",
 )
 _SLICES = Field(1, ge=1, le=65_536, description="TPU only: slices joined by DCN")
 _HOSTS = Field(None, ge=1, le=65_536, description="GPU/CPU only: hosts in the job")

@@ -34,6 +34,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 from datarax.distributed.errors import PlanError
 from datarax.hardware.catalog import HARDWARE
 from datarax.hardware.entry import LINK_CLASSES, AxisLink, Hardware
@@ -43,6 +45,7 @@ __all__ = [
     "LINK_CLASSES",
     "AxisLink",
     "Hardware",
+    "accelerator_type",
     "get_hardware",
     "has_wraparound",
     "topology_shape",
@@ -81,6 +84,9 @@ def topology_shape(hardware: Hardware | str, topology: str) -> tuple[int, ...]:
             f"hardware {hw.name!r} has no TPU topologies; give 'hosts' instead of 'topology'",
         )
     text = str(topology)
+    named = accelerator_type(text)
+    if named is not None:
+        return _accelerator_shape(hw, text, *named)
     if ":" in text:
         prefix, text = text.split(":", 1)
         if hw.name not in (prefix, f"tpu-{prefix}"):
@@ -100,6 +106,57 @@ def topology_shape(hardware: Hardware | str, topology: str) -> tuple[int, ...]:
             f"{list(hw.topologies)}",
         )
     return shape
+
+
+# Cloud TPU accelerator-type names: ``<prefix>-<count>``, the catalog entry and how many
+# of the counted units a chip is. v4 and v5p count TensorCores (two a chip; Google Cloud,
+# "TPU types and topologies": "v4-128 specifies ... 128 TensorCores", and its v5p page,
+# v5p-8 a 2x2x1 slice), v5e (``v5litepod``) and v6e count chips (v5litepod-16 and v6e-16 are
+# 4x4), TPU7x counts TensorCores, two a chip (xpk, src/xpk/core/system_characteristics.py
+# at 073d687d02524fdd10e94f901c27147501ee469a: tpu7x-128 is topology 4x4x4).
+_ACCELERATOR_TYPES = {
+    "v4": ("tpu-v4", 2),
+    "v5p": ("tpu-v5p", 2),
+    "v5litepod": ("tpu-v5e", 1),
+    "v6e": ("tpu-v6e", 1),
+    "tpu7x": ("tpu7x", 2),
+}
+
+
+def accelerator_type(text: str) -> tuple[str, int, int] | None:
+    """``(catalog name, units counted, units per chip)`` of a Cloud TPU accelerator-type
+    name such as ``"v5p-512"``; ``None`` for anything else (a shape, ``"v5e:16x16"``)."""
+    prefix, _, count = text.rpartition("-")
+    if prefix not in _ACCELERATOR_TYPES or not count.isdigit():
+        return None
+    name, per_chip = _ACCELERATOR_TYPES[prefix]
+    return name, int(count), per_chip
+
+
+def _accelerator_shape(
+    hw: Hardware, text: str, name: str, units: int, per_chip: int
+) -> tuple[int, ...]:
+    """The slice shape an accelerator-type name stands for: the catalog's shape with its
+    number of chips (the first listed, the most cube-like, where there are two: v4's
+    1,024 chips are 8x8x16, Google Cloud's default for v4-2048)."""
+    if name != hw.name:
+        raise PlanError(
+            "invalid_topology",
+            f"topology {text!r} is a {name} accelerator type but the hardware is "
+            f"{hw.name!r}; drop the hardware or name one of its slices",
+        )
+    chips, rest = divmod(units, per_chip)
+    shapes = [shape for shape in hw.topologies
+              if math.prod(int(d) for d in shape.split("x")) == chips]  # fmt: skip
+    if rest or not shapes:
+        prefix = text.rpartition("-")[0]
+        sizes = sorted({math.prod(int(d) for d in t.split("x")) * per_chip for t in hw.topologies})
+        raise PlanError(
+            "invalid_topology",
+            f"topology {text!r} is no {hw.name} slice: its accelerator types are "
+            f"{prefix}-N for N in {sizes}",
+        )
+    return tuple(int(d) for d in shapes[0].split("x"))
 
 
 def has_wraparound(hardware: Hardware | str, shape: tuple[int, ...], dim: int) -> bool:

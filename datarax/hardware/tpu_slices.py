@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from datarax.distributed.errors import PlanError
-from datarax.hardware.chips import Hardware, get_hardware, topology_shape
+from datarax.hardware.chips import Hardware, accelerator_type, get_hardware, topology_shape
 
 __all__ = ["format_tpu_topology", "parse_tpu_topology", "tpu_slice_order"]
 
@@ -83,7 +83,8 @@ def parse_tpu_topology(
 
     Args:
       topology: ``"16x16"``, ``"4x4x8"`` or with JAX's chip prefix, ``"v5e:16x16"``
-        (the prefix is the catalog name without ``tpu-``).
+        (the prefix is the catalog name without ``tpu-``), or a Cloud TPU accelerator
+        type, ``"v5p-512"`` (:func:`~datarax.hardware.chips.accelerator_type`).
       hardware: catalog name or entry; may be omitted when ``topology`` has a prefix.
 
     Returns:
@@ -105,8 +106,11 @@ def parse_tpu_topology(
             "invalid_topology",
             f"topology is {topology!r}; give a string such as '16x16' or 'v5e:16x16'",
         )
+    named = accelerator_type(topology)
     if hardware is not None:
         entry = get_hardware(hardware)
+    elif named is not None:
+        entry = get_hardware(named[0])
     elif ":" in topology:
         entry = get_hardware(_catalog_name(topology.split(":", 1)[0]))
     else:

@@ -125,6 +125,17 @@ def test_h100_plan_with_hosts(api):
     assert plan["hosts"] == 4 and plan["hardware"] == "h100-sxm"
 
 
+def test_an_accelerator_type_names_the_slice_and_the_answer_gives_its_shape(api):
+    body = {"hardware": "tpu-v5p", "topology": "v5p-512", "ici": {"fsdp": -1}}
+    response = api.post("/v1/meshes", json=body)
+    assert response.status_code == 201, response.text
+    plan = response.json()
+    assert plan["topology"] == "v5p:4x8x8" and plan["axes"] == {"fsdp": 256}
+    wrong = api.post("/v1/meshes", json={**body, "topology": "v5p-500"})
+    assert wrong.status_code == 422 and wrong.json()["code"] == "invalid_topology"
+    assert "v5p-N for N in" in wrong.json()["detail"]
+
+
 def test_transformer_plan_has_step_estimate_and_fits(api):
     response = api.post(
         "/v1/meshes",
