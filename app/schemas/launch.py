@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
@@ -14,6 +14,13 @@ LAUNCH_EXAMPLE: JsonDict = {
     "image": "us-docker.pkg.dev/my-project/maxtext:latest",
     "queue": "tpu-queue",
 }
+
+
+_EXTRA_ARG = Field(
+    max_length=4096, pattern=r"^[A-Za-z_][A-Za-z0-9_]*=[^\n\r\x00]*$", description="key=value"
+)
+_ENV_NAME = Field(max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_VALUE = Field(max_length=65_536, pattern=r"^[^\x00]*$")
 
 
 class LaunchRequest(Strict):
@@ -37,6 +44,18 @@ class LaunchRequest(Strict):
         max_length=63,
         pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
         description="Kueue queue name (jobset): a Kubernetes label value",
+    )
+    extra_args: list[Annotated[str, _EXTRA_ARG]] | None = Field(
+        None,
+        max_length=256,
+        description="MaxText key=value arguments added after the generated ones (maxtext, "
+        "jobset, slurm); one naming a generated key replaces it, and the notes say so",
+    )
+    extra_env: dict[Annotated[str, _ENV_NAME], Annotated[str, _ENV_VALUE]] | None = Field(
+        None,
+        max_length=128,
+        description="environment variables added after the generated ones (every target); "
+        "one naming a generated variable replaces it, and the notes say so",
     )
 
 

@@ -40,6 +40,8 @@ async def launch(store: Store, mesh_id: str, request: LaunchRequest) -> dict[str
             command=request.command,
             name=request.name,
             queue=request.queue,
+            extra_args=request.extra_args,
+            extra_env=request.extra_env,
         )
     except PlanError as error:
         raise from_library(error) from None

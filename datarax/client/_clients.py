@@ -288,14 +288,20 @@ class _Api:
         command: Sequence[str] | None = None,
         name: str | None = None,
         queue: str | None = None,
+        extra_args: Sequence[str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
     ) -> Call[LaunchConfig]:
         """The plan's launch config: ``target`` is ``maxtext`` (``args``, ``env``),
-        ``jobset`` (``manifest``), ``slurm`` (``script``) or ``env`` (per process)."""
+        ``jobset`` (``manifest``), ``slurm`` (``script``) or ``env`` (per process);
+        ``extra_args`` (MaxText ``key=value``) and ``extra_env`` come after the generated
+        ones."""
         body: dict[str, Any] = {"target": target}
         for key, value in (("image", image), ("command", command), ("name", name),
-                           ("queue", queue)):  # fmt: skip
+                           ("queue", queue), ("extra_args", extra_args)):  # fmt: skip
             if value is not None:
-                body[key] = list(value) if key == "command" else value
+                body[key] = list(value) if key in ("command", "extra_args") else value
+        if extra_env is not None:
+            body["extra_env"] = dict(extra_env)
         return Call("POST", f"/v1/meshes/{plan_id}/launch", json=body)
 
 

@@ -68,6 +68,23 @@ def _unavailable(reason: str) -> PlanError:
     return PlanError("launch_target_unavailable", reason)
 
 
+def _with_extra_args(generated: Sequence[str], extra: Sequence[str], notes: list[str]) -> list[str]:
+    """``generated`` then ``extra``; a generated ``key=value`` whose key an extra one names
+    is dropped (MaxText would read both), and ``notes`` says which."""
+    for arg in extra:
+        if "=" not in arg or not arg.split("=", 1)[0]:
+            raise PlanError("invalid_request", f"extra_args entry {arg!r} is not key=value")
+    keys = {arg.split("=", 1)[0] for arg in extra}
+    kept = []
+    for arg in generated:
+        key = arg.split("=", 1)[0]
+        if key in keys:
+            notes.append(f"extra_args replaces the generated {arg}")
+        else:
+            kept.append(arg)
+    return kept + list(extra)
+
+
 def launch_config(
     plan: Mapping[str, Any],
     target: str,
@@ -76,6 +93,8 @@ def launch_config(
     command: Sequence[str] | None = None,
     name: str | None = None,
     queue: str | None = None,
+    extra_args: Sequence[str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> JSONObject:
     """The launch config of ``plan`` for ``target``.
 
@@ -87,6 +106,11 @@ def launch_config(
       command: the container's command (default: MaxText's train module with ``args``).
       name: the job's name (default: the plan's name, else its id).
       queue: Kueue queue name (``jobset``: the ``kueue.x-k8s.io/queue-name`` label).
+      extra_args: MaxText ``key=value`` arguments after the generated ones (the targets
+        that run MaxText); one naming a generated key replaces it, and a note says so.
+      extra_env: variables after the generated ones (every target; ``env``: the answer's
+        ``env``, for every process); one naming a generated variable replaces it, and a
+        note says so.
 
     Returns:
       ``{"target", ...}``: ``maxtext``: ``args``, ``env``, ``env_sources``, ``command``,
@@ -113,8 +137,13 @@ def launch_config(
     from datarax.launch import slurm as launch_slurm  # noqa: PLC0415
 
     maxtext = launch_maxtext.maxtext_args(plan)
-    args, env = list(maxtext["args"]), dict(maxtext["env"])
     notes = list(maxtext.get("notes", ()))
+    args = _with_extra_args(maxtext["args"], extra_args or (), notes)
+    env = dict(maxtext["env"])
+    for key, value in (extra_env or {}).items():
+        if key in env and env[key] != value:
+            notes.append(f"extra_env replaces the generated {key}={env[key]!r}")
+        env[key] = value
     image_given = image is not None
     image = image or DEFAULT_IMAGE
     if target in ("jobset", "slurm") and not image_given:
@@ -143,5 +172,7 @@ def launch_config(
         )
     else:
         out.update(launch_slurm.process_env(plan, name=name))
+        if extra_env:
+            out["env"] = dict(extra_env)
     out["notes"] = notes + list(out.pop("notes", []))
     return out

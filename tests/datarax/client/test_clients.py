@@ -131,3 +131,18 @@ def test_async_client_retries_and_sends_arrays_and_sources(monkeypatch):
     sent = json.loads(server.seen[-1][3])
     assert sent["step"] == 5 and sent["source"] == "3" and sent["sources"] == 4
     assert sent["metrics"]["loss"] == [1.0, None]  # the service reads null as NaN
+
+
+def test_launch_sends_extra_args_and_env_as_the_contract_names_them():
+    answer = (200, {"content-type": "application/json"}, b'{"target": "maxtext", "notes": []}')
+    with Scripted([answer]) as server:
+        Client(server.url, retries=0).launch(
+            "p1", "maxtext", extra_args=("run_name=a",), extra_env={"WANDB_MODE": "offline"}
+        )
+    method, path, _, body = server.seen[0]
+    assert (method, path) == ("POST", "/v1/meshes/p1/launch")
+    assert json.loads(body) == {
+        "target": "maxtext",
+        "extra_args": ["run_name=a"],
+        "extra_env": {"WANDB_MODE": "offline"},
+    }

@@ -55,6 +55,39 @@ def test_a_jobset_manifest_in_json_and_yaml(api):
     assert yaml.safe_load(as_yaml.text) == manifest
 
 
+def test_extra_args_and_env_come_after_the_generated_ones(api):
+    plan = _plan(api, TPU_PLAN)
+    url = f"/v1/meshes/{plan['id']}/launch"
+    extra = {
+        "extra_args": ["run_name=first-hour", "base_output_directory=gs://bucket/runs",
+                       "per_device_batch_size=4"],
+        "extra_env": {"WANDB_MODE": "offline", "LIBTPU_INIT_ARGS": "--xla_tpu_x=true"},
+    }  # fmt: skip
+    config = api.post(url, json={"target": "maxtext", **extra}).json()
+    args = config["args"]
+    # after the generated ones; the generated per_device_batch_size=2 gives way, and says so
+    assert args[-3:] == extra["extra_args"]
+    assert "per_device_batch_size=2" not in args and "ici_fsdp_parallelism=16" in args
+    assert config["env"]["WANDB_MODE"] == "offline"
+    assert config["env"]["LIBTPU_INIT_ARGS"] == "--xla_tpu_x=true"
+    notes = " ".join(config["notes"])
+    assert "extra_args replaces the generated per_device_batch_size=2" in notes
+    assert "extra_env replaces the generated LIBTPU_INIT_ARGS" in notes
+    # the JobSet's container runs the same args with the same env
+    manifest = api.post(url, json={"target": "jobset", **extra}).json()["manifest"]
+    container = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert container["command"][-3:] == extra["extra_args"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["WANDB_MODE"] == "offline"
+    # every target: the per-process env target answers it for every process
+    assert api.post(url, json={"target": "env", **extra}).json()["env"] == extra["extra_env"]
+    for bad in ({"extra_args": ["no-equals-sign"]}, {"extra_args": ["a=b\nc=d"]},
+                {"extra_env": {"1BAD": "x"}}):  # fmt: skip
+        assert_problem(api.post(url, json={"target": "maxtext", **bad}), 422, "validation_error")
+
+
 def test_slurm_is_for_gpu_plans(api):
     tpu = _plan(api, TPU_PLAN)
     problem = assert_problem(
