@@ -30,6 +30,7 @@ from app.api.openapi import openapi_builder
 from app.api.request_context import RequestIdMiddleware
 from app.api.request_metrics import RequestMetricsMiddleware
 from app.api.routes import (
+    calibrations,
     compile_checks,
     dashboard,
     devices,
@@ -119,6 +120,7 @@ ROUTE_MODULES = (
     sessions,
     hardware,
     models,
+    calibrations,
     recommendations,
     compile_checks,
     dashboard,

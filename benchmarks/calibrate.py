@@ -3,9 +3,11 @@
 Each run of :mod:`benchmarks.calibration_runs` is planned as a request would plan it
 (``plan_hardware_devices`` with its hardware, topology or hosts, slices, ici and dcn) and
 estimated (``estimate_step``); its uncalibrated parts (``step_time.step_components``) are
-then combined with candidate constants. The constants of each accelerator kind (TPU, GPU)
-are fitted by a grid search that minimises the mean absolute relative error on the
-training rows; every third run of each source-and-hardware group is held out and never
+then combined with candidate constants. The constants of each published calibration
+profile (accelerator kind and software stack: ``published-tpu-jax``, ``published-gpu-jax``,
+``published-gpu-pytorch``; :func:`profile_of`) are fitted by a grid search that
+minimises the mean absolute relative error on the training rows;
+every third run of each source-and-hardware group is held out and never
 seen by the fit. A second check leaves out one whole source at a time (all its rows),
 fits on the rest and reports the error on the source left out.
 
@@ -31,7 +33,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from benchmarks.calibration_runs import OOM_BOUNDARIES, RUNS  # noqa: E402
 from datarax.distributed.errors import PlanError  # noqa: E402
 from datarax.estimate.cost import estimate_step  # noqa: E402
-from datarax.estimate.step_time import CALIBRATION, Calibration, combine  # noqa: E402
+from datarax.estimate.step_time import PUBLISHED_CONSTANTS, Calibration, combine  # noqa: E402
 from datarax.hardware.chips import get_hardware  # noqa: E402
 from datarax.hardware.topology import plan_hardware_devices  # noqa: E402
 
@@ -50,18 +52,31 @@ def measured_step(run: Mapping[str, Any]) -> float:
 def group_of(run: Mapping[str, Any]) -> str:
     """The run's source family: ``maxtext``, ``tpu-recipes``, ``torchtitan``, ``megatron``."""
     source = run["source"]
-    for name in ("tpu-recipes", "torchtitan", "Megatron-LM", "maxtext"):
+    for name in ("tpu-recipes", "gpu-recipes", "JAX-Toolbox", "torchtitan", "Megatron-LM",
+                 "maxtext"):  # fmt: skip
         if name in source:
             return name.lower()
     return source.split("/")[1]
 
 
+_PYTORCH_SOURCES = ("torchtitan", "megatron-lm")
+
+
+def profile_of(run: Mapping[str, Any]) -> str:
+    """The published calibration profile the run's constants belong to:
+    ``published-<kind>-<framework>`` (the run's ``framework``, else ``pytorch`` for
+    torchtitan and Megatron-LM and ``jax`` for the rest)."""
+    framework = run.get("framework") or ("pytorch" if group_of(run) in _PYTORCH_SOURCES else "jax")
+    return f"published-{get_hardware(run['hardware']).kind}-{framework}"
+
+
 def held_out(runs: Sequence[Mapping[str, Any]]) -> set[str]:
-    """Every third run (by id) of each (source, hardware) group."""
+    """Every third run (by id) of each (source, hardware) group, and the runs marked
+    ``held_out`` (checks from sources the fit may not use)."""
     groups: dict[tuple[str, str], list[str]] = {}
     for run in runs:
         groups.setdefault((group_of(run), run["hardware"]), []).append(run["id"])
-    out = set()
+    out = {run["id"] for run in runs if run.get("held_out")}
     for ids in groups.values():
         out.update(sorted(ids)[2::3])
     return out
@@ -145,6 +160,12 @@ def mae(rows: Sequence[Mapping[str, Any]], cal: Calibration) -> float:
     )
 
 
+def _base(profile: str) -> Calibration:
+    """The shipped constants of ``profile`` (the fit's fixed ``overhead_s`` and its
+    mixture-of-experts constants), or neutral ones for a profile that ships none yet."""
+    return PUBLISHED_CONSTANTS.get(profile) or Calibration(0.5, 0.5, 0.9, 0.5, 0.0, "unfitted")
+
+
 def study() -> dict[str, Any]:
     """Rows, fitted constants and errors (training, held out, leave-one-source-out)."""
     holdout = held_out(RUNS)
@@ -158,18 +179,19 @@ def study() -> dict[str, Any]:
         row = {"run": run, "measured": measured_step(run), **parts}
         row["held_out"] = run["id"] in holdout
         row["group"] = group_of(run)
+        row["profile"] = profile_of(run)
         rows.append(row)
     fitted = {}
-    for kind in ("tpu", "gpu"):
-        train = [r for r in rows if r["kind"] == kind and not r["held_out"]]
-        fitted[kind] = replace(
-            fit(train, CALIBRATION[kind]),
+    for profile in sorted({r["profile"] for r in rows}):
+        train = [r for r in rows if r["profile"] == profile and not r["held_out"]]
+        fitted[profile] = replace(
+            fit(train, _base(profile)),
             source=f"fitted by benchmarks/calibrate.py on {len(train)} training rows",
         )
     for row in rows:
-        cal = fitted[row["kind"]]
+        cal = fitted[row["profile"]]
         row["predicted"] = combine(row["parts"], cal)["step_s"]
-        row["shipped"] = combine(row["parts"], CALIBRATION[row["kind"]])["step_s"]
+        row["shipped"] = combine(row["parts"], _base(row["profile"]))["step_s"]
         row["error"] = error(row["predicted"], row["measured"])
         row["shipped_error"] = error(row["shipped"], row["measured"])
     lolo = {}
@@ -177,10 +199,10 @@ def study() -> dict[str, Any]:
         rest = [r for r in rows if r["group"] != group]
         left = [r for r in rows if r["group"] == group]
         errs = []
-        for kind in {r["kind"] for r in left}:
-            cal = fit([r for r in rest if r["kind"] == kind], CALIBRATION[kind])
+        for profile in {r["profile"] for r in left}:
+            cal = fit([r for r in rest if r["profile"] == profile], _base(profile))
             errs += [abs(error(combine(r["parts"], cal)["step_s"], r["measured"])) for r in left
-                     if r["kind"] == kind]  # fmt: skip
+                     if r["profile"] == profile]  # fmt: skip
         lolo[group] = (sum(errs) / len(errs), len(errs))
     boundaries = []
     for run in OOM_BOUNDARIES:
@@ -196,6 +218,23 @@ def study() -> dict[str, Any]:
         "skipped": skipped,
         "boundaries": boundaries,
     }
+
+
+def profile_errors(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per fitted profile: the training and held-out rows' mean absolute errors (rounded
+    as ``step_time.PUBLISHED_ERRORS`` ships them) and their counts."""
+    out = {}
+    for profile in sorted(result["fitted"]):
+        rows = [r for r in result["rows"] if r["profile"] == profile]
+        train = [abs(r["error"]) for r in rows if not r["held_out"]]
+        held = [abs(r["error"]) for r in rows if r["held_out"]]
+        out[profile] = {
+            "training_mae": round(sum(train) / len(train), 3) if train else None,
+            "training_runs": len(train),
+            "held_out_mae": round(sum(held) / len(held), 3) if held else None,
+            "held_out_runs": len(held),
+        }
+    return out
 
 
 def summary(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -245,15 +284,16 @@ def markdown(result: Mapping[str, Any]) -> str:
             f"{'held out' if r['held_out'] else 'fit'} | {run['source'].split(' ')[0]} |"
         )
     out = ["\n".join(lines), ""]
-    for kind, cal in result["fitted"].items():
+    for profile, cal in result["fitted"].items():
         out.append(
-            f"- fitted {kind}: matmul {cal.matmul:.2f}, flash attention {cal.attention:.2f}, "
+            f"- fitted {profile}: matmul {cal.matmul:.2f}, flash attention {cal.attention:.2f}, "
             f"HBM {cal.hbm:.2f}, overlap {cal.overlap:.1f} ({cal.source})"
         )
-    for kind in ("tpu", "gpu"):
-        of = [r for r in rows if r["kind"] == kind]
+    for profile in result["fitted"]:
+        of = [r for r in rows if r["profile"] == profile]
+        train = _summary([r for r in of if not r["held_out"]], "error")
         out.append(
-            f"- {kind}: training rows {_summary([r for r in of if not r['held_out']], 'error')}; "
+            f"- {profile}: training rows {train}; "
             f"held-out rows {_summary([r for r in of if r['held_out']], 'error')}"
         )
     held = [r for r in rows if r["held_out"]]

@@ -57,7 +57,7 @@ from typing import Any
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from datarax.estimate.cost import estimate_step  # noqa: E402
-from datarax.estimate.step_time import CALIBRATION, Calibration, combine  # noqa: E402
+from datarax.estimate.step_time import PUBLISHED_CONSTANTS, Calibration, combine  # noqa: E402
 from datarax.hardware.chips import get_hardware  # noqa: E402
 from datarax.hardware.topology import plan_hardware_devices  # noqa: E402
 from datarax.parallel.options import ParallelOptions  # noqa: E402
@@ -67,6 +67,10 @@ A2A_OVERLAP = [x / 10 for x in range(0, 11)]
 
 _TR = "https://github.com/AI-Hypercomputer/tpu-recipes/blob/c8cfe2f689081d36701a101cd73a70965d80926b/training/"
 _MT_DOC = "https://github.com/AI-Hypercomputer/maxtext/blob/e591f30cbbf217ed67ef71263ec0538239f9c3b8/docs/guides/optimization/custom_model.md"
+_GRM = (
+    "https://github.com/AI-Hypercomputer/gpu-recipes/blob/dc6ef1afc1492f05e5741356f00cf645a9f1b795/"
+    "training/a3ultra/mixtral-8x7b/maxtext-pretraining-gke/README.md"
+)
 _GR = "https://github.com/AI-Hypercomputer/gpu-recipes/blob/2e1fd5e/training/a3ultra/mixtral_8x7b/nemo-gke/nemo2407/recipe/README.md"
 _OFFLOAD = dict.fromkeys(
     ("decoder_layer_input", "out_proj", "query_proj", "key_proj", "value_proj"), "offload"
@@ -150,6 +154,7 @@ MOE_RUNS: list[dict[str, Any]] = [
         "hardware": "h200-sxm", "hosts": 32,
         "ici": {"data": 1, "expert": 8}, "dcn": {"data": 32, "expert": 1},
         "global_batch": 1024, "optimizer": "adamw", "shard_over_data": True,
+        "framework": "pytorch",
         "model": {"name": "mixtral-8x7b", "seq_len": 4096, "remat": "none",
                   "param_dtype": "bfloat16", "capacity_factor": 1.0},
         "measured_s": 2.7396187782287598, "held_out": False,
@@ -157,8 +162,22 @@ MOE_RUNS: list[dict[str, Any]] = [
         "notes": "NeMo accumulates 2 micro-batches of 2 sequences; the spec prices the "
         "4 sequences of a GPU as one batch, so its memory is about twice the run's",
     },
+    {
+        "id": "gpu-recipes-maxtext-mixtral-8x7b-256-h200",
+        "hardware": "h200-sxm", "hosts": 32,
+        "ici": {"data": 1, "fsdp": 1, "expert": 8}, "dcn": {"data": 16, "fsdp": 2, "expert": 1},
+        "global_batch": 5 * 256, "optimizer": "adamw",
+        "model": {"name": "mixtral-8x7b", "seq_len": 4096, "remat": "minimal",
+                  "param_dtype": "bfloat16", "moe_kernel": "dense", "capacity_factor": 1.0},
+        "measured_s": 3.437, "held_out": False,
+        "source": _GRM + " (its log line, step 45; MaxText on A3 Ultra)",
+        "notes": "issue 39's source for published-gpu-jax: MaxText's dense (capacity) "
+        "kernel, expert parallelism 8 within a node, remat custom keeping q/k/v/out and "
+        "the MLP projections (MaxText's minimal)",
+    },
 ]  # fmt: skip
-"""The published MoE runs issue 38 names, as plan requests take them."""
+"""The published MoE runs issue 38 names (and, for the JAX GPU profile, the one of the
+gpu-recipes MaxText runs issue 39 names), as plan requests take them."""
 
 
 def components(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -183,6 +202,7 @@ def components(run: Mapping[str, Any]) -> dict[str, Any]:
     memory = est.memory_per_device
     return {
         "kind": hw.kind,
+        "profile": f"published-{hw.kind}-{run.get('framework', 'jax')}",
         "parts": est.predicted_components,
         "fits": memory.fits,
         "total_gib": memory.total / 2**30,
@@ -228,16 +248,17 @@ def fit(rows: Sequence[Mapping[str, Any]], base: Calibration) -> tuple[Calibrati
 
 
 def study() -> dict[str, Any]:
-    """Rows, the fitted constants per kind and the errors (training and held out)."""
+    """Rows, the fitted constants per calibration profile and the errors (training and
+    held out)."""
     rows = [{"run": run, "measured": run["measured_s"], **components(run)} for run in MOE_RUNS]
     fitted, notes = {}, {}
-    for kind in sorted({r["kind"] for r in rows}):
-        train = [r for r in rows if r["kind"] == kind and not r["run"]["held_out"]]
-        base = replace(CALIBRATION[kind], grouped_matmul=None, all_to_all_overlap=None)
-        fitted[kind], notes[kind] = fit(train, base)
+    for profile in sorted({r["profile"] for r in rows}):
+        train = [r for r in rows if r["profile"] == profile and not r["run"]["held_out"]]
+        base = replace(PUBLISHED_CONSTANTS[profile], grouped_matmul=None, all_to_all_overlap=None)
+        fitted[profile], notes[profile] = fit(train, base)
     for row in rows:
-        row["predicted"] = combine(row["parts"], fitted[row["kind"]]).step_s
-        row["shipped"] = combine(row["parts"], CALIBRATION[row["kind"]]).step_s
+        row["predicted"] = combine(row["parts"], fitted[row["profile"]]).step_s
+        row["shipped"] = combine(row["parts"], PUBLISHED_CONSTANTS[row["profile"]]).step_s
         row["error"] = row["predicted"] / row["measured"] - 1
     return {"rows": rows, "fitted": fitted, "notes": notes}
 
@@ -257,11 +278,11 @@ def markdown(result: Mapping[str, Any]) -> str:
             f"{'held out' if run['held_out'] else 'fit'} | {run['source']} |"
         )
     lines.append("")
-    for kind, cal in result["fitted"].items():
+    for profile, cal in result["fitted"].items():
         lines.append(
-            f"- {kind}: grouped_matmul {cal.grouped_matmul}, all_to_all_overlap "
+            f"- {profile}: grouped_matmul {cal.grouped_matmul}, all_to_all_overlap "
             f"{cal.all_to_all_overlap} (the dense constants as benchmarks/calibrate.py fits them)"
-            + "".join(f"; {note}" for note in result["notes"][kind])
+            + "".join(f"; {note}" for note in result["notes"][profile])
         )
     train = [r for r in result["rows"] if not r["run"]["held_out"]]
     held = [r for r in result["rows"] if r["run"]["held_out"]]

@@ -223,6 +223,12 @@ _TOPOLOGY = Field(
 _SLICES = Field(1, ge=1, le=65_536, description="TPU only: slices joined by DCN")
 _HOSTS = Field(None, ge=1, le=65_536, description="GPU/CPU only: hosts in the job")
 _SPLIT = Field(False, description="as in jax.experimental.mesh_utils.create_device_mesh")
+_CALIBRATION = Field(
+    None,
+    max_length=128,
+    description="the calibration profile pricing step times (GET /v1/calibrations); "
+    "default: the hardware kind's jax profile, named in step_estimate.calibration",
+)
 
 
 class PipelineSpec(Strict):
@@ -283,6 +289,7 @@ class HardwarePlanRequest(Strict):
     context_parallel: ContextParallelSpec | None = Field(
         None, description="with context axes: their strategy"
     )
+    calibration: str | None = _CALIBRATION
 
 
 class RecommendationRequest(Strict):
@@ -330,6 +337,7 @@ class RecommendationRequest(Strict):
     context_parallel: ContextParallelSpec | None = Field(
         None, description="with context axes among axes: their strategy for every candidate"
     )
+    calibration: str | None = _CALIBRATION
 
 
 # ------------------------------------------------------------------------------ answers
@@ -448,6 +456,12 @@ class StepEstimate(BaseModel):
     breakdown: StepBreakdown | None = None
     gap: str | None = Field(None, description="one line: what step_s - roofline_s is made of")
     pipeline: PipelineEstimate | None = Field(None, description="with stage axes")
+    calibration: str | None = Field(
+        None,
+        description="the calibration profile whose constants priced step_s "
+        "(GET /v1/calibrations/{id})",
+        examples=["published-tpu-jax"],
+    )
 
 
 class Candidate(BaseModel):

@@ -308,6 +308,11 @@ class HardwarePlanBody(Strict):
     context_parallel: ContextParallelSpec | None = Field(
         None, description=HardwarePlanRequest.model_fields["context_parallel"].description
     )
+    calibration: str | None = Field(
+        None,
+        max_length=128,
+        description=HardwarePlanRequest.model_fields["calibration"].description,
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -364,6 +369,11 @@ class MaxTextPlanBody(Strict):
         "adam", description="overrides maxtext's opt_type when given"
     )
     name: str | None = Field(None, max_length=200, description="free-form label")
+    calibration: str | None = Field(
+        None,
+        max_length=128,
+        description=HardwarePlanRequest.model_fields["calibration"].description,
+    )
     # Accepted beside maxtext since v1.1 and without effect there (its keys say them).
     platform: str | None = Field(None, max_length=64, description="ignored beside maxtext")
     param_sharding: Literal["replicate", "model", "fsdp"] = Field(

@@ -162,6 +162,7 @@ def _from_body(body: HardwarePlanBody, roles: Mapping[str, str] | None) -> Hardw
         name=body.name,
         pipeline=body.pipeline,
         context_parallel=body.context_parallel,
+        calibration=body.calibration,
     )
 
 
@@ -195,6 +196,8 @@ def maxtext_plan_request(body: MaxTextPlanBody) -> HardwarePlanRequest:
         raise from_library(error) from None
     if body.name is not None:
         request["name"] = body.name
+    if body.calibration is not None:
+        request["calibration"] = body.calibration
     if "optimizer" in body.model_fields_set:
         request["optimizer"] = optimizer_name(body.optimizer)
     try:
@@ -386,6 +389,7 @@ def _step_parts(
         roles=roles,
         optimizer=optimizer_name(request.optimizer),
         options=parallel_options(request),
+        calibration=request.calibration,
     )
     itemsize = DTYPE_BYTES[getattr(spec, "param_dtype", spec.dtype)]
     stages = layer_shards(role_sizes(layout.axes, roles))
@@ -559,6 +563,7 @@ def _recommend(
         max_devices=MAX_PLAN_DEVICES,
         should_stop=should_stop,
         options=options,
+        calibration=request.calibration,
     )
 
 

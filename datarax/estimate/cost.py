@@ -60,6 +60,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from datarax.estimate.calibrations import profile_for
 from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import (
     DTYPE_BYTES,
@@ -178,6 +179,7 @@ def estimate_step(
     roles: Mapping[str, str] | None = None,
     optimizer: str = "adam",
     options: ParallelOptions | None = None,
+    calibration: str | None = None,
 ) -> StepEstimate:
     """Estimates one training step of ``model`` on a mesh of ``hardware``.
 
@@ -192,6 +194,8 @@ def estimate_step(
       optimizer: ``adam``, ``adamw`` or ``sgd``.
       options: the pipeline's schedule, the context-parallel strategy and ZeRO-1
         (:class:`~datarax.parallel.options.ParallelOptions`; default: none of them).
+      calibration: the id of the calibration profile to price the step with (default:
+        :func:`~datarax.estimate.calibrations.default_profile` of the hardware).
 
     Returns:
       A :class:`~datarax.estimate.results.StepEstimate`: ``step_s`` the predicted wall
@@ -206,9 +210,10 @@ def estimate_step(
     Raises:
       PlanError: ``unknown_hardware``, ``invalid_model``, ``unknown_axis_role``,
         ``batch_not_divisible``, ``tensor_not_divisible``, ``unknown_optimizer``,
-        ``invalid_parallelism``.
+        ``invalid_parallelism``, ``unknown_calibration``, ``invalid_calibration``.
     """
     hw = get_hardware(hardware)
+    profile = profile_for(hw, calibration)
     model = model_spec(model)
     links = {link.name: link for link in axes_detail}
     axes = {link.name: link.size for link in axes_detail}
@@ -252,6 +257,7 @@ def estimate_step(
         optimizer=optimizer,
         bubble_fraction=shape.bubble_fraction if shape else 0.0,
         load_balance=options.context.load_balance,
+        calibration=profile.constants,
     )
     parts = predicted.breakdown
     peak = hw.peak_flops(model.dtype)
@@ -276,6 +282,7 @@ def estimate_step(
         breakdown=parts,
         gap=predicted.gap,
         pipeline=shape.to_json() if shape else None,
+        calibration=profile.id,
         memory_per_device=memory,
         predicted_components=predicted.components,
         param_shardings=specs,

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datarax.distributed.errors import PlanError
+from datarax.estimate.calibrations import profile_for
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.factorisations import (
     count_factorisations,
@@ -159,6 +160,7 @@ def recommend_meshes(
     max_devices: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     options: ParallelOptions | None = None,
+    calibration: str | None = None,
 ) -> Recommendations:
     """Ranks every (ici, dcn) factorisation of a cluster for one training job.
 
@@ -194,6 +196,8 @@ def recommend_meshes(
         with (and its ``plan_request`` carries); a candidate its pipeline does not suit
         (microbatches that do not divide its local batch) counts under
         ``invalid_parallelism``.
+      calibration: the calibration profile every candidate is priced with (default: the
+        hardware's, :func:`~datarax.estimate.calibrations.default_profile`).
 
     Returns:
       ``{"candidates": [{"rank", "ici", "dcn", "step_estimate", "memory_per_device",
@@ -211,6 +215,7 @@ def recommend_meshes(
       PlanCancelled: ``should_stop`` answered true.
     """
     hw = get_hardware(hardware)
+    profile_for(hw, calibration)  # an unknown profile is the request's fault, not a candidate's
     spec = model_spec(model)
     names = _check_axes(default_axes(spec) if axes is None else axes)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -229,6 +234,7 @@ def recommend_meshes(
         raise SearchSpaceTooLarge(count, max_search_space, cluster.shrink(max_search_space))
     cluster.should_stop = should_stop
     cluster.options = options or ParallelOptions()
+    cluster.calibration = calibration
     # The explaining re-searches of no_plan_fits get 3x the search's own budget.
     cluster.budget = None if max_search_space is None else count + 3 * max_search_space
     considered, rejected, survivors, smallest, n_survivors = cluster.rank(
@@ -360,6 +366,7 @@ class _Cluster:
     budget: int | None = None
     best_on_fast: float = math.inf  # the fastest survivor keeping tensor/expert off DCN
     options: ParallelOptions = field(default_factory=ParallelOptions)
+    calibration: str | None = None
     """Candidates left to price, over the search and its explaining re-searches."""
 
     @classmethod
@@ -562,6 +569,7 @@ class _Cluster:
                         global_batch,
                         optimizer=optimizer,
                         options=self.options,
+                        calibration=self.calibration,
                     )
                 except PlanError as err:
                     rejected[err.code] = rejected.get(err.code, 0) + 1
@@ -618,6 +626,8 @@ class _Cluster:
             request["context_parallel"] = dataclasses.asdict(context)
         if self.options.shard_over_data:
             request["optimizer"] = {"name": optimizer, "shard_over_data": True}
+        if self.calibration is not None:
+            request["calibration"] = self.calibration
         return request
 
     def explain(

@@ -206,6 +206,8 @@ class StepEstimate(Record):
       pipeline: with pipeline stages, ``{"stages", "microbatches", "repeats",
         "layers_per_stage", "schedule", "bubble_fraction"}``
         (:meth:`~datarax.parallel.options.PipelineShape.to_json`); else ``None``.
+      calibration: the id of the calibration profile whose constants priced the step
+        (:mod:`datarax.estimate.calibrations`).
       memory_per_device: the step's :class:`MemoryEstimate`.
       predicted_components: :attr:`StepPrediction.components`.
       param_shardings: each parameter group's spec and shard shape
@@ -229,6 +231,7 @@ class StepEstimate(Record):
     breakdown: dict[str, float]
     gap: str
     pipeline: dict[str, Any] | None
+    calibration: str | None
     memory_per_device: MemoryEstimate = _internal()
     predicted_components: dict[str, float] = _internal()
     param_shardings: tuple[ParamSharding, ...] = _internal()

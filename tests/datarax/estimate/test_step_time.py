@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import calibrate
-from datarax.estimate.step_time import CALIBRATION
+from datarax.estimate.step_time import CALIBRATION, PUBLISHED_CONSTANTS, PUBLISHED_ERRORS
 
 
 @pytest.fixture(scope="module")
@@ -14,11 +14,17 @@ def study():
 
 
 def test_the_shipped_constants_are_the_fit_of_the_training_rows(study):
-    for kind, fitted in study["fitted"].items():
-        shipped = CALIBRATION[kind]
+    assert set(study["fitted"]) >= {"published-tpu-jax", "published-gpu-jax",
+                                    "published-gpu-pytorch"}  # fmt: skip
+    for profile, fitted in study["fitted"].items():
+        shipped = PUBLISHED_CONSTANTS[profile]
         assert (shipped.matmul, shipped.attention, shipped.hbm, shipped.overlap) == (
             fitted.matmul, fitted.attention, fitted.hbm, fitted.overlap,
-        ), f"{kind}: re-run python -m benchmarks.calibrate and copy its fit"  # fmt: skip
+        ), f"{profile}: re-run python -m benchmarks.calibrate and copy its fit"  # fmt: skip
+    # a plan's default is its kind's jax profile
+    assert CALIBRATION["gpu"] is PUBLISHED_CONSTANTS["published-gpu-jax"]
+    # and the profiles' errors are the fit's
+    assert calibrate.profile_errors(study) == PUBLISHED_ERRORS
 
 
 def test_held_out_runs_are_predicted_within_15_percent_on_average(study):
@@ -38,11 +44,11 @@ def test_the_shipped_moe_constants_are_the_fit_of_the_named_moe_runs():
     from benchmarks import calibration_moe  # noqa: PLC0415
 
     study = calibration_moe.study()
-    for kind, fitted in study["fitted"].items():
-        shipped = CALIBRATION[kind]
+    for profile, fitted in study["fitted"].items():
+        shipped = PUBLISHED_CONSTANTS[profile]
         assert (shipped.grouped_matmul, shipped.all_to_all_overlap) == (
             fitted.grouped_matmul, fitted.all_to_all_overlap,
-        ), f"{kind}: re-run python -m benchmarks.calibration_moe and copy its fit"  # fmt: skip
+        ), f"{profile}: re-run python -m benchmarks.calibration_moe and copy its fit"  # fmt: skip
     # every named run is planned and priced; the held-out one is reported, not fitted
     assert len(study["rows"]) == len(calibration_moe.MOE_RUNS) >= 5
     assert any(row["run"]["held_out"] for row in study["rows"])

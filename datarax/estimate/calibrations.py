@@ -1,0 +1,162 @@
+"""Calibration profiles (DESIGN v1.3, "Calibrations"): the step-time constants
+(:class:`~datarax.estimate.step_time.Calibration`) as named profiles, each with the
+accelerator kind and the software stack it was fitted on.
+
+The ``published`` profiles ship with the library, read-only: the constants
+``benchmarks/calibrate.py`` fits on published measured runs, one profile per accelerator
+kind and stack (:data:`~datarax.estimate.step_time.PUBLISHED_CONSTANTS`). A plan names
+one with ``calibration``; without it, a plan on hardware of a kind uses that kind's
+``jax`` profile (:func:`default_profile`), since the program it prices is a JAX one.
+Plain data; nothing touches a device.
+
+Example:
+  >>> from datarax.hardware.chips import get_hardware
+  >>> default_profile(get_hardware("tpu-v5p")).id
+  'published-tpu-jax'
+  >>> get_profile("published-gpu-pytorch").stack["framework"]
+  'pytorch'
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from datarax.distributed.errors import PlanError
+from datarax.estimate.step_time import PUBLISHED_CONSTANTS, PUBLISHED_ERRORS, Calibration
+from datarax.hardware.entry import Hardware
+from datarax.json_types import JSONObject
+
+__all__ = [
+    "CalibrationProfile",
+    "default_profile",
+    "get_profile",
+    "profile_for",
+    "published_profiles",
+]
+
+_PUBLISHED_AT = "2026-12-06T00:00:00Z"
+"""When the shipped tables were last fitted (the commit that wrote them)."""
+
+
+@dataclass(frozen=True)
+class CalibrationProfile:
+    """One profile: its constants, what they were fitted on and how well they fit.
+
+    Attributes:
+      id: ``published-<kind>-<framework>`` for the shipped ones.
+      kind: ``published`` (``host`` and ``jobs`` profiles are measured by a service).
+      hardware_kind: the accelerator kind the constants are for (``tpu``, ``gpu``,
+        ``cpu``).
+      stack: ``{"framework", "jax", "jaxlib", "backend"}`` (versions ``None`` where the
+        runs span several).
+      constants: the step-time constants.
+      error: how the constants fit their rows (``None`` where they are not fitted).
+      hardware: the catalog entry measured (``None``: any of the kind).
+      device_kind: JAX's ``device_kind`` measured (``None``: any).
+      measurements: the rows or raw measurements behind the fit.
+    """
+
+    id: str
+    kind: str
+    hardware_kind: str
+    stack: Mapping[str, str | None]
+    constants: Calibration
+    error: Mapping[str, Any] | None = None
+    hardware: str | None = None
+    device_kind: str | None = None
+    measurements: tuple[Mapping[str, Any], ...] = field(default=())
+    created_at: str = _PUBLISHED_AT
+    status: str = "done"
+
+    def to_json(self) -> JSONObject:
+        """The profile as ``GET /v1/calibrations/{id}`` answers it."""
+        c = self.constants
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "status": self.status,
+            "created_at": self.created_at,
+            "hardware": self.hardware,
+            "hardware_kind": self.hardware_kind,
+            "device_kind": self.device_kind,
+            "stack": dict(self.stack),
+            "constants": {
+                "matmul": c.matmul,
+                "attention": c.attention,
+                "hbm": c.hbm,
+                "overlap": c.overlap,
+                "overhead_s": c.overhead_s,
+                "grouped_matmul": c.grouped_matmul,
+                "all_to_all_overlap": c.all_to_all_overlap,
+                "source": c.source,
+            },
+            "measurements": [dict(m) for m in self.measurements],
+            "error": dict(self.error) if self.error is not None else None,
+        }
+
+
+def _published(profile_id: str, constants: Calibration) -> CalibrationProfile:
+    _, hardware_kind, framework = profile_id.split("-", 2)
+    backend = {"tpu": "tpu", "gpu": "cuda", "cpu": "cpu"}[hardware_kind]
+    return CalibrationProfile(
+        id=profile_id,
+        kind="published",
+        hardware_kind=hardware_kind,
+        stack={"framework": framework, "jax": None, "jaxlib": None, "backend": backend},
+        constants=constants,
+        error=PUBLISHED_ERRORS.get(profile_id),
+    )
+
+
+_PUBLISHED = {pid: _published(pid, cal) for pid, cal in PUBLISHED_CONSTANTS.items()}
+
+
+def published_profiles() -> list[CalibrationProfile]:
+    """The shipped profiles, by id."""
+    return [_PUBLISHED[pid] for pid in sorted(_PUBLISHED)]
+
+
+def get_profile(profile_id: str) -> CalibrationProfile:
+    """The profile ``profile_id``.
+
+    Raises:
+      PlanError: ``unknown_calibration`` (with the nearest id, and the list).
+    """
+    if isinstance(profile_id, str) and profile_id in _PUBLISHED:
+        return _PUBLISHED[profile_id]
+    near = difflib.get_close_matches(str(profile_id), list(_PUBLISHED), n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    raise PlanError(
+        "unknown_calibration",
+        f"calibration {profile_id!r} is no profile; {hint}the profiles are "
+        f"{sorted(_PUBLISHED)} (GET /v1/calibrations)",
+    )
+
+
+def default_profile(hw: Hardware) -> CalibrationProfile:
+    """The profile a plan on ``hw`` uses without ``calibration``: the published one of
+    its kind for the ``jax`` stack."""
+    return _PUBLISHED[f"published-{hw.kind}-jax"]
+
+
+def profile_for(hw: Hardware, profile_id: str | None) -> CalibrationProfile:
+    """``profile_id``'s profile (checked against ``hw``'s kind), or the default.
+
+    Raises:
+      PlanError: ``unknown_calibration``; ``invalid_calibration`` for a profile of
+        another accelerator kind.
+    """
+    if profile_id is None:
+        return default_profile(hw)
+    profile = get_profile(profile_id)
+    if profile.hardware_kind != hw.kind:
+        same = [p.id for p in published_profiles() if p.hardware_kind == hw.kind]
+        raise PlanError(
+            "invalid_calibration",
+            f"calibration {profile_id!r} is for {profile.hardware_kind} hardware and "
+            f"{hw.name} is {hw.kind}; use one of {same}",
+        )
+    return profile
