@@ -6,7 +6,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    model_validator,
+)
 
 from app.schemas.base import JsonInt, Strict
 from app.schemas.metrics import (
@@ -117,9 +125,32 @@ class JobBatchRequest(Strict):
 
 
 class JobPatchRequest(Strict):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"finished": True}]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"finished": True}, {"plan": "3f2a9c", "step_time_metric": "step_time"}]
+        },
+    )
 
-    finished: StrictBool
+    finished: StrictBool | None = Field(None, description="true: finished; false: reopened")
+    plan: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="links the job to this stored plan: the job then answers fidelity",
+    )
+    step_time_metric: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="the pushed metric holding seconds a step (default step_time)",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> JobPatchRequest:
+        if self.finished is None and self.plan is None and self.step_time_metric is None:
+            raise ValueError("give finished, plan or step_time_metric")
+        return self
 
 
 class JobPointOut(BaseModel):
@@ -257,6 +288,17 @@ class JobHistory(BaseModel):
     )
 
 
+class JobFidelity(BaseModel):
+    """A linked job's plan against its measured steps."""
+
+    plan: str
+    step_time_metric: str
+    predicted_step_s: float | None = Field(description="the plan's step_estimate.step_s")
+    measured_step_s: float | None = Field(description="the median of the measured steps")
+    error: float | None = Field(description="predicted / measured - 1")
+    points: int = Field(description="measured steps the median is over")
+
+
 class JobSummary(BaseModel):
     job: str
     points: int = Field(description="complete steps stored")
@@ -270,6 +312,9 @@ class JobSummary(BaseModel):
         description="at incomplete_step: the missing sources' names when known"
     )
     missing_count: int = Field(description="at incomplete_step: how many sources are missing")
+    fidelity: JobFidelity | None = Field(
+        None, description="with a plan linked (PATCH plan): predicted against measured"
+    )
 
 
 class JobList(BaseModel):

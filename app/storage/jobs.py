@@ -446,7 +446,7 @@ def _count_points(
 def delete_job(conn: sqlite3.Connection, job: str) -> bool:
     """Deletes a job and all its rows; False when there was no such job."""
     found = conn.execute("DELETE FROM jobs WHERE job = ?", (job,)).rowcount > 0
-    for table in ("job_points", "job_segments", "job_coverage", "job_rollups"):
+    for table in ("job_points", "job_segments", "job_coverage", "job_rollups", "job_links"):
         found = conn.execute(f"DELETE FROM {table} WHERE job = ?", (job,)).rowcount > 0 or found
     return found
 

@@ -122,7 +122,7 @@ async def get_job(job: JobName, request: Request, store: StoreDep) -> Response:
 
 @router.patch(
     "/v1/jobs/{job}",
-    summary="Mark a job finished",
+    summary="Mark a job finished or link it to its plan",
     response_class=Response,
     dependencies=[BearerDoc, JsonBody],
     responses={
@@ -134,9 +134,20 @@ async def update_job(
     job: JobName, body: JobPatchRequest, request: Request, store: StoreDep
 ) -> Response:
     """``{"finished": true}`` marks the job finished (dashboards and the stale-job gauge
-    leave it out); ``false`` reopens it."""
+    leave it out); ``false`` reopens it. ``{"plan": id, "step_time_metric": "step_time"}``
+    links it to a stored plan: its answers then carry ``fidelity``, the plan's predicted
+    step time against the median of the metric's pushed values (404 ``mesh_not_found``
+    for no such plan; 422 for a plan without a step estimate)."""
     _only_query(request)
-    return json_response(await summaries.set_finished(store, job, body.finished))
+    return json_response(
+        await summaries.update_job(
+            store,
+            job,
+            finished=body.finished,
+            plan=body.plan,
+            step_time_metric=body.step_time_metric,
+        )
+    )
 
 
 @router.delete(

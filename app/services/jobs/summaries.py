@@ -8,14 +8,16 @@ from typing import Any
 
 import orjson
 
-from app.core.errors import JobNotFound
+from app.core.errors import InvalidRequest, JobNotFound
+from app.services.jobs import fidelity as job_fidelity
 from app.storage import history as store_history
+from app.storage import job_links
 from app.storage import jobs as store_jobs
 from app.storage.db import Store
 from app.storage.parts import missing_sources
 
 
-def _summary(row: store_history.JobRow) -> dict[str, Any]:
+def _summary(row: store_history.JobRow, fidelity: dict[str, Any] | None = None) -> dict[str, Any]:
     missing: list[str] | None = None
     count = 0
     if row.incomplete_step is not None and row.incomplete_sources:
@@ -32,6 +34,7 @@ def _summary(row: store_history.JobRow) -> dict[str, Any]:
         "incomplete_step": row.incomplete_step,
         "lagging_sources": missing,
         "missing_count": count,
+        "fidelity": fidelity,
     }
 
 
@@ -40,22 +43,61 @@ def _not_found(job: str) -> JobNotFound:
 
 
 async def list_jobs(store: Store, limit: int, offset: int) -> bytes:
-    """``{"items": [...], "total"}``, most recently pushed first."""
+    """``{"items": [...], "total"}``, most recently pushed first; a job linked to a plan
+    carries its ``fidelity`` over its newest
+    :data:`~app.services.jobs.fidelity.LIST_MEASURED_STEPS` points."""
     rows, total = await store_history.read_jobs(store, limit, offset)
-    return orjson.dumps({"items": [_summary(r) for r in rows], "total": total})
+    links = await job_links.read_links(store, [r.job for r in rows])
+    items = []
+    for row in rows:
+        found = links.get(row.job)
+        measured = (
+            None
+            if found is None
+            else await job_fidelity.fidelity(store, found, job_fidelity.LIST_MEASURED_STEPS)
+        )
+        items.append(_summary(row, measured))
+    return orjson.dumps({"items": items, "total": total})
 
 
 async def get_job(store: Store, job: str) -> bytes:
-    """One job's summary; 404 ``job_not_found``."""
+    """One job's summary (with its ``fidelity`` when it is linked to a plan); 404
+    ``job_not_found``."""
     row = await store_history.read_job(store, job)
     if row is None:
         raise _not_found(job)
-    return orjson.dumps(_summary(row))
+    found = await job_links.read_link(store, job)
+    measured = None if found is None else await job_fidelity.fidelity(store, found)
+    return orjson.dumps(_summary(row, measured))
 
 
-async def set_finished(store: Store, job: str, finished: bool) -> bytes:
-    """Marks the job finished (or reopens it); its summary after."""
-    if not await store_jobs.mark_finished(store, job, finished):
+async def update_job(
+    store: Store,
+    job: str,
+    *,
+    finished: bool | None = None,
+    plan: str | None = None,
+    step_time_metric: str | None = None,
+) -> bytes:
+    """Marks the job finished (or reopens it) and links it to a plan, as given; its
+    summary after.
+
+    Raises:
+      JobNotFound; MeshNotFound (no such plan); InvalidRequest (a plan without a step
+      estimate, or ``step_time_metric`` for a job linked to no plan).
+    """
+    if await store_history.read_job(store, job) is None:
+        raise _not_found(job)
+    if plan is not None:
+        await job_fidelity.link(store, job, plan, step_time_metric)
+    elif step_time_metric is not None:
+        found = await job_links.read_link(store, job)
+        if found is None:
+            raise InvalidRequest(
+                f"job {job!r} is linked to no plan: give plan with step_time_metric"
+            )
+        await job_fidelity.link(store, job, found.plan, step_time_metric)
+    if finished is not None and not await store_jobs.mark_finished(store, job, finished):
         raise _not_found(job)
     return await get_job(store, job)
 

@@ -186,6 +186,51 @@ def test_list_finish_delete(client):
     assert client.get("/v1/jobs/listed/metrics").json()["points"] == []
 
 
+PLAN_WITH_ESTIMATE = {
+    "hardware": "tpu-v5e",
+    "topology": "2x2",
+    "ici": {"fsdp": 4},
+    "batch_shape": [8, 2048],
+    "model": {"name": "llama2-7b", "seq_len": 2048, "remat": "full"},
+}
+
+
+def test_a_job_linked_to_its_plan_answers_predicted_against_measured(client):
+    plan = client.post("/v1/meshes", json=PLAN_WITH_ESTIMATE).json()
+    predicted = plan["step_estimate"]["step_s"]
+    # the first step compiles (slow); the median of the rest is the measured step
+    for step, seconds in enumerate([30.0, 2.0, 2.2, 1.8, 2.0]):
+        body = {"metrics": {"loss": [1.0, 1.0], "step_time": [seconds, seconds]}, "step": step}
+        assert client.post("/v1/jobs/linked/metrics", json=body).status_code == 201
+    assert client.get("/v1/jobs/linked").json()["fidelity"] is None
+    linked = client.patch("/v1/jobs/linked", json={"plan": plan["id"]})
+    assert linked.status_code == 200, linked.text
+    fidelity = linked.json()["fidelity"]
+    assert fidelity["plan"] == plan["id"] and fidelity["step_time_metric"] == "step_time"
+    assert fidelity["predicted_step_s"] == predicted and fidelity["measured_step_s"] == 2.0
+    assert fidelity["points"] == 5 and fidelity["error"] == pytest.approx(predicted / 2.0 - 1)
+    listed = {j["job"]: j for j in client.get("/v1/jobs", params={"limit": 1000}).json()["items"]}
+    assert listed["linked"]["fidelity"] == fidelity
+    # another metric name; finishing keeps the link
+    other = client.patch("/v1/jobs/linked", json={"step_time_metric": "loss", "finished": True})
+    assert other.json()["fidelity"]["measured_step_s"] == 1.0 and other.json()["finished"]
+    # refusals: no such plan, a plan without an estimate, a metric with no plan linked
+    assert_problem(client.patch("/v1/jobs/linked", json={"plan": "nope"}), 404, "mesh_not_found")
+    bare = client.post("/v1/meshes", json={"axes": {"data": -1}, "num_devices": 8}).json()
+    assert_problem(client.patch("/v1/jobs/linked", json={"plan": bare["id"]}), 422,
+                   "invalid_request")  # fmt: skip
+    assert _push(client, "unlinked", 1, [1.0]).status_code == 201
+    assert_problem(client.patch("/v1/jobs/unlinked", json={"step_time_metric": "t"}), 422,
+                   "invalid_request")  # fmt: skip
+    assert_problem(client.patch("/v1/jobs/unlinked", json={}), 422, "validation_error")
+    assert_problem(client.patch("/v1/jobs/nope", json={"plan": plan["id"]}), 404,
+                   "job_not_found")  # fmt: skip
+    # a deleted job takes its link with it
+    assert client.delete("/v1/jobs/linked").status_code == 204
+    assert _push(client, "linked", 0, [1.0]).status_code == 201
+    assert client.get("/v1/jobs/linked").json()["fidelity"] is None
+
+
 def test_npz_push_with_source_in_the_query(client):
     body = npz_bytes(loss=np.array([1.0, 2.0]))
     params = {"step": 1, "source": "h-0", "sources": 2}

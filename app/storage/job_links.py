@@ -1,0 +1,89 @@
+"""The ``job_links`` table: the plan a job runs and the metric that holds its measured
+step time (DESIGN v1.3, "Calibrations"), and the measured steps the job's fidelity is
+worked out from.
+
+A link is one row per job, replaced by a later link; deleting the job deletes it
+(:func:`app.storage.jobs.delete_job`). Reading the measured steps is bounded:
+:data:`MEASURED_STEPS` of the newest points at most.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+import orjson
+
+from app.storage.db import Store
+
+MEASURED_STEPS = 10_000
+"""The newest points whose step-time metric a fidelity reads, at most (about 1 MB of
+reduced text for a dozen metrics a point)."""
+
+
+@dataclass(frozen=True)
+class JobLink:
+    job: str
+    plan: str
+    step_time_metric: str
+    linked_at: str
+
+
+def _link(conn: sqlite3.Connection, job: str) -> JobLink | None:
+    row = conn.execute(
+        "SELECT job, plan, step_time_metric, linked_at FROM job_links WHERE job = ?", (job,)
+    ).fetchone()
+    return None if row is None else JobLink(*row)
+
+
+def _write(conn: sqlite3.Connection, link: JobLink) -> bool:
+    if conn.execute("SELECT 1 FROM jobs WHERE job = ?", (link.job,)).fetchone() is None:
+        return False
+    conn.execute(
+        "INSERT OR REPLACE INTO job_links (job, plan, step_time_metric, linked_at) "
+        "VALUES (?, ?, ?, ?)",
+        (link.job, link.plan, link.step_time_metric, link.linked_at),
+    )
+    return True
+
+
+def _measured(conn: sqlite3.Connection, job: str, metric: str, limit: int) -> list[float]:
+    rows = conn.execute(
+        "SELECT reduced FROM job_points WHERE job = ? ORDER BY step DESC LIMIT ?",
+        (job, limit),
+    ).fetchall()
+    out = []
+    for (text,) in rows:
+        value = orjson.loads(text).get(metric)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out.append(float(value))
+    return out
+
+
+async def link_job(store: Store, link: JobLink) -> bool:
+    """Links the job to its plan (replacing an earlier link); False when there is no
+    such job."""
+    return await store.write(lambda c: _write(c, link))
+
+
+async def read_link(store: Store, job: str) -> JobLink | None:
+    return await store.read(lambda c: _link(c, job))
+
+
+async def read_links(store: Store, jobs: list[str]) -> dict[str, JobLink]:
+    """The links of ``jobs`` (a page of the jobs list), by job."""
+
+    def run(conn: sqlite3.Connection) -> dict[str, JobLink]:
+        found = (_link(conn, job) for job in jobs)
+        return {link.job: link for link in found if link is not None}
+
+    return await store.read(run)
+
+
+async def measured_steps(
+    store: Store, job: str, metric: str, limit: int = MEASURED_STEPS
+) -> list[float]:
+    """The metric's values over the job's newest ``limit`` points (at most
+    :data:`MEASURED_STEPS`; points without it, or with a non-finite value stored as
+    null, are left out)."""
+    return await store.read(lambda c: _measured(c, job, metric, min(limit, MEASURED_STEPS)))
