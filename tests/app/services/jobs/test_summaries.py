@@ -18,7 +18,7 @@ from app.services.jobs.summaries import (
     job_gauges,
     list_jobs,
     seconds_since,
-    set_finished,
+    update_job,
 )
 
 
@@ -34,13 +34,14 @@ def test_a_job_is_listed_finished_and_deleted(store):
     assert listed["total"] == 2
     b = orjson.loads(anyio.run(get_job, store, "b"))
     assert (b["incomplete_step"], b["lagging_sources"], b["missing_count"]) == (0, ["h1", "h2"], 2)
-    assert orjson.loads(anyio.run(set_finished, store, "a", True))["finished"] is True
+    finished = anyio.run(lambda: update_job(store, "a", finished=True))
+    assert orjson.loads(finished)["finished"] is True
     anyio.run(delete_job, store, "a")
     for call in (get_job, delete_job):
         with pytest.raises(JobNotFound):
             anyio.run(call, store, "a")
     with pytest.raises(JobNotFound):
-        anyio.run(set_finished, store, "a", False)
+        anyio.run(lambda: update_job(store, "a", finished=False))
 
 
 def test_gauges_show_stale_jobs_and_missing_sources(store):
