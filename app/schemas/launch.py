@@ -45,6 +45,13 @@ class LaunchRequest(Strict):
         pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
         description="Kueue queue name (jobset): a Kubernetes label value",
     )
+    service_url: str | None = Field(
+        None,
+        max_length=2048,
+        pattern=r"^https?://[^\s]+$",
+        description="this service's address as the job reaches it: set as DATARAX_URL, so "
+        "that the job's pusher pushes here and links itself to the plan (DATARAX_PLAN_ID)",
+    )
     extra_args: list[Annotated[str, _EXTRA_ARG]] | None = Field(
         None,
         max_length=256,

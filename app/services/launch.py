@@ -42,6 +42,7 @@ async def launch(store: Store, mesh_id: str, request: LaunchRequest) -> dict[str
             queue=request.queue,
             extra_args=request.extra_args,
             extra_env=request.extra_env,
+            service_url=request.service_url,
         )
     except PlanError as error:
         raise from_library(error) from None

@@ -30,6 +30,7 @@ from datarax.client._core import (
     raise_for_problem,
     reduce_call,
     retry_delay,
+    service_url,
 )
 from datarax.client._pusher import AsyncPusher, Pusher
 from datarax.client.answers import (
@@ -39,6 +40,7 @@ from datarax.client.answers import (
     HardwareList,
     History,
     HistoryPoint,
+    JobFidelity,
     JobList,
     JobSummary,
     LaunchConfig,
@@ -245,6 +247,21 @@ class _Api:
         return Call("PATCH", f"/v1/jobs/{job}", json={"finished": finished})
 
     @_Operation
+    def link_job_to_plan(
+        self, job: str, plan: str, *, step_time_metric: str = "step_time"
+    ) -> Call[JobSummary]:
+        """Links ``job`` to the stored ``plan``: its answers then carry ``fidelity``, the
+        plan's predicted step time against the median of the pushed ``step_time_metric``
+        (seconds a step)."""
+        body = {"plan": plan, "step_time_metric": step_time_metric}
+        return Call("PATCH", f"/v1/jobs/{job}", json=body)
+
+    @_Operation
+    def fidelity(self, job: str) -> Call[JobFidelity | None]:
+        """The job's ``fidelity`` (``None`` when it is linked to no plan)."""
+        return Call("GET", f"/v1/jobs/{job}", member="fidelity")
+
+    @_Operation
     def delete_job(self, job: str) -> Call[None]:
         return Call("DELETE", f"/v1/jobs/{job}")
 
@@ -290,14 +307,17 @@ class _Api:
         queue: str | None = None,
         extra_args: Sequence[str] | None = None,
         extra_env: Mapping[str, str] | None = None,
+        service_url: str | None = None,
     ) -> Call[LaunchConfig]:
         """The plan's launch config: ``target`` is ``maxtext`` (``args``, ``env``),
         ``jobset`` (``manifest``), ``slurm`` (``script``) or ``env`` (per process);
+        ``service_url`` (this service as the job reaches it) is set as ``DATARAX_URL``;
         ``extra_args`` (MaxText ``key=value``) and ``extra_env`` come after the generated
         ones."""
         body: dict[str, Any] = {"target": target}
         for key, value in (("image", image), ("command", command), ("name", name),
-                           ("queue", queue), ("extra_args", extra_args)):  # fmt: skip
+                           ("queue", queue), ("extra_args", extra_args),
+                           ("service_url", service_url)):  # fmt: skip
             if value is not None:
                 body[key] = list(value) if key in ("command", "extra_args") else value
         if extra_env is not None:
@@ -309,7 +329,8 @@ class Client(_Api):
     """A blocking client.
 
     Args:
-      base_url: e.g. ``http://127.0.0.1:8000``.
+      base_url: e.g. ``http://127.0.0.1:8000``; default ``DATARAX_URL`` (which the
+        service's launch configs set when given ``service_url``).
       token: the bearer token (default: ``DATARAX_API_TOKEN``, if set).
       retries: retries of 503/429 answers and lost connections.
       backoff_s: first retry delay without ``Retry-After``; doubles each time.
@@ -319,7 +340,7 @@ class Client(_Api):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         *,
         token: str | None = None,
         retries: int = 5,
@@ -330,7 +351,10 @@ class Client(_Api):
         self.retries = retries
         self.backoff_s = backoff_s
         self._http = httpx.Client(
-            base_url=base_url, headers=auth_headers(token), timeout=timeout_s, transport=transport
+            base_url=service_url(base_url),
+            headers=auth_headers(token),
+            timeout=timeout_s,
+            transport=transport,
         )
 
     def _send[T](self, call: Call[T]) -> T:
@@ -354,7 +378,7 @@ class Client(_Api):
                 continue
             raise_for_problem(answer.status_code, answer.headers, answer.content)
             decoded: T = decode(answer.headers, answer.content)  # the call's answer type
-            return decoded
+            return decoded if call.member is None else decoded[call.member]  # type: ignore[index]
 
     def pusher(
         self,
@@ -363,12 +387,15 @@ class Client(_Api):
         in_flight: int = 2,
         source: str | None = None,
         sources: int | None = None,
+        plan: str | None = None,
     ) -> Pusher:
         """Pushes ``job``'s batches in the background, at most ``in_flight`` unanswered
         (:class:`~datarax.client.Pusher`): ``with api.pusher("run-1") as p:
         p.push_arrays(steps, {"loss": losses})``; leaving the block waits for every
-        durable answer and raises the first refusal."""
-        return Pusher(self, job, in_flight=in_flight, source=source, sources=sources)
+        durable answer and raises the first refusal. ``plan`` (default
+        ``DATARAX_PLAN_ID``, set by the service's launch configs; ``""``: none): the
+        stored plan the job is linked to once its first batch is stored."""
+        return Pusher(self, job, in_flight=in_flight, source=source, sources=sources, plan=plan)
 
     def iter_job_metrics(self, job: str, **query: Any) -> Iterator[HistoryPoint]:
         """Every point of the job's history in step order, page by page (pages cut at
@@ -398,7 +425,7 @@ class AsyncClient(_Api):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         *,
         token: str | None = None,
         retries: int = 5,
@@ -409,7 +436,10 @@ class AsyncClient(_Api):
         self.retries = retries
         self.backoff_s = backoff_s
         self._http = httpx.AsyncClient(
-            base_url=base_url, headers=auth_headers(token), timeout=timeout_s, transport=transport
+            base_url=service_url(base_url),
+            headers=auth_headers(token),
+            timeout=timeout_s,
+            transport=transport,
         )
 
     async def _send[T](self, call: Call[T]) -> T:
@@ -434,7 +464,7 @@ class AsyncClient(_Api):
                 continue
             raise_for_problem(answer.status_code, answer.headers, answer.content)
             decoded: T = decode(answer.headers, answer.content)  # the call's answer type
-            return decoded
+            return decoded if call.member is None else decoded[call.member]  # type: ignore[index]
 
     def pusher(
         self,
@@ -443,10 +473,13 @@ class AsyncClient(_Api):
         in_flight: int = 2,
         source: str | None = None,
         sources: int | None = None,
+        plan: str | None = None,
     ) -> AsyncPusher:
         """:meth:`Client.pusher` for this client: ``async with api.pusher("run-1") as p:
         await p.push_arrays(steps, {"loss": losses})``."""
-        return AsyncPusher(self, job, in_flight=in_flight, source=source, sources=sources)
+        return AsyncPusher(
+            self, job, in_flight=in_flight, source=source, sources=sources, plan=plan
+        )
 
     async def iter_job_metrics(self, job: str, **query: Any) -> AsyncIterator[HistoryPoint]:
         after = query.pop("after_step", None)

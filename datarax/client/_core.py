@@ -130,6 +130,8 @@ class Call[T]:
     content_type: str | None = None
     accept: str | None = None
     idempotent: bool = False
+    member: str | None = None
+    """The member of the decoded answer the call answers (``None``: all of it)."""
 
     def retry_lost_answer(self) -> bool:
         return self.idempotent or self.method in IDEMPOTENT_METHODS
@@ -145,6 +147,18 @@ class Call[T]:
             headers["content-type"] = "application/json"
             return dumps(self.json), headers
         return None, headers
+
+
+def service_url(base_url: str | None) -> str:
+    """``base_url``, else ``DATARAX_URL``.
+
+    Raises:
+      ValueError: neither is set.
+    """
+    found = base_url if base_url is not None else os.environ.get("DATARAX_URL")
+    if not found:
+        raise ValueError("give the service's base_url, or set DATARAX_URL")
+    return found
 
 
 def auth_headers(token: str | None) -> dict[str, str]:

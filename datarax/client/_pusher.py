@@ -15,18 +15,26 @@ A refused batch raises its :class:`~datarax.client.ApiError` at the next ``push_
 or at ``flush`` (batches already sent still complete; nothing is sent after the error is
 raised until the caller pushes again). Retries (503, 429, lost answers) are the client's,
 per batch: a retried batch is a no-op on the service.
+
+Linked to a plan: with ``plan`` (default: the ``DATARAX_PLAN_ID`` environment variable,
+which every launch config of the service sets), the pusher links the job to that stored
+plan once its first batch is stored (``Client.link_job_to_plan``), so that the job's
+answers carry ``fidelity``. A link the service refuses does not fail the pushes: it is
+kept as ``link_error`` and warned about once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import warnings
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from datarax.client._core import Call, arrays_batch_call, batch_call, dumps
-from datarax.client.answers import BatchResult
+from datarax.client.answers import BatchResult, JobSummary
 
 MAX_IN_FLIGHT = 16
 """The most batches a pusher keeps unanswered (each holds its encoded body)."""
@@ -75,13 +83,41 @@ class _Pusher:
         in_flight: int = 2,
         source: str | None = None,
         sources: int | None = None,
+        plan: str | None = None,
     ) -> None:
         self._client = client
         self._batches = _Batches(job, source, sources)
         self._done = 0  # batches before this index are answered and checked
         self.results: list[BatchResult] = []
         """The :class:`~datarax.client.BatchResult` of each answered batch, in push order."""
+        self.plan = (plan if plan is not None else os.environ.get("DATARAX_PLAN_ID")) or None
+        """The plan the job is linked to after its first stored batch (``None``: none)."""
+        self.linked: JobSummary | None = None
+        """The job's summary the link answered (its ``fidelity`` then)."""
+        self.link_error: Exception | None = None
+        self._link_tried = False
+        self._link_lock = threading.Lock()
         self._start(_check_in_flight(in_flight))
+
+    def _link_call(self) -> Call[JobSummary] | None:
+        """The link's call, the first time a batch is stored (``None`` after, or with no
+        plan)."""
+        if self.plan is None:
+            return None
+        with self._link_lock:
+            if self._link_tried:
+                return None
+            self._link_tried = True
+        body = {"plan": self.plan, "step_time_metric": "step_time"}
+        return Call("PATCH", f"/v1/jobs/{self._batches.job}", json=body)
+
+    def _link_failed(self, error: Exception) -> None:
+        self.link_error = error
+        warnings.warn(
+            f"job {self._batches.job!r} was not linked to plan {self.plan!r}: {error}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _start(self, in_flight: int) -> None:
         raise NotImplementedError
@@ -117,12 +153,22 @@ class Pusher(_Pusher):
         self._collect(wait=False)
         self._slots.acquire()
         try:
-            future = self._pool.submit(self._client._send, call)
+            future = self._pool.submit(self._send_then_link, call)
         except BaseException:
             self._slots.release()
             raise
         future.add_done_callback(lambda _: self._slots.release())
         self._futures.append(future)
+
+    def _send_then_link(self, call: Call[BatchResult]) -> BatchResult:
+        answer: BatchResult = self._client._send(call)
+        link = self._link_call()
+        if link is not None:
+            try:
+                self.linked = self._client._send(link)
+            except Exception as error:  # noqa: BLE001 (kept and warned: the pushes go on)
+                self._link_failed(error)
+        return answer
 
     def _collect(self, *, wait: bool) -> None:
         """Moves answered batches (in order) to ``results``; raises the first error."""
@@ -194,9 +240,15 @@ class AsyncPusher(_Pusher):
         async def send() -> BatchResult:
             try:
                 answer: BatchResult = await self._client._send(call)
-                return answer
             finally:
                 self._slots.release()
+            link = self._link_call()
+            if link is not None:
+                try:
+                    self.linked = await self._client._send(link)
+                except Exception as error:  # noqa: BLE001 (kept and warned: pushes go on)
+                    self._link_failed(error)
+            return answer
 
         self._tasks.append(asyncio.ensure_future(send()))
 

@@ -271,6 +271,7 @@ class StepEstimate(TypedDict):
     breakdown: NotRequired[StepBreakdown | None]
     gap: NotRequired[str | None]
     pipeline: NotRequired[PipelineEstimate | None]
+    calibration: NotRequired[str | None]
 
 
 class MeshPlan(TypedDict):
@@ -453,9 +454,21 @@ class History(TypedDict):
     buckets: NotRequired[list[Bucket]]
 
 
+class JobFidelity(TypedDict):
+    """A linked job's plan against its measured steps: ``error`` is ``predicted /
+    measured - 1``; ``measured_step_s`` the median of the pushed step times."""
+
+    plan: str
+    step_time_metric: str
+    predicted_step_s: float | None
+    measured_step_s: float | None
+    error: float | None
+    points: int
+
+
 class JobSummary(TypedDict):
     """``GET /v1/jobs/{job}``: the job's progress; ``incomplete_step`` the newest step
-    still missing sources."""
+    still missing sources; ``fidelity`` with a plan linked."""
 
     job: str
     points: int
@@ -467,6 +480,7 @@ class JobSummary(TypedDict):
     incomplete_step: int | None
     lagging_sources: list[str] | None
     missing_count: int
+    fidelity: JobFidelity | None
 
 
 class JobList(TypedDict):
@@ -537,6 +551,7 @@ __all__ = [
     "History",
     "HistoryPoint",
     "JobList",
+    "JobFidelity",
     "JobSummary",
     "LaunchConfig",
     "MemoryBudget",

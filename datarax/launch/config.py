@@ -85,6 +85,16 @@ def _with_extra_args(generated: Sequence[str], extra: Sequence[str], notes: list
     return kept + list(extra)
 
 
+def _service_env(plan: Mapping[str, Any], service_url: str | None) -> dict[str, str]:
+    """``DATARAX_PLAN_ID`` (a stored plan's id) and ``DATARAX_URL`` (when given)."""
+    out = {}
+    if plan.get("id"):
+        out["DATARAX_PLAN_ID"] = str(plan["id"])
+    if service_url:
+        out["DATARAX_URL"] = service_url.rstrip("/")
+    return out
+
+
 def launch_config(
     plan: Mapping[str, Any],
     target: str,
@@ -95,6 +105,7 @@ def launch_config(
     queue: str | None = None,
     extra_args: Sequence[str] | None = None,
     extra_env: Mapping[str, str] | None = None,
+    service_url: str | None = None,
 ) -> JSONObject:
     """The launch config of ``plan`` for ``target``.
 
@@ -111,6 +122,10 @@ def launch_config(
       extra_env: variables after the generated ones (every target; ``env``: the answer's
         ``env``, for every process); one naming a generated variable replaces it, and a
         note says so.
+      service_url: the service's address as the job reaches it (``DATARAX_URL``). Every
+        target carries the plan's id as ``DATARAX_PLAN_ID`` (a plan read back from the
+        service has one) and, given this, ``DATARAX_URL``: the client's pusher reads both
+        and links the job to its plan on its first push.
 
     Returns:
       ``{"target", ...}``: ``maxtext``: ``args``, ``env``, ``env_sources``, ``command``,
@@ -140,6 +155,7 @@ def launch_config(
     notes = list(maxtext.get("notes", ()))
     args = _with_extra_args(maxtext["args"], extra_args or (), notes)
     env = dict(maxtext["env"])
+    env.update(_service_env(plan, service_url))
     for key, value in (extra_env or {}).items():
         if key in env and env[key] != value:
             notes.append(f"extra_env replaces the generated {key}={env[key]!r}")
@@ -172,7 +188,8 @@ def launch_config(
         )
     else:
         out.update(launch_slurm.process_env(plan, name=name))
-        if extra_env:
-            out["env"] = dict(extra_env)
+        every = {**_service_env(plan, service_url), **(extra_env or {})}
+        if every:
+            out["env"] = every
     out["notes"] = notes + list(out.pop("notes", []))
     return out

@@ -282,3 +282,61 @@ def test_pushers_keep_batches_in_flight_and_store_what_was_pushed(tmp_path):
                 return [p["reduced"] async for p in api.iter_job_metrics("bg-async")]
 
         assert asyncio.run(main()) == expected()
+
+
+def test_a_launched_job_links_itself_to_its_plan_and_reports_its_step_time(tmp_path, monkeypatch):
+    # The launch config's env (DATARAX_PLAN_ID, DATARAX_URL) is all the job needs: its
+    # client reaches the service, its pusher links the job to the plan on the first
+    # stored batch, and the job answers the plan's step time against the measured one.
+    plan_body = {
+        "hardware": "tpu-v5e",
+        "topology": "2x2",
+        "ici": {"fsdp": 4},
+        "batch_shape": [8, 2048],
+        "model": {"name": "llama2-7b", "seq_len": 2048, "remat": "full"},
+    }
+    with ServiceProcess(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
+        service.wait_live(LIVE_TIMEOUT_S)
+        with Client(service.base_url) as api:
+            plan = api.create_mesh(plan_body)
+            env = api.launch(plan["id"], "env", service_url=service.base_url)["env"]
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        with Client() as job_api:  # DATARAX_URL
+            with job_api.pusher("trained") as pusher:
+                step_times = np.array([[9.0], [1.2], [1.0], [1.1]])
+                pusher.push_arrays(np.arange(4), {"step_time": step_times, "loss": step_times})
+            assert pusher.link_error is None and pusher.linked is not None
+            fidelity = job_api.fidelity("trained")
+        predicted = plan["step_estimate"]["step_s"]
+        assert fidelity["plan"] == plan["id"] and fidelity["points"] == 4
+        assert fidelity["predicted_step_s"] == predicted
+        assert fidelity["measured_step_s"] == pytest.approx(1.15)
+        assert fidelity["error"] == pytest.approx(predicted / 1.15 - 1)
+        # a plan the service does not hold: the pushes go on, the failed link is kept
+        monkeypatch.setenv("DATARAX_PLAN_ID", "no-such-plan")
+        with Client() as job_api:
+            with pytest.warns(RuntimeWarning, match="no-such-plan"):
+                with job_api.pusher("orphan") as pusher:
+                    pusher.push_arrays(np.arange(2), {"step_time": np.ones((2, 1))})
+            assert isinstance(pusher.link_error, ApiError)
+            assert pusher.link_error.code == "mesh_not_found"
+            assert job_api.get_job("orphan")["points"] == 2
+            assert job_api.fidelity("orphan") is None
+
+        # the asyncio pusher links the same way; plan="" links nothing
+        async def pushes() -> tuple:
+            async with AsyncClient(service.base_url) as api:
+                async with api.pusher("async-linked", plan=plan["id"]) as linked:
+                    await linked.push_arrays(np.arange(3), {"step_time": np.full((3, 1), 2.0)})
+                async with api.pusher("async-unlinked", plan="") as unlinked:
+                    await unlinked.push_arrays(np.arange(1), {"step_time": np.ones((1, 1))})
+                return (
+                    linked,
+                    await api.fidelity("async-linked"),
+                    await api.fidelity("async-unlinked"),
+                )
+
+        linked, fidelity, none = asyncio.run(pushes())
+        assert linked.link_error is None and fidelity["measured_step_s"] == 2.0
+        assert none is None

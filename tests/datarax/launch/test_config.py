@@ -21,8 +21,24 @@ def test_maxtext_target_is_maxtext_args_with_a_command():
     config = launch_config(V5E_PLAN, "maxtext")
     expected = maxtext_args(V5E_PLAN)
     assert config["target"] == "maxtext" and config["args"] == expected["args"]
-    assert config["env"] == expected["env"] and config["command"]
+    # the plan's id rides along, for the job's pusher to link itself to the plan
+    assert config["env"] == {**expected["env"], "DATARAX_PLAN_ID": "m_1"} and config["command"]
     assert set(LAUNCH_TARGETS) == {"maxtext", "jobset", "slurm", "env"}
+
+
+def test_every_target_carries_the_plan_id_and_the_service_url_when_given():
+    url = "http://datarax.example:8000/"
+    for target in ("maxtext", "jobset", "env"):
+        config = launch_config(V5E_PLAN, target, service_url=url)
+        env = config.get("env") or {
+            item["name"]: item.get("value")
+            for item in config["manifest"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+                "template"
+            ]["spec"]["containers"][0]["env"]
+        }
+        assert env["DATARAX_PLAN_ID"] == "m_1", target
+        assert env["DATARAX_URL"] == "http://datarax.example:8000", target
+    assert "DATARAX_URL" not in launch_config(V5E_PLAN, "maxtext")["env"]
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,8 @@ def test_extra_args_and_env_come_after_the_generated_ones(api):
     env = {item["name"]: item.get("value") for item in container["env"]}
     assert env["WANDB_MODE"] == "offline"
     # every target: the per-process env target answers it for every process
-    assert api.post(url, json={"target": "env", **extra}).json()["env"] == extra["extra_env"]
+    env_target = api.post(url, json={"target": "env", **extra}).json()["env"]
+    assert env_target == {"DATARAX_PLAN_ID": plan["id"], **extra["extra_env"]}
     for bad in ({"extra_args": ["no-equals-sign"]}, {"extra_args": ["a=b\nc=d"]},
                 {"extra_env": {"1BAD": "x"}}):  # fmt: skip
         assert_problem(api.post(url, json={"target": "maxtext", **bad}), 422, "validation_error")
