@@ -119,6 +119,16 @@ def _push_tiny_job(client: httpx.Client, job: str) -> str:
     return job
 
 
+def _push_linked_job(client: httpx.Client, job: str, plan: str) -> str:
+    """A job that pushes its step time and is linked to the pod's plan: 50 steps of 3 s."""
+    points = [{"step": i, "metrics": {"step_time": [3.0, 3.0]}} for i in range(50)]
+    answer = client.post(f"/v1/jobs/{job}/metrics/batch", json={"points": points})
+    assert answer.status_code in (200, 201), answer.text
+    linked = client.patch(f"/v1/jobs/{job}", json={"plan": plan})
+    assert linked.status_code == 200, linked.text
+    return job
+
+
 @pytest.fixture(scope="module")
 def open_service(tmp_path_factory):
     """A server without a token and without data: the empty, open dashboard."""
@@ -189,6 +199,8 @@ def service(tmp_path_factory):
             data["job"] = _push_job(client, "train-100k", JOB_STEPS)
             data["lagging"] = _push_lagging_job(client, "multi-host")
             data["tiny"] = _push_tiny_job(client, "tiny-lr")
+            data["linked"] = _push_linked_job(client, "linked-run", data["pod"]["id"])
+            data["predicted"] = data["pod"]["step_estimate"]["step_s"]
         server.data = data
         yield server
 
@@ -500,6 +512,24 @@ def test_a_lagging_host_shows_on_the_home_and_job_pages(page, service, tmp_path)
     assert "up to step 5" in lag, lag
     assert "lagging" in page.inner_text("#job-facts")
     _shot(page, tmp_path, "job-lagging")
+    page.watch.assert_clean()
+
+
+def test_a_job_linked_to_its_plan_shows_predicted_against_measured(page, service, tmp_path):
+    _open(page, f"{service.base_url}/jobs/{service.data['linked']}")
+    page.wait_for_selector("#job-facts a")
+    facts = page.inner_text("#job-facts")
+    assert "predicted step" in facts and "measured step (median of 50)" in facts, facts
+    assert "3 s" in facts and "prediction error" in facts, facts
+    predicted = service.data["predicted"]
+    assert f"{predicted / 3.0 - 1:+.1%}" in facts.replace("+-", "-"), facts
+    link = page.locator("#job-facts a")
+    assert link.get_attribute("href") == f"/plans/{service.data['pod']['id']}"
+    # the step-time chart draws the plan's prediction as a second line
+    figure = 'figure[data-metric="step_time"]'
+    page.wait_for_function(f"() => document.querySelector('{figure}')?.dataset.series === '2'")
+    assert "predicted (plan)" in page.inner_text(f"{figure} .u-legend")
+    _shot(page, tmp_path, "job-linked")
     page.watch.assert_clean()
 
 

@@ -674,6 +674,19 @@
     return [...byName.values()];
   }
 
+  // A linked job's facts: its plan, the predicted and the measured (median) step, the error.
+  function fidelityFacts(f) {
+    if (!f) return [];
+    const seconds = (v) => (typeof v === "number" ? `${fmt(v)} s` : "–");
+    const error = typeof f.error === "number" ? `${f.error >= 0 ? "+" : ""}${(100 * f.error).toFixed(1)}%` : "–";
+    return [
+      el("dt", { text: "plan" }), el("dd", {}, el("a", { href: `/plans/${encodeURIComponent(f.plan)}`, text: f.plan })),
+      ...fact("predicted step", seconds(f.predicted_step_s)),
+      ...fact(`measured step (median of ${f.points})`, seconds(f.measured_step_s)),
+      ...fact("prediction error", error),
+    ];
+  }
+
   async function renderJob(job) {
     document.title = `job ${job}`;
     const charts = el("div", { id: "charts" });
@@ -682,9 +695,10 @@
     const lag = el("p", { class: "lag", id: "job-lag", role: "status", hidden: true });
     const reset = el("button", { type: "button", text: "Reset zoom", hidden: true });
     fill(view, el("section", { class: "card" }, el("h2", {}, "Job ", el("code", { text: job })), facts, lag, info, reset, charts));
-    let range = null, tag = null;
+    let range = null, tag = null, fidelity = null;
     const byMetric = new Map();
-    // The job's own entry (GET /v1/jobs/{job}): its state, and which sources lag.
+    // The job's own entry (GET /v1/jobs/{job}): its state, which sources lag, and, linked
+    // to a plan, the plan's predicted step time against the measured one (fidelity).
     const loadSummary = async () => {
       if (!(await hasOperation("get", "/v1/jobs/{job}"))) return;
       let j;
@@ -692,7 +706,9 @@
       const state = jobState(j);
       fill(facts, ...fact("points", j.points === undefined ? undefined : Number(j.points).toLocaleString("en-US")),
         ...fact("steps", `${j.first_step ?? "–"} … ${j.last_step ?? "–"}`), ...fact("last push", ago(j.last_push_at)),
-        el("dt", { text: "state" }), el("dd", {}, el("span", { class: `badge ${state}`, text: state })));
+        el("dt", { text: "state" }), el("dd", {}, el("span", { class: `badge ${state}`, text: state })),
+        ...fidelityFacts(j.fidelity));
+      fidelity = j.fidelity || null;
       const text = lagText(j);
       lag.hidden = !text;
       lag.classList.toggle("lagging", state === "lagging");
@@ -703,7 +719,7 @@
         : "";
     };
     const load = async (force) => {
-      loadSummary().catch(showProblem);
+      await loadSummary().catch(showProblem); // before the charts: the prediction's line
       const width = Math.max(200, charts.clientWidth || 800);
       const q = new URLSearchParams({ max_points: String(Math.min(2000, Math.round(width))) });
       if (range) { q.set("since_step", String(range[0])); q.set("until_step", String(range[1])); }
@@ -732,8 +748,15 @@
           chart = new Chart(box, { title: `${name} over steps`, onZoom: (z) => { range = z; reset.hidden = !z; load(true).catch(showProblem); } });
           byMetric.set(name, chart);
         }
-        chart.setData(group);
+        chart.setData(withPrediction(name, group));
       }
+    };
+    // The step-time metric's chart gets the plan's prediction as a flat line beside it.
+    const withPrediction = (name, group) => {
+      const f = fidelity;
+      if (!f || f.step_time_metric !== name || typeof f.predicted_step_s !== "number" || !group.length) return group;
+      const steps = group[0].steps;
+      return [...group, { name: "predicted (plan)", steps, mean: steps.map(() => f.predicted_step_s) }];
     };
     reset.addEventListener("click", () => { range = null; reset.hidden = true; load(true).catch(showProblem); });
     await load(true);
