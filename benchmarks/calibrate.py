@@ -18,7 +18,6 @@ Run: ``python -m benchmarks.calibrate`` (prints the table and the fit as markdow
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import sys
@@ -26,21 +25,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from benchmarks.calibration_runs import OOM_BOUNDARIES, RUNS  # noqa: E402
 from datarax.distributed.errors import PlanError  # noqa: E402
+from datarax.estimate.calibrations import fit_constants  # noqa: E402
 from datarax.estimate.cost import estimate_step  # noqa: E402
 from datarax.estimate.step_time import PUBLISHED_CONSTANTS, Calibration, combine  # noqa: E402
 from datarax.hardware.chips import get_hardware  # noqa: E402
 from datarax.hardware.topology import plan_hardware_devices  # noqa: E402
-
-MATMUL = [x / 100 for x in range(30, 101, 1)]
-ATTENTION = [x / 100 for x in range(30, 101, 5)]
-OVERLAP = [x / 10 for x in range(0, 11)]
-HBM = [0.3, 0.5, 0.7, 0.9]
 
 
 def measured_step(run: Mapping[str, Any]) -> float:
@@ -123,33 +116,9 @@ def error(predicted: float, measured: float) -> float:
 
 
 def fit(rows: Iterable[Mapping[str, Any]], base: Calibration) -> Calibration:
-    """The grid point with the least mean absolute relative error on ``rows`` (the
-    formula of ``step_time.combine``, evaluated for the whole grid at once)."""
-    rows = list(rows)
-    if not rows:
-        return base
-    grid = np.array(
-        [g for g in itertools.product(MATMUL, ATTENTION, OVERLAP, HBM) if g[1] <= g[0]]
-    )  # a fused attention kernel never beats the plain matmuls
-    mm, at, ov, hbm = (grid[:, i][None, :] for i in range(4))
-
-    def col(key: str) -> np.ndarray:
-        return np.array([r["parts"][key] for r in rows])[:, None]
-
-    fwd = (col("mm_fwd") + col("dot_fwd")) / mm + col("flash_fwd") / at + col("mem_fwd") / hbm
-    bwd = (col("mm_bwd") + col("dot_bwd")) / mm + col("flash_bwd") / at + col("mem_bwd") / hbm
-    off = col("offload")
-    step = (
-        fwd
-        + bwd
-        + np.maximum(0.0, col("comm_fwd") + off - ov * fwd)
-        + np.maximum(0.0, col("comm_bwd") + off - ov * bwd)
-        + base.overhead_s
-    )
-    measured = np.array([r["measured"] for r in rows])[:, None]
-    best = int(np.argmin(np.abs(step - measured).__truediv__(measured).mean(axis=0)))
-    m, a, o, h = (float(x) for x in grid[best])
-    return replace(base, matmul=m, attention=a, overlap=o, hbm=h)
+    """The grid point with the least mean absolute relative error on ``rows``
+    (:func:`datarax.estimate.calibrations.fit_constants`, the library's own fit)."""
+    return fit_constants([(r["parts"], r["measured"]) for r in rows], base)
 
 
 def mae(rows: Sequence[Mapping[str, Any]], cal: Calibration) -> float:

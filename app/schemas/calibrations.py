@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from app.schemas.base import Strict
 
 
 class CalibrationStack(BaseModel):
@@ -51,3 +53,21 @@ class CalibrationProfileEntry(BaseModel):
 
 class CalibrationList(BaseModel):
     items: list[CalibrationProfileEntry]
+
+
+class CalibrationRequest(Strict):
+    """``POST /v1/calibrations``: fit a profile on the measured steps of jobs linked to
+    their plans (``PATCH /v1/jobs/{job}`` with ``plan``)."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"kind": "jobs", "jobs": ["run-1"]}]}
+    )
+
+    kind: Literal["jobs"] = Field(
+        description="jobs: fit on linked jobs' measured steps (the host measuring itself, "
+        "kind host, is not built yet)"
+    )
+    jobs: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        min_length=1, max_length=256, description="the linked jobs to fit on"
+    )
+    framework: str = Field("jax", max_length=32, description="the jobs' software stack")

@@ -35,6 +35,7 @@ from app.schemas.meshes import (
 )
 from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
 from datarax.distributed.errors import PlanError
+from datarax.estimate.calibrations import CalibrationProfile
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.model_specs import DTYPE_BYTES, model_spec
 from datarax.estimate.named_models import MODELS, models_json
@@ -218,11 +219,14 @@ class HardwarePlan:
       devices: the cluster's devices (``None``: malformed, the planner refuses it), at
         most :data:`~app.schemas.meshes.MAX_PLAN_DEVICES` (:func:`check_cluster_size`).
       roles: each ``ici`` axis's role, or ``None`` when an axis has none.
+      profile: the request's ``calibration`` resolved (a stored profile read back by
+        :func:`app.services.calibrations.resolve`); ``None``: the request's own.
     """
 
     request: HardwarePlanRequest
     devices: int | None
     roles: dict[str, str] | None
+    profile: str | CalibrationProfile | None = None
 
 
 def check_hardware_plan(request: HardwarePlanRequest) -> HardwarePlan:
@@ -373,9 +377,11 @@ def _step_parts(
     request: HardwarePlanRequest,
     layout: HardwareLayout,
     roles: Mapping[str, str] | None = None,
+    profile: str | CalibrationProfile | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """``(params, memory_per_device, step_estimate)`` of the request's model; ``roles``
-    (the plan's, worked out once) or the axes' own."""
+    (the plan's, worked out once) or the axes' own; ``profile`` the resolved
+    calibration (else the request's)."""
     if request.model is None or request.batch_shape is None:
         raise InvalidRequest("a step estimate needs a model and batch_shape")
     spec = model_spec(request.model.model_dump(exclude_none=True))
@@ -389,7 +395,7 @@ def _step_parts(
         roles=roles,
         optimizer=optimizer_name(request.optimizer),
         options=parallel_options(request),
-        calibration=request.calibration,
+        calibration=profile if profile is not None else request.calibration,
     )
     itemsize = DTYPE_BYTES[getattr(spec, "param_dtype", spec.dtype)]
     stages = layer_shards(role_sizes(layout.axes, roles))
@@ -458,7 +464,9 @@ def render_hardware_plan(
     }
     params = memory = None
     if request.model is not None:
-        params, memory, members["step_estimate"] = _step_parts(request, layout, plan.roles)
+        params, memory, members["step_estimate"] = _step_parts(
+            request, layout, plan.roles, plan.profile
+        )
         # the plan stores its model (resolved: a named model's figures with its overrides)
         members["model"] = members["step_estimate"].pop("model")
     options = parallel_options(request)
@@ -502,8 +510,10 @@ def recommend(
     *,
     max_search_space: int | None = None,
     should_stop: Callable[[], bool] | None = None,
+    profile: str | CalibrationProfile | None = None,
 ) -> Recommendations:
-    """``{"candidates", "considered", "rejected"}`` for the request (best first).
+    """``{"candidates", "considered", "rejected"}`` for the request (best first);
+    ``profile`` the request's ``calibration`` resolved (else the request's own).
 
     Each candidate's ``plan_request`` is a ``POST /v1/meshes`` body as it is. The
     cluster is bounded like a hardware plan (``too_many_devices``) and the search space
@@ -521,7 +531,7 @@ def recommend(
     """
     check_cluster_size(request)
     try:
-        return _recommend(request, max_search_space, should_stop)
+        return _recommend(request, max_search_space, should_stop, profile)
     except SearchSpaceTooLarge as error:
         raise ServiceError(
             error.message,
@@ -538,6 +548,7 @@ def _recommend(
     request: RecommendationRequest,
     max_search_space: int | None,
     should_stop: Callable[[], bool] | None,
+    profile: str | CalibrationProfile | None = None,
 ) -> Recommendations:
     kinds = kinds_by_alias()
     spec = model_spec(request.model.model_dump(exclude_none=True))
@@ -563,7 +574,7 @@ def _recommend(
         max_devices=MAX_PLAN_DEVICES,
         should_stop=should_stop,
         options=options,
-        calibration=request.calibration,
+        calibration=profile if profile is not None else request.calibration,
     )
 
 

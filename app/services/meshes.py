@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio.to_thread
 import orjson
@@ -36,6 +36,7 @@ from app.schemas.meshes import (
     PlainPlanBody,
     PlanBody,
 )
+from app.services import calibrations
 from app.services.hardware import HardwarePlan, hardware_plan, render_hardware_plan
 from app.services.heavy_work import LARGE_PLAN_DEVICES, HeavyWork
 from app.services.layout_svg import render_layout_svg
@@ -193,7 +194,10 @@ async def create_plan(
 async def _create_hardware_plan(
     plan: HardwarePlan, store: Store, rendering: _Rendering
 ) -> CreatedPlan:
-    """A hardware plan (its cluster size already checked, before it waits for a slot)."""
+    """A hardware plan (its cluster size already checked, before it waits for a slot);
+    a stored calibration profile it names is read back first."""
+    if plan.request.calibration is not None:
+        plan = replace(plan, profile=await calibrations.resolve(store, plan.request.calibration))
     plan_id, created_at = new_plan_id(), utc_now()
     rendered = await _render(
         lambda stop: render_hardware_plan(

@@ -37,8 +37,9 @@ SCHEMA_VERSION = 4
 ``job_points (job, step, reduced, received_at)``, sessions. 2: the job tables of
 :mod:`app.storage.jobs`. 3: its ``job_pending`` (per incomplete multi-source step). 4:
 multi-source parts stored per source and push (``job_segments``, :mod:`app.storage.parts`),
-replacing ``job_parts`` and ``job_pending``. ``job_links`` (a job's plan, DESIGN v1.3) is
-an added table that :data:`SCHEMA` creates in every file it opens, old ones included.
+replacing ``job_parts`` and ``job_pending``. ``job_links`` (a job's plan, DESIGN v1.3) and
+``calibrations`` (measured calibration profiles) are added tables that :data:`SCHEMA`
+creates in every file it opens, old ones included.
 ``open()`` migrates an older file in place, one transaction per version."""
 
 SCHEMA = """
@@ -62,6 +63,14 @@ CREATE TABLE IF NOT EXISTS job_links (
     plan             TEXT NOT NULL,
     step_time_metric TEXT NOT NULL,
     linked_at        TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS calibrations (
+    id            TEXT PRIMARY KEY,
+    created_at    TEXT NOT NULL,
+    kind          TEXT NOT NULL,
+    hardware_kind TEXT NOT NULL,
+    device_kind   TEXT,
+    body          TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS sessions (
     id          TEXT PRIMARY KEY,

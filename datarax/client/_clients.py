@@ -35,6 +35,7 @@ from datarax.client._core import (
 from datarax.client._pusher import AsyncPusher, Pusher
 from datarax.client.answers import (
     BatchResult,
+    CalibrationProfile,
     CollectAnswer,
     Devices,
     HardwareList,
@@ -255,6 +256,14 @@ class _Api:
         (seconds a step)."""
         body = {"plan": plan, "step_time_metric": step_time_metric}
         return Call("PATCH", f"/v1/jobs/{job}", json=body)
+
+    @_Operation
+    def calibrate(self, jobs: Sequence[str], *, framework: str = "jax") -> Call[CalibrationProfile]:
+        """Fits and stores a calibration profile on the measured steps of ``jobs`` (each
+        linked to its plan); plans and recommendations then take its ``id`` as
+        ``calibration``."""
+        body = {"kind": "jobs", "jobs": list(jobs), "framework": framework}
+        return Call("POST", "/v1/calibrations", json=body)
 
     @_Operation
     def fidelity(self, job: str) -> Call[JobFidelity | None]:

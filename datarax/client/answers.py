@@ -454,6 +454,23 @@ class History(TypedDict):
     buckets: NotRequired[list[Bucket]]
 
 
+class CalibrationProfile(TypedDict):
+    """``GET /v1/calibrations/{id}`` and ``POST /v1/calibrations``: a profile's step-time
+    constants, what they were fitted on and how well they fit."""
+
+    id: str
+    kind: Literal["published", "host", "jobs"]
+    status: str
+    created_at: str
+    hardware: str | None
+    hardware_kind: str
+    device_kind: str | None
+    stack: dict[str, str | None]
+    constants: dict[str, Any]
+    measurements: list[dict[str, Any]]
+    error: dict[str, Any] | None
+
+
 class JobFidelity(TypedDict):
     """A linked job's plan against its measured steps: ``error`` is ``predicted /
     measured - 1``; ``measured_step_s`` the median of the pushed step times."""
@@ -551,6 +568,7 @@ __all__ = [
     "History",
     "HistoryPoint",
     "JobList",
+    "CalibrationProfile",
     "JobFidelity",
     "JobSummary",
     "LaunchConfig",

@@ -20,18 +20,30 @@ Example:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from datarax.distributed.errors import PlanError
-from datarax.estimate.step_time import PUBLISHED_CONSTANTS, PUBLISHED_ERRORS, Calibration
+from datarax.estimate.step_time import (
+    PUBLISHED_CONSTANTS,
+    PUBLISHED_ERRORS,
+    Calibration,
+    combine,
+)
 from datarax.hardware.entry import Hardware
 from datarax.json_types import JSONObject
 
 __all__ = [
     "CalibrationProfile",
     "default_profile",
+    "fit_constants",
+    "is_published",
+    "leave_one_out",
+    "mean_error",
     "get_profile",
     "profile_for",
     "published_profiles",
@@ -97,6 +109,94 @@ class CalibrationProfile:
             "error": dict(self.error) if self.error is not None else None,
         }
 
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> CalibrationProfile:
+        """A profile :meth:`to_json` wrote (a stored ``host`` or ``jobs`` profile)."""
+        c = obj["constants"]
+        constants = Calibration(
+            matmul=float(c["matmul"]),
+            attention=float(c["attention"]),
+            hbm=float(c["hbm"]),
+            overlap=float(c["overlap"]),
+            overhead_s=float(c["overhead_s"]),
+            source=str(c["source"]),
+            grouped_matmul=c.get("grouped_matmul"),
+            all_to_all_overlap=c.get("all_to_all_overlap"),
+        )
+        return cls(
+            id=str(obj["id"]),
+            kind=str(obj["kind"]),
+            hardware_kind=str(obj["hardware_kind"]),
+            stack=dict(obj["stack"]),
+            constants=constants,
+            error=obj.get("error"),
+            hardware=obj.get("hardware"),
+            device_kind=obj.get("device_kind"),
+            measurements=tuple(obj.get("measurements") or ()),
+            created_at=str(obj["created_at"]),
+            status=str(obj.get("status", "done")),
+        )
+
+
+MATMUL = [x / 100 for x in range(30, 101, 1)]
+ATTENTION = [x / 100 for x in range(30, 101, 5)]
+OVERLAP = [x / 10 for x in range(0, 11)]
+HBM = [0.3, 0.5, 0.7, 0.9]
+"""The grid :func:`fit_constants` searches (a fused attention kernel never beats the
+matmuls: ``attention <= matmul``)."""
+
+
+def fit_constants(
+    rows: Iterable[tuple[Mapping[str, float], float]], base: Calibration
+) -> Calibration:
+    """The grid point with the least mean absolute relative error over ``rows``
+    (``(step_components, measured seconds)``; the formula of
+    :func:`~datarax.estimate.step_time.combine`, the whole grid at once); ``base``'s
+    ``overhead_s`` and mixture-of-experts constants are kept. No rows: ``base``."""
+    rows = list(rows)
+    if not rows:
+        return base
+    grid = np.array([g for g in itertools.product(MATMUL, ATTENTION, OVERLAP, HBM) if g[1] <= g[0]])
+    mm, at, ov, hbm = (grid[:, i][None, :] for i in range(4))
+
+    def col(key: str) -> np.ndarray:
+        return np.array([parts.get(key, 0.0) for parts, _ in rows])[:, None]
+
+    fwd = (col("mm_fwd") + col("dot_fwd")) / mm + col("flash_fwd") / at + col("mem_fwd") / hbm
+    bwd = (col("mm_bwd") + col("dot_bwd")) / mm + col("flash_bwd") / at + col("mem_bwd") / hbm
+    off = col("offload")
+    step = (
+        fwd
+        + bwd
+        + np.maximum(0.0, col("comm_fwd") + off - ov * fwd)
+        + np.maximum(0.0, col("comm_bwd") + off - ov * bwd)
+        + base.overhead_s
+    )
+    measured = np.array([m for _, m in rows])[:, None]
+    best = int(np.argmin((np.abs(step - measured) / measured).mean(axis=0)))
+    m, a, o, h = (float(x) for x in grid[best])
+    return replace(base, matmul=m, attention=a, overlap=o, hbm=h)
+
+
+def mean_error(rows: Sequence[tuple[Mapping[str, float], float]], cal: Calibration) -> float:
+    """Mean absolute relative error of ``cal``'s steps over ``rows``."""
+    errors = [abs(combine(parts, cal).step_s / measured - 1) for parts, measured in rows]
+    return sum(errors) / len(errors) if errors else float("nan")
+
+
+def leave_one_out(
+    rows: Sequence[tuple[Mapping[str, float], float]], base: Calibration
+) -> float | None:
+    """Mean absolute relative error of each row predicted by the fit of the others;
+    ``None`` under 3 rows (a fit on one row says nothing of another)."""
+    if len(rows) < 3:
+        return None
+    errors = []
+    for i, (parts, measured) in enumerate(rows):
+        cal = fit_constants([r for j, r in enumerate(rows) if j != i], base)
+        errors.append(abs(combine(parts, cal).step_s / measured - 1))
+    return sum(errors) / len(errors)
+
 
 def _published(profile_id: str, constants: Calibration) -> CalibrationProfile:
     _, hardware_kind, framework = profile_id.split("-", 2)
@@ -112,6 +212,10 @@ def _published(profile_id: str, constants: Calibration) -> CalibrationProfile:
 
 
 _PUBLISHED = {pid: _published(pid, cal) for pid, cal in PUBLISHED_CONSTANTS.items()}
+
+
+def is_published(profile_id: str) -> bool:
+    return profile_id in _PUBLISHED
 
 
 def published_profiles() -> list[CalibrationProfile]:
@@ -142,8 +246,9 @@ def default_profile(hw: Hardware) -> CalibrationProfile:
     return _PUBLISHED[f"published-{hw.kind}-jax"]
 
 
-def profile_for(hw: Hardware, profile_id: str | None) -> CalibrationProfile:
-    """``profile_id``'s profile (checked against ``hw``'s kind), or the default.
+def profile_for(hw: Hardware, profile_id: str | CalibrationProfile | None) -> CalibrationProfile:
+    """``profile_id``'s profile (a published id, or a profile the caller resolved, a
+    stored one), checked against ``hw``'s kind; ``None``: the default.
 
     Raises:
       PlanError: ``unknown_calibration``; ``invalid_calibration`` for a profile of
@@ -151,12 +256,12 @@ def profile_for(hw: Hardware, profile_id: str | None) -> CalibrationProfile:
     """
     if profile_id is None:
         return default_profile(hw)
-    profile = get_profile(profile_id)
+    profile = profile_id if isinstance(profile_id, CalibrationProfile) else get_profile(profile_id)
     if profile.hardware_kind != hw.kind:
         same = [p.id for p in published_profiles() if p.hardware_kind == hw.kind]
         raise PlanError(
             "invalid_calibration",
-            f"calibration {profile_id!r} is for {profile.hardware_kind} hardware and "
+            f"calibration {profile.id!r} is for {profile.hardware_kind} hardware and "
             f"{hw.name} is {hw.kind}; use one of {same}",
         )
     return profile

@@ -60,7 +60,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from datarax.estimate.calibrations import profile_for
+from datarax.estimate.calibrations import CalibrationProfile, profile_for
 from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import (
     DTYPE_BYTES,
@@ -179,7 +179,7 @@ def estimate_step(
     roles: Mapping[str, str] | None = None,
     optimizer: str = "adam",
     options: ParallelOptions | None = None,
-    calibration: str | None = None,
+    calibration: str | CalibrationProfile | None = None,
 ) -> StepEstimate:
     """Estimates one training step of ``model`` on a mesh of ``hardware``.
 

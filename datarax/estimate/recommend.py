@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datarax.distributed.errors import PlanError
-from datarax.estimate.calibrations import profile_for
+from datarax.estimate.calibrations import CalibrationProfile, profile_for
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.factorisations import (
     count_factorisations,
@@ -160,7 +160,7 @@ def recommend_meshes(
     max_devices: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     options: ParallelOptions | None = None,
-    calibration: str | None = None,
+    calibration: str | CalibrationProfile | None = None,
 ) -> Recommendations:
     """Ranks every (ici, dcn) factorisation of a cluster for one training job.
 
@@ -366,7 +366,7 @@ class _Cluster:
     budget: int | None = None
     best_on_fast: float = math.inf  # the fastest survivor keeping tensor/expert off DCN
     options: ParallelOptions = field(default_factory=ParallelOptions)
-    calibration: str | None = None
+    calibration: str | CalibrationProfile | None = None
     """Candidates left to price, over the search and its explaining re-searches."""
 
     @classmethod
@@ -627,7 +627,11 @@ class _Cluster:
         if self.options.shard_over_data:
             request["optimizer"] = {"name": optimizer, "shard_over_data": True}
         if self.calibration is not None:
-            request["calibration"] = self.calibration
+            request["calibration"] = (
+                self.calibration.id
+                if isinstance(self.calibration, CalibrationProfile)
+                else self.calibration
+            )
         return request
 
     def explain(

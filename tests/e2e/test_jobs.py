@@ -313,6 +313,15 @@ def test_a_launched_job_links_itself_to_its_plan_and_reports_its_step_time(tmp_p
         assert fidelity["predicted_step_s"] == predicted
         assert fidelity["measured_step_s"] == pytest.approx(1.15)
         assert fidelity["error"] == pytest.approx(predicted / 1.15 - 1)
+        # and a profile fitted on what the job measured prices the plan's next run
+        with Client() as job_api:
+            profile = job_api.calibrate(["trained"])
+            assert profile["kind"] == "jobs" and profile["measurements"][0]["job"] == "trained"
+            again = job_api.create_mesh({**plan_body, "calibration": profile["id"]})
+        assert again["step_estimate"]["calibration"] == profile["id"]
+        # within the fit's own error on the job (a grid fit of one row)
+        off = abs(again["step_estimate"]["step_s"] / 1.15 - 1)
+        assert off == pytest.approx(profile["error"]["training_mae"]) and off < 0.1
         # a plan the service does not hold: the pushes go on, the failed link is kept
         monkeypatch.setenv("DATARAX_PLAN_ID", "no-such-plan")
         with Client() as job_api:

@@ -10,11 +10,11 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Request
 from starlette.responses import Response
 
-from app.api.deps import BearerDoc, JsonBody
+from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import problem_responses
 from app.api.routing import json_response
 from app.schemas.hardware import RECOMMENDATION_EXAMPLE, RecommendationRequest, Recommendations
-from app.services import hardware
+from app.services import calibrations, hardware
 from app.services.heavy_work import heavy_work
 
 router = APIRouter(tags=["hardware"])
@@ -40,6 +40,7 @@ async def recommend_meshes(
         ),
     ],
     request: Request,
+    store: StoreDep,
 ) -> Response:
     """Enumerates every (ici, dcn) factorisation of the cluster over ``axes``, rejects what
     does not fit HBM or divide the batch (counted by code in ``rejected``), ranks the rest
@@ -64,10 +65,11 @@ async def recommend_meshes(
     cut by SIGTERM answers 503 ``shutting_down``.
     """
     settings = request.app.state.settings
+    profile = await calibrations.resolve(store, body.calibration)  # a stored one read back
     answer = await heavy_work(request.app).run(
         "recommendation",
         lambda stop: hardware.recommend(
-            body, max_search_space=settings.max_search_space, should_stop=stop
+            body, max_search_space=settings.max_search_space, should_stop=stop, profile=profile
         ),
         request.is_disconnected,
     )

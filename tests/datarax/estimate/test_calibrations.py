@@ -7,8 +7,12 @@ import pytest
 
 from datarax.distributed.errors import PlanError
 from datarax.estimate.calibrations import (
+    CalibrationProfile,
     default_profile,
+    fit_constants,
     get_profile,
+    leave_one_out,
+    mean_error,
     profile_for,
     published_profiles,
 )
@@ -82,3 +86,21 @@ def test_recommendations_price_every_candidate_with_the_profile_and_carry_it():
     with pytest.raises(PlanError) as err:  # the request's fault, not a rejected candidate
         recommend_meshes("h100-sxm", model=MODEL, global_batch=32, hosts=2, calibration="x")
     assert err.value.code == "unknown_calibration"
+
+
+def test_the_fit_learns_a_uniform_slowdown_and_leave_one_out_needs_three_rows():
+    base = PUBLISHED_CONSTANTS["published-tpu-jax"]
+    layout = plan_hardware_devices("tpu-v6e", topology="2x4", ici={"fsdp": 8})
+    rows = []
+    for batch in (8, 16, 32):
+        est = estimate_step("tpu-v6e", layout.axes_detail, MODEL, batch)
+        rows.append((est.predicted_components, 1.25 * est.step_s))
+    fitted = fit_constants(rows, base)
+    assert mean_error(rows, fitted) < 0.03 < mean_error(rows, base)
+    assert fitted.overhead_s == base.overhead_s and fitted.attention <= fitted.matmul
+    assert fit_constants([], base) is base
+    assert leave_one_out(rows[:2], base) is None
+    assert leave_one_out(rows, base) < 0.05
+    # a stored profile reads back as it was written
+    profile = get_profile("published-gpu-pytorch")
+    assert CalibrationProfile.from_json(profile.to_json()) == profile

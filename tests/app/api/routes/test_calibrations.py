@@ -67,3 +67,71 @@ def test_maxtext_plans_and_recommendations_take_a_calibration(api):
     for candidate in rec.json()["candidates"]:
         assert candidate["step_estimate"]["calibration"] == "published-gpu-pytorch"
         assert candidate["plan_request"]["calibration"] == "published-gpu-pytorch"
+
+
+def _linked_job(api, job, plan_body, seconds):
+    plan = api.post("/v1/meshes", json=plan_body).json()
+    points = [{"step": i, "metrics": {"step_time": seconds}} for i in range(5)]
+    assert api.post(f"/v1/jobs/{job}/metrics/batch", json={"points": points}).status_code == 201
+    assert api.patch(f"/v1/jobs/{job}", json={"plan": plan["id"]}).status_code == 200
+    return plan
+
+
+def test_a_profile_fitted_on_linked_jobs_prices_later_plans(api):
+    tpu = {"hardware": "tpu-v6e", "topology": "2x4", "ici": {"fsdp": 8},
+           "model": {"name": "llama3.1-8b", "remat": "full"}}  # fmt: skip
+    # three jobs whose steps ran 30% slower than the published profile predicts
+    plans = []
+    for job, batch in (("fit-a", 8), ("fit-b", 16), ("fit-c", 32)):
+        body = {**tpu, "batch_shape": [batch, 8192]}
+        predicted = api.post("/v1/meshes", json=body).json()["step_estimate"]["step_s"]
+        plans.append(_linked_job(api, job, body, 1.3 * predicted))
+    created = api.post(
+        "/v1/calibrations", json={"kind": "jobs", "jobs": ["fit-a", "fit-b", "fit-c"]}
+    )
+    assert created.status_code == 201, created.text
+    profile = created.json()
+    assert created.headers["location"] == f"/v1/calibrations/{profile['id']}"
+    assert profile["kind"] == "jobs" and profile["hardware_kind"] == "tpu"
+    assert profile["hardware"] == "tpu-v6e" and len(profile["measurements"]) == 3
+    error = profile["error"]
+    assert error["training_runs"] == 3 and error["leave_one_out_mae"] is not None
+    assert error["training_mae"] < 0.05 < error["published_mae"]  # the fit learned the 30%
+    assert api.get(f"/v1/calibrations/{profile['id']}").json() == profile
+    listed = [p["id"] for p in api.get("/v1/calibrations").json()["items"]]
+    assert listed[:3] == sorted(listed[:3]) and profile["id"] in listed
+    # a plan priced with it comes within the fit's error of what the jobs measured
+    again = api.post("/v1/meshes", json={**tpu, "batch_shape": [16, 8192],
+                                         "calibration": profile["id"]})  # fmt: skip
+    step = again.json()["step_estimate"]
+    assert step["calibration"] == profile["id"]
+    measured = profile["measurements"][1]["measured_step_s"]
+    assert abs(step["step_s"] / measured - 1) < 0.05
+    rec = api.post("/v1/recommendations", json={
+        "hardware": "tpu-v6e", "topology": "2x4", "model": tpu["model"], "global_batch": 16,
+        "top_k": 1, "calibration": profile["id"]})  # fmt: skip
+    assert rec.status_code == 200, rec.text
+    assert rec.json()["candidates"][0]["plan_request"]["calibration"] == profile["id"]
+    # a GPU plan cannot take a TPU profile
+    gpu = api.post("/v1/meshes", json={**GPU_PLAN, "calibration": profile["id"]})
+    assert_problem(gpu, 422, "invalid_calibration")
+
+
+def test_a_jobs_fit_is_refused_with_what_is_missing(api):
+    assert (
+        api.post(
+            "/v1/jobs/no-plan/metrics", json={"step": 0, "metrics": {"step_time": 1.0}}
+        ).status_code
+        == 201
+    )
+    unlinked = api.post("/v1/calibrations", json={"kind": "jobs", "jobs": ["no-plan"]})
+    assert "linked to no plan" in assert_problem(unlinked, 422, "invalid_request")["detail"]
+    assert_problem(api.post("/v1/calibrations", json={"kind": "jobs", "jobs": ["nobody"]}), 404,
+                   "job_not_found")  # fmt: skip
+    assert_problem(api.post("/v1/calibrations", json={"kind": "host"}), 422, "validation_error")
+    tpu = {"hardware": "tpu-v6e", "topology": "2x4", "ici": {"fsdp": 8}, "batch_shape": [8, 8192],
+           "model": {"name": "llama3.1-8b", "remat": "full"}}  # fmt: skip
+    _linked_job(api, "mixed-tpu", tpu, 2.0)
+    _linked_job(api, "mixed-gpu", GPU_PLAN, 2.0)
+    mixed = api.post("/v1/calibrations", json={"kind": "jobs", "jobs": ["mixed-tpu", "mixed-gpu"]})
+    assert "one kind at a time" in assert_problem(mixed, 422, "invalid_request")["detail"]
