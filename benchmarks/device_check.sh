@@ -41,20 +41,19 @@ if [ -z "$DEST" ]; then
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/device-check.XXXXXX")
 WHEELS=$ROOT/var/device-wheels
-# Packages the lent machine's image lacks or has at other versions (its JAX, jaxlib,
-# CUDA plugin, numpy and scipy are kept). Versions come from constraints.txt.
-OFFLINE_PACKAGES="jax flax optax treescope fastapi starlette pydantic pydantic_core
-  pydantic-settings annotated-types annotated-doc typing-inspection typing_extensions
-  uvicorn httptools uvloop orjson isal python-dotenv prometheus_client httpx httpcore h11
-  anyio idna pytest pytest-timeout pluggy iniconfig opentelemetry-api click rich
-  markdown-it-py mdurl Pygments"
+# Packages the lent machine's image lacks or has at other versions: the closure of the
+# service's resolved dependencies less the compiled stack its image keeps (JAX's jaxlib
+# and plugins, numpy, scipy), derived by benchmarks/offline_wheels.py from this venv when
+# fetching, never listed by hand. Versions come from constraints.txt.
+offline_packages() { "$ROOT/.venv/bin/python" -m benchmarks.offline_wheels; }
 
 log() { echo "[device_check +$(($(date +%s) - START))s] $*" >&2; }
 pin() { grep -i -m1 -E "^$(echo "$1" | sed 's/[-_]/[-_]/g')==" "$ROOT/constraints.txt"; }
 
 if [ "$FETCH" = 1 ]; then
   mkdir -p "$WHEELS"
-  specs=$(for p in $OFFLINE_PACKAGES; do pin "$p" || { echo "no pin for $p" >&2; exit 1; }; done)
+  packages=$(offline_packages) || { echo "cannot derive the wheel list (make venv first)" >&2; exit 1; }
+  specs=$(for p in $packages; do pin "$p" || { echo "no pin for $p" >&2; exit 1; }; done)
   # shellcheck disable=SC2086
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \

@@ -339,10 +339,14 @@ def test_device_check_dry_run(tmp_path: Path) -> None:
 
 def test_the_device_checks_offline_wheels_cover_what_the_service_imports() -> None:
     # issue 39: on a lent GPU with no network the server ran without opentelemetry-api
-    # (fastapi imports it). Every distribution that importing the service and the test
-    # tools pulls in is either in the off-line wheel list or one the image keeps.
+    # (fastapi imports it). The wheel list is now derived from the resolved dependencies
+    # (benchmarks/offline_wheels.py); every distribution that importing the service and
+    # the test tools pulls in is in it or one the image keeps, and each has a pin.
     script = (ROOT / "benchmarks" / "device_check.sh").read_text()
-    listed = script.split('OFFLINE_PACKAGES="', 1)[1].split('"', 1)[0].split()
+    from benchmarks.offline_wheels import KEPT, offline_distributions  # noqa: PLC0415
+
+    listed = offline_distributions()
+    assert "offline_packages" in script and "OFFLINE_PACKAGES=" not in script  # derived
     kept = {"jax", "jaxlib", "numpy", "scipy", "ml_dtypes", "opt_einsum", "libtpu"}
     probe = (
         "import importlib.metadata as m, sys\n"
@@ -361,6 +365,10 @@ def test_the_device_checks_offline_wheels_cover_what_the_service_imports() -> No
         return name.lower().replace("_", "-")
 
     have = {norm(n) for n in listed} | {norm(n) for n in kept}
+    assert not [n for n in listed if KEPT.match(n)] and "fastapi" in listed
+    pins = {norm(line.split("==")[0]) for line in (ROOT / "constraints.txt").read_text().split()
+            if "==" in line}  # fmt: skip
+    assert not [n for n in listed if n not in pins], "a carried package without a pin"
     imported = {norm(n) for n in result.stdout.split()}
     project = norm(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"])
     missing = sorted(imported - have - {project})
