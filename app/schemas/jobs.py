@@ -192,6 +192,9 @@ class JobPointCreated(BaseModel):
     received_at: str
     num_devices: int = Field(description="devices of this push (this source's part)")
     missing_sources: list[str] | None = None
+    warnings: list[str] = Field(
+        [], description="metrics that held NaN or infinite values, and what nan_policy did"
+    )
 
 
 class JobBatchResult(BaseModel):
@@ -201,6 +204,9 @@ class JobBatchResult(BaseModel):
     unchanged: int = Field(description="identical retries (no-ops)")
     completed_steps: int = Field(description="steps that became complete with this batch")
     received_at: str
+    warnings: list[str] = Field(
+        [], description="metrics that held NaN or infinite values, and what nan_policy did"
+    )
 
 
 class JobHistory(BaseModel):

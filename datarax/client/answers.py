@@ -390,6 +390,7 @@ class PushResult(TypedDict):
     received_at: str
     num_devices: int
     missing_sources: list[str] | None
+    warnings: NotRequired[list[str]]
 
 
 class BatchResult(TypedDict):
@@ -401,6 +402,7 @@ class BatchResult(TypedDict):
     unchanged: int
     completed_steps: int
     received_at: str
+    warnings: NotRequired[list[str]]
 
 
 class HistoryPoint(TypedDict):

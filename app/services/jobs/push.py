@@ -17,10 +17,12 @@ Memory and time per request: a batch holds at most 1,000 points and the body lim
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import numpy as np
 import orjson
 
 from app.codecs.json_arrays import encode_json
@@ -31,6 +33,36 @@ from app.services.jobs.parts import PART_RULES
 from app.services.jobs.rows import rows_of
 from app.storage import jobs as store_jobs
 from app.storage.db import Store
+
+_POLICY_SAYS = {
+    "propagate": "stored as null where they reach a reduced value (nan_policy propagate)",
+    "omit": "left out of the reductions (nan_policy omit)",
+}
+
+
+def _non_finite(arrays: Iterable[tuple[str, Any]]) -> dict[str, int]:
+    """``{metric: values that are NaN or infinite}`` over (name, array) pairs."""
+    found: dict[str, int] = {}
+    for name, values in arrays:
+        a = np.asarray(values)
+        if a.dtype.kind in "fc":
+            bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+            if bad:
+                found[name] = found.get(name, 0) + bad
+    return found
+
+
+def non_finite_warnings(batch: JobBatch) -> list[str]:
+    """One line per metric that holds NaN or infinite values, with what the NaN policy
+    did with them (``raise`` refuses the push before it gets here)."""
+    if batch.columns is not None:
+        found = _non_finite(batch.columns.arrays.items())
+        policy = batch.columns.nan_policy
+    else:
+        found = _non_finite((n, v) for p in batch.points for n, v in p.metrics.items())
+        policy = batch.points[0].nan_policy if batch.points else "propagate"
+    says = _POLICY_SAYS.get(policy, f"handled by nan_policy {policy}")
+    return [f"{name}: {count} NaN or infinite value(s), {says}" for name, count in found.items()]
 
 
 @dataclass(frozen=True)
@@ -63,6 +95,8 @@ async def push_single(store: Store, job: str, batch: JobBatch) -> PushAnswer:
             encode_json(item.received_at),
             b',"num_devices":%d,"missing_sources":' % item.num_devices,
             missing,
+            b',"warnings":',
+            encode_json(non_finite_warnings(batch)),
             b"}",
         )
     )
@@ -80,6 +114,7 @@ def _store_batch(store: Store, job: str, batch: JobBatch) -> PushAnswer:
         "unchanged": outcome.points - outcome.created,
         "completed_steps": outcome.completed,
         "received_at": outcome.received_at,
+        "warnings": non_finite_warnings(batch),
     }
     return PushAnswer(
         created=outcome.created > 0, body=orjson.dumps(answer), stored=outcome.created

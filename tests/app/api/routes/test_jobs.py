@@ -231,6 +231,41 @@ def test_a_job_linked_to_its_plan_answers_predicted_against_measured(client):
     assert client.get("/v1/jobs/linked").json()["fidelity"] is None
 
 
+def test_nan_and_infinities_are_stored_by_the_policy_and_said_in_warnings(client):
+    clean = _push(client, "nan-run", 0, [1.0, 2.0])
+    assert clean.status_code == 201 and clean.json()["warnings"] == []
+    nan = client.post(
+        "/v1/jobs/nan-run/metrics",
+        json={"step": 1, "metrics": {"loss": [1.0, None], "lr": 0.1}},  # null: NaN
+    )
+    assert nan.status_code == 201, nan.text
+    assert nan.json()["reduced"]["loss"] is None and nan.json()["reduced"]["lr"] == 0.1
+    (warning,) = nan.json()["warnings"]
+    assert warning.startswith("loss: 1 NaN or infinite value(s)") and "propagate" in warning
+    omitted = client.post(
+        "/v1/jobs/nan-run/metrics",
+        json={"step": 2, "metrics": {"loss": [1.0, None]}, "nan_policy": "omit"},
+    )
+    assert omitted.json()["reduced"]["loss"] == 1.0 and "omit" in omitted.json()["warnings"][0]
+    points = [{"step": 3, "metrics": {"loss": [1.0, None]}},
+              {"step": 4, "metrics": {"loss": [None, None], "lr": 0.1}}]  # fmt: skip
+    batch = client.post("/v1/jobs/nan-run/metrics/batch", json={"points": points})
+    assert batch.status_code == 201, batch.text
+    assert batch.json()["warnings"] == [
+        "loss: 3 NaN or infinite value(s), stored as null where they reach a reduced value "
+        "(nan_policy propagate)"
+    ]
+    # a uniform batch (decoded as columns) says the same
+    uniform = [{"step": s, "metrics": {"loss": [1.0, None]}} for s in (10, 11)]
+    columns = client.post("/v1/jobs/nan-run/metrics/batch", json={"points": uniform})
+    assert columns.json()["warnings"][0].startswith("loss: 2 NaN"), columns.text
+    # infinities come in npz bodies
+    body = npz_bytes(loss=np.array([1.0, np.inf]))
+    inf = client.post("/v1/jobs/nan-run/metrics", content=body, headers=NPZ_HEADERS,
+                      params={"step": 5})  # fmt: skip
+    assert inf.status_code == 201 and inf.json()["warnings"][0].startswith("loss: 1 NaN")
+
+
 def test_npz_push_with_source_in_the_query(client):
     body = npz_bytes(loss=np.array([1.0, 2.0]))
     params = {"step": 1, "source": "h-0", "sources": 2}
