@@ -57,6 +57,7 @@ from typing import Any
 
 import yaml
 
+from datarax.hardware.chips import get_hardware
 from datarax.json_types import JSONObject
 from datarax.launch.slurm import (
     COORDINATOR_PORTS,
@@ -232,7 +233,9 @@ def jobset_manifest(
         raise ValueError(f"command {command!r} must be a non-empty list of strings")
     label = job_name(plan, name)
     if layout.kind == "tpu":
-        resources = {"google.com/tpu": layout.devices_per_host}
+        # GKE counts chips (tpu7x-standard-4t: 4), JAX devices (TPU7x: 2 a chip) aside
+        per_chip = get_hardware(layout.hardware).devices_per_chip
+        resources = {"google.com/tpu": layout.devices_per_host // per_chip}
         ports = [8471, 8080]
     else:
         resources = {"nvidia.com/gpu": layout.devices_per_host}

@@ -132,6 +132,18 @@ def _positive_int(plan: Mapping[str, Any], key: str) -> int:
     return value
 
 
+SINGLE_HOST_CHIPS = {"tpu-v5e": 8, "tpu-v6e": 8}
+"""The most chips a TPU slice has that is one VM: v5e and v6e slices of up to 8 chips (1x1,
+2x2, 2x4) run on single-host machine types (ct5lp-hightpu-1t/4t/8t, ct6e-standard-1t/4t/
+8t), larger ones on 4-chip VMs (Google Cloud, "Plan TPUs in GKE",
+https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus, and the TPU v6e page,
+https://cloud.google.com/tpu/docs/v6e: 8 chips per host). v4, v5p and TPU7x VMs hold 4
+chips at every size (ct4p-hightpu-4t, ct5p-hightpu-4t, tpu7x-standard-4t), which is the
+catalog's ``devices_per_host`` (TPU7x: 8 devices, two a chip). JAX's topology describes a
+v5e/v6e 2x4 as two processes of 2x2 chips (what a plan's ``hosts`` says); the launch
+configs follow the machine type."""
+
+
 def process_layout(plan: Mapping[str, Any]) -> ProcessLayout:
     """The processes of ``plan`` (a stored hardware plan, or its summary).
 
@@ -162,14 +174,16 @@ def process_layout(plan: Mapping[str, Any]) -> ProcessLayout:
                 f"{hosts} hosts: want a slice shape and hosts divisible by slices"
             )
         # One VM of a 1x1 slice has one chip (ct5lp-hightpu-1t); otherwise 4 (the catalog).
-        if per_host > hw.devices_per_host or math.prod(map(int, topology.split("x"))) != (
-            total // slices
-        ):
+        chip_count = math.prod(map(int, topology.split("x")))
+        if per_host > hw.devices_per_host or chip_count * hw.devices_per_chip != total // slices:
             raise _unavailable(
                 f"TPU plan: {total} chips on {hosts} hosts in {slices} slices of "
                 f"{topology} do not match {hw.name}'s {hw.devices_per_host} chips per VM"
             )
         hosts_per_slice = hosts // slices
+        if chip_count <= SINGLE_HOST_CHIPS.get(hw.name, 0) and hosts_per_slice > 1:
+            # a single-host machine type holds the whole slice: one VM, all its chips
+            hosts, hosts_per_slice, per_host = slices, 1, total // slices
     else:
         if per_host != hw.devices_per_host:
             raise _unavailable(

@@ -32,7 +32,7 @@ from app.services.hardware import check_hardware_plan, hardware_plan_request, re
 from datarax.distributed.errors import PlanError
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.launch import k8s as launch_k8s
-from datarax.launch.slurm import process_env
+from datarax.launch.slurm import process_env, process_layout
 
 VENDOR = Path(__file__).resolve().parents[2] / "vendor" / "jobset"
 JOBSET_RELEASE = "v0.12.0"
@@ -255,6 +255,30 @@ def _env(manifest: dict) -> dict[str, dict]:
     return {entry["name"]: entry for entry in _pod_spec(manifest)["containers"][0]["env"]}
 
 
+@pytest.mark.parametrize(
+    ("hardware", "topology", "pods", "chips"),
+    [
+        # GKE's machine types (Google Cloud, "Plan TPUs in GKE"): v5e and v6e slices of up
+        # to 8 chips are single-host (ct5lp-hightpu-1t/4t/8t, ct6e-standard-1t/4t/8t),
+        # larger ones 4-chip VMs; v4, v5p and TPU7x VMs hold 4 chips (TPU7x: 8 devices)
+        ("tpu-v5e", "1x1", 1, 1), ("tpu-v5e", "2x2", 1, 4), ("tpu-v5e", "2x4", 1, 8),
+        ("tpu-v5e", "4x4", 4, 4), ("tpu-v6e", "2x4", 1, 8), ("tpu-v6e", "16x16", 64, 4),
+        ("tpu-v4", "2x2x1", 1, 4), ("tpu-v4", "2x2x2", 2, 4), ("tpu-v5p", "2x2x1", 1, 4),
+        ("tpu-v5p", "2x2x2", 2, 4), ("tpu7x", "2x2x1", 1, 8), ("tpu7x", "2x2x2", 2, 8),
+    ],
+)  # fmt: skip
+def test_each_tpu_generations_slices_are_the_vms_gke_gives(hardware, topology, pods, chips):
+    plan = hardware_plan({"hardware": hardware, "topology": topology, "ici": {"data": -1}})
+    layout = process_layout(plan)
+    assert (layout.hosts_per_slice, layout.devices_per_host) == (pods, chips)
+    manifest = manifest_of(plan)
+    job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["parallelism"] == pods
+    limits = _pod_spec(manifest)["containers"][0]["resources"]["limits"]
+    # GKE's google.com/tpu counts chips; TPU7x's chips are two JAX devices each
+    assert limits == {"google.com/tpu": chips // get_hardware(hardware).devices_per_chip}
+
+
 @pytest.mark.parametrize("case", TPU_CASES, ids=TPU_CASES)
 def test_tpu_jobset_shape(plans, case) -> None:
     plan = plans[case]
@@ -264,7 +288,10 @@ def test_tpu_jobset_shape(plans, case) -> None:
     job = rjob["template"]["spec"]
     pod = _pod_spec(manifest)
     [container] = pod["containers"]
-    hosts_per_slice = plan["hosts"] // plan["slices"]
+    # a v5e/v6e slice of up to 8 chips is one VM (a single-host machine type)
+    slice_chips = plan["total_devices"] // plan["slices"]
+    single = hw.name in ("tpu-v5e", "tpu-v6e") and slice_chips <= 8
+    hosts_per_slice = 1 if single else plan["hosts"] // plan["slices"]
     assert rjob["replicas"] == plan["slices"]
     assert job["parallelism"] == job["completions"] == hosts_per_slice
     assert job["completionMode"] == "Indexed" and job["backoffLimit"] == 0
@@ -272,8 +299,8 @@ def test_tpu_jobset_shape(plans, case) -> None:
         "cloud.google.com/gke-tpu-accelerator": launch_k8s.GKE_ACCELERATORS[hw.name],
         "cloud.google.com/gke-tpu-topology": plan["topology"].split(":")[1],
     }
-    chips = plan["total_devices"] // plan["hosts"]
-    assert chips == min(hw.devices_per_host, plan["total_devices"])
+    chips = slice_chips if single else plan["total_devices"] // plan["hosts"]
+    assert chips == (slice_chips if single else min(hw.devices_per_host, plan["total_devices"]))
     assert container["resources"]["limits"] == {"google.com/tpu": chips}
     assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
@@ -364,7 +391,8 @@ def test_jax_tpu_detection_reads_what_process_env_says(plans, monkeypatch, case)
     expected = process_env(plan)
     rule = expected["rule"]
     monkeypatch.setattr(cloud_tpu_cluster, "get_tpu_env_value_from_metadata", lambda _key: None)
-    hosts_per_slice = plan["hosts"] // plan["slices"]
+    layout = process_layout(plan)  # a v5e 2x4 is one VM: one process, as GKE runs it
+    hosts_per_slice = layout.hosts_per_slice
     for process in expected["processes"] or []:
         slice_id, worker = process["slice"], process["worker"]
         env = resolve_env(manifest, slice_id, worker)
@@ -378,7 +406,7 @@ def test_jax_tpu_detection_reads_what_process_env_says(plans, monkeypatch, case)
             monkeypatch.setenv(key, value)
         cluster = cloud_tpu_cluster.GkeTpuCluster
         assert cluster.get_process_id() == process["process_id"]
-        assert cluster.get_process_count() == process["num_processes"] == plan["hosts"]
+        assert cluster.get_process_count() == process["num_processes"] == layout.hosts
         host = env.get("MEGASCALE_COORDINATOR_ADDRESS") or cluster._get_worker_list_in_slice()[0]
         assert f"{host}:{cloud_tpu_cluster.coordinator_port}" == process["coordinator_address"]
         assert process["hostname"] == (
