@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -17,10 +17,11 @@ class Settings(BaseSettings):
     right default for a service bound to 127.0.0.1 and the wrong one anywhere else.
     """
 
-    model_config = SettingsConfigDict(env_prefix="DATARAX_", extra="ignore")
+    # Every number finite: an infinite timeout or body limit starts a service that breaks.
+    model_config = SettingsConfigDict(env_prefix="DATARAX_", extra="ignore", allow_inf_nan=False)
 
     host: str = Field("127.0.0.1", description="address to listen on")
-    port: int = Field(8000, description="HTTP port")
+    port: int = Field(8000, ge=1, le=65535, description="HTTP port")
     db: Path = Field(Path("./var/datarax.sqlite"), description="SQLite file (WAL mode)")
     cpu_devices: int = Field(8, ge=1, le=4096, description="simulated devices on CPU-only hosts")
     max_body_mb: float = Field(64.0, gt=0, description="request bodies above this are 413")
@@ -166,6 +167,16 @@ class Settings(BaseSettings):
         description="a runtime waits this long for every process to join, then exits "
         "and is restarted",
     )
+
+    @field_validator("api_token")
+    @classmethod
+    def _token_is_a_token(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and not token.get_secret_value().strip():
+            raise ValueError(
+                "the token is empty or blank: unset DATARAX_API_TOKEN to leave the API open, "
+                "or set a token"
+            )
+        return token
 
     @model_validator(mode="after")
     def _check_multihost(self) -> Settings:

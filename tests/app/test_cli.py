@@ -42,8 +42,16 @@ def test_flags_override_environment(monkeypatch):
         ({"DATARAX_PORT": "abc"}, [], "DATARAX_PORT / --port"),
         ({}, ["--cpu-devices", "0"], "DATARAX_CPU_DEVICES / --cpu-devices"),
         ({}, ["--process-id", "3", "--num-processes", "2", "--coordinator", "h:1"], "below"),
+        # issue 41: settings that started a broken service
+        ({}, ["--step-timeout-s", "inf"], "DATARAX_STEP_TIMEOUT_S / --step-timeout-s"),
+        ({}, ["--max-body-mb", "inf"], "DATARAX_MAX_BODY_MB / --max-body-mb"),
+        ({"DATARAX_MAX_ANSWER_MB": "nan"}, [], "DATARAX_MAX_ANSWER_MB"),
+        ({}, ["--port", "70000"], "DATARAX_PORT / --port"),
+        ({"DATARAX_API_TOKEN": ""}, [], "empty or blank"),
+        ({"DATARAX_API_TOKEN": "   "}, [], "empty or blank"),
     ],
-    ids=["bad-env", "bad-flag", "cross-field"],
+    ids=["bad-env", "bad-flag", "cross-field", "inf-timeout", "inf-body", "nan-answer",
+         "port-range", "empty-token", "blank-token"],  # fmt: skip
 )
 def test_bad_settings_are_one_line_and_exit_2(env, argv, fragment):
     result = subprocess.run(
