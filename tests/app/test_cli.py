@@ -50,8 +50,17 @@ def test_flags_override_environment(monkeypatch):
         ({"DATARAX_API_TOKEN": ""}, [], "empty or blank"),
         ({"DATARAX_API_TOKEN": "   "}, [], "empty or blank"),
     ],
-    ids=["bad-env", "bad-flag", "cross-field", "inf-timeout", "inf-body", "nan-answer",
-         "port-range", "empty-token", "blank-token"],  # fmt: skip
+    ids=[
+        "bad-env",
+        "bad-flag",
+        "cross-field",
+        "inf-timeout",
+        "inf-body",
+        "nan-answer",
+        "port-range",
+        "empty-token",
+        "blank-token",
+    ],  # fmt: skip
 )
 def test_bad_settings_are_one_line_and_exit_2(env, argv, fragment):
     result = subprocess.run(
