@@ -126,6 +126,12 @@ CODES: dict[str, Code] = _codes(
     ("too_many_metrics", 422, "Too many metrics", "a job point with more than 1,000 metrics"),
     ("value_too_large", 422, "Value too large", "a job point past DATARAX_MAX_POINT_VALUES"),
     ("metric_name_too_long", 422, "Metric name too long", "a metric name over 250 chars"),
+    (
+        "invalid_metric_name",
+        422,
+        "Invalid metric name",
+        "an empty or blank metric name, one with control characters, or a reserved one",
+    ),
     ("reserved_metric_name", 422, "Reserved metric name", "_num_devices or a NUL in an npz answer"),
     # --- job metric history
     ("job_not_found", 404, "Job not found", "no stored job with that name"),

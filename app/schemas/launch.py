@@ -33,12 +33,22 @@ class LaunchRequest(Strict):
         "script (GPU plans); env: what jax.distributed.initialize needs per process"
     )
     image: str | None = Field(
-        None, max_length=512, pattern=r"^[^\s]+$", description="container image (no spaces)"
+        None,
+        max_length=512,
+        pattern=r"^[^\s\x00-\x1f\x7f]+$",
+        description="container image (no spaces or control characters)",
     )
-    command: list[str] | None = Field(
-        None, max_length=256, description="the container's command (default: MaxText's trainer)"
+    command: list[Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]] | None = Field(
+        None,
+        max_length=256,
+        description="the container's command (default: MaxText's trainer); no NUL characters",
     )
-    name: str | None = Field(None, max_length=63, description="job name (default: the plan's)")
+    name: str | None = Field(
+        None,
+        max_length=63,
+        pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="job name (default: the plan's); no control characters",
+    )
     queue: str | None = Field(
         None,
         max_length=63,

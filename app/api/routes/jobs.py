@@ -64,14 +64,22 @@ StepQuery = Annotated[int | None, Query(ge=0, le=MAX_STEP)]
 
 def _only_query(request: Request, *allowed: str) -> None:
     """422 for a query parameter this operation does not take (a typo must not be
-    silently ignored: ``?limt=10`` would answer everything)."""
-    for name in request.query_params:
+    silently ignored: ``?limt=10`` would answer everything), or one given twice
+    (``?reduce=a:mean&reduce=b:max`` would keep one of them)."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
         if name not in allowed:
             raise InvalidParameter(
                 ["query", name],
                 f"unknown query parameter; this operation takes {', '.join(allowed) or 'none'}",
                 error_type="extra_forbidden",
             )
+        if name in seen:
+            raise InvalidParameter(
+                ["query", name],
+                "given twice; give it once (reduce takes a list: reduce=loss:mean,step:max)",
+            )
+        seen.add(name)
 
 
 def _limits(settings: Any) -> PointLimits:

@@ -74,6 +74,21 @@ def check_metric_count(count: int, index: int | None, limits: PointLimits = DEFA
         )
 
 
+RESERVED_NAMES = ("_weights", "_step")
+"""Names the npz codec keeps for itself (the per-device weights, a batch's steps)."""
+
+
+def _bad_name(name: str) -> str:
+    """Why ``name`` is no metric name ('' when it is one)."""
+    if not name.strip():
+        return "is empty or blank: name the metric"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "holds control characters (NUL, tab, newline, ...): drop them"
+    if name in RESERVED_NAMES:
+        return f"is reserved ({', '.join(RESERVED_NAMES)} are the npz codec's own): rename it"
+    return ""
+
+
 def check_point_shape(
     names: Sequence[str],
     values_per_point: int,
@@ -84,9 +99,17 @@ def check_point_shape(
     shapes), from its metric names and how many numbers its reduced values hold.
 
     Raises:
-      ServiceError: ``too_many_metrics``, ``metric_name_too_long``, ``value_too_large``.
+      ServiceError: ``too_many_metrics``, ``metric_name_too_long``,
+        ``invalid_metric_name``, ``value_too_large``.
     """
     check_metric_count(len(names), index, limits)
+    for name in names:
+        why = _bad_name(name)
+        if why:
+            raise ServiceError(
+                f"{_where_point(index)}: metric name {name[:40]!r} {why}",
+                code="invalid_metric_name",
+            )
     longest = max(names, key=len, default="")
     if len(longest) > limits.max_name:
         raise ServiceError(

@@ -266,6 +266,27 @@ def test_nan_and_infinities_are_stored_by_the_policy_and_said_in_warnings(client
     assert inf.status_code == 201 and inf.json()["warnings"][0].startswith("loss: 1 NaN")
 
 
+@pytest.mark.parametrize("name", ["", "  ", "lo\x00ss", "a\nb", "_weights", "_step"])
+def test_empty_blank_control_and_reserved_metric_names_are_refused(client, name):
+    body = {"step": 0, "metrics": {name: [1.0, 2.0]}}
+    problem = assert_problem(client.post("/v1/jobs/names/metrics", json=body), 422,
+                             "invalid_metric_name")  # fmt: skip
+    assert "metric name" in problem["detail"]
+    batch = {"points": [{"step": 0, "metrics": {name: 1.0}}]}
+    assert_problem(client.post("/v1/jobs/names/metrics/batch", json=batch), 422,
+                   "invalid_metric_name")  # fmt: skip
+
+
+def test_a_query_parameter_given_twice_is_refused_not_last_wins(client):
+    body = npz_bytes(loss=np.array([1.0, 2.0]), step=np.array([3.0, 4.0]))
+    twice = client.post(
+        "/v1/jobs/twice/metrics?step=1&reduce=loss:mean&reduce=step:max",
+        content=body,
+        headers=NPZ_HEADERS,
+    )
+    assert "given twice" in assert_problem(twice, 422, "validation_error")["detail"]
+
+
 def test_npz_push_with_source_in_the_query(client):
     body = npz_bytes(loss=np.array([1.0, 2.0]))
     params = {"step": 1, "source": "h-0", "sources": 2}

@@ -85,7 +85,9 @@ def test_extra_args_and_env_come_after_the_generated_ones(api):
     env_target = api.post(url, json={"target": "env", **extra}).json()["env"]
     assert env_target == {"DATARAX_PLAN_ID": plan["id"], **extra["extra_env"]}
     for bad in ({"extra_args": ["no-equals-sign"]}, {"extra_args": ["a=b\nc=d"]},
-                {"extra_env": {"1BAD": "x"}}):  # fmt: skip
+                {"extra_env": {"1BAD": "x"}}, {"command": ["python3", "-c", "x\x00y"]},
+                {"image": "img\x00:1"}, {"name": "run\x00"},
+                {"extra_env": {"A": "b\x00"}}):  # fmt: skip
         assert_problem(api.post(url, json={"target": "maxtext", **bad}), 422, "validation_error")
 
 
