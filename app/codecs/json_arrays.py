@@ -60,11 +60,28 @@ OIP_DTYPES: dict[str, np.dtype] = {
 }
 
 
+MAX_INT_DIGITS = 20
+"""Digits of a JSON integer at most (a sign aside): 64-bit integers (steps go to
+2**63 - 1) fit, a longer one is refused as malformed JSON (422 ``invalid_json``) at the
+first one, before Python converts it (past 4,300 digits the conversion raised, a 500;
+below, thousands of long ones kept the parser busy for seconds)."""
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(
+            f"an integer of {len(text.lstrip('-'))} digits; integers take at most "
+            f"{MAX_INT_DIGITS} (write a float, e.g. 1e30, for a larger number)"
+        )
+    return int(text)
+
+
 def loads_json(body: bytes) -> Any:
     """Parses a JSON body: orjson, else the standard library (same result, or its error).
 
     Raises:
-      json.JSONDecodeError, UnicodeDecodeError: as ``json.loads`` does.
+      json.JSONDecodeError, UnicodeDecodeError: as ``json.loads`` does (an integer of
+      more than :data:`MAX_INT_DIGITS` digits included).
     """
     try:
         return orjson.loads(body)  # orjson itself refuses unpaired surrogates
@@ -76,9 +93,13 @@ def loads_json(body: bytes) -> Any:
     # The standard library recurses once per level: a deep body (orjson's limit is 1024
     # levels, Python's recursion limit about 1000) must be refused, never crash.
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_int=_bounded_int)
     except RecursionError:
         raise _too_deep() from None
+    except ValueError as err:
+        if isinstance(err, json.JSONDecodeError):
+            raise
+        raise json.JSONDecodeError(str(err), "", 0) from None
     # A lone surrogate (\ud800) parses but is not text: no answer, JSON or npz, could
     # name it. Refused here, as malformed JSON, instead of failing when answering.
     try:

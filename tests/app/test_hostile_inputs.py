@@ -16,7 +16,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.helpers import PROBLEM_TYPE, ServiceProcess
+from tests.helpers import PROBLEM_TYPE, ServiceProcess, assert_problem
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -301,3 +301,30 @@ def test_strict_json_refuses_bare_nan():
         strict_json('{"losses":[NaN]}')
     with pytest.raises(ValueError, match="Infinity"):
         strict_json('{"last_loss":-Infinity}')
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/metrics/reduce", "/v1/metrics/collect", "/v1/jobs/huge-int/metrics",
+     "/v1/jobs/huge-int/metrics/batch", "/v1/meshes"],
+)  # fmt: skip
+def test_integers_past_their_digit_limit_are_invalid_json_not_500(client, path):
+    # Python refuses to convert integers over 4,300 digits (it raised inside the decoder,
+    # a 500); every body is refused at the first integer over 20 digits
+    big = "9" * 5000
+    body = {
+        "/v1/metrics/reduce": f'{{"metrics": {{"loss": [{big}, 1]}}}}',
+        "/v1/metrics/collect": f'{{"metrics": {{"loss": [{big}, 1]}}}}',
+        "/v1/jobs/huge-int/metrics": f'{{"step": 1, "metrics": {{"loss": [{big}]}}}}',
+        "/v1/jobs/huge-int/metrics/batch": f'{{"points": [{{"step": 1, "metrics": {{"x": {big}}}}}]}}',
+        "/v1/meshes": f'{{"axes": {{"data": {big}}}}}',
+    }[path]
+    response = client.post(path, content=body, headers=JSON)
+    assert_problem(response, 422, "invalid_json")
+    # 20 digits still parse (a step up to 2**63 - 1)
+    fine = client.post(
+        "/v1/jobs/huge-int/metrics",
+        content=json.dumps({"step": 2**63 - 1, "metrics": {"x": 1.0}}),
+        headers=JSON,
+    )
+    assert fine.status_code in (200, 201), fine.text
