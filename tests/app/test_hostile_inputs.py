@@ -316,7 +316,9 @@ def test_integers_past_their_digit_limit_are_invalid_json_not_500(client, path):
         "/v1/metrics/reduce": f'{{"metrics": {{"loss": [{big}, 1]}}}}',
         "/v1/metrics/collect": f'{{"metrics": {{"loss": [{big}, 1]}}}}',
         "/v1/jobs/huge-int/metrics": f'{{"step": 1, "metrics": {{"loss": [{big}]}}}}',
-        "/v1/jobs/huge-int/metrics/batch": f'{{"points": [{{"step": 1, "metrics": {{"x": {big}}}}}]}}',
+        "/v1/jobs/huge-int/metrics/batch": (
+            f'{{"points": [{{"step": 1, "metrics": {{"x": {big}}}}}]}}'
+        ),
         "/v1/meshes": f'{{"axes": {{"data": {big}}}}}',
     }[path]
     response = client.post(path, content=body, headers=JSON)
