@@ -247,8 +247,48 @@ class Store:
         with db.lock:
             self._db, self._conn = db, db.conn
 
+    def _check_owned(self) -> None:
+        """Reads an existing file read-only before anything writes to it: a file of a
+        newer schema version, or one holding tables but not the service's, is refused
+        (:class:`StoreUnusable`) and left byte for byte as it was."""
+        if str(self.path) == ":memory:" or not self.path.exists() or not self.path.stat().st_size:
+            return
+        try:
+            ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        except sqlite3.Error as err:
+            raise StoreUnusable(f"cannot open {self.path}: {err}") from err
+        try:
+            version = ro.execute("PRAGMA user_version").fetchone()[0]
+            tables = {row[0] for row in ro.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}  # fmt: skip
+        except sqlite3.DatabaseError as err:
+            code = getattr(err, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise StoreUnusable(
+                    f"{self.path} is in use by another process ({err}); one service per "
+                    "database file: stop the other one or point DATARAX_DB elsewhere"
+                ) from err
+            raise StoreUnusable(
+                f"{self.path} is not a usable SQLite database: {err}; it was left untouched"
+            ) from err
+        finally:
+            ro.close()
+        if version > SCHEMA_VERSION:
+            raise StoreUnusable(
+                f"{self.path} has schema version {version}, newer than this service's "
+                f"{SCHEMA_VERSION}; it was left untouched: run the newer service or point "
+                "DATARAX_DB elsewhere"
+            )
+        if tables and "plans" not in tables:
+            raise StoreUnusable(
+                f"{self.path} holds tables that are not this service's "
+                f"({', '.join(sorted(tables)[:5])}); it was left untouched: point DATARAX_DB "
+                "at a new file or at the service's own"
+            )
+
     def _connect(self) -> sqlite3.Connection:
         """A new connection with the service's pragmas, schema and migrations."""
+        self._check_owned()
         try:
             conn = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=30

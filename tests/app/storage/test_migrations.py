@@ -12,7 +12,7 @@ import pytest
 from app.core.errors import StepConflict
 from app.storage import jobs as store_jobs
 from app.storage import plans
-from app.storage.db import Store
+from app.storage.db import Store, StoreUnusable
 from app.storage.migrations import MIGRATIONS, SCHEMA_VERSION
 
 
@@ -88,10 +88,27 @@ def test_a_version_1_file_is_migrated_in_place_and_keeps_its_data(tmp_path):
 def test_a_file_from_a_newer_schema_is_refused(tmp_path):
     path = tmp_path / "new.sqlite"
     conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE plans (id TEXT)")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.close()
-    with pytest.raises(RuntimeError, match="newer"):
+    before = path.read_bytes()
+    with pytest.raises(StoreUnusable, match="newer"):
         Store(path).open()
+    # read before anything wrote: byte for byte as it was, no WAL beside it
+    assert path.read_bytes() == before and not path.with_name("new.sqlite-wal").exists()
+
+
+def test_a_foreign_database_is_refused_untouched(tmp_path):
+    path = tmp_path / "foreign.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO customers (name) VALUES ('ada')")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreUnusable, match="not this service's"):
+        Store(path).open()
+    assert path.read_bytes() == before and not path.with_name("foreign.sqlite-wal").exists()
 
 
 def test_every_version_up_to_the_current_one_has_its_migration():
