@@ -7,8 +7,9 @@
 #   ACCEL=cpu   otherwise
 # Set ACCEL=cpu|cuda|tpu to override. The venv remembers its variant in a stamp
 # (.venv/.installed-<variant>); asking for another variant removes the old accelerator
-# plugins and installs the new one. `make test` adds libtpu (the `tpu` extra) on every host:
-# the TPU topology tests build real TPU topologies with it, also on CPU-only hosts.
+# plugins and installs the new one. `make run` and `make test` add libtpu (the `tpu` extra)
+# on every host: compile checks and the TPU topology tests build real TPU topologies with
+# it, also on CPU-only hosts.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -87,7 +88,8 @@ accel:
 
 # ACCEL doubles as the runtime's JAX platform (cpu, cuda, tpu): a GPU host whose CUDA
 # fails to start refuses to serve instead of serving simulated CPU devices.
-run: venv
+# The README's examples need libtpu (compile checks' TPU targets): `make run` installs it too.
+run: $(TEST_STAMP)
 	@echo "datarax mesh service on http://$(HOST):$(PORT)  (docs: http://$(HOST):$(PORT)/docs)"
 	DATARAX_PLATFORMS=$${DATARAX_PLATFORMS:-$(ACCEL)} \
 	  $(VENV)/bin/datarax-serve --host $(HOST) --port $(PORT)

@@ -136,6 +136,18 @@ CODES: dict[str, Code] = _codes(
     # --- job metric history
     ("job_not_found", 404, "Job not found", "no stored job with that name"),
     ("step_conflict", 409, "Step conflict", "the step (or the source's part) has other content"),
+    (
+        "job_not_linked",
+        409,
+        "Job not linked",
+        "the job is linked to no plan (PATCH its plan first)",
+    ),
+    (
+        "no_measured_steps",
+        409,
+        "No measured steps",
+        "the job pushed no value of its step-time metric",
+    ),
     ("part_mismatch", 422, "Part does not match", "metric names or device count differ"),
     ("sources_mismatch", 422, "Sources do not match", "sources differs from the step's"),
     # --- sessions and training steps
@@ -336,6 +348,14 @@ class JobNotFound(ServiceError):
 
 class StepConflict(ServiceError):
     code = "step_conflict"
+
+
+class JobNotLinked(ServiceError):
+    code = "job_not_linked"
+
+
+class NoMeasuredSteps(ServiceError):
+    code = "no_measured_steps"
 
 
 class PartMismatch(ServiceError):

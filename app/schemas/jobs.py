@@ -15,6 +15,7 @@ from pydantic import (
     StrictInt,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from app.schemas.base import JsonInt, Strict
 from app.schemas.metrics import (
@@ -125,25 +126,23 @@ class JobBatchRequest(Strict):
 
 
 class JobPatchRequest(Strict):
+    # At least one member, none of them null: the schema says so as the validator does.
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{"finished": True}, {"plan": "3f2a9c", "step_time_metric": "step_time"}]
+            "examples": [{"finished": True}, {"plan": "3f2a9c", "step_time_metric": "step_time"}],
+            "minProperties": 1,
         },
     )
 
-    finished: StrictBool | None = Field(None, description="true: finished; false: reopened")
-    plan: str | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        description="links the job to this stored plan: the job then answers fidelity",
+    finished: StrictBool | SkipJsonSchema[None] = Field(
+        None, description="true: finished; false: reopened"
     )
-    step_time_metric: str | None = Field(
-        None,
-        min_length=1,
-        max_length=256,
-        description="the pushed metric holding seconds a step (default step_time)",
+    plan: Annotated[str, Field(min_length=1, max_length=64)] | SkipJsonSchema[None] = Field(
+        None, description="links the job to this stored plan: the job then answers fidelity"
+    )
+    step_time_metric: Annotated[str, Field(min_length=1, max_length=256)] | SkipJsonSchema[None] = (
+        Field(None, description="the pushed metric holding seconds a step (default step_time)")
     )
 
     @model_validator(mode="after")

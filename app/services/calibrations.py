@@ -20,7 +20,14 @@ from typing import Any
 import anyio.to_thread
 import orjson
 
-from app.core.errors import InvalidRequest, JobNotFound, ServiceError, from_library
+from app.core.errors import (
+    InvalidRequest,
+    JobNotFound,
+    JobNotLinked,
+    NoMeasuredSteps,
+    ServiceError,
+    from_library,
+)
 from app.storage import calibrations as stored
 from app.storage import history as store_history
 from app.storage import job_links
@@ -115,13 +122,13 @@ async def _job_row(store: Store, job: str) -> dict[str, Any]:
         raise JobNotFound(f"no job named {job!r}; GET /v1/jobs lists them")
     link = await job_links.read_link(store, job)
     if link is None:
-        raise InvalidRequest(f"job {job!r} is linked to no plan: PATCH /v1/jobs/{job} with plan")
+        raise JobNotLinked(f"job {job!r} is linked to no plan: PATCH /v1/jobs/{job} with plan")
     text = await stored_plans.get_plan_summary(store, link.plan)
     if text is None:
         raise InvalidRequest(f"job {job!r}'s plan {link.plan!r} is gone")
     measured = await job_links.measured_steps(store, job, link.step_time_metric)
     if not measured:
-        raise InvalidRequest(f"job {job!r} pushed no {link.step_time_metric!r} yet")
+        raise NoMeasuredSteps(f"job {job!r} pushed no {link.step_time_metric!r} yet")
     plan = orjson.loads(text)
     try:
         kind, parts = await anyio.to_thread.run_sync(lambda: _plan_parts(plan))
@@ -142,8 +149,8 @@ async def calibrate_jobs(store: Store, jobs: list[str], framework: str = "jax") 
     """Fits, stores and answers a ``jobs`` profile on the jobs' measured steps.
 
     Raises:
-      JobNotFound; InvalidRequest (a job linked to no plan, or with nothing measured;
-      plans of different accelerator kinds).
+      JobNotFound; JobNotLinked; NoMeasuredSteps; InvalidRequest (a plan gone, or plans
+      of different accelerator kinds).
     """
     rows = [await _job_row(store, job) for job in dict.fromkeys(jobs)]
     kinds = sorted({r["kind"] for r in rows})

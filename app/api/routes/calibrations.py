@@ -80,7 +80,7 @@ async def get_calibration(profile_id: ProfileId, store: StoreDep) -> Response:
             "model": CalibrationProfileEntry,
             "description": "the profile, stored; Location: /v1/calibrations/{id}",
         },
-        **problem_responses(401, 404, 415, 422),
+        **problem_responses(401, 404, 409, 415, 422),
     },
 )
 async def create_calibration(body: CalibrationRequest, store: StoreDep) -> Response:
@@ -89,8 +89,8 @@ async def create_calibration(body: CalibrationRequest, store: StoreDep) -> Respo
     constants fitted on those pairs by the grid search the published profiles come from,
     and the profile stored (201, ``Location``). Its ``error`` gives the fit's mean
     absolute error on the jobs, the published profile's, and, from 3 jobs, the
-    leave-one-out error. 404 ``job_not_found``; 422 for a job linked to no plan or with
-    nothing measured, and for plans of different accelerator kinds."""
+    leave-one-out error. 404 ``job_not_found``; 409 ``job_not_linked`` (a job linked to
+    no plan) and ``no_measured_steps``; 422 for plans of different accelerator kinds."""
     answer = await calibrations.calibrate_jobs(store, body.jobs, body.framework)
     location = {"location": f"/v1/calibrations/{answer['id']}"}
     return json_response(json_text(answer), 201, location)

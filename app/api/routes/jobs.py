@@ -135,7 +135,7 @@ async def get_job(job: JobName, request: Request, store: StoreDep) -> Response:
     dependencies=[BearerDoc, JsonBody],
     responses={
         200: {"model": JobSummary, "description": "the job, updated"},
-        **problem_responses(401, 404, 415, 422),
+        **problem_responses(401, 404, 409, 415, 422),
     },
 )
 async def update_job(
@@ -145,7 +145,8 @@ async def update_job(
     leave it out); ``false`` reopens it. ``{"plan": id, "step_time_metric": "step_time"}``
     links it to a stored plan: its answers then carry ``fidelity``, the plan's predicted
     step time against the median of the metric's pushed values (404 ``mesh_not_found``
-    for no such plan; 422 for a plan without a step estimate)."""
+    for no such plan; 422 for a plan without a step estimate; 409 ``job_not_linked`` for
+    ``step_time_metric`` alone on a job linked to no plan)."""
     _only_query(request)
     return json_response(
         await summaries.update_job(

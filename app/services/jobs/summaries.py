@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from app.core.errors import InvalidRequest, JobNotFound
+from app.core.errors import JobNotFound, JobNotLinked
 from app.services.jobs import fidelity as job_fidelity
 from app.storage import history as store_history
 from app.storage import job_links
@@ -84,7 +84,7 @@ async def update_job(
 
     Raises:
       JobNotFound; MeshNotFound (no such plan); InvalidRequest (a plan without a step
-      estimate, or ``step_time_metric`` for a job linked to no plan).
+      estimate); JobNotLinked (``step_time_metric`` for a job linked to no plan).
     """
     if await store_history.read_job(store, job) is None:
         raise _not_found(job)
@@ -93,9 +93,7 @@ async def update_job(
     elif step_time_metric is not None:
         found = await job_links.read_link(store, job)
         if found is None:
-            raise InvalidRequest(
-                f"job {job!r} is linked to no plan: give plan with step_time_metric"
-            )
+            raise JobNotLinked(f"job {job!r} is linked to no plan: give plan with step_time_metric")
         await job_fidelity.link(store, job, found.plan, step_time_metric)
     if finished is not None and not await store_jobs.mark_finished(store, job, finished):
         raise _not_found(job)

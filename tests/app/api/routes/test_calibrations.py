@@ -125,7 +125,7 @@ def test_a_jobs_fit_is_refused_with_what_is_missing(api):
         == 201
     )
     unlinked = api.post("/v1/calibrations", json={"kind": "jobs", "jobs": ["no-plan"]})
-    assert "linked to no plan" in assert_problem(unlinked, 422, "invalid_request")["detail"]
+    assert "linked to no plan" in assert_problem(unlinked, 409, "job_not_linked")["detail"]
     assert_problem(api.post("/v1/calibrations", json={"kind": "jobs", "jobs": ["nobody"]}), 404,
                    "job_not_found")  # fmt: skip
     assert_problem(api.post("/v1/calibrations", json={"kind": "host"}), 422, "validation_error")

@@ -220,8 +220,8 @@ def test_a_job_linked_to_its_plan_answers_predicted_against_measured(client):
     assert_problem(client.patch("/v1/jobs/linked", json={"plan": bare["id"]}), 422,
                    "invalid_request")  # fmt: skip
     assert _push(client, "unlinked", 1, [1.0]).status_code == 201
-    assert_problem(client.patch("/v1/jobs/unlinked", json={"step_time_metric": "t"}), 422,
-                   "invalid_request")  # fmt: skip
+    assert_problem(client.patch("/v1/jobs/unlinked", json={"step_time_metric": "t"}), 409,
+                   "job_not_linked")  # fmt: skip
     assert_problem(client.patch("/v1/jobs/unlinked", json={}), 422, "validation_error")
     assert_problem(client.patch("/v1/jobs/nope", json={"plan": plan["id"]}), 404,
                    "job_not_found")  # fmt: skip
