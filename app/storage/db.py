@@ -254,7 +254,9 @@ class Store:
         if str(self.path) == ":memory:" or not self.path.exists() or not self.path.stat().st_size:
             return
         try:
-            ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+            # immutable: no locks, no WAL index, no -shm mapped or made (a stale -shm must
+            # never be mapped); it reads the main file, enough for the version and tables
+            ro = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         except sqlite3.Error as err:
             raise StoreUnusable(f"cannot open {self.path}: {err}") from err
         try:

@@ -33,6 +33,7 @@ import pytest
 import app.storage.db as store_module
 from app.cli import EXIT_BAD_DATABASE
 from app.main import create_app
+from app.storage import migrations
 from tests.helpers import (
     ServiceProcess,
     StubRuntime,
@@ -323,6 +324,7 @@ def test_a_stale_unwritable_shm_file_is_never_mapped(tmp_path, immutable):
     db.parent.mkdir()
     old = sqlite3.connect(db)
     old.execute("PRAGMA journal_mode = WAL")
+    old.executescript(migrations.SCHEMA)  # an older version's file: the service's own tables
     old.execute("CREATE TABLE leftover (x)")
     old.commit()
     old.close()
