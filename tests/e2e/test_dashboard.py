@@ -146,6 +146,13 @@ def service(tmp_path_factory):
         server.wait_ready()
         with _api(server) as client:
             data = {}
+            unnamed = client.post(
+                "/v1/meshes",
+                json={"hardware": "tpu-v6e", "topology": "2x4", "ici": {"fsdp": 8},
+                      "batch_shape": [8, 2048],
+                      "model": {"name": "llama3.1-8b", "seq_len": 2048}},
+            )  # fmt: skip
+            assert unnamed.status_code == 201, unnamed.text
             live = client.post(
                 "/v1/meshes",
                 json={"axes": {"data": 2, "model": 4}, "batch_shape": [64, 16], "name": "live-2x4"},
@@ -262,7 +269,10 @@ def test_home_lists_plans_newest_first_and_searches(page, service, tmp_path):
     rows = page.locator("table.plans tbody tr")
     rows.first.wait_for()
     names = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
-    assert names == ["pod-65536", "abs-1024", "live-2x4"], names
+    # an unnamed plan reads as its hardware and slice, its mesh and its model, not "–"
+    assert names == ["pod-65536", "abs-1024", "live-2x4", "tpu-v6e 2x4 · fsdp 8 · llama3.1-8b"], (
+        names
+    )
     assert rows.nth(2).locator(".badge").inner_text() == "live"
     assert rows.nth(1).locator(".badge").inner_text() == "abstract"
     page.fill("#plan-search", "abs-1024")

@@ -212,6 +212,13 @@
       el("section", { id: "sessions", class: "card" }, el("h2", { text: "Sessions" }), sessionsBody),
     );
 
+    // An unnamed plan reads as what it is: its hardware and slice, its mesh, its model.
+    const unnamedPlan = (p) => {
+      const where = p.hardware ? `${p.hardware}${p.topology ? ` ${String(p.topology).split(":").pop()}` : ""}` : p.platform;
+      const mesh = Object.entries(p.axes || {}).map(([k, v]) => `${k} ${v}`).join(" × ");
+      const model = p.model ? p.model.name || p.model.kind : null;
+      return [where, mesh, model].filter(Boolean).join(" · ") || "unnamed";
+    };
     let plans = [], total = 0, plansTag = null;
     const drawPlans = () => {
       const q = search.value.trim().toLowerCase();
@@ -220,7 +227,7 @@
       fill(plansBody,
         el("p", { class: "muted", text: `${count(total, "plan")}${total > 1 ? ", newest first" : ""}${q ? `; ${shown.length.toLocaleString("en-US")} of the ${plans.length.toLocaleString("en-US")} loaded match` : ""}` }),
         table(["name", "id", "kind", "devices", "axes", "created"], shown.map((p) => [
-          p.name || "–",
+          p.name || el("span", { class: "muted unnamed", text: unnamedPlan(p) }),
           el("a", { href: `/plans/${encodeURIComponent(p.id)}`, text: p.id }),
           el("span", { class: p.live ? "badge live" : "badge", text: p.live ? "live" : "abstract" }),
           Number(p.total_devices).toLocaleString("en-US"),
