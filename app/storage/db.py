@@ -263,13 +263,7 @@ class Store:
             version = ro.execute("PRAGMA user_version").fetchone()[0]
             tables = {row[0] for row in ro.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}  # fmt: skip
-        except sqlite3.DatabaseError as err:
-            code = getattr(err, "sqlite_errorcode", None)
-            if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                raise StoreUnusable(
-                    f"{self.path} is in use by another process ({err}); one service per "
-                    "database file: stop the other one or point DATARAX_DB elsewhere"
-                ) from err
+        except sqlite3.DatabaseError as err:  # immutable takes no locks: never busy here
             raise StoreUnusable(
                 f"{self.path} is not a usable SQLite database: {err}; it was left untouched"
             ) from err
