@@ -5,8 +5,8 @@ cannot partition, gives ``shard_map`` its specs): the batch over the data, fsdp 
 expert axes, the sequence over the context axes, tensor-split dimensions over the tensor
 axes, and the tokens dispatched to experts over the expert axes.
 
-Context parallelism follows MaxText's ``all_gather`` strategy
-(``context_parallel_strategy``, ``MaxText/layers/attention_op.py``): every token-wise op
+Context parallelism follows MaxText's strategies (``context_parallel_strategy``,
+``MaxText/layers/attention_op.py``). With ``all_gather``, every token-wise op
 (projections, norms, the MLP and the experts, the loss) runs on the device's share of the
 sequence, and attention gathers the keys and values over the context axes while each
 device keeps its own queries. With ``load_balance`` (MaxText's
@@ -15,7 +15,8 @@ device ``i`` holds chunks ``i`` and ``2 x context - 1 - i``, so under a causal m
 device attends to as many keys: the tokens enter the model in that order
 (:meth:`ActivationLayout.balance`), each query keeps its true position for the mask
 (:meth:`ActivationLayout.query_positions`), and the gathered keys and values are put back
-in sequence order (:meth:`ActivationLayout.gathered`).
+in sequence order (:meth:`ActivationLayout.gathered`). With ``ring``, the keys and values
+stay split and go round the context devices instead (:mod:`datarax.models.ring`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ class ActivationLayout:
         (:func:`balanced_order`).
       pipeline: the decoder layers as pipeline stages over stage axes
         (:class:`~datarax.models.pipeline.StagePlan`).
+      strategy: with sequence axes over 1, how attention reaches the other devices' keys
+        and values: ``all_gather`` (:meth:`gathered`) or ``ring``
+        (:func:`~datarax.models.ring.ring_attention`).
 
     Example:
       >>> layout = ActivationLayout(mesh, ("fsdp",), ("tensor",))  # doctest: +SKIP
@@ -102,6 +106,7 @@ class ActivationLayout:
         sequence_axes: Sequence[str] = (),
         load_balance: bool = False,
         pipeline: StagePlan | None = None,
+        strategy: str = "all_gather",
     ) -> None:
         sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
         named = (*batch_axes, *tensor_axes, *expert_axes, *sequence_axes)
@@ -127,6 +132,9 @@ class ActivationLayout:
         self.e = math.prod(sizes[a] for a in expert)
         self.cp = math.prod(sizes[a] for a in sequence_axes)
         self.load_balance = bool(load_balance) and self.cp > 1
+        if strategy not in ("all_gather", "ring"):
+            raise ValueError(f"context strategy {strategy!r} is not 'all_gather' or 'ring'")
+        self.strategy = strategy
         # the layers as pipeline stages over the stage axes (datarax.models.pipeline)
         self.pipeline = pipeline if pipeline is not None and pipeline.stages > 1 else None
         # the axes that split the experts' kernels as fsdp does (gathered a layer at a
@@ -138,8 +146,9 @@ class ActivationLayout:
         axes alone (the stage axes split the stages), no pipeline."""
         batch, tensor, expert, fsdp, sequence = self._given
         return ActivationLayout(
-            self.mesh, batch, tensor, expert, fsdp, sequence, load_balance=self.load_balance
-        )
+            self.mesh, batch, tensor, expert, fsdp, sequence, load_balance=self.load_balance,
+            strategy=self.strategy,
+        )  # fmt: skip
 
     def _pin(self, x: jax.Array, spec: list[Entry]) -> jax.Array:
         pinned: jax.Array = jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))

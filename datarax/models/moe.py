@@ -8,8 +8,9 @@ are one gated MLP every token goes through. Two kernels, as ``moe_kernel`` says:
 
 - ``sparse`` (dropless, MaxText's ``sparse_matmul``): the routed copies of the tokens
   sorted by expert and multiplied by their expert's weights with ``jax.lax.ragged_dot``
-  (a grouped matmul; XLA's ragged dot on TPU, its dense fallback elsewhere), then put
-  back in token order and summed.
+  (a grouped matmul; XLA's ragged dot on TPU, its dense fallback elsewhere; looped
+  where a pipeline's stages batch it: :func:`_grouped_matmul`), then put back in token
+  order and summed.
 - ``dense`` (capacity, MaxText's ``dense_matmul``): each sequence's tokens are dispatched
   to ``[experts, capacity]`` slots through one-hot masks (``capacity = ceil(S k / E) *
   capacity_factor``; what passes it is dropped), the experts run as batched einsums and
@@ -24,12 +25,14 @@ The router's auxiliary load-balancing loss is not added (MaxText's default weigh
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+from jax.custom_batching import sequential_vmap
 from jax.sharding import PartitionSpec as P
 
 from datarax.estimate.model_specs import TransformerSpec
@@ -49,6 +52,50 @@ class MoECompute(Protocol):
     def experts(self, x: jax.Array) -> jax.Array: ...
 
     def c(self, x: jax.Array, tensor_dim: int | None = None) -> jax.Array: ...
+
+
+@functools.cache
+def _grouped_matmul(precision: Any) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    """``jax.lax.ragged_dot(x [m, k], kernel [G, k, n], sizes [G])`` at ``precision``,
+    whose batched forms (under ``vmap``: a pipeline's stages) loop over the batch
+    (``jax.custom_batching.sequential_vmap``), forward and backward. XLA's TPU compiler
+    takes no batched ragged dot ("group_sizes with rank > 1 are not yet supported"), and
+    inside the expert-parallel ``shard_map`` a stage's batch is one per device anyway.
+    ``sequential_vmap`` itself cannot be differentiated, so the function's VJP is written
+    out: the ragged dot's own VJP, looped the same way."""
+
+    def plain(x: jax.Array, kernel: jax.Array, sizes: jax.Array) -> jax.Array:
+        return jax.lax.ragged_dot(x, kernel, sizes, precision=precision)
+
+    def plain_vjp(
+        x: jax.Array, kernel: jax.Array, sizes: jax.Array, g: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        _, vjp = jax.vjp(lambda x, kernel: plain(x, kernel, sizes), x, kernel)
+        grads: tuple[jax.Array, jax.Array] = vjp(g)
+        return grads
+
+    forward = sequential_vmap(plain)
+    backward = sequential_vmap(plain_vjp)
+
+    @jax.custom_vjp
+    def grouped(x: jax.Array, kernel: jax.Array, sizes: jax.Array) -> jax.Array:
+        out: jax.Array = forward(x, kernel, sizes)
+        return out
+
+    def fwd(
+        x: jax.Array, kernel: jax.Array, sizes: jax.Array
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
+        return forward(x, kernel, sizes), (x, kernel, sizes)
+
+    def bwd(
+        saved: tuple[jax.Array, jax.Array, jax.Array], g: jax.Array
+    ) -> tuple[jax.Array, jax.Array, None]:
+        x, kernel, sizes = saved
+        dx, dkernel = backward(x, kernel, sizes, g)
+        return dx, dkernel, None
+
+    grouped.defvjp(fwd, bwd)
+    return grouped
 
 
 def _route(compute: MoECompute, y: jax.Array, router: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -77,8 +124,7 @@ def _sparse(
     sizes = jnp.bincount(flat, length=e).astype(jnp.int32)
 
     def grouped(x: jax.Array, kernel: jax.Array) -> jax.Array:
-        return jax.lax.ragged_dot(x, kernel.astype(compute.dtype), sizes,
-                                  precision=compute.precision)  # fmt: skip
+        return _grouped_matmul(compute.precision)(x, kernel.astype(compute.dtype), sizes)
 
     hidden = _activation(compute)(*(grouped(rows, kernel) for kernel in w[:-1]))
     out = grouped(hidden, w[-1])
@@ -159,8 +205,7 @@ def _sharded_sparse(
         sizes = jnp.bincount(got_ids, length=local_e + 1)[:local_e].astype(jnp.int32)
 
         def grouped(a: jax.Array, kernel: jax.Array) -> jax.Array:
-            return jax.lax.ragged_dot(a, kernel.astype(compute.dtype), sizes,
-                                      precision=compute.precision)  # fmt: skip
+            return _grouped_matmul(compute.precision)(a, kernel.astype(compute.dtype), sizes)
 
         local_rows = got[here]
         hidden = _activation(compute)(*(grouped(local_rows, kern) for kern in full[:-1]))

@@ -43,7 +43,8 @@ from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.models.attention import attention
 from datarax.models.layout import ActivationLayout
 from datarax.models.moe import moe_block
-from datarax.models.pipeline import WEIGHTS, pipelined_layers
+from datarax.models.pipeline import WEIGHTS, StagePlan, pipelined_layers
+from datarax.models.ring import ring_attention
 
 __all__ = [
     "ActivationLayout",
@@ -199,9 +200,13 @@ class _Compute:
             # the heads split evenly (grouping needs whole KV heads per shard)
             k, v = c(jnp.repeat(k, h // kv, axis=2), 2), c(jnp.repeat(v, h // kv, axis=2), 2)
         gather = getattr(self.layout, "gathered", None)
-        if self.cp > 1 and gather is not None:  # context: each device's queries, every key
-            k, v = gather(k, 2), gather(v, 2)
-        ctx = attention(spec.attention, q, k, v, precision=self.precision, layout=self.layout)
+        if self.cp > 1 and getattr(self.layout, "strategy", None) == "ring":
+            # context: the keys and values go round the context devices (both kinds)
+            ctx = ring_attention(q, k, v, layout=self.layout, precision=self.precision)
+        else:
+            if self.cp > 1 and gather is not None:  # context: own queries, every key
+                k, v = gather(k, 2), gather(v, 2)
+            ctx = attention(spec.attention, q, k, v, precision=self.precision, layout=self.layout)
         ctx = checkpoint_name(c(ctx, 2), "context")
         # the d-wide residual stream is split over the tensor axes too (MaxText's
         # activation_embed rule; Megatron's sequence parallelism): the row-parallel
@@ -287,20 +292,20 @@ class _Compute:
 
         pipeline = getattr(self.layout, "pipeline", None)
         if pipeline is not None:
-            if self.spec.is_moe:
-                raise ValueError(
-                    "the library's pipeline runs a dense model's stacked layers; a "
-                    "mixture-of-experts model's layers do not run as stages here"
-                )
             # the layers run inside the stages with the batch over the batch axes alone
             inner = _Compute(self.spec, _inner_layout(self.layout))
-            step = inner.layer_step("layers/*", False, checkpoint, policy)
-            stack = _stack(params, "layers/")
-            # into the stages with the batch whole over the stage axes (a [B] split over
-            # data x stage does not reshape into microbatches), out split again
-            x = inner.c(x, 2)
             keep = _stage_policy(self.spec)
-            x = c(pipelined_layers(x, stack, step, pipeline, inner.layout, keep), 2)
+
+            def inner_fn(prefix: str, moe: bool) -> Callable[..., tuple[jax.Array, None]]:
+                return inner.layer_step(prefix, moe, checkpoint, policy)
+
+            if self.spec.is_moe:
+                x = self._moe_layers(x, params, layer_fn, (pipeline, keep, inner, inner_fn))
+            else:
+                # into the stages with the batch whole over the stage axes (a [B] split
+                # over data x stage does not reshape into microbatches), out split again
+                step, stack = inner_fn("layers/*", False), _stack(params, "layers/")
+                x = c(pipelined_layers(inner.c(x, 2), stack, step, pipeline, inner.layout, keep), 2)
         elif not self.spec.is_moe:
             x, _ = jax.lax.scan(layer_fn("layers/*", False), x, _stack(params, "layers/"))
         else:
@@ -312,15 +317,22 @@ class _Compute:
         x: jax.Array,
         params: Mapping[str, jax.Array],
         layer_fn: Callable[[str, bool], Callable[..., tuple[jax.Array, None]]],
+        staged: tuple[StagePlan, Any, _Compute, Callable[..., Any]] | None = None,
     ) -> jax.Array:
         """A mixture-of-experts model's layers in their order: the ``first_dense_layers``,
-        then blocks of ``moe_every - 1`` dense layers and one MoE layer (MaxText's
-        ``interleave_moe_layer_step``), then any dense layers left; each run a
-        ``lax.scan`` over its slice of the ``dense_layers/*`` and ``moe_layers/*`` stacks."""
+        then ``moe_layers`` units of ``moe_every - 1`` dense layers and one MoE layer
+        (MaxText's ``interleave_moe_layer_step``), then any dense layers left; the units a
+        ``lax.scan`` over their slices of the ``dense_layers/*`` and ``moe_layers/*``
+        stacks, the dense layers outside them one each.
+
+        ``staged``: the pipeline, its stage policy, the compute inside its stages and
+        that compute's ``layer_fn``: the units run as the pipeline's stages
+        (:func:`~datarax.models.pipeline.pipelined_layers`), the dense layers outside the
+        units before and after them, with the batch split over the stage axes too."""
         spec = self.spec
         dense, moe = _stack(params, "dense_layers/"), _stack(params, "moe_layers/")
         first, every, n_moe = spec.first_dense_layers, spec.moe_every, spec.moe_layers
-        dense_step, moe_step = layer_fn("dense_layers/*", False), layer_fn("moe_layers/*", True)
+        dense_step = layer_fn("dense_layers/*", False)
 
         def run(x: jax.Array, stack: dict[str, jax.Array], lo: int, hi: int) -> jax.Array:
             if hi > lo:
@@ -329,18 +341,34 @@ class _Compute:
 
         x = run(x, dense, 0, first)
         inner = (every - 1) * n_moe
-        if every == 1:
-            x, _ = jax.lax.scan(moe_step, x, moe)
+        units = dict(moe)
+        if every > 1:
+            units.update({k: v[first : first + inner].reshape(n_moe, every - 1, *v.shape[1:])
+                          for k, v in dense.items()})  # fmt: skip
+        if staged is None:
+            x, _ = jax.lax.scan(_moe_unit(layer_fn, every), x, units)
         else:
-            blocks = {k: v[first : first + inner].reshape(n_moe, every - 1, *v.shape[1:])
-                      for k, v in dense.items()}  # fmt: skip
-
-            def block(x: jax.Array, ps: tuple[Params, Params]) -> tuple[jax.Array, None]:
-                x, _ = jax.lax.scan(dense_step, x, ps[0])
-                return moe_step(x, ps[1])
-
-            x, _ = jax.lax.scan(block, x, (blocks, moe))
+            plan, keep, within, within_fn = staged
+            unit = _moe_unit(within_fn, every)
+            x = self.c(pipelined_layers(within.c(x, 2), units, unit, plan, within.layout, keep), 2)
         return run(x, dense, first + inner, spec.dense_layers)
+
+
+def _moe_unit(
+    layer_fn: Callable[[str, bool], Callable[..., tuple[jax.Array, None]]], every: int
+) -> Callable[[jax.Array, Mapping[str, jax.Array]], tuple[jax.Array, None]]:
+    """One unit of a mixture-of-experts model's interleaved layers: ``every - 1`` dense
+    layers (their ``dense_layers/*`` slices stacked ``[every - 1, ...]``), then the MoE
+    layer (its ``moe_layers/*`` slices)."""
+    dense_step, moe_step = layer_fn("dense_layers/*", False), layer_fn("moe_layers/*", True)
+
+    def unit(x: jax.Array, ps: Mapping[str, jax.Array]) -> tuple[jax.Array, None]:
+        if every > 1:
+            own = {k: v for k, v in ps.items() if k.startswith("dense_layers/")}
+            x, _ = jax.lax.scan(dense_step, x, own)
+        return moe_step(x, {k: v for k, v in ps.items() if k.startswith("moe_layers/")})
+
+    return unit
 
 
 def _stage_policy(spec: TransformerSpec) -> Any:

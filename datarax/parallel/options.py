@@ -233,32 +233,28 @@ def check_context_split(seq_len: int, context: int, options: ContextParallel) ->
 
 
 def check_program_builds(
-    *, stages: int, context: int, schedule: str | None, strategy: str | None, dense: bool
+    *, stages: int, context: int, schedule: str | None, strategy: str | None
 ) -> None:
     """Refuse what the library's training program does not build, though plans price it:
-    a pipeline schedule beside :data:`BUILT_SCHEDULES` or stages of a model that is not a
-    dense transformer (``stages`` over 1), a context strategy other than ``all_gather``
-    (``context`` over 1). Compile checks run that program, so they say so rather than
-    compile another step.
+    a pipeline schedule beside :data:`BUILT_SCHEDULES` (``stages`` over 1). Both context
+    strategies are built (``all_gather`` and ``ring``: :mod:`datarax.models.ring`), and
+    the stages of dense and mixture-of-experts models. Compile checks run that program,
+    so they say so rather than compile another step.
 
     Raises:
       PlanError: ``invalid_parallelism``.
     """
-    schedule, strategy = schedule or "gpipe", strategy or "all_gather"
-    if stages > 1 and (schedule not in BUILT_SCHEDULES or not dense):
-        what = f"the {schedule!r} schedule" if schedule not in BUILT_SCHEDULES else "this model"
+    schedule = schedule or "gpipe"
+    if stages > 1 and schedule not in BUILT_SCHEDULES:
         raise PlanError(
             "invalid_parallelism",
-            f"the library's program runs a dense transformer's layers as pipeline stages "
-            f"with the {' and '.join(BUILT_SCHEDULES)} schedules (a loop of stages whose "
-            f"backward pass is its autodiff); it does not build {what}, so XLA cannot be "
-            "asked about this plan: its estimate prices it",
+            f"the library's program runs a transformer's layers as pipeline stages with "
+            f"the {' and '.join(BUILT_SCHEDULES)} schedules (a loop of stages whose "
+            f"backward pass is its autodiff); it does not build the {schedule!r} schedule, "
+            "so XLA cannot be asked about this plan: its estimate prices it",
         )
-    if context > 1 and strategy != "all_gather":
+    if context > 1 and (strategy or "all_gather") not in CONTEXT_STRATEGIES:
         raise PlanError(
             "invalid_parallelism",
-            f"context_parallel.strategy {strategy!r}: the library's program builds the "
-            "all_gather strategy (each device's queries against keys and values gathered "
-            "over the context axes), so XLA cannot be asked about this one; plan it with "
-            "strategy all_gather to compile it",
+            f"context_parallel.strategy {strategy!r} is not one of {list(CONTEXT_STRATEGIES)}",
         )

@@ -201,12 +201,26 @@ def _param_tree(spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str]) -> dict[s
     for group, entries, _, _ in param_specs(spec, axes, roles):
         shape, pspec = group.shape, entries
         if group.repeat > 1 or "*" in group.path:
-            lead = stages if group.path.startswith("layers/") else None
+            lead = stages if _staged(spec, group.path) else None
             shape, pspec = (group.repeat, *shape), (lead, *entries)
         tree[group.path] = jax.ShapeDtypeStruct(
             shape, dtype, sharding=NamedSharding(mesh, P(*pspec))
         )
     return tree
+
+
+def _staged(spec: ModelSpec, path: str) -> bool:
+    """Whether the stacked group ``path`` runs inside a pipeline's stages: a dense
+    model's layers; a mixture-of-experts model's MoE layers, and its dense layers when
+    they all sit inside the units of :meth:`datarax.models.transformer` (no
+    ``first_dense_layers``, none left after the last MoE layer)."""
+    if path.startswith("layers/") or path.startswith("moe_layers/"):
+        return True
+    if not path.startswith("dense_layers/") or not isinstance(spec, TransformerSpec):
+        return False
+    return spec.first_dense_layers == 0 and spec.dense_layers == (spec.moe_every - 1) * (
+        spec.moe_layers
+    )
 
 
 def _over_data(leaf: Any, mesh: Mesh, data: tuple[str, ...]) -> NamedSharding:
@@ -298,6 +312,7 @@ def _activation_layout(
     roles: Mapping[str, str],
     load_balance: bool = True,
     pipeline: StagePlan | None = None,
+    strategy: str = "all_gather",
 ) -> ActivationLayout:
     """The plan's activation layout: batch over the axes that split it (data, fsdp,
     expert), the sequence over the context axes (load-balanced or not), tensor-split
@@ -313,6 +328,7 @@ def _activation_layout(
         sequence_axes=_sequence_axes(axes, roles),
         load_balance=load_balance,
         pipeline=pipeline,
+        strategy=strategy,
     )
 
 
@@ -337,8 +353,11 @@ def stage_plan(
         return None
     given = Pipeline(**{k: v for k, v in (pipeline or {}).items() if v is not None})
     shards = math.prod(axes[a] for a in batch_split_axes(axes, roles))
+    # a mixture-of-experts model's stages hold whole units (its dense layers between
+    # two MoE layers, then the MoE layer): the stages and passes divide the units
+    units = spec.moe_layers if spec.is_moe else spec.layers
     shape = pipeline_shape(
-        given, stages=stages, layers=spec.layers, local_batch=global_batch // max(shards, 1)
+        given, stages=stages, layers=units, local_batch=global_batch // max(shards, 1)
     )
     return StagePlan(names, stages, shape.microbatches, shape.repeats)
 
@@ -379,13 +398,14 @@ def step_loss(
     *,
     load_balance: bool = True,
     pipeline: StagePlan | None = None,
+    strategy: str = "all_gather",
 ) -> StepLoss:
     """``loss(params, batch)`` of the step: the MLP, or :mod:`datarax.models`'
     transformer (:func:`datarax.models.transformer_loss_fn`), with activations pinned to
-    the plan's layout (``load_balance``: a context split's sequence order; ``pipeline``:
-    the layers as stages)."""
+    the plan's layout (``load_balance``: a context split's sequence order; ``strategy``:
+    its ``all_gather`` or ``ring`` attention; ``pipeline``: the layers as stages)."""
     roles = axis_roles(list(mesh.axis_names), roles)
-    layout = _activation_layout(mesh, roles, load_balance, pipeline)
+    layout = _activation_layout(mesh, roles, load_balance, pipeline, strategy)
     if isinstance(spec, MLPSpec):
         return _mlp_loss(spec, layout)
     return transformer_loss_fn(spec, layout)
@@ -412,7 +432,7 @@ def abstract_train_step(
       roles: ``{axis: role}`` overriding the name-derived roles.
       optimizer: ``adam``, ``adamw`` or ``sgd``.
       context: a plan's ``context_parallel`` (``{"strategy", "load_balance"}``): the
-        program builds the ``all_gather`` strategy, load-balanced by default.
+        ``all_gather`` strategy by default, or ``ring``; load-balanced by default.
       shard_over_data: ZeRO-1: the optimizer state split over the data axes as well.
       pipeline: a plan's ``pipeline`` (``{"microbatches", "layers_per_stage",
         "schedule"}``) for the stage axes (:func:`stage_plan`).
@@ -437,7 +457,6 @@ def abstract_train_step(
         context=math.prod(sizes[a] for a in _sequence_axes(sizes, roles)),
         schedule=(pipeline or {}).get("schedule"),
         strategy=context.get("strategy"),
-        dense=isinstance(spec, TransformerSpec) and not spec.is_moe,
     )
     try:
         opt = make_optimizer(optimizer, _LEARNING_RATE)
@@ -449,7 +468,10 @@ def abstract_train_step(
     batch = _batch_tree(spec, mesh, roles, global_batch)
     stages = stage_plan(spec, dict(mesh.shape), roles, global_batch, pipeline)
     balance = bool(context.get("load_balance", True))
-    loss_fn = step_loss(spec, mesh, roles, load_balance=balance, pipeline=stages)
+    strategy = context.get("strategy") or "all_gather"
+    loss_fn = step_loss(
+        spec, mesh, roles, load_balance=balance, pipeline=stages, strategy=strategy
+    )
 
     def step(params: Params, opt_state: Any, batch: Params) -> tuple[Params, Any, jax.Array]:
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)

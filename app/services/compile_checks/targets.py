@@ -45,7 +45,7 @@ from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.parallel.kinds import check_compiled, kinds_by_alias
 from datarax.parallel.options import ParallelOptions, check_program_builds
 
-PROGRAM_VERSION = 5
+PROGRAM_VERSION = 6
 """Bumped when :mod:`datarax.spmd.compile_step` builds a different program, or a
 result means something else (3: ``fits`` is judged here, null without a memory bound,
 where 2 answered true), so cached results of the old one are not answered."""
@@ -149,7 +149,7 @@ def check_target(
         )
     batch = int(shape[0])
     _check_sizes(spec, batch)
-    _check_buildable(spec, plan)
+    _check_buildable(plan)
     optimizer = optimizer_name(request.optimizer)
     zero1 = shards_over_data(request.optimizer)
     estimate = _estimate(plan, spec.to_json(), optimizer, batch, zero1=zero1)
@@ -317,11 +317,10 @@ def _check_sizes(spec: Any, batch: int) -> None:
         )
 
 
-def _check_buildable(spec: Any, plan: Mapping[str, Any]) -> None:
+def _check_buildable(plan: Mapping[str, Any]) -> None:
     """422 before any compile when the library's program would not build what the plan
     prices (``invalid_parallelism``): a pipeline schedule other than ``gpipe`` and
-    ``circular``, stages of a mixture-of-experts model, a context strategy other than
-    ``all_gather``."""
+    ``circular``."""
     kinds = kinds_by_alias()
     axes = {name: int(size) for name, size in plan["axes"].items() if name in kinds}
     try:
@@ -334,7 +333,6 @@ def _check_buildable(spec: Any, plan: Mapping[str, Any]) -> None:
             context=math.prod(n for a, n in axes.items() if kinds[a].splits_sequence),
             schedule=(plan.get("pipeline") or {}).get("schedule"),
             strategy=(plan.get("context_parallel") or {}).get("strategy"),
-            dense=isinstance(spec, TransformerSpec) and not spec.is_moe,
         )
     except PlanError as error:
         raise from_library(error) from None

@@ -69,12 +69,54 @@ def test_a_pipeline_equals_the_layers_one_after_another(
     assert "collective-permute" in step.lower(placed, batch).compile().as_text()
 
 
-def test_a_mixture_of_experts_model_does_not_run_as_stages(eight_devices):
-    moe = {**DENSE, "num_experts": 4, "experts_per_token": 2, "moe_d_ff": 32}
-    spec = model_spec(moe)
+MOE = {**DENSE, "num_experts": 4, "experts_per_token": 2, "moe_d_ff": 32}
+
+
+def _unit_order(spec, stages, repeats):
+    """The stored order of a mixture-of-experts model's stacks: units (``moe_every - 1``
+    dense layers and one MoE layer) in the pipeline's stored order."""
+    units = stored_layer_order(spec.moe_layers, stages, repeats)
+    every = spec.moe_every
+    dense = np.concatenate([np.arange(u * (every - 1), (u + 1) * (every - 1)) for u in units])
+    return {"moe_layers/": units, "dense_layers/": dense.astype(int)}
+
+
+@pytest.mark.parametrize(
+    ("extra", "stages", "microbatches", "repeats"),
+    [
+        ({}, 4, 2, 1),
+        ({"moe_kernel": "dense", "capacity_factor": 2.0}, 2, 2, 2),
+        ({"moe_every": 2}, 2, 2, 1),
+        ({"first_dense_layers": 2, "moe_every": 3}, 2, 2, 1),
+    ],
+    ids=["dropless-4-stages", "capacity-circular", "interleaved", "first-dense"],
+)
+def test_a_mixture_of_experts_pipeline_equals_its_layers_in_order(
+    eight_devices, extra, stages, microbatches, repeats
+):
+    # issue 38: a mixture-of-experts model's units (its dense layers between two MoE
+    # layers, then the MoE layer) run as stages; the dense layers before the first unit
+    # run outside the stages
+    spec = model_spec({**MOE, **extra})
     params = Transformer(spec, rngs=nnx.Rngs(0)).param_arrays()
-    mesh = Mesh(np.array(eight_devices).reshape(2, 4), ("data", "stage"))
-    layout = ActivationLayout(mesh, ("data",), pipeline=StagePlan(("stage",), 4, 2))
-    batch = synthetic_tokens(spec, 4, 0, 0)
-    with pytest.raises(ValueError, match="mixture-of-experts"):
-        transformer_loss_fn(spec, layout)(params, batch)
+    batch = {k: jnp.asarray(v) for k, v in synthetic_tokens(spec, 16, 0, 0).items()}
+    reference_loss, reference = jax.jit(jax.value_and_grad(transformer_loss_fn(spec)))(
+        params, batch
+    )
+    orders = _unit_order(spec, stages, repeats) if spec.first_dense_layers == 0 else {}
+
+    def stored(path, value):
+        return next((value[o] for stem, o in orders.items() if path.startswith(stem)), value)
+
+    mesh = Mesh(np.array(eight_devices).reshape(8 // stages, stages), ("data", "stage"))
+    plan = StagePlan(("stage",), stages, microbatches, repeats)
+    layout = ActivationLayout(mesh, ("data",), pipeline=plan)
+    placed = {k: stored(k, v) for k, v in params.items()}
+    step = jax.jit(jax.value_and_grad(transformer_loss_fn(spec, layout)))
+    loss, grads = step(placed, batch)
+    np.testing.assert_allclose(loss, reference_loss, rtol=1e-5)
+    for path, grad in reference.items():
+        np.testing.assert_allclose(
+            grads[path], stored(path, grad), rtol=2e-4, atol=2e-5, err_msg=path
+        )
+    assert "collective-permute" in step.lower(placed, batch).compile().as_text()

@@ -80,11 +80,13 @@ def test_what_the_program_does_not_build_is_refused_in_one_place():
     from datarax.distributed.errors import PlanError
     from datarax.parallel.options import check_program_builds
 
-    built = {"stages": 4, "context": 2, "schedule": "circular", "strategy": None, "dense": True}
+    built = {"stages": 4, "context": 2, "schedule": "circular", "strategy": None}
     check_program_builds(**built)
-    check_program_builds(**{**built, "stages": 1, "schedule": "1f1b", "dense": False})
-    refusals = [({"schedule": "1f1b"}, "'1f1b' schedule"), ({"dense": False}, "this model"),
-                ({"strategy": "ring"}, "'ring'")]  # fmt: skip
+    check_program_builds(**{**built, "stages": 1, "schedule": "1f1b"})
+    check_program_builds(**{**built, "strategy": "ring"})  # both context strategies built
+    refusals = [({"schedule": "1f1b"}, "'1f1b' schedule"),
+                ({"schedule": "interleaved_1f1b"}, "'interleaved_1f1b' schedule"),
+                ({"strategy": "ulysses"}, "'ulysses'")]  # fmt: skip
     for change, words in refusals:
         with pytest.raises(PlanError) as refused:
             check_program_builds(**{**built, **change})
