@@ -469,9 +469,7 @@ def abstract_train_step(
     stages = stage_plan(spec, dict(mesh.shape), roles, global_batch, pipeline)
     balance = bool(context.get("load_balance", True))
     strategy = context.get("strategy") or "all_gather"
-    loss_fn = step_loss(
-        spec, mesh, roles, load_balance=balance, pipeline=stages, strategy=strategy
-    )
+    loss_fn = step_loss(spec, mesh, roles, load_balance=balance, pipeline=stages, strategy=strategy)
 
     def step(params: Params, opt_state: Any, batch: Params) -> tuple[Params, Any, jax.Array]:
         loss, grads = jax.value_and_grad(loss_fn)(params, batch)
