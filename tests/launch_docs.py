@@ -62,6 +62,7 @@ def blocks() -> dict[str, str]:
     slurm = launch_config(gpu, "slurm", image=IMAGE)["script"]
     env = launch_config(tpu, "env")
     env.pop("notes", None)
+    env.pop("warnings", None)
     return {
         "maxtext": "```bash\n" + "\n".join(env_lines) + "\n" + command + "\n```",
         "jobset-tpu": "```yaml\n" + to_yaml(jobset) + "```",

@@ -88,3 +88,8 @@ class LaunchConfig(BaseModel):
     manifest: dict[str, Any] | None = None
     script: str | None = None
     notes: list[str] = []
+    warnings: list[str] = Field(
+        default=[],
+        description="what will not run as it comes out: a jobset or slurm target without "
+        "an image runs the placeholder 'maxtext:latest'",
+    )

@@ -346,6 +346,7 @@ class LaunchConfig(TypedDict):
     manifest: NotRequired[dict[str, Any] | None]  # a JobSet, as Kubernetes takes it
     script: NotRequired[str | None]
     notes: list[str]
+    warnings: NotRequired[list[str]]  # what will not run as it comes out (no image given)
     process_model: NotRequired[str]
     num_processes: NotRequired[int]
     coordinator_address: NotRequired[str | None]

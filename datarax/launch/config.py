@@ -36,7 +36,7 @@ LAUNCH_TARGETS: tuple[str, ...] = ("maxtext", "jobset", "slurm", "env")
 DEFAULT_IMAGE = "maxtext:latest"
 """The container image when a request names none: a MaxText image the user builds
 (MaxText's ``docker_build_dependency_image.sh`` tags its image ``maxtext_base_image``);
-the answer's ``notes`` say to set ``image``."""
+the answer's ``warnings`` say to set ``image``."""
 
 _SUMMARY_KEYS = (
     "id",
@@ -130,7 +130,8 @@ def launch_config(
     Returns:
       ``{"target", ...}``: ``maxtext``: ``args``, ``env``, ``env_sources``, ``command``,
       ``notes``; ``jobset``: ``manifest``, ``notes``; ``slurm``: ``script``, ``notes``;
-      ``env``: ``processes`` (or the rule for many processes) and ``notes``.
+      ``env``: ``processes`` (or the rule for many processes) and ``notes``. Every
+      target: ``warnings``, what will not run as it comes out (an image not given).
 
     Raises:
       PlanError: ``launch_target_unavailable`` for a target that does not apply (a plan
@@ -162,8 +163,12 @@ def launch_config(
         env[key] = value
     image_given = image is not None
     image = image or DEFAULT_IMAGE
+    warnings: list[str] = []
     if target in ("jobset", "slurm") and not image_given:
-        notes.append(f"image defaults to {DEFAULT_IMAGE!r}: set image to your MaxText image")
+        warnings.append(
+            f"no image was given, so the {target} runs {DEFAULT_IMAGE!r}, which is not a "
+            "published image: set image to your MaxText image"
+        )
     command = list(command) if command else launch_slurm.default_command(args)
     out: dict[str, Any] = {"target": target}
     if target == "maxtext":
@@ -192,4 +197,5 @@ def launch_config(
         if every:
             out["env"] = every
     out["notes"] = notes + list(out.pop("notes", []))
+    out["warnings"] = warnings
     return out

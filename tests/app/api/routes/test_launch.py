@@ -43,6 +43,7 @@ def test_a_jobset_manifest_in_json_and_yaml(api):
     body = {"target": "jobset", "image": "example.com/maxtext:1", "queue": "tpu-queue"}
     config = api.post(f"/v1/meshes/{plan['id']}/launch", json=body).json()
     manifest = config["manifest"]
+    assert config["warnings"] == []
     assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and manifest["kind"] == "JobSet"
     assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "tpu-queue"
     (job,) = manifest["spec"]["replicatedJobs"]
@@ -174,3 +175,17 @@ def test_jobset_and_slurm_carry_the_new_kinds(api):
     manifest = api.post(f"/v1/meshes/{tpu['id']}/launch", json=body).json()["manifest"]
     text = str(manifest)
     assert "ici_expert_parallelism=8" in text and "num_experts=8" in text
+
+
+def test_an_image_not_given_is_a_warning(api):
+    # issue 40: not a silent maxtext:latest; the maxtext target runs no image
+    plan = _plan(api, TPU_PLAN)
+    url = f"/v1/meshes/{plan['id']}/launch"
+    config = api.post(url, json={"target": "jobset"}).json()
+    (warning,) = config["warnings"]
+    assert "no image was given" in warning and "'maxtext:latest'" in warning
+    containers = config["manifest"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]["spec"]["containers"]
+    assert containers[0]["image"] == "maxtext:latest"
+    assert api.post(url, json={"target": "maxtext"}).json()["warnings"] == []
