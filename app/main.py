@@ -48,6 +48,7 @@ from app.core.settings import Settings
 from app.core.telemetry import SessionFigures, Telemetry
 from app.core.version import package_version
 from app.services.compile_checks import CompileChecks
+from app.services.host_calibration import HostCalibrations
 from app.services.jobs.retention import retention_loop
 from app.services.jobs.summaries import job_gauges
 from app.services.sessions import SessionService
@@ -190,6 +191,8 @@ def service_lifespan(
         app.state.sessions = SessionService(store, rt, settings, telemetry)
         checks = app.state.compile_checks = CompileChecks(settings)
         await checks.start()
+        hosts = app.state.host_calibrations = HostCalibrations(store, rt)
+        await hosts.recover()
         retention = asyncio.create_task(retention_loop(store, settings.job_retention_days))
         expiry = asyncio.create_task(app.state.sessions.expire_idle_loop())
         try:
@@ -200,6 +203,7 @@ def service_lifespan(
             try:
                 retention.cancel()
                 expiry.cancel()
+                await hosts.stop()
                 await checks.stop()
                 await rt.stop()
             finally:

@@ -7,6 +7,9 @@
 #   3. a live compile and training step on the GPU (compile time, step time, memory);
 #   4. benchmarks.gpu_mlp: MFU of a bf16 MLP step against the measured bf16 dot peak
 #      (target >= 60%);
+#   5. benchmarks.host_calibration --local: the host calibration on the device, then the
+#      fidelity of six transformers' step time and memory against the estimate under the
+#      published profile and the host profile;
 # and writes ONE JSON file: the path given, else $OUT/device_check.json, else
 # var/device_check.json. Exit status 0 only when every stage passed.
 #
@@ -31,7 +34,7 @@ for arg in "$@"; do
     --dry-run) DRY=1 ;;
     --skip-suite) SKIP_SUITE=1 ;;
     --fetch-wheels) FETCH=1 ;;
-    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
     -*) echo "unknown option $arg" >&2; exit 2 ;;
     *) DEST=$arg ;;
   esac
@@ -246,8 +249,13 @@ fi
 
 if [ "$DRY" = 1 ]; then
   stage gpu_mlp 180 "$PY" -m benchmarks.gpu_mlp --size small --repeats 2
+  # the host calibration and the fidelity stage, small: 8 CPU devices, one model
+  stage fidelity 240 "$PY" -m benchmarks.host_calibration --small --json "$WORK/fidelity.json"
 else
   stage gpu_mlp 300 "$PY" -m benchmarks.gpu_mlp --size large --repeats 20
+  # the host calibration (every stage, quick), then six transformers on the device:
+  # measured step and XLA's memory against the estimate, published and host profiles
+  stage fidelity 300 "$PY" -m benchmarks.host_calibration --local --json "$WORK/fidelity.json"
 fi
 
 mkdir -p "$(dirname "$DEST")"
@@ -304,10 +312,14 @@ report = {
     "live": last_json("live_check"),
     "gpu_mlp": stage("gpu_mlp"),
     "mfu": last_json("gpu_mlp"),
+    "fidelity_stage": stage("fidelity"),
+    "fidelity": json.loads((work / "fidelity.json").read_text())
+    if (work / "fidelity.json").exists()
+    else None,
     "total_s": total,
     "under_8_min": total < 480,
 }
-ran = [report[k] for k in ("install", "suite", "live_check", "gpu_mlp")]
+ran = [report[k] for k in ("install", "suite", "live_check", "gpu_mlp", "fidelity_stage")]
 report["ok"] = all(s is None or s["rc"] == 0 for s in ran) and report["live"] is not None
 if dry:
     # Without a GPU the GPU tests must skip (pytest: 5, nothing ran), never pass vacuously.

@@ -20,6 +20,9 @@ import io  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -721,6 +724,7 @@ def write_markdown(results: dict, path: Path) -> None:
         *_real_runs_lines(r.get("real_runs")),
         *_calibration_lines(r.get("calibration")),
         *_moe_calibration_lines(r.get("moe_calibration")),
+        *_host_calibration_lines(r.get("host_calibration")),
         *_production_memory_lines(r.get("production_memory")),
         "GPU: `python -m benchmarks.gpu_mlp` measures a bf16 MLP step against the",
         "device's measured `jnp.dot` peak. It has not been run on a GPU yet: the sessions",
@@ -784,6 +788,48 @@ def _real_runs_lines(rr: dict | None) -> list[str]:
         f"{rr.get('compile_8b_estimate_error')}.",
         "",
     ]
+
+
+def _host_calibration_lines(result: dict | None) -> list[str]:
+    if not result:
+        return []
+    return [
+        "## Host calibration (issue 39, section 2)",
+        "",
+        '`POST /v1/calibrations {"kind": "host"}` measures the live devices and fits',
+        "the step model's constants on them (`datarax/estimate/host_calibration.py`,",
+        "`host_fit.py`). Here, in one run (`python -m benchmarks.host_calibration`), the",
+        "quick calibration on this host's 8 simulated CPU devices, then the library's",
+        "transformer (bf16, flash attention, remat none, Adam, fsdp 8) trained on them for",
+        "four sizes, the median of 5 steps after 2 warm-ups, against `estimate_step` on the",
+        "catalog's `cpu` entry priced with the host profile and with the default",
+        "`published-cpu-jax` constants (nominal: the catalog's CPU peaks are not measured,",
+        "so its estimate is not meant to be right, and the host profile is what corrects",
+        "it). The constants are fractions of those nominal peaks.",
+        "",
+        result["markdown"],
+        "",
+        *_device_host_calibration_lines(),
+    ]
+
+
+def _device_host_calibration_lines() -> list[str]:
+    """The same benchmark on a lent accelerator (its JSON kept in benchmarks/device_runs)."""
+    from benchmarks.host_table import markdown  # noqa: PLC0415
+
+    lines = []
+    for path in sorted((ROOT / "benchmarks" / "device_runs").glob("*-host-calibration.json")):
+        run = json.loads(path.read_text())
+        lines += [
+            f"On {run['machine']}, {run['date']} (`{run['command']}`, the JSON in",
+            f"`{path.relative_to(ROOT)}`): the quick calibration at training sizes, then six",
+            "0.1-0.7B-parameter transformers on the one chip, and the memory estimate against",
+            "XLA's compiled figure (arguments, outputs and temporaries less aliases):",
+            "",
+            markdown(run),
+            "",
+        ]
+    return lines
 
 
 def _moe_calibration_lines(table: str | None) -> list[str]:
@@ -936,6 +982,9 @@ def _run_only(names: list[str], args: argparse.Namespace) -> None:
     if "moe_calibration" in names:
         results["moe_calibration"] = calibration_moe.markdown(calibration_moe.study())
         print("moe_calibration done", flush=True)
+    if "host_calibration" in names:
+        results["host_calibration"] = bench_host_calibration()
+        print("host_calibration done", flush=True)
     if "hardware_plans" in names:
         with running_server() as base, httpx.Client(base_url=base, timeout=600) as client:
             results["hardware_plans"] = bench_hardware_plans(client, args.repeats)
@@ -982,6 +1031,19 @@ def bench_startup(note: str = "") -> dict:
     return {**startup.run(), "note": note} if note else startup.run()
 
 
+def bench_host_calibration() -> dict:
+    """``benchmarks.host_calibration`` in its own process (it needs 8 CPU devices, set
+    before JAX starts)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "host.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.host_calibration", "--json", str(out)],
+            check=True, cwd=ROOT, capture_output=True, text=True,
+        )  # fmt: skip
+        result: dict = json.loads(out.read_text())
+    return {**result, "markdown": done.stdout.strip()}
+
+
 def bench_calibration() -> dict:
     """``benchmarks.calibrate``: step_s against published measured runs."""
     from benchmarks import calibrate  # noqa: PLC0415
@@ -1002,7 +1064,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         help="comma-separated: real_runs, hardware_plans, calibration, moe_calibration, "
-        "production_memory, heavy_work, startup; run "
+        "host_calibration, production_memory, heavy_work, startup; run "
         "just these and write --out with "
         "the other results it already holds",
     )
@@ -1039,6 +1101,8 @@ def main() -> None:
     print("calibration done", flush=True)
     results["moe_calibration"] = calibration_moe.markdown(calibration_moe.study())
     print("moe_calibration done", flush=True)
+    results["host_calibration"] = bench_host_calibration()
+    print("host_calibration done", flush=True)
     results["production_memory"] = bench_production_memory()
     print("production_memory done", flush=True)
     results["estimate_validation"] = bench_estimate_validation()

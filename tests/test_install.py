@@ -335,6 +335,11 @@ def test_device_check_dry_run(tmp_path: Path) -> None:
     assert report["live"]["platform"] == "cpu" and report["live"]["loss_decreased"], report
     assert report["mfu"]["platform"] == "cpu" and "fraction_of_dot_peak" in report["mfu"]
     assert report["gpu_tests_counts"]["skipped"] >= 1, report
+    # the host calibration and the fidelity stage (issue 39, section 4), small
+    fidelity = report["fidelity"]
+    assert report["fidelity_stage"]["rc"] == 0 and fidelity["device_kind"] == "cpu", report
+    assert fidelity["constants"]["matmul"] > 0 and len(fidelity["rows"]) == 1
+    assert fidelity["rows"][0]["measured_s"] > 0 and "host_error" in fidelity["rows"][0]
 
 
 def test_the_device_checks_offline_wheels_cover_what_the_service_imports() -> None:

@@ -99,7 +99,9 @@ CODES: dict[str, Code] = _codes(
         "invalid_calibration",
         422,
         "Invalid calibration",
-        "a calibration profile of another accelerator kind than the plan's hardware",
+        "a calibration profile of another accelerator kind than the plan's hardware, one "
+        "still measuring or failed, or a host calibration of devices the catalog does not "
+        "describe",
     ),
     ("launch_target_unavailable", 422, "Cannot launch", "a target that does not apply here"),
     ("invalid_maxtext_config", 422, "Invalid MaxText config", "MaxText keys we cannot plan"),
@@ -147,6 +149,12 @@ CODES: dict[str, Code] = _codes(
         409,
         "No measured steps",
         "the job pushed no value of its step-time metric",
+    ),
+    (
+        "calibration_running",
+        409,
+        "Calibration running",
+        "a host calibration is measuring the devices already; its profile shows its progress",
     ),
     ("part_mismatch", 422, "Part does not match", "metric names or device count differ"),
     ("sources_mismatch", 422, "Sources do not match", "sources differs from the step's"),
@@ -356,6 +364,10 @@ class JobNotLinked(ServiceError):
 
 class NoMeasuredSteps(ServiceError):
     code = "no_measured_steps"
+
+
+class CalibrationRunning(ServiceError):
+    code = "calibration_running"
 
 
 class PartMismatch(ServiceError):

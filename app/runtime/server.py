@@ -63,6 +63,7 @@ LOCAL: set[str] = set()
 multi-host group (:mod:`app.runtime.group`)."""
 
 BUILTIN_MODULES: tuple[str, ...] = (
+    "app.runtime.calibration",
     "app.runtime.devices",
     "app.runtime.sessions",
     "app.runtime.steps",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from app.schemas.base import Strict
 
@@ -38,16 +39,25 @@ class CalibrationProfileEntry(BaseModel):
     model_config = ConfigDict(extra="allow")
     id: str = Field(examples=["published-tpu-jax"])
     kind: Literal["published", "host", "jobs"]
-    status: str
+    status: str = Field(description="done; a host profile: running, then done or failed")
     created_at: str
     hardware: str | None = Field(None, description="the catalog entry measured (None: any)")
     hardware_kind: str = Field(examples=["tpu"])
     device_kind: str | None = None
     stack: CalibrationStack
-    constants: CalibrationConstants
+    constants: CalibrationConstants | None = Field(
+        description="null while a host profile is measured, or when its measuring failed"
+    )
     measurements: list[dict[str, Any]]
     error: dict[str, Any] | None = Field(
         None, description="how the constants fit their rows (mean absolute errors)"
+    )
+    progress: dict[str, Any] | None = Field(
+        None,
+        description="a host profile's measuring: the stages, those done, the one running",
+    )
+    problem: dict[str, Any] | None = Field(
+        None, description="why a host profile failed (status failed): its code and detail"
     )
 
 
@@ -55,19 +65,51 @@ class CalibrationList(BaseModel):
     items: list[CalibrationProfileEntry]
 
 
-class CalibrationRequest(Strict):
-    """``POST /v1/calibrations``: fit a profile on the measured steps of jobs linked to
-    their plans (``PATCH /v1/jobs/{job}`` with ``plan``)."""
+class JobsCalibrationRequest(Strict):
+    """``POST /v1/calibrations`` ``{"kind": "jobs"}``: fit a profile on the measured
+    steps of jobs linked to their plans (``PATCH /v1/jobs/{job}`` with ``plan``)."""
 
     model_config = ConfigDict(
         extra="forbid", json_schema_extra={"examples": [{"kind": "jobs", "jobs": ["run-1"]}]}
     )
 
-    kind: Literal["jobs"] = Field(
-        description="jobs: fit on linked jobs' measured steps (the host measuring itself, "
-        "kind host, is not built yet)"
-    )
+    kind: Literal["jobs"] = Field(description="jobs: fit on linked jobs' measured steps")
     jobs: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
         min_length=1, max_length=256, description="the linked jobs to fit on"
     )
     framework: str = Field("jax", max_length=32, description="the jobs' software stack")
+
+
+class HostCalibrationRequest(Strict):
+    """``POST /v1/calibrations`` ``{"kind": "host"}``: the runtime measures its live
+    devices (matmuls, the attention kernel, HBM bandwidth, collectives) and the
+    constants are fitted on what it measured."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"kind": "host", "quick": True}]}
+    )
+
+    kind: Literal["host"] = Field(description="host: measure the live devices")
+    quick: bool = Field(
+        True,
+        description="fewer and smaller cases: under a minute on a two-core host with 8 "
+        "simulated CPU devices; false adds the larger sizes",
+    )
+    hardware: SkipJsonSchema[None] | Annotated[str, Field(min_length=1, max_length=64)] = Field(
+        None,
+        description="the catalog entry the devices are (GET /v1/hardware); default: the "
+        "entry whose device_kind the devices report",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hardware_not_null(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "hardware" in data and data["hardware"] is None:
+            raise ValueError("hardware is a catalog name (GET /v1/hardware); leave it out "
+                             "for the entry the devices report")  # fmt: skip
+        return data
+
+
+CalibrationRequest = Annotated[
+    JobsCalibrationRequest | HostCalibrationRequest, Field(discriminator="kind")
+]

@@ -45,7 +45,7 @@ from datarax.estimate.calibrations import (
     published_profiles,
 )
 from datarax.estimate.cost import estimate_step
-from datarax.hardware.chips import get_hardware
+from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.parallel.options import ParallelOptions
 
@@ -72,10 +72,21 @@ async def read_profile(store: Store, profile_id: str) -> dict[str, Any]:
     return dict(orjson.loads(text or "{}"))
 
 
-async def resolve(store: Store, profile_id: str | None) -> str | CalibrationProfile | None:
+async def resolve(
+    store: Store, profile_id: str | None, hardware: str | None = None
+) -> str | CalibrationProfile | None:
     """A request's ``calibration`` as the library takes it: a published id as is, a
-    stored profile read back. Raises ServiceError: 422 ``unknown_calibration``."""
-    if profile_id is None or is_published(profile_id):
+    stored profile read back. Without one, the newest ``host`` profile that finished on
+    devices of ``hardware``'s ``device_kind`` (the contract's default), else ``None``
+    (the library's default, the kind's published ``jax`` profile).
+
+    Raises:
+      ServiceError: 422 ``unknown_calibration``; ``invalid_calibration`` for a host
+        profile still measuring or failed.
+    """
+    if profile_id is None:
+        return await _host_default(store, hardware)
+    if is_published(profile_id):
         return profile_id
     text = await stored.get_profile(store, profile_id)
     if text is None:
@@ -83,7 +94,24 @@ async def resolve(store: Store, profile_id: str | None) -> str | CalibrationProf
             get_profile(profile_id)
         except PlanError as error:
             raise from_library(error) from None
-    return CalibrationProfile.from_json(orjson.loads(text or "{}"))
+    body = orjson.loads(text or "{}")
+    if body.get("status", "done") != "done":
+        raise ServiceError(
+            f"calibration {profile_id!r} is {body['status']}, so it has no constants yet"
+            + ("" if body["status"] == "running" else ": run the host calibration again"),
+            code="invalid_calibration",
+        )
+    return CalibrationProfile.from_json(body)
+
+
+async def _host_default(store: Store, hardware: str | None) -> CalibrationProfile | None:
+    if hardware is None or hardware not in HARDWARE:
+        return None
+    device_kind = HARDWARE[hardware].device_kind
+    if device_kind is None:
+        return None
+    text = await stored.newest_host_profile(store, device_kind)
+    return None if text is None else CalibrationProfile.from_json(orjson.loads(text))
 
 
 def _plan_parts(plan: dict[str, Any]) -> tuple[str, dict[str, float]]:

@@ -220,7 +220,8 @@ class HardwarePlan:
         most :data:`~app.schemas.meshes.MAX_PLAN_DEVICES` (:func:`check_cluster_size`).
       roles: each ``ici`` axis's role, or ``None`` when an axis has none.
       profile: the request's ``calibration`` resolved (a stored profile read back by
-        :func:`app.services.calibrations.resolve`); ``None``: the request's own.
+        :func:`app.services.calibrations.resolve`, or without one the newest host
+        profile of the hardware's devices); ``None``: the request's own.
     """
 
     request: HardwarePlanRequest

@@ -195,9 +195,11 @@ async def _create_hardware_plan(
     plan: HardwarePlan, store: Store, rendering: _Rendering
 ) -> CreatedPlan:
     """A hardware plan (its cluster size already checked, before it waits for a slot);
-    a stored calibration profile it names is read back first."""
-    if plan.request.calibration is not None:
-        plan = replace(plan, profile=await calibrations.resolve(store, plan.request.calibration))
+    a stored calibration profile it names, or the newest host profile of its devices, is
+    read back first."""
+    profile = await calibrations.resolve(store, plan.request.calibration, plan.request.hardware)
+    if profile is not None:
+        plan = replace(plan, profile=profile)
     plan_id, created_at = new_plan_id(), utc_now()
     rendered = await _render(
         lambda stop: render_hardware_plan(

@@ -1,10 +1,14 @@
 """The ``calibrations`` table: calibration profiles the service measured or fitted
 (``host`` and ``jobs`` kinds; the ``published`` ones ship with the library), each its
-answer's JSON text, by id. A profile is written once and never changed."""
+answer's JSON text, by id. A ``jobs`` profile is written once, done; a ``host`` profile is
+written when its measuring starts (``status`` ``running``) and rewritten as each stage
+ends, then once more ``done`` or ``failed``; a done profile never changes."""
 
 from __future__ import annotations
 
 import sqlite3
+
+import orjson
 
 from app.storage.db import Store
 
@@ -49,5 +53,41 @@ async def list_profiles(store: Store, limit: int = 1000) -> list[str]:
             "SELECT body FROM calibrations ORDER BY created_at DESC, id DESC LIMIT ?", (limit,)
         ).fetchall()
         return [str(row[0]) for row in rows]
+
+    return await store.read(run)
+
+
+async def update_profile(store: Store, profile_id: str, body: str) -> None:
+    """Rewrites a profile's JSON text (a host profile's progress and its result)."""
+    await store.write(
+        lambda c: c.execute("UPDATE calibrations SET body = ? WHERE id = ?", (body, profile_id))
+    )
+
+
+async def newest_host_profile(store: Store, device_kind: str) -> str | None:
+    """The newest ``host`` profile measured on ``device_kind`` that finished
+    (``status`` ``done``), as JSON text; ``None`` without one."""
+
+    def run(conn: sqlite3.Connection) -> str | None:
+        rows = conn.execute(
+            "SELECT body FROM calibrations WHERE kind = 'host' AND device_kind = ? "
+            "ORDER BY created_at DESC, id DESC",
+            (device_kind,),
+        )
+        for (body,) in rows:
+            if orjson.loads(body).get("status") == "done":
+                return str(body)
+        return None
+
+    return await store.read(run)
+
+
+async def running_profiles(store: Store) -> list[str]:
+    """The JSON texts of profiles still ``running`` (a process that stopped mid-way
+    left them so)."""
+
+    def run(conn: sqlite3.Connection) -> list[str]:
+        rows = conn.execute("SELECT body FROM calibrations WHERE kind = 'host'").fetchall()
+        return [str(r[0]) for r in rows if orjson.loads(r[0]).get("status") == "running"]
 
     return await store.read(run)

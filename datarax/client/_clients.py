@@ -266,6 +266,23 @@ class _Api:
         return Call("POST", "/v1/calibrations", json=body)
 
     @_Operation
+    def calibrate_host(
+        self, *, quick: bool = True, hardware: str | None = None
+    ) -> Call[CalibrationProfile]:
+        """Starts the host measuring its own devices; answers the profile ``running``
+        (poll :meth:`get_calibration` until its ``status`` is ``done`` or ``failed``).
+        Plans on hardware of the devices' ``device_kind`` then use it by default."""
+        body: dict[str, Any] = {"kind": "host", "quick": quick}
+        if hardware is not None:
+            body["hardware"] = hardware
+        return Call("POST", "/v1/calibrations", json=body)
+
+    @_Operation
+    def get_calibration(self, profile_id: str) -> Call[CalibrationProfile]:
+        """One calibration profile (a host profile's ``status`` and ``progress``)."""
+        return Call("GET", f"/v1/calibrations/{profile_id}")
+
+    @_Operation
     def fidelity(self, job: str) -> Call[JobFidelity | None]:
         """The job's ``fidelity`` (``None`` when it is linked to no plan)."""
         return Call("GET", f"/v1/jobs/{job}", member="fidelity")

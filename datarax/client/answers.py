@@ -469,9 +469,11 @@ class CalibrationProfile(TypedDict):
     hardware_kind: str
     device_kind: str | None
     stack: dict[str, str | None]
-    constants: dict[str, Any]
+    constants: dict[str, Any] | None  # None while a host profile measures, or failed
     measurements: list[dict[str, Any]]
     error: dict[str, Any] | None
+    progress: NotRequired[dict[str, Any] | None]  # a host profile's stages done, running
+    problem: NotRequired[dict[str, Any] | None]  # why a host profile failed
 
 
 class JobFidelity(TypedDict):

@@ -322,6 +322,15 @@ def test_a_launched_job_links_itself_to_its_plan_and_reports_its_step_time(tmp_p
         # within the fit's own error on the job (a grid fit of one row)
         off = abs(again["step_estimate"]["step_s"] / 1.15 - 1)
         assert off == pytest.approx(profile["error"]["training_mae"]) and off < 0.1
+        # the host measures its own devices: the client starts it and follows it
+        with Client() as job_api:
+            host = job_api.calibrate_host()
+            assert host["kind"] == "host" and host["status"] == "running"
+            deadline = time.monotonic() + 300
+            while (host := job_api.get_calibration(host["id"]))["status"] == "running":
+                assert time.monotonic() < deadline, host["progress"]
+                time.sleep(0.2)
+            assert host["status"] == "done" and host["constants"]["matmul"] > 0
         # a plan the service does not hold: the pushes go on, the failed link is kept
         monkeypatch.setenv("DATARAX_PLAN_ID", "no-such-plan")
         with Client() as job_api:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Body, Path, Request
 from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
@@ -17,8 +17,10 @@ from app.schemas.calibrations import (
     CalibrationList,
     CalibrationProfileEntry,
     CalibrationRequest,
+    HostCalibrationRequest,
 )
 from app.services import calibrations
+from app.services.host_calibration import HostCalibrations
 from datarax.estimate.calibrations import get_profile
 
 router = APIRouter(tags=["hardware"])
@@ -71,26 +73,64 @@ async def get_calibration(profile_id: ProfileId, store: StoreDep) -> Response:
 
 @router.post(
     "/v1/calibrations",
-    summary="Fit a calibration profile on linked jobs' measured steps",
+    summary="Measure the host, or fit a profile on linked jobs' measured steps",
     status_code=201,
     response_class=Response,
     dependencies=[BearerDoc, JsonBody],
     responses={
         201: {
             "model": CalibrationProfileEntry,
-            "description": "the profile, stored; Location: /v1/calibrations/{id}",
+            "description": "kind jobs: the profile, stored; Location: /v1/calibrations/{id}",
         },
-        **problem_responses(401, 404, 409, 415, 422),
+        202: {
+            "model": CalibrationProfileEntry,
+            "description": "kind host: the profile, measuring (status running); "
+            "Location: /v1/calibrations/{id}, which shows its progress",
+        },
+        **problem_responses(401, 404, 409, 415, 422, 503),
     },
 )
-async def create_calibration(body: CalibrationRequest, store: StoreDep) -> Response:
-    """``{"kind": "jobs", "jobs": [...]}``: each job's plan re-priced into the step
+async def create_calibration(
+    body: Annotated[
+        CalibrationRequest,
+        Body(
+            openapi_examples={
+                "host": {"summary": "measure the host", "value": {"kind": "host"}},
+                "jobs": {
+                    "summary": "fit on linked jobs",
+                    "value": {"kind": "jobs", "jobs": ["run-1"]},
+                },
+            }
+        ),
+    ],
+    request: Request,
+    store: StoreDep,
+) -> Response:
+    """``{"kind": "host"}``: the runtime measures the live devices a stage at a time
+    (a trivial step's overhead, matmuls in bfloat16 and float32, the platform's
+    attention kernel forward and backward, HBM bandwidth, all-gather, reduce-scatter,
+    all-reduce and all-to-all), then the constants are fitted on what it measured and
+    stored with the rows and the JAX and jaxlib versions (202, ``Location``; poll it:
+    ``status`` goes ``running`` -> ``done`` or ``failed``, ``progress`` names the stages
+    done). ``quick`` (default true) takes about 10 s on a two-core host with 8 CPU
+    devices. A plan on hardware whose ``device_kind`` matches then uses the newest done
+    host profile by default. 409 ``calibration_running`` while one measures; 422
+    ``invalid_calibration`` when no catalog entry describes the devices (name one as
+    ``hardware``); 503 ``worker_lost`` when the runtime is down.
+
+    ``{"kind": "jobs", "jobs": [...]}``: each job's plan re-priced into the step
     model's parts, the median of its measured step times (its ``step_time_metric``), the
     constants fitted on those pairs by the grid search the published profiles come from,
     and the profile stored (201, ``Location``). Its ``error`` gives the fit's mean
     absolute error on the jobs, the published profile's, and, from 3 jobs, the
     leave-one-out error. 404 ``job_not_found``; 409 ``job_not_linked`` (a job linked to
     no plan) and ``no_measured_steps``; 422 for plans of different accelerator kinds."""
-    answer = await calibrations.calibrate_jobs(store, body.jobs, body.framework)
+    if isinstance(body, HostCalibrationRequest):
+        hosts: HostCalibrations = request.app.state.host_calibrations
+        answer = await hosts.start(body.quick, body.hardware)
+        status = 202
+    else:
+        answer = await calibrations.calibrate_jobs(store, body.jobs, body.framework)
+        status = 201
     location = {"location": f"/v1/calibrations/{answer['id']}"}
-    return json_response(json_text(answer), 201, location)
+    return json_response(json_text(answer), status, location)

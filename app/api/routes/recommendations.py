@@ -65,7 +65,8 @@ async def recommend_meshes(
     cut by SIGTERM answers 503 ``shutting_down``.
     """
     settings = request.app.state.settings
-    profile = await calibrations.resolve(store, body.calibration)  # a stored one read back
+    # a stored one read back; without one, the newest host profile of its devices
+    profile = await calibrations.resolve(store, body.calibration, body.hardware)
     answer = await heavy_work(request.app).run(
         "recommendation",
         lambda stop: hardware.recommend(

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.helpers import assert_problem
 
 GPU_PLAN = {
@@ -128,10 +130,75 @@ def test_a_jobs_fit_is_refused_with_what_is_missing(api):
     assert "linked to no plan" in assert_problem(unlinked, 409, "job_not_linked")["detail"]
     assert_problem(api.post("/v1/calibrations", json={"kind": "jobs", "jobs": ["nobody"]}), 404,
                    "job_not_found")  # fmt: skip
-    assert_problem(api.post("/v1/calibrations", json={"kind": "host"}), 422, "validation_error")
+    assert_problem(api.post("/v1/calibrations", json={"kind": "jobs"}), 422, "validation_error")
     tpu = {"hardware": "tpu-v6e", "topology": "2x4", "ici": {"fsdp": 8}, "batch_shape": [8, 8192],
            "model": {"name": "llama3.1-8b", "remat": "full"}}  # fmt: skip
     _linked_job(api, "mixed-tpu", tpu, 2.0)
     _linked_job(api, "mixed-gpu", GPU_PLAN, 2.0)
     mixed = api.post("/v1/calibrations", json={"kind": "jobs", "jobs": ["mixed-tpu", "mixed-gpu"]})
     assert "one kind at a time" in assert_problem(mixed, 422, "invalid_request")["detail"]
+
+
+CPU_PLAN = {
+    "hardware": "cpu",
+    "hosts": 1,
+    "ici": {"fsdp": 8},
+    "batch_shape": [16, 512],
+    "model": {"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4,
+              "kv_heads": 4, "vocab": 4096, "seq_len": 512},
+}  # fmt: skip
+
+
+def test_the_host_measures_itself_and_plans_on_its_devices_then_use_it(api):
+    # issue 39, section 2: 202 at once, the stages measured on the runtime's 8 CPU
+    # devices with their progress visible, the constants fitted and stored with the rows
+    # and the versions; a plan on hardware of that device_kind then uses it by default
+    started = api.post("/v1/calibrations", json={"kind": "host"})
+    assert started.status_code == 202, started.text
+    body = started.json()
+    location = started.headers["location"]
+    assert location == f"/v1/calibrations/{body['id']}" and body["id"].startswith("host-")
+    assert body["status"] == "running" and body["constants"] is None
+    assert body["hardware"] == "cpu" and body["device_kind"] == "cpu"
+    stages = ["overhead", "matmul", "attention", "hbm", "collectives"]
+    assert body["progress"]["stages"] == stages
+    # one at a time; a profile still measuring has no constants to price with
+    assert_problem(api.post("/v1/calibrations", json={"kind": "host"}), 409,
+                   "calibration_running")  # fmt: skip
+    early = api.post("/v1/meshes", json={**CPU_PLAN, "calibration": body["id"]})
+    assert "running" in assert_problem(early, 422, "invalid_calibration")["detail"]
+    seen = set()
+    deadline = time.monotonic() + 300
+    while (done := api.get(location).json())["status"] == "running":
+        seen.add(tuple(done["progress"]["done"]))
+        assert time.monotonic() < deadline, done["progress"]
+        time.sleep(0.2)
+    assert done["status"] == "done", done.get("problem")
+    assert done["progress"]["done"] == stages and len(seen) >= 1
+    constants = done["constants"]
+    assert 0 < constants["matmul"] and 0 < constants["attention"] and 0 < constants["hbm"]
+    assert constants["overhead_s"] > 0 and body["id"] in constants["source"]
+    assert {row["stage"] for row in done["measurements"]} == set(stages)
+    kinds = {row["kind"] for row in done["measurements"] if row["stage"] == "collectives"}
+    assert kinds == {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"}
+    assert done["stack"]["jax"] and done["stack"]["jaxlib"] and done["stack"]["backend"] == "cpu"
+    assert any(item["id"] == body["id"] for item in api.get("/v1/calibrations").json()["items"])
+    # the default for hardware of that device_kind; a published one when named
+    plan = api.post("/v1/meshes", json=CPU_PLAN)
+    assert plan.status_code == 201, plan.text
+    assert plan.json()["step_estimate"]["calibration"] == body["id"]
+    named = api.post("/v1/meshes", json={**CPU_PLAN, "calibration": "published-cpu-jax"})
+    assert named.json()["step_estimate"]["calibration"] == "published-cpu-jax"
+    assert named.json()["step_estimate"]["step_s"] != plan.json()["step_estimate"]["step_s"]
+    # other hardware keeps its published default
+    gpu = api.post("/v1/meshes", json=GPU_PLAN)
+    assert gpu.json()["step_estimate"]["calibration"] == "published-gpu-jax"
+
+
+def test_a_host_calibration_of_devices_the_named_hardware_does_not_describe_is_refused(api):
+    wrong = api.post("/v1/calibrations", json={"kind": "host", "hardware": "tpu-v5p"})
+    assert "'TPU v5'" in assert_problem(wrong, 422, "invalid_calibration")["detail"]
+    assert_problem(api.post("/v1/calibrations", json={"kind": "host", "hardware": "tpu-v9"}),
+                   422, "unknown_hardware")  # fmt: skip
+    assert_problem(api.post("/v1/calibrations", json={"kind": "host", "jobs": ["a"]}), 422,
+                   "validation_error")  # fmt: skip

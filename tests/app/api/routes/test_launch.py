@@ -184,8 +184,8 @@ def test_an_image_not_given_is_a_warning(api):
     config = api.post(url, json={"target": "jobset"}).json()
     (warning,) = config["warnings"]
     assert "no image was given" in warning and "'maxtext:latest'" in warning
-    containers = config["manifest"]["spec"]["replicatedJobs"][0]["template"]["spec"][
-        "template"
-    ]["spec"]["containers"]
+    containers = config["manifest"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"
+    ]["containers"]
     assert containers[0]["image"] == "maxtext:latest"
     assert api.post(url, json={"target": "maxtext"}).json()["warnings"] == []
