@@ -55,6 +55,15 @@ def ramp(t: float) -> str:
     return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(a, b, strict=True))
 
 
+def batch_rows(lo: int | None, hi: int | None) -> str:
+    """What a device holds of the batch, as a reader says it: ``batch rows 0-201``
+    (dimension 0's rows ``lo`` to ``hi - 1``, both included), ``batch row 7``, or
+    ``whole batch`` (``lo`` ``None``)."""
+    if lo is None or hi is None:
+        return "whole batch"
+    return f"batch row {lo}" if hi - lo == 1 else f"batch rows {lo}-{hi - 1}"
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 device``, ``2 devices``, ``65,536 devices``."""
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
@@ -206,7 +215,7 @@ def device_cells(
             lines.append(" ".join(where))
         tip = f"device {shard.get('device')} {coord_text}"
         if key is not None:
-            tip += f" batch[{key[0]}:{key[1]}] replica {shard.get('replica')}"
+            tip += f" {batch_rows(key[0], key[1])} replica {shard.get('replica')}"
         if "physical" in shard:
             tip += f" physical {shard['physical']}"
             if "core" in shard:
@@ -327,7 +336,7 @@ def block_cells(
         counts = [plural(len(pos), "device")]
         if len(hosts) > 1:
             counts.append(plural(len(hosts), "host"))
-        batch_text = f"batch [{lo}, {hi})" if lo is not None else "whole batch"
+        batch_text = batch_rows(lo, hi)
         tip = (
             f"{name}: {plural(len(pos), 'device')} (positions {min(pos)}..{max(pos)} in mesh order)"
         )

@@ -60,6 +60,7 @@ from app.services.layout_cells import (
     Cell,
     Colours,
     ModelSplit,
+    batch_rows,
     block_cells,
     device_cells,
     grid_row_labels,
@@ -107,8 +108,11 @@ def _fit(text: str, width: int, size: int) -> int:
 
 
 def _clip(text: str, width: int, size: int) -> str:
-    """``text`` cut with an ellipsis to fit ``width`` px at ``size``."""
+    """``text`` cut with an ellipsis to fit ``width`` px at ``size``; a block's ``batch
+    rows a-b`` that does not fit says ``rows a-b`` first (the legend names the batch)."""
     room = max(1, int((width - 6) / (size * CHAR_W)))
+    if len(text) > room and text.startswith("batch rows "):
+        text = text.removeprefix("batch ")
     return text if len(text) <= room else text[: room - 1] + "\u2026"
 
 
@@ -484,7 +488,7 @@ def _legend(
         shown = {facts.slice_keys[p] for p in positions}
         for key, colour in colours.table.items():
             if key in shown:
-                text = "whole batch" if key is None else f"[{key[0]}, {key[1]})"
+                text = batch_rows(*(key or (None, None)))
                 legend.swatch(colour, f"{text}: {plural(facts.holders[key], 'device')}")
         if grid.mode == "blocks" and any(c.fill == MIXED for c in grid.cells):
             legend.swatch(MIXED, "block holding several slices")

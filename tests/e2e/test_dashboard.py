@@ -403,6 +403,12 @@ def test_the_job_page_charts_100k_steps_downsampled(page, service, tmp_path):
         assert figure.get_attribute("data-series") == "1"
         assert figure.get_attribute("data-plot-series") == "3"
         assert figure.locator(".u-legend .u-series").count() == 4  # step + max, min, mean
+        # the legend shows values under the cursor or nothing, never a dash (issue 40)
+        assert "\u2013" not in figure.locator(".u-legend").inner_text()
+        box = figure.locator(".u-over").bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        hovered = figure.locator(".u-legend").inner_text()
+        assert "\u2013" not in hovered and any(ch.isdigit() for ch in hovered), hovered
         points = int(figure.get_attribute("data-points"))
         assert 100 <= points <= 2000, points  # buckets, not 100,000 points
     info = page.inner_text("#job-info")

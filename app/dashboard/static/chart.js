@@ -98,11 +98,14 @@ const DataraxChart = (() => {
     }
 
     options() {
-      const series = [{ label: "step", value: (u, v) => (v === null ? "–" : String(v)) }];
+      // The legend shows the values under the cursor, or nothing (never a dash) where the
+      // cursor is off the chart or the step holds no value.
+      const blank = (v) => v === null || v === undefined;
+      const series = [{ label: "step", value: (u, v) => (blank(v) ? "" : String(v)) }];
       const bands = [];
       this.series.forEach((s, k) => {
         const color = COLORS[k % COLORS.length];
-        const value = (u, v) => fmt(v);
+        const value = (u, v) => (blank(v) ? "" : fmt(v));
         if (s.min && s.max) {
           const edge = { stroke: alpha(color, 0.35), width: 1, points: { show: false }, value };
           series.push({ ...edge, label: `${s.name} max` }, { ...edge, label: `${s.name} min` });

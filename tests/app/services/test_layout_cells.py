@@ -58,7 +58,7 @@ def test_device_cells_fill_rows_and_name_slice_and_host():
     cells = device_cells(shards, [1, 2, 3], ["data"], colours, 2)
     assert [(c.row, c.col) for c in cells] == [(0, 0), (0, 1), (1, 0)]
     assert cells[0].lines == ["1", "(1)", "s0 h0"]
-    assert "batch[1:2]" in cells[0].tip
+    assert "batch row 1 " in cells[0].tip
     assert cells[0].host == (0, 0) and cells[2].host == (0, 1)
 
 
@@ -80,3 +80,12 @@ def test_plural():
     assert plural(1, "device") == "1 device"
     assert plural(65_536, "device") == "65,536 devices"
     assert plural(2, "process", "processes") == "2 processes"
+
+
+def test_batch_rows_read_as_a_reader_says_them():
+    from app.services.layout_cells import batch_rows
+
+    assert batch_rows(0, 202) == "batch rows 0-201"
+    assert batch_rows(7, 8) == "batch row 7"
+    assert batch_rows(64512, 65536) == "batch rows 64512-65535"
+    assert batch_rows(None, None) == "whole batch"

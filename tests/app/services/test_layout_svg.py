@@ -173,7 +173,7 @@ def test_small_plain_plan_draws_every_device_with_a_colour_per_slice():
     fills = [g.find(f"{NS}rect").get("fill") for g in cells]
     assert len(set(fills[:4])) == 1 and len(set(fills[4:])) == 1 and fills[0] != fills[4]
     assert "columns \u2192 model=4" in svg and "rows \u2193 data=2" in svg
-    assert "[0, 8): 4 devices" in svg and "[8, 16): 4 devices" in svg
+    assert "batch rows 0-7: 4 devices" in svg and "batch rows 8-15: 4 devices" in svg
     assert "8 devices, abstract" in svg and "device(s)" not in svg
     assert "(ici)" not in svg and "linearGradient" not in svg and "<line" not in svg
     assert _links(root) == []  # devices are the last level
@@ -267,8 +267,9 @@ def test_65536_device_hardware_plan_opens_as_a_legible_summary():
     labels = _labels(root)
     assert len(labels) == MAX_BLOCKS  # 256 slices, 4 to a block
     assert "65,536 devices drawn as 64 blocks (4 slices each); click a block to open it" in svg
-    assert labels[0] == ["slices 0\u20133", "1,024 devices", "256 hosts", "batch [0, 1024)"]
-    assert labels[-1][0] == "slices 252\u2013255" and labels[-1][-1] == "batch [64512, 65536)"
+    assert labels[0] == ["slices 0\u20133", "1,024 devices", "256 hosts", "batch rows 0-1023"]
+    assert labels[-1][0] == "slices 252\u2013255"
+    assert labels[-1][-1] == "rows 64512-65535"  # too wide for its block with "batch"
     assert _links(root) == [f"?slice={4 * b}-{4 * b + 3}" for b in range(64)]
     fills = [g.find(f"{NS}rect").get("fill") for g in _cells(root)]
     assert fills[0] != fills[-1] and len(set(fills)) == 64  # a ramp, not a few repeats
