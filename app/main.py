@@ -193,7 +193,9 @@ def service_lifespan(
         await checks.start()
         hosts = app.state.host_calibrations = HostCalibrations(store, rt)
         await hosts.recover()
-        retention = asyncio.create_task(retention_loop(store, settings.job_retention_days))
+        retention = asyncio.create_task(
+            retention_loop(store, settings.job_retention_days, settings.plan_retention_days)
+        )
         expiry = asyncio.create_task(app.state.sessions.expire_idle_loop())
         try:
             await rt.start()

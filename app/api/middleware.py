@@ -404,9 +404,23 @@ async def _library_error(_request: Request, exc: Exception) -> Response:
     return problem_response(from_library(exc))
 
 
-async def _request_validation(_request: Request, exc: Exception) -> Response:
+def field_vocabulary(app: Any) -> frozenset[str]:
+    """Every property name of the request and answer schemas in the app's OpenAPI
+    document (built once, then kept on ``app.state``): what a mistyped field is matched
+    against."""
+    names = getattr(app.state, "field_vocabulary", None)
+    if names is None:
+        schemas = app.openapi().get("components", {}).get("schemas", {})
+        names = frozenset(
+            name for schema in schemas.values() for name in schema.get("properties", {})
+        )
+        app.state.field_vocabulary = names
+    return frozenset(names)
+
+
+async def _request_validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    return problem_response(validation_error(exc.errors()))
+    return problem_response(validation_error(exc.errors(), field_vocabulary(request.app)))
 
 
 _FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -215,7 +216,30 @@ def validate_model[M: BaseModel](data: Any, model: type[M]) -> M:
             {**entry, "loc": ("body", *entry.get("loc", ()))}
             for entry in err.errors(include_url=False)
         ]
-        raise validation_error(errors) from None
+        raise validation_error(errors, schema_fields(model)) from None
+
+
+@functools.cache
+def schema_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Every field name of ``model`` and of the models its fields hold (through unions,
+    lists and mappings): what a mistyped field of its body is matched against."""
+    names: set[str] = set()
+    seen: set[type] = set()
+
+    def walk(tp: Any) -> None:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if tp in seen:
+                return
+            seen.add(tp)
+            for name, info in tp.model_fields.items():
+                names.add(info.alias or name)
+                walk(info.annotation)
+            return
+        for arg in typing.get_args(tp):
+            walk(arg)
+
+    walk(model)
+    return frozenset(names)
 
 
 def parse_json_model[M: BaseModel](body: bytes, model: type[M]) -> M:

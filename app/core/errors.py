@@ -20,9 +20,12 @@ Nothing here imports FastAPI or JAX: the runtime process imports this module.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from datarax.names import did_you_mean
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:datarax:problem:"
@@ -481,7 +484,8 @@ def from_library(exc: Exception) -> ServiceError:
     :data:`CODES` (a test checks it), anything else is ``invalid_request``.
     """
     code = getattr(exc, "code", None)
-    message = str(getattr(exc, "message", None) or exc)
+    # a PlanError's http_message leaves out what only Python callers can do
+    message = str(getattr(exc, "http_message", None) or getattr(exc, "message", None) or exc)
     if not isinstance(code, str) or code not in CODES:
         return InvalidRequest(message)
     return ServiceError(message, code=code)
@@ -515,6 +519,29 @@ def dotted(loc: Sequence[str | int]) -> str:
     return ".".join(str(part) for part in loc)
 
 
+UNION_TAGS = frozenset({"mlp", "transformer", "named", "live", "abstract", "hardware", "host",
+                        "jobs"})  # fmt: skip
+"""The tags of the request schemas' discriminated unions (``Tag(...)`` and the ``kind``
+of ``POST /v1/calibrations``): pydantic puts the chosen member's tag in an error's
+``loc``; a request has no such field."""
+
+
+def clean_loc(loc: Sequence[str | int]) -> list[str | int]:
+    """``loc`` as the request spells it: without pydantic's union members, neither its
+    generated ones (``list[any]``, ``function-after[...]``, a class name such as
+    ``Tensor``) nor a discriminated union's tag between a field (or the body) and the
+    member's own field (``model.named.remat`` is ``model.remat``)."""
+    out: list[str | int] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, str):
+            generated = any(c in part for c in "[(") or part[:1].isupper()
+            tag = part in UNION_TAGS and i + 1 < len(loc) and i > 0
+            if generated or (tag and (loc[i - 1] in ("body", "model"))):
+                continue
+        out.append(part)
+    return out
+
+
 def error_entry(loc: Sequence[str | int], msg: str, error_type: str) -> dict[str, Any]:
     """One ``errors`` entry: ``loc`` (full location), ``field`` (dotted, inside it), ``msg``,
     ``type``."""
@@ -523,9 +550,30 @@ def error_entry(loc: Sequence[str | int], msg: str, error_type: str) -> dict[str
     return {"loc": loc, "field": dotted(inner), "msg": msg, "type": error_type}
 
 
-def validation_error(errors: Sequence[Mapping[str, Any]]) -> ServiceError:
+def _readable(
+    err: Mapping[str, Any], error_type: str, field: str, vocabulary: Iterable[str]
+) -> str:
+    """pydantic's message in the service's words: no ``Value error, `` prefix; a field
+    the schema does not have names the nearest one it does, and a value outside a fixed
+    set the nearest value in it."""
+    msg = str(err.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if error_type == "extra_forbidden":
+        name = field.rsplit(".", 1)[-1]
+        return f"{name!r} is not a field here{did_you_mean(name, vocabulary)}"
+    if error_type in ("literal_error", "enum"):
+        expected = str((err.get("ctx") or {}).get("expected", ""))
+        return msg + did_you_mean(err.get("input"), re.findall(r"'([^']*)'", expected))
+    return msg
+
+
+def validation_error(
+    errors: Sequence[Mapping[str, Any]], vocabulary: Iterable[str] = ()
+) -> ServiceError:
     """The problem of pydantic/FastAPI validation errors: 422 ``validation_error`` whose
-    ``errors`` name every field, or ``invalid_json`` for a body that is not JSON."""
+    ``errors`` name every field (as the request spells it: :func:`clean_loc`), or
+    ``invalid_json`` for a body that is not JSON. ``vocabulary``: the field names the
+    request schemas have, for the nearest name to a field they do not
+    (:func:`_readable`)."""
     for err in errors:
         if err.get("type") == "json_invalid":
             reason = (err.get("ctx") or {}).get("error", "JSON decode error")
@@ -534,10 +582,18 @@ def validation_error(errors: Sequence[Mapping[str, Any]]) -> ServiceError:
                 f"request body is not valid JSON ({reason} at character {position}); "
                 "send a JSON object with Content-Type: application/json"
             )
-    entries = [
-        error_entry(err.get("loc", ()), str(err.get("msg", "")), str(err.get("type", "")))
-        for err in errors
-    ]
+    names = list(vocabulary)
+    entries = []
+    seen = set()
+    for err in errors:
+        loc = clean_loc(err.get("loc", ()))
+        error_type = str(err.get("type", ""))
+        entry = error_entry(loc, "", error_type)
+        entry["msg"] = _readable(err, error_type, entry["field"], names)
+        # one union's members refusing the same field: once, the first member's words
+        if (entry["field"], error_type) not in seen:
+            seen.add((entry["field"], error_type))
+            entries.append(entry)
     first = entries[0] if entries else {"loc": [], "msg": "invalid request"}
     more = f" (and {len(entries) - 1} more)" if len(entries) > 1 else ""
     return ServiceError(

@@ -131,6 +131,12 @@ class Settings(BaseSettings):
         description="delete jobs whose last metric push is older than this (checked "
         "hourly); 0 keeps every job",
     )
+    plan_retention_days: float = Field(
+        0.0,
+        ge=0,
+        description="delete plans made longer ago than this (checked hourly), except those "
+        "with training sessions; 0 keeps every plan",
+    )
     heartbeat_s: float = Field(10.0, gt=0, le=30, description="lost-peer detection bound")
     platforms: str | None = Field(
         None,

@@ -453,7 +453,11 @@ def _untagged(error: ValidationError) -> ValidationError:
         error.title,
         [
             InitErrorDetails(
-                type=PydanticCustomError(str(e["type"]), str(e["msg"])),
+                type=PydanticCustomError(
+                    str(e["type"]),
+                    str(e["msg"]).replace("{", "{{").replace("}", "}}"),
+                    e.get("ctx"),
+                ),
                 loc=tuple(e["loc"][1:] if e["loc"][:1] in _TAGS else e["loc"]),
                 input=e.get("input"),
             )

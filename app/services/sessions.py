@@ -12,6 +12,11 @@ Caps for a shared host: at most ``DATARAX_MAX_SESSIONS`` live sessions (more: 42
 freed in the runtime and answers 410 ``session_expired`` (reads do not keep it alive: an
 unauthenticated reader must not pin device memory). The runtime hands a deleted
 session's memory back to the OS (``app.runtime.sessions.release_freed_memory``).
+
+Deleting a session answers at once: its steps still queued for the runtime are cancelled
+(their calls answer 404 ``session_not_found``), a step already running finishes, and the
+runtime frees the arrays when it reaches the free. Deleting a mesh plan deletes its
+sessions the same way.
 """
 
 from __future__ import annotations
@@ -191,6 +196,10 @@ class SessionService:
         self._expired: set[str] = set()
         self._creating = 0
         self._admission = asyncio.Lock()
+        # each session's step calls waiting on the runtime: a delete cancels them
+        self._waiting: dict[str, set[asyncio.Future[Any]]] = {}
+        # runtime frees of deleted sessions, run after the delete has answered
+        self._freeing: set[asyncio.Task[None]] = set()
 
     def _forget_lost(self) -> None:
         """Drops sessions of a runtime that has restarted since: they hold no memory."""
@@ -408,19 +417,41 @@ class SessionService:
         return record
 
     async def delete(self, session_id: str) -> None:
-        """Forgets the session and frees its arrays when the runtime is up."""
+        """Forgets the session, cancels its steps still queued for the runtime (their calls
+        answer 404 ``session_not_found`` at once; a step already running finishes), and
+        answers without waiting: the runtime frees the arrays when it reaches the free,
+        after the command it is running."""
         if not await stored_sessions.delete_session(self.store, session_id):
             raise SessionNotFound(f"no session with id {session_id!r}")
         self._epochs.pop(session_id, None)
         self._last_used.pop(session_id, None)
+        for call in self._waiting.pop(session_id, set()):
+            call.cancel()  # queued: never sent; running: the runtime finishes it
         if session_id in self._expired:  # freed already
             self._expired.discard(session_id)
             return
         if self.runtime.ready:
-            try:
-                await self.runtime.call("session_delete", {"id": session_id})
-            except Exception:  # noqa: BLE001 (the record is gone; the runtime frees it on restart)
-                pass
+            task = asyncio.create_task(self._free(session_id), name=f"free-{session_id}")
+            self._freeing.add(task)
+            task.add_done_callback(self._freeing.discard)
+
+    async def _free(self, session_id: str) -> None:
+        try:
+            await self.runtime.call("session_delete", {"id": session_id})
+        except Exception:  # noqa: BLE001 (the record is gone; the runtime frees it on restart)
+            pass
+
+    async def delete_mesh_sessions(self, mesh_id: str) -> list[str]:
+        """Deletes every session of a mesh plan (``DELETE /v1/meshes/{id}`` ends them, as
+        :meth:`delete` ends one); answers their ids."""
+        texts, _ = await stored_sessions.list_sessions(self.store, 1_000_000, 0, mesh_id)
+        ended = []
+        for text in texts:
+            session_id = json.loads(text)["id"]
+            with contextlib.suppress(SessionNotFound):  # deleted meanwhile
+                await self.delete(session_id)
+                ended.append(session_id)
+        return ended
 
     async def run_steps(
         self,
@@ -439,12 +470,29 @@ class SessionService:
                 lambda: decode_step_body(body, media, content_type, steps_query, self.settings)
             )
             self._require_ready()
-            result, _ = await self.runtime.call(
-                "session_step",
-                {"id": session_id, "memory_budget": self.runtime.memory_budget(), **payload},
-                arrays,
-                timeout=self.settings.step_timeout_s,
+            call = asyncio.ensure_future(
+                self.runtime.call(
+                    "session_step",
+                    {"id": session_id, "memory_budget": self.runtime.memory_budget(), **payload},
+                    arrays,
+                    timeout=self.settings.step_timeout_s,
+                )
             )
+            waiting = self._waiting.setdefault(session_id, set())
+            waiting.add(call)
+            try:
+                result, _ = await call
+            except asyncio.CancelledError:
+                this = asyncio.current_task()
+                if this is not None and this.cancelling():
+                    raise  # this request itself was cancelled (its client went away)
+                raise SessionNotFound(
+                    f"session {session_id!r} was deleted while this call waited; no step ran"
+                ) from None
+            finally:
+                waiting.discard(call)
+                if not waiting and self._waiting.get(session_id) is waiting:
+                    del self._waiting[session_id]
         finally:
             self._in_flight[session_id] -= 1
             if not self._in_flight[session_id]:

@@ -108,7 +108,11 @@ def place_batch_on_shards(batch: PyTree, sharding: NamedSharding) -> PyTree:
             raise ValueError(
                 f"batch leaf {path_to_str(path) or '<root>'!r} has shape {tuple(leaf.shape)}: "
                 f"{where}leading dimension {rows} is not divisible by {local_blocks} shards; "
-                f"nearest valid sizes: {low} or {high}"
+                + (
+                    f"nearest valid size: {low}"
+                    if low == high
+                    else f"nearest valid sizes: {low} or {high}"
+                )
             )
         if multi_process:
             global_shape = (rows // local_blocks * shards, *leaf.shape[1:])

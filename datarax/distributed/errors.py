@@ -19,16 +19,27 @@ class PlanError(ValueError):
         ``axes_product_mismatch``, ``not_enough_devices``, ``batch_not_divisible``,
         ``unknown_batch_axis``, ``invalid_batch_shape``, ``duplicate_batch_axis``.
       message: the human-readable explanation; ``str(error) == error.message``.
+      http_message: the message less ``library_hint``: what the HTTP service answers.
+      library_hint: a sentence for Python callers only (a keyword argument the HTTP API
+        does not take), appended to ``message``.
     """
 
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
+    def __init__(self, code: str, message: str, *, library_hint: str = ""):
+        super().__init__(message + library_hint)
         self.code = code
-        self.message = message
+        self.message = message + library_hint
+        # what the HTTP service answers: without a hint about the Python API (a keyword
+        # argument the HTTP API does not take)
+        self.http_message = message
+        self.library_hint = library_hint
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The default reduce would call PlanError(message) and lose the code.
-        return (type(self), (self.code, self.message))
+        return (_plan_error, (type(self), self.code, self.http_message, self.library_hint))
+
+
+def _plan_error(cls: type[PlanError], code: str, message: str, hint: str) -> PlanError:
+    return cls(code, message, library_hint=hint)
 
 
 class MetricsError(ValueError):
@@ -46,10 +57,11 @@ class MetricsError(ValueError):
       message: human-readable text naming the value received and the fix.
     """
 
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
+    def __init__(self, code: str, message: str, *, library_hint: str = ""):
+        super().__init__(message + library_hint)
         self.code = code
-        self.message = message
+        self.message = message + library_hint
+        self.http_message = message  # what the HTTP service answers (no Python-only hint)
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"

@@ -35,6 +35,7 @@ from typing import Any
 
 from datarax.distributed.errors import PlanError
 from datarax.json_types import JSONObject
+from datarax.names import did_you_mean
 
 __all__ = ["MODELS", "models_json", "named_model"]
 
@@ -360,7 +361,8 @@ def named_model(name: object) -> JSONObject:
     if entry is None:
         raise PlanError(
             "unknown_model",
-            f"model.name {name!r} is not a named model; GET /v1/models lists {sorted(MODELS)}",
+            f"model.name {name!r} is not a named model{did_you_mean(name, MODELS)}; "
+            f"GET /v1/models lists {sorted(MODELS)}",
         )
     return {k: v for k, v in entry.items() if k not in _DESCRIPTIVE}
 

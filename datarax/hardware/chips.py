@@ -39,6 +39,7 @@ import math
 from datarax.distributed.errors import PlanError
 from datarax.hardware.catalog import HARDWARE
 from datarax.hardware.entry import LINK_CLASSES, AxisLink, Hardware
+from datarax.names import did_you_mean
 
 __all__ = [
     "HARDWARE",
@@ -63,7 +64,8 @@ def get_hardware(name: str | Hardware) -> Hardware:
     if not isinstance(name, str) or name not in HARDWARE:
         raise PlanError(
             "unknown_hardware",
-            f"hardware {name!r} is not in the catalog; use one of {sorted(HARDWARE)}",
+            f"hardware {name!r} is not in the catalog{did_you_mean(name, HARDWARE)}; use one "
+            f"of {sorted(HARDWARE)}",
         )
     return HARDWARE[name]
 
@@ -102,8 +104,8 @@ def topology_shape(hardware: Hardware | str, topology: str) -> tuple[int, ...]:
     if text not in hw.topologies or not shape:
         raise PlanError(
             "invalid_topology",
-            f"topology {topology!r} is not a {hw.name} slice shape; use one of "
-            f"{list(hw.topologies)}",
+            f"topology {topology!r} is not a {hw.name} slice shape"
+            f"{did_you_mean(text, hw.topologies, 0.5)}; use one of {list(hw.topologies)}",
         )
     return shape
 

@@ -35,6 +35,7 @@ from datarax.metrics._numpy_kernels import (
     reduce_numpy,
     reduce_numpy_dict,
 )
+from datarax.names import did_you_mean
 
 __all__ = ["NAN_POLICIES", "REDUCE_OPS", "MetricsError", "reduce_custom", "split_by_device"]
 
@@ -69,8 +70,11 @@ def check_op(op: object, name: str | None = None) -> None:
     where = f" for metric {name!r}" if name is not None else ""
     raise MetricsError(
         "unknown_reduce_op",
-        f"reduce op {op!r}{where} is not supported; use one of {list(REDUCE_OPS)}"
-        + (" or a callable on the stacked array." if name is not None else "."),
+        f"reduce op {op!r}{where} is not supported{did_you_mean(op, REDUCE_OPS)}; use one of "
+        f"{list(REDUCE_OPS)}.",
+        library_hint=" In Python, a callable on the stacked array also reduces a metric."
+        if name is not None
+        else "",
     )
 
 

@@ -26,12 +26,12 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from datarax.distributed.errors import PlanError
+from datarax.names import did_you_mean
 
 __all__ = [
     "KINDS",
@@ -280,8 +280,7 @@ _UNPRICED = tuple(name for name, kind in KINDS.items() if not kind.priced)
 
 
 def _nearest(name: str) -> str:
-    close = difflib.get_close_matches(name, list(_BY_ALIAS), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(name, _BY_ALIAS)
 
 
 def kind_of_axis(name: str, role: str | None = None) -> ParallelismKind:
@@ -298,8 +297,9 @@ def kind_of_axis(name: str, role: str | None = None) -> ParallelismKind:
         raise PlanError(
             "unknown_axis_role",
             f"{what} is not a parallelism kind{_nearest(claimed)}. Name each axis for its "
-            f"kind, or pass roles={{{name!r}: 'data'}}: the kinds priced are {_PRICED_TEXT}; "
-            f"{', '.join(_UNPRICED)} are known but not priced yet",
+            f"kind: the kinds priced are {_PRICED_TEXT}; {', '.join(_UNPRICED)} are known "
+            "but not priced yet",
+            library_hint=f". In Python, roles={{{name!r}: 'data'}} gives an axis a kind",
         )
     return kind
 

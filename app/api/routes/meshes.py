@@ -177,9 +177,14 @@ async def get_mesh(
     dependencies=[BearerDoc],
     responses={204: {"description": "deleted"}, **problem_responses(401, 404)},
 )
-async def delete_mesh(mesh_id: MeshId, store: StoreDep) -> Response:
-    """Deletes a stored plan. 404 ``mesh_not_found`` when there is none."""
+async def delete_mesh(mesh_id: MeshId, store: StoreDep, request: Request) -> Response:
+    """Deletes a stored plan and ends its training sessions (each deleted as ``DELETE
+    /v1/sessions/{id}`` deletes it: queued steps cancelled, the arrays freed). 404
+    ``mesh_not_found`` when there is none."""
     await meshes.delete_plan(store, mesh_id)
+    sessions = getattr(request.app.state, "sessions", None)
+    if sessions is not None:
+        await sessions.delete_mesh_sessions(mesh_id)
     return Response(status_code=204)
 
 

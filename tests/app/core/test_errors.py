@@ -8,6 +8,7 @@ body limit.
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 
 import numpy as np
@@ -593,3 +594,58 @@ def test_bad_live_plan_is_refused_before_the_runtime_is_asked(guarded):
     finally:
         runtime.ready, runtime.call_error = False, None
     assert_problem(response, 422, "batch_not_divisible")
+
+
+# ---------------------------------------------------------------- messages a user can act on
+
+_INTERNALS = (
+    "roles=", "callable", "Value error", "Extra inputs are not permitted", "list[any]",
+    "function-after", ".named.", ".transformer.", ".mlp.", ".host.", ".jobs.",
+)  # fmt: skip
+
+
+def message_faults(detail: str) -> list[str]:
+    """What breaks issue 40's rules in a problem's ``detail``: a Python-only field or a
+    callable the HTTP API does not take, pydantic's internals, a number said twice
+    ("use 64 or 64")."""
+    faults = [word for word in _INTERNALS if word in detail]
+    faults += [f"repeated {m.group(1)}" for m in re.finditer(r"\b(\d[\d,]*) or \1\b", detail)]
+    return faults
+
+
+@pytest.mark.parametrize(
+    ("request_", "status", "code"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_every_problem_in_the_table_reads_as_a_user_can_act_on(api, request_, status, code):
+    method, path, kwargs = request_
+    body = assert_problem(api.request(method, path, **kwargs), status, code)
+    assert not message_faults(body["detail"]), body["detail"]
+    for entry in body.get("errors", []):
+        assert not message_faults(entry["msg"]), entry
+        assert not message_faults("." + entry["field"] + "."), entry
+
+
+TYPOS = [
+    ("axis", {"ici": {"fsdb": 16}}, "unknown_axis_role", "'fsdp'"),
+    ("model", {"model": {"name": "llama3.1-8bb"}}, "unknown_model", "'llama3.1-8b'"),
+    ("hardware", {"hardware": "tpu-v5ee"}, "unknown_hardware", "'tpu-v5e'"),
+    ("topology", {"topology": "4x44"}, "invalid_topology", "'4x4'"),
+    ("field", {"batch_shap": [16, 2048]}, "validation_error", "'batch_shape'"),
+    ("model-field", {"model": {"name": "llama3.1-8b", "remmat": "full"}}, "validation_error",
+     "'remat'"),
+    ("value", {"model": {"name": "llama3.1-8b", "remat": "fulll"}}, "validation_error", "'full'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "code", "suggested"), [t[1:] for t in TYPOS],
+                         ids=[t[0] for t in TYPOS])  # fmt: skip
+def test_a_typo_is_answered_with_the_nearest_valid_name(api, change, code, suggested):
+    # issue 40: "did you mean" for axis, model, hardware, topology, field and value typos,
+    # in one sentence without pydantic's internals
+    base = {"hardware": "tpu-v5e", "topology": "4x4", "ici": {"fsdp": 16},
+            "batch_shape": [16, 2048], "model": {"name": "llama3.1-8b"}}  # fmt: skip
+    body = assert_problem(api.post("/v1/meshes", json={**base, **change}), 422, code)
+    assert f"(did you mean {suggested}?)" in body["detail"], body["detail"]
+    assert not message_faults(body["detail"]), body["detail"]
+    if code == "validation_error":
+        assert body["errors"][0]["field"] in ("batch_shap", "model.remmat", "model.remat")

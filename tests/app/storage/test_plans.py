@@ -67,3 +67,24 @@ def test_a_page_past_its_byte_budget_is_none_and_still_counts_every_plan(store):
         4,
     )
     assert anyio.run(lambda: plans.list_plans(store, 10, 4)) == ([], 4)
+
+
+def test_a_large_plan_is_stored_compressed_and_read_back_byte_for_byte(store, api):
+    # issue 41: a 262,144-device abstract plan (27 MB answered) stores in under 5 MB
+    answer = api.post("/v1/meshes", json={"axes": {"data": 512, "model": 512},
+                                          "num_devices": 262144})  # fmt: skip
+    assert answer.status_code == 201 and len(answer.content) > 20_000_000
+    text = answer.content.decode()
+    anyio.run(plans.insert_plan, store, "m_big", "2026-12-06T00:00:00Z", None, False, text,
+              '{"id": "m_big"}')  # fmt: skip
+    stored = anyio.run(store.read, lambda c: c.execute(
+        "SELECT body, typeof(body) FROM plans WHERE id = 'm_big'").fetchone())  # fmt: skip
+    assert stored[1] == "blob" and len(stored[0]) < 5_000_000, (stored[1], len(stored[0]))
+    assert anyio.run(plans.get_plan, store, "m_big") == text
+    texts, total = anyio.run(plans.list_plans, store, 1, 0)
+    assert texts == [text] and total == 1
+    # a small plan stays readable text
+    anyio.run(plans.insert_plan, store, "m_small", "2026-12-06T00:00:01Z", None, False, "{}")
+    kind = anyio.run(store.read, lambda c: c.execute(
+        "SELECT typeof(body) FROM plans WHERE id = 'm_small'").fetchone()[0])  # fmt: skip
+    assert kind == "text"

@@ -367,3 +367,45 @@ def test_a_session_trains_a_mixture_of_experts_transformer_over_an_expert_axis(a
     losses = steps.json()["losses"]
     assert len(losses) == 20 and losses[-1] < 0.8 * losses[0], losses
     api.delete(f"/v1/sessions/{session['id']}")
+
+
+def test_deleting_a_session_cancels_its_queued_steps(api):
+    # issue 41: the delete answers without waiting behind the session's queued calls;
+    # those answer 404 at once, having run nothing; a step already running finishes
+    _, session = _session(api, {"data": 8}, model={"kind": "mlp", "features": [256, 1024, 256]})
+    sid = session["id"]
+    results: list = []
+    started = threading.Event()
+
+    def call():
+        started.set()
+        body = {"steps": 400, "synthetic": {"seed": 1, "batch_size": 256}}
+        results.append(api.post(f"/v1/sessions/{sid}/steps", json=body))
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    started.wait(10)
+    time.sleep(0.5)  # the first call runs, the others wait behind it
+    assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+    # the delete answered while calls were still queued: at least two had not finished
+    unfinished = sum(t.is_alive() for t in threads)
+    for t in threads:
+        t.join(timeout=300)
+    assert len(results) == 4 and unfinished >= 2, (unfinished, [r.status_code for r in results])
+    waited = [r for r in results if "was deleted while this call waited" in r.text]
+    assert len(waited) >= 2, [r.text for r in results]
+    for r in waited:
+        assert_problem(r, 404, "session_not_found")
+    assert_problem(api.get(f"/v1/sessions/{sid}"), 404, "session_not_found")
+
+
+def test_deleting_a_mesh_ends_its_sessions(api):
+    # issue 41: a deleted plan's sessions are deleted with it (their steps cancelled)
+    plan, session = _session(api, {"data": 8})
+    _, other = _session(api, {"data": 8})
+    assert api.delete(f"/v1/meshes/{plan['id']}").status_code == 204
+    assert_problem(api.get(f"/v1/sessions/{session['id']}"), 404, "session_not_found")
+    assert_problem(api.post(f"/v1/sessions/{session['id']}/steps", json={"steps": 1}), 404,
+                   "session_not_found")  # fmt: skip
+    assert _steps(api, other["id"], 1, synthetic=SYNTH)["step"] == 1  # another plan's goes on
