@@ -33,6 +33,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -459,6 +460,45 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     return problem_response(ServiceError(detail, code=code, headers=headers))
 
 
+class _LineLimit:
+    """At most ``lines`` log lines per ``window_s``; the lines held back are counted and
+    said in the next line let through, so a client cannot grow the log without bound."""
+
+    def __init__(self, lines: int = 10, window_s: float = 10.0) -> None:
+        self.lines, self.window_s = lines, window_s
+        self._start = 0.0
+        self._sent = 0
+        self.held = 0
+
+    def allow(self, now: float) -> bool:
+        if now - self._start >= self.window_s:
+            self._start, self._sent = now, 0
+        if self._sent < self.lines:
+            self._sent += 1
+            return True
+        self.held += 1
+        return False
+
+
+_HANG_UPS = _LineLimit()
+
+
+async def _client_gone(request: Request, _exc: Exception) -> Response:
+    """A client that hangs up before its body has arrived: 499 ``request_abandoned`` (no
+    one reads it; the access log and ``/metrics`` count it) and one log line, never a
+    traceback; at most 10 such lines per 10 s, the rest counted in the next."""
+    if _HANG_UPS.allow(asyncio.get_running_loop().time()):
+        held, _HANG_UPS.held = _HANG_UPS.held, 0
+        more = f" ({held} more hang-ups since the last such line)" if held else ""
+        log.info("client hung up during %s %s before its body arrived%s",
+                 request.method, request.url.path, more)  # fmt: skip
+    return problem_response(
+        ServiceError(
+            "the client closed the connection before its body arrived", code="request_abandoned"
+        )  # fmt: skip
+    )
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem_response(
@@ -473,4 +513,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(MetricsError, _library_error)
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(Exception, _unexpected)
