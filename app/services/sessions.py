@@ -435,6 +435,12 @@ class SessionService:
             self._freeing.add(task)
             task.add_done_callback(self._freeing.discard)
 
+    async def settle(self) -> None:
+        """Returns once the runtime frees of deleted sessions have been sent and answered
+        (tests, and a shutdown that wants them done)."""
+        while self._freeing:
+            await asyncio.wait(set(self._freeing))
+
     async def _free(self, session_id: str) -> None:
         try:
             await self.runtime.call("session_delete", {"id": session_id})

@@ -96,6 +96,7 @@ def test_a_session_is_created_stepped_read_listed_and_deleted(service):
         assert listed["total"] == 1 and listed["items"][0]["state"] == "live"
         assert "params" not in listed["items"][0] and "loss_history" not in listed["items"][0]
         await sessions_.delete(sid)
+        await sessions_.settle()  # the free is sent after the delete has answered
         assert runtime.calls[-1] == ("session_delete", {"id": sid})
         with pytest.raises(SessionNotFound):
             await sessions_.read(sid)
