@@ -297,11 +297,12 @@ def test_faults_the_wal_absorbs_keep_writes_durable_and_ready(tmp_path, immutabl
             writes.some()
             paths = targets(db)
             immutable.set(*paths)
-            # Large plans (~0.4 MB each) until the WAL passes SQLite's automatic
-            # checkpoint (1,000 pages), which then tries to write the database file.
+            # Large plans (65,536 devices: ~0.6 MB each as stored, compressed) until the
+            # WAL passes SQLite's automatic checkpoint (1,000 pages), which then tries to
+            # write the database file.
             wal = Path(f"{db}-wal")
             for _ in range(40):
-                assert writes.plan(devices=4096).status_code == 201
+                assert writes.plan(devices=65536).status_code == 201
                 assert writes.push().status_code == 201
                 if wal.stat().st_size > CHECKPOINT_WAL_BYTES:
                     break
