@@ -33,28 +33,19 @@ import jax.numpy as jnp
 from jax.lax import PrecisionLike
 from jax.sharding import PartitionSpec as P
 
+from datarax.models.attention import _MASKED, _block_size
+from datarax.models.attention import _kv_blocks as _blocks
 from datarax.models.layout import balanced_order
 
 __all__ = ["ring_attention"]
-
-_MASKED = -1e30  # finite, so a fully masked block never gives inf - inf = nan
 
 State = tuple[jax.Array, jax.Array, jax.Array]
 _Five = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
 
 
-def _block_size(s: int, limit: int = 512) -> int:
-    return next(n for n in range(min(s, limit), 0, -1) if s % n == 0)
-
-
-def _blocks(x: jax.Array, block: int) -> jax.Array:
-    """``[B, s, KV, hd]`` -> ``[s / block, B, block, KV, hd]``."""
-    b, s, kv, hd = x.shape
-    return x.reshape(b, s // block, block, kv, hd).transpose(1, 0, 2, 3, 4)
-
-
 def _unblock(x: jax.Array) -> jax.Array:
-    """The inverse of :func:`_blocks`."""
+    """The inverse of :func:`_blocks` (``[S / block, B, block, KV, hd]`` -> ``[B, S, KV,
+    hd]``)."""
     n, b, block, kv, hd = x.shape
     return x.transpose(1, 0, 2, 3, 4).reshape(b, n * block, kv, hd)
 
