@@ -19,7 +19,13 @@ from types import FrameType
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import CliSuppress, SettingsConfigDict
 
-from app.api.middleware import ProblemHttpToolsProtocol
+from app.api.connections import (
+    FD_RESERVE,
+    HEALTH_ROOM,
+    GuardedHttpToolsProtocol,
+    default_max_connections,
+    raise_fd_limit,
+)
 from app.core.allocator import keep_freed_memory
 from app.core.logs import configure_logging, log_config
 from app.core.settings import Settings
@@ -127,6 +133,7 @@ def cli(argv: list[str] | None = None) -> None:
     # Large bodies: reuse freed heap memory instead of page-faulting fresh mmap pages
     # (see app/core/allocator.py); keeps up to ~4 bodies' worth of freed memory.
     keep_freed_memory(max(256 * 1024 * 1024, 4 * settings.max_body_bytes))
+    max_connections = connection_bound(settings)  # a bound that cannot fit: exit 2 first
     check_database(settings)
     app = create_app(settings)
 
@@ -153,7 +160,17 @@ def cli(argv: list[str] | None = None) -> None:
         # asyncio loop cost more per request than most handlers. The parser's own 400s
         # are problem JSON, and heads past DATARAX_MAX_HEADER_KB / DATARAX_MAX_HEADERS are
         # 431 before they are held (ProblemHttpToolsProtocol).
-        http=ProblemHttpToolsProtocol.with_limits(settings.max_header_bytes, settings.max_headers),
+        # Idle, slow-head, slow-body and unread-answer connections are closed, and the
+        # connections a process holds are bounded (app.api.connections).
+        http=GuardedHttpToolsProtocol.configured(
+            max_head_bytes=settings.max_header_bytes,
+            max_headers=settings.max_headers,
+            header_timeout_s=settings.header_timeout_s,
+            body_timeout_s=settings.body_timeout_s,
+            write_timeout_s=settings.write_timeout_s,
+            max_connections=max_connections,
+        ),
+        timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
         loop="uvloop",
     )
     try:
@@ -162,6 +179,25 @@ def cli(argv: list[str] | None = None) -> None:
         # Ctrl-C: uvicorn shuts down gracefully, then raises SIGINT again with Python's
         # handler, which would end the process with a KeyboardInterrupt traceback.
         sys.exit(EXIT_INTERRUPTED)
+
+
+def connection_bound(settings: Settings) -> int:
+    """Raises the soft file-descriptor limit to the hard one and returns the connection
+    bound; exits 2 with one line when ``DATARAX_MAX_CONNECTIONS`` does not fit the limit."""
+    fd_limit = raise_fd_limit()
+    room = default_max_connections(fd_limit)
+    if settings.max_connections is None:
+        return room
+    if settings.max_connections > room:
+        print(
+            f"datarax-serve: invalid setting DATARAX_MAX_CONNECTIONS / --max-connections: "
+            f"{settings.max_connections} connections do not fit this process's limit of "
+            f"{fd_limit} file descriptors ({FD_RESERVE + HEALTH_ROOM} are kept for files and "
+            f"health checks); set at most {room}, or raise the limit (ulimit -n, LimitNOFILE=)",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_BAD_SETTINGS)
+    return settings.max_connections
 
 
 def check_database(settings: Settings) -> None:

@@ -231,6 +231,18 @@ def kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
 
 
+def serve_with_file_limit(nofile: int) -> list[str]:
+    """``datarax-serve`` as a Python command line that first sets its file-descriptor
+    limit (soft and hard) to ``nofile``, in the same process: no ``preexec_fn``, whose fork
+    JAX's at-fork handler warns about in a test process that loaded JAX."""
+    code = (
+        "import resource, sys; "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {nofile})); "
+        "sys.argv[0] = 'datarax-serve'; from app.cli import cli; cli()"
+    )
+    return [sys.executable, "-c", code]
+
+
 class ServiceProcess:
     """``datarax-serve`` in its own session (process group), on a free port.
 
@@ -245,8 +257,10 @@ class ServiceProcess:
         *,
         env: dict[str, str] | None = None,
         unset: tuple[str, ...] = (),
+        nofile: int | None = None,
     ):
         self.db = db
+        self.nofile = nofile  # the server's file-descriptor limit (soft and hard), if given
         self.log_path = log_path
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -259,6 +273,8 @@ class ServiceProcess:
     def command(self) -> list[str]:
         script = Path(sys.executable).parent / "datarax-serve"
         prefix = [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
+        if self.nofile is not None:
+            prefix = serve_with_file_limit(self.nofile)
         return [*prefix, "--host", "127.0.0.1", "--port", str(self.port), "--db", str(self.db)]
 
     def start(self) -> ServiceProcess:

@@ -323,6 +323,8 @@ class HttpCacheMiddleware:
                 content_type = value
             elif key == b"content-encoding":
                 return False  # already encoded (the dashboard's own assets)
+            elif key == b"etag":
+                return False  # tagged by its route, which answers 304s itself (app.api.streamed)
         if length is None:
             return False  # streamed: passed on as it comes
         if policy is not None and policy.etag and message["status"] == 200:

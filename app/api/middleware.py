@@ -365,12 +365,13 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         self._write_problem(b"HTTP/1.1 400 Bad Request\r\n", body)
         self.transport.close()
 
-    def _write_problem(self, status_line: bytes, body: bytes) -> None:
+    def _write_problem(self, status_line: bytes, body: bytes, extra: bytes = b"") -> None:
         self.transport.write(
             b"".join(
                 [
                     status_line,
                     *(name + b": " + value + b"\r\n" for name, value in self._default_headers()),
+                    extra,
                     b"content-type: " + PROBLEM_MEDIA_TYPE.encode() + b"\r\n",
                     b"content-length: " + str(len(body)).encode() + b"\r\n",
                     b"connection: close\r\n\r\n",
@@ -443,6 +444,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     status = exc.status_code
     if status == 400 and exc.detail == _FASTAPI_BODY_PARSE_ERROR:
+        if isinstance(exc.__cause__, ClientDisconnect):
+            # FastAPI's body models read the body themselves and wrap the hang-up.
+            return await _client_gone(request, exc.__cause__)
         # FastAPI's answer to a JSON body it cannot decode (e.g. not UTF-8): the same
         # problem as any other malformed JSON.
         return problem_response(
@@ -482,11 +486,29 @@ class _LineLimit:
 
 _HANG_UPS = _LineLimit()
 
+TIMEOUT_KEY = "datarax.timed_out"
+"""Scope key the connection's body timeout sets before it closes the connection
+(:mod:`app.api.connections`): the request then ends as 408 ``request_timeout``, not 499."""
+
 
 async def _client_gone(request: Request, _exc: Exception) -> Response:
     """A client that hangs up before its body has arrived: 499 ``request_abandoned`` (no
     one reads it; the access log and ``/metrics`` count it) and one log line, never a
-    traceback; at most 10 such lines per 10 s, the rest counted in the next."""
+    traceback; at most 10 such lines per 10 s, the rest counted in the next. One whose
+    connection the body timeout closed is 408 ``request_timeout`` instead."""
+    waited = request.scope.get(TIMEOUT_KEY)
+    if waited is not None:
+        if _HANG_UPS.allow(asyncio.get_running_loop().time()):
+            held, _HANG_UPS.held = _HANG_UPS.held, 0
+            more = f" ({held} more such lines held back)" if held else ""
+            log.info("closed %s %s: no body bytes for %g s (DATARAX_BODY_TIMEOUT_S)%s",
+                     request.method, request.url.path, waited, more)  # fmt: skip
+        return problem_response(
+            ServiceError(
+                f"no body bytes arrived for {waited:g} s (DATARAX_BODY_TIMEOUT_S)",
+                code="request_timeout",
+            )
+        )
     if _HANG_UPS.allow(asyncio.get_running_loop().time()):
         held, _HANG_UPS.held = _HANG_UPS.held, 0
         more = f" ({held} more hang-ups since the last such line)" if held else ""

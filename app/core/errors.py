@@ -193,6 +193,13 @@ CODES: dict[str, Code] = _codes(
     ("shutting_down", 503, "Service shutting down", "the request met the shutdown grace period"),
     ("busy", 503, "Busy", "every heavy-work slot and queue place taken; see Retry-After"),
     ("request_abandoned", 499, "Client closed request", "the client left; its work was stopped"),
+    ("request_timeout", 408, "Request timeout", "a request's head or body stopped arriving"),
+    (
+        "too_many_connections",
+        503,
+        "Too many connections",
+        "every connection within DATARAX_MAX_CONNECTIONS has a request in progress",
+    ),
     ("storage_full", 507, "Storage full", "the database disk is full; nothing was written"),
     ("storage_unavailable", 503, "Storage unavailable", "the database cannot be written now"),
 )

@@ -57,6 +57,37 @@ class Settings(BaseSettings):
         le=3600,
         description="on SIGTERM, requests in flight get this long; then 503 shutting_down",
     )
+    header_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        le=3600,
+        description="a connection sends a whole request head within this; past it 408 "
+        "request_timeout (a plain close when nothing arrived)",
+    )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="longest pause between two reads of a request body; past it the "
+        "connection closes and the request is 408 request_timeout",
+    )
+    write_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="longest an answer may wait for a client that does not read it; past "
+        "it the connection is dropped",
+    )
+    keep_alive_s: float = Field(
+        5.0, gt=0, le=3600, description="idle kept-alive connections close after this"
+    )
+    max_connections: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="connections held at once (default: the file-descriptor limit less "
+        "160); past it the one idle longest is closed, health checks keep 32 more",
+    )
     cors_origins: str = Field(
         "",
         description="browser origins allowed to call the API (CORS), comma-separated, e.g. "

@@ -308,6 +308,18 @@ async def get_plan(store: Store, mesh_id: str) -> str:
     return _found(await stored_plans.get_plan(store, mesh_id), mesh_id)
 
 
+async def get_plan_stored(store: Store, mesh_id: str) -> str | bytes:
+    """The stored plan as stored: its JSON text, or a zlib stream of it (large plans).
+
+    Raises:
+      MeshNotFound: no plan with that id.
+    """
+    found = await stored_plans.get_plan_stored(store, mesh_id)
+    if found is None:
+        raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
+    return found
+
+
 def _found(text: str | None, mesh_id: str) -> str:
     if text is None:
         raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")

@@ -100,6 +100,17 @@ async def get_plan(store: Store, plan_id: str) -> str | None:
     return await store.read(lambda c: _column(c, "body", plan_id))
 
 
+async def get_plan_stored(store: Store, plan_id: str) -> str | bytes | None:
+    """The stored plan as its column holds it: JSON text, or a zlib stream of it (bytes)
+    when the text is over :data:`COMPRESS_OVER`; None when there is no such plan."""
+
+    def read(conn: sqlite3.Connection) -> str | bytes | None:
+        row = conn.execute("SELECT body FROM plans WHERE id = ?", (plan_id,)).fetchone()
+        return None if row is None else row[0]
+
+    return await store.read(read)
+
+
 async def get_plan_summary(store: Store, plan_id: str) -> str | None:
     """The stored plan's summary JSON text (every member but the per-device ones), or
     None."""

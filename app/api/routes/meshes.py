@@ -12,6 +12,8 @@ from starlette.responses import Response
 from app.api.deps import BearerDoc, JsonBody, RuntimeDep, StoreDep, TelemetryDep
 from app.api.openapi import MeshId, problem_responses
 from app.api.routing import json_response
+from app.api.streamed import CompressedAnswer, cached_facts
+from app.core.answer_limit import check_answer_size
 from app.schemas.meshes import (
     PLAN_REQUEST_EXAMPLE,
     MeshPlan,
@@ -166,7 +168,12 @@ async def get_mesh(
     """The stored plan, exactly as it was answered when created. 404 ``mesh_not_found``."""
     if view == "summary":
         return json_response(await meshes.get_plan_summary(store, mesh_id))
-    return json_response(await meshes.get_plan(store, mesh_id))
+    stored = await meshes.get_plan_stored(store, mesh_id)
+    if isinstance(stored, bytes):  # a large plan: sent from its compressed form
+        facts = await cached_facts(mesh_id, stored)
+        check_answer_size(facts.length, "the plan")  # measured before gzip, as every answer
+        return CompressedAnswer(stored, facts)
+    return json_response(stored)
 
 
 @router.delete(
