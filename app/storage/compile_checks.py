@@ -61,17 +61,24 @@ async def fail_unfinished(store: Store, reason: str) -> int:
     return await store.execute(fix)
 
 
+def _upsert_check(conn: sqlite3.Connection, check: dict[str, Any]) -> None:
+    conn.execute(
+        "INSERT INTO compile_checks (id, mesh_id, created_at, status, body) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+        "status = excluded.status, body = excluded.body",
+        (check["id"], check["mesh_id"], check["created_at"], check["status"], json.dumps(check)),
+    )
+
+
 async def put_check(store: Store, check: dict[str, Any]) -> None:
     """Stores a check's JSON, or replaces its status and body when it is stored already."""
-    row = (check["id"], check["mesh_id"], check["created_at"], check["status"], json.dumps(check))
-    await store.execute(
-        lambda c: c.execute(
-            "INSERT INTO compile_checks (id, mesh_id, created_at, status, body) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-            "status = excluded.status, body = excluded.body",
-            row,
-        )
-    )
+    await store.execute(lambda c: _upsert_check(c, check))
+
+
+async def put_cancelled(store: Store, check: dict[str, Any]) -> None:
+    """:func:`put_check` for a check that ``DELETE /v1/compile-checks/{id}`` cancelled: it
+    works on a full disk too, as every delete does (:meth:`Store.delete`)."""
+    await store.delete(lambda c: _upsert_check(c, check))
 
 
 async def get_check(store: Store, cid: str) -> dict[str, Any] | None:
@@ -161,6 +168,9 @@ class CompileStore:
 
     async def put_check(self, check: dict[str, Any]) -> None:
         await put_check(self.store, check)
+
+    async def put_cancelled(self, check: dict[str, Any]) -> None:
+        await put_cancelled(self.store, check)
 
     async def get_check(self, cid: str) -> dict[str, Any] | None:
         return await get_check(self.store, cid)

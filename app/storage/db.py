@@ -42,6 +42,10 @@ wrote. A write to the database file that fails only at checkpoint time (the file
 read-only, the WAL still writable) is not a fault: commits stay durable in the WAL, which
 SQLite checkpoints once it can.
 
+Deletes work on a full disk (:meth:`Store.delete`): the store keeps a space reserve beside
+the file for them and fences the file while that reserve is used up (see
+:mod:`app.storage.reserve`).
+
 Bodies (plan JSON, reduced metrics) are stored as the exact JSON text the API answered,
 so a read returns byte-identical JSON without re-serialising.
 """
@@ -63,6 +67,7 @@ import anyio.to_thread
 
 from app.core.errors import ServiceError, StorageFull, StorageUnavailable
 from app.storage.migrations import MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from app.storage.reserve import DiskRoom, disk_free
 
 log = logging.getLogger("datarax.store")
 
@@ -112,8 +117,9 @@ def storage_error(err: BaseException, path: Path | str) -> ServiceError | None:
     name = getattr(err, "sqlite_errorname", None) or type(err).__name__
     if _is_disk_full(err):
         return StorageFull(
-            f"the database disk is full ({path}); nothing was written. "
-            "Free space on that disk and retry"
+            f"the database disk is full ({path}); nothing was written. Free space on that "
+            "disk, or delete jobs, plans or sessions you no longer need (deletes work on a "
+            "full disk), and retry"
         )
     code = getattr(err, "sqlite_errorcode", None)
     if code is not None and code & 0xFF in _UNAVAILABLE:
@@ -163,6 +169,7 @@ class _Database:
         self.users = 1
         self.fault: StorageFault | None = None
         self.outcome_at = time.monotonic()  # when a write last succeeded or failed
+        self.room: DiskRoom | None = None  # the space reserve and fence (files only)
 
 
 _DATABASES: dict[str, _Database] = {}
@@ -199,7 +206,8 @@ class _GroupedWrite:
 
 
 FREE_BYTES_TO_RECOVER = 8 * 1024 * 1024
-"""After a disk-full write, the store reports full until its disk has this much free."""
+"""After a disk-full write, the store reports full until it has this much room: free pages
+in its file, plus the free disk unless the file is fenced (:mod:`app.storage.reserve`)."""
 
 
 class Store:
@@ -242,17 +250,37 @@ class Store:
             else:
                 db = _Database(key, self._connect())
                 if not memory:
+                    self._start_room(db)
                     _DATABASES[key] = db
         self._lock = db.lock
         with db.lock:
             self._db, self._conn = db, db.conn
 
-    def _check_owned(self) -> None:
+    def _start_room(self, db: _Database) -> None:
+        """Keeps the space reserve beside an accepted file (never before: a file that is
+        not the service's gets no reserve)."""
+        try:
+            db.room = DiskRoom(self.path, db.conn)
+            db.room.start(db.conn, FREE_BYTES_TO_RECOVER)
+        except BaseException:
+            db.conn.close()
+            raise
+
+    def _check_owned(self) -> bool:
         """Reads an existing file read-only before anything writes to it: a file of a
         newer schema version, or one holding tables but not the service's, is refused
-        (:class:`StoreUnusable`) and left byte for byte as it was."""
-        if str(self.path) == ":memory:" or not self.path.exists() or not self.path.stat().st_size:
-            return
+        (:class:`StoreUnusable`) and left byte for byte as it was.
+
+        Returns False when the main file alone cannot tell, a WAL with frames lying beside
+        it (newer tables, or a checkpoint cut off by a crash or a full disk, which leaves
+        the main file half written and unreadable alone): the main connection then judges
+        the file through its WAL before anything writes (:meth:`_connect`)."""
+        if str(self.path) == ":memory:" or not self.path.exists():
+            return True
+        wal = Path(f"{self.path}-wal")
+        alone = not wal.exists() or not wal.stat().st_size  # the main file is the database
+        if not self.path.stat().st_size:
+            return alone
         try:
             # immutable: no locks, no WAL index, no -shm mapped or made (a stale -shm must
             # never be mapped); it reads the main file, enough for the version and tables
@@ -264,11 +292,18 @@ class Store:
             tables = {row[0] for row in ro.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}  # fmt: skip
         except sqlite3.DatabaseError as err:  # immutable takes no locks: never busy here
+            if not alone:
+                return False
             raise StoreUnusable(
                 f"{self.path} is not a usable SQLite database: {err}; it was left untouched"
             ) from err
         finally:
             ro.close()
+        self._judge(version, tables)
+        return alone
+
+    def _judge(self, version: int, tables: set[str]) -> None:
+        """Refuses a newer schema version, or tables that are not the service's."""
         if version > SCHEMA_VERSION:
             raise StoreUnusable(
                 f"{self.path} has schema version {version}, newer than this service's "
@@ -284,7 +319,7 @@ class Store:
 
     def _connect(self) -> sqlite3.Connection:
         """A new connection with the service's pragmas, schema and migrations."""
-        self._check_owned()
+        owned = self._check_owned()
         try:
             conn = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=30
@@ -292,6 +327,9 @@ class Store:
         except sqlite3.Error as err:
             raise StoreUnusable(f"cannot open {self.path}: {err}") from err
         try:
+            # Until a file judged through its WAL is accepted, closing it must not
+            # checkpoint the WAL into it.
+            conn.setconfig(sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, not owned)
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             # Before the first access: the wal-index in heap memory, no -shm file to map.
             conn.execute("PRAGMA locking_mode = EXCLUSIVE")
@@ -299,6 +337,8 @@ class Store:
             # Reading the schema first: a corrupt or foreign file fails here, before any
             # statement below could write to it.
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if not owned:
+                self._judge_through_wal(conn)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(self.path) != ":memory:" and mode.lower() != "wal":
                 raise RuntimeError(f"SQLite refused WAL mode for {self.path} (got {mode!r})")
@@ -341,6 +381,14 @@ class Store:
             conn.close()
             raise
         return conn
+
+    def _judge_through_wal(self, conn: sqlite3.Connection) -> None:
+        """:meth:`_judge` on the main connection, reading through the WAL (a WAL file has
+        no hot journal to roll back: nothing is written)."""
+        tables = {row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}  # fmt: skip
+        self._judge(conn.execute("PRAGMA user_version").fetchone()[0], tables)
+        conn.setconfig(sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, False)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Brings the file to :data:`SCHEMA_VERSION`, one version per transaction."""
@@ -446,10 +494,16 @@ class Store:
         if db is None:
             return
         db.outcome_at = time.monotonic()
+        if db.room is not None:
+            try:
+                db.room.committed(db.conn, self.path, FREE_BYTES_TO_RECOVER)
+            except sqlite3.Error:  # the commit stands; the fence is retried on the next one
+                log.warning("the space reserve could not be kept", exc_info=True)
         fault = db.fault
         if fault is None:
             return
-        if fault.kind == "full" and _free_bytes(self.path) < FREE_BYTES_TO_RECOVER:
+        room = disk_free(self.path) if db.room is None else db.room.room(db.conn, self.path)
+        if fault.kind == "full" and room < FREE_BYTES_TO_RECOVER:
             db.fault = dataclasses.replace(fault, checked_at=_now())
             return
         log.warning("database %s takes writes again (fault since %s)", self.path, fault.since)
@@ -597,18 +651,42 @@ class Store:
         """:meth:`execute` for a caller already in a worker thread (or at startup)."""
         return self._run(fn)
 
+    # ------------------------------------------------------------------------- deletes
+
+    async def delete(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        piece: Callable[[sqlite3.Connection, int], int] | None = None,
+    ) -> T:
+        """:meth:`write` for what a ``DELETE`` removes, which works on a full disk too: it
+        then uses the space reserve, and a delete too big for that room runs in pieces
+        when ``piece(conn, rows)`` is given (see :meth:`DiskRoom.delete`).
+
+        Raises:
+          StorageFull: not even the reserve's room was enough, or there is no reserve.
+        """
+        return await self._in_thread(lambda: self.delete_here(fn, piece=piece))
+
+    def delete_here(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        piece: Callable[[sqlite3.Connection, int], int] | None = None,
+    ) -> T:
+        """:meth:`delete` for a caller already in a worker thread."""
+        with self._lock:
+            try:
+                return self._write_locked(fn)
+            except StorageFull:
+                db = self._db
+                if db is None or db.room is None:
+                    raise
+                return db.room.delete(db.conn, self._write_locked, fn, piece, self.path)
+
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _free_bytes(path: Path) -> int:
-    """Bytes free to unprivileged users on the file system of ``path``'s directory."""
-    try:
-        stats = os.statvfs(path.parent)
-    except OSError:
-        return 0
-    return stats.f_bavail * stats.f_frsize
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -446,9 +446,34 @@ def _count_points(
 def delete_job(conn: sqlite3.Connection, job: str) -> bool:
     """Deletes a job and all its rows; False when there was no such job."""
     found = conn.execute("DELETE FROM jobs WHERE job = ?", (job,)).rowcount > 0
-    for table in ("job_points", "job_segments", "job_coverage", "job_rollups", "job_links"):
+    for table in (*_HISTORY_KEYS, "job_links"):
         found = conn.execute(f"DELETE FROM {table} WHERE job = ?", (job,)).rowcount > 0 or found
     return found
+
+
+_HISTORY_KEYS = {
+    "job_points": "step",
+    "job_segments": "id",
+    "job_coverage": "chunk",
+    "job_rollups": "level, metric, block",
+}
+"""A job's history tables (what :func:`delete_job_piece` removes), each with the columns
+that name one of its rows within the job."""
+
+
+def delete_job_piece(conn: sqlite3.Connection, job: str, rows: int) -> int:
+    """Deletes at most ``rows`` rows of each of the job's history tables, its points'
+    lowest steps first (not its ``jobs`` row or link: :func:`delete_job` removes those with
+    the rest); answers how many. A job deleted in pieces on a full disk
+    (:meth:`app.storage.db.Store.delete`)."""
+    removed = 0
+    for table, key in _HISTORY_KEYS.items():
+        removed += conn.execute(
+            f"DELETE FROM {table} WHERE job = ?1 AND ({key}) IN "
+            f"(SELECT {key} FROM {table} WHERE job = ?1 ORDER BY {key} LIMIT ?2)",
+            (job, rows),
+        ).rowcount
+    return removed
 
 
 def set_finished(conn: sqlite3.Connection, job: str, finished: bool) -> bool:
@@ -559,8 +584,11 @@ async def mark_finished(store: Store, job: str, finished: bool) -> bool:
 
 
 async def remove_job(store: Store, job: str) -> bool:
-    """Deletes the job and all its rows durably; False when there was no such job."""
-    return await store.write(lambda c: delete_job(c, job))
+    """Deletes the job and all its rows durably; False when there was no such job. Works on
+    a full disk, a big job in pieces (:meth:`Store.delete`)."""
+    return await store.delete(
+        lambda c: delete_job(c, job), piece=lambda c, rows: delete_job_piece(c, job, rows)
+    )
 
 
 async def expire_pushed_before(store: Store, stamp: str) -> list[str]:

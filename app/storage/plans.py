@@ -154,8 +154,8 @@ async def list_plans(
 
 
 async def delete_plan(store: Store, plan_id: str) -> bool:
-    """Deletes a plan; False when there was none."""
-    return await store.write(
+    """Deletes a plan; False when there was none. Works on a full disk (:meth:`Store.delete`)."""
+    return await store.delete(
         lambda c: c.execute("DELETE FROM plans WHERE id = ?", (plan_id,)).rowcount > 0
     )
 

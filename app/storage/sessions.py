@@ -49,8 +49,9 @@ async def get_session(store: Store, session_id: str) -> str | None:
 
 
 async def delete_session(store: Store, session_id: str) -> bool:
-    """Deletes a session's record; False when there was none."""
-    return await store.write(
+    """Deletes a session's record; False when there was none. Works on a full disk
+    (:meth:`Store.delete`)."""
+    return await store.delete(
         lambda c: c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
     )
 

@@ -10,6 +10,11 @@
   still there, also after a ``kill -9`` and a restart.
 - A full disk under the in-process app, with SQLite's ``max_page_count`` (SQLITE_FULL
   exactly as a full disk gives it): runs wherever tmpfs cannot be mounted.
+- Deletes on a real full disk (issue 41): every ``DELETE`` route answers 2xx through the
+  space reserve (``<db>-reserve``), a job too big for its room in pieces; what was deleted
+  is gone, everything else stays, writes work again in the freed room, also after a
+  ``kill -9``; on a disk full before the reserve could be made, deletes are 507
+  ``storage_full`` saying so, until space is freed.
 
 Faults that need root tricks skip loudly, naming what is missing.
 """
@@ -34,6 +39,7 @@ import app.storage.db as store_module
 from app.cli import EXIT_BAD_DATABASE
 from app.main import create_app
 from app.storage import migrations
+from app.storage.reserve import RESERVE_BYTES, SIGNATURE, disk_free
 from tests.helpers import (
     ServiceProcess,
     StubRuntime,
@@ -347,13 +353,11 @@ def test_a_stale_unwritable_shm_file_is_never_mapped(tmp_path, immutable):
 # ------------------------------------------------------------------- a full disk
 
 
-@pytest.fixture
-def small_disk(tmp_path) -> Iterator[Path]:
-    """A 32 MiB tmpfs of its own: a real disk that fills up."""
+def _tmpfs(tmp_path: Path, mib: int) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
     )
@@ -363,6 +367,18 @@ def small_disk(tmp_path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A 32 MiB tmpfs of its own: a real disk that fills up."""
+    yield from _tmpfs(tmp_path, 32)
+
+
+@pytest.fixture
+def disk_64m(tmp_path) -> Iterator[Path]:
+    """A 64 MiB tmpfs: room beside the 8 MiB reserve for a job whose delete needs more."""
+    yield from _tmpfs(tmp_path, 64)
 
 
 def _fill(disk: Path) -> Path:
@@ -378,6 +394,20 @@ def _fill(disk: Path) -> Path:
     return filler
 
 
+def _fill_until_507(writes: Writes, disk: Path) -> Path:
+    """Fills ``disk``, then writes plans, then points, until both are 507 (the WAL full)."""
+    filler = _fill(disk)
+    for attempt in (writes.plan, writes.push):
+        for _ in range(500):
+            answer = attempt()
+            if answer.status_code not in (200, 201):
+                assert_problem(answer, 507, "storage_full")
+                break
+        else:
+            pytest.fail("the writes never hit the full disk")
+    return filler
+
+
 @pytest.mark.slow
 def test_a_full_disk_is_507_until_space_is_freed_and_loses_nothing(tmp_path, small_disk):
     db = small_disk / "datarax.sqlite"
@@ -387,16 +417,7 @@ def test_a_full_disk_is_507_until_space_is_freed_and_loses_nothing(tmp_path, sma
         with service.client() as client:
             writes = Writes(client)
             writes.some()
-            filler = _fill(small_disk)
-            full = None
-            for _ in range(500):  # the WAL's room runs out after a few writes
-                answer = writes.plan(devices=1024)
-                if answer.status_code != 201:
-                    full = answer
-                    break
-            assert full is not None, "the writes never hit the full disk"
-            assert_problem(full, 507, "storage_full")
-            assert_problem(writes.push(), 507, "storage_full")
+            filler = _fill_until_507(writes, small_disk)
             ready = assert_problem(client.get("/health/ready"), 507, "storage_full")
             assert ready["store"] == "full" and ready["store_fault_since"]
             _probed_after(client, ready["store_checked_at"], 507, "storage_full")
@@ -435,6 +456,206 @@ def test_full_disk_is_507_storage_full_and_readiness_says_so(tmp_path, monkeypat
         assert client.get("/health/ready").json()["store"] == "ok"  # the probe succeeded
         assert client.post("/v1/meshes", json=big).status_code == 201
         assert store.fault is None
+
+
+# ----------------------------------------------------------- deletes on a full disk
+
+DOOMED = "doomed"
+LIVE_PLAN = {"axes": {"data": 8}, "batch_shape": [64, 128]}
+SESSION = {"model": {"kind": "mlp", "features": [16, 64, 8]}}
+CHECK = {"model": {"kind": "mlp", "features": [128, 256, 128]}, "batch_shape": [64]}
+
+
+def _reserve(db: Path) -> Path:
+    return Path(f"{db}-reserve")
+
+
+def _assert_reserve_held(db: Path) -> None:
+    """The space reserve is there, the service's, in real blocks (not sparse)."""
+    stats = _reserve(db).stat()
+    assert stats.st_size == RESERVE_BYTES and stats.st_blocks * 512 >= RESERVE_BYTES
+    assert _reserve(db).read_bytes()[: len(SIGNATURE)] == SIGNATURE
+
+
+def _doomed_job(client: httpx.Client, disk: Path, size: int) -> None:
+    """A job with a long history (points and rollups of 10 metrics, in batches of 1,000
+    steps) until it took ``size`` bytes of ``disk`` (its WAL's share included)."""
+    start, step = disk_free(disk / "x"), 0
+    while disk_free(disk / "x") > start - size:
+        points = [
+            {"step": s, "metrics": {f"m{k}": [float(s), float(k)] for k in range(10)}}
+            for s in range(step, step + 1000)
+        ]
+        answer = client.post(f"/v1/jobs/{DOOMED}/metrics/batch", json={"points": points})
+        assert answer.status_code == 201, answer.text
+        step += 1000
+
+
+def _created(client: httpx.Client, path: str, body: dict, status: int = 201) -> dict:
+    answer = client.post(path, json=body)
+    assert answer.status_code == status, answer.text
+    return answer.json()
+
+
+def _kept(writes: Writes, body: dict) -> str:
+    """A plan the test keeps: remembered, as answered, with the acknowledged writes."""
+    plan = _created(writes.client, "/v1/meshes", body)
+    writes.plans[plan["id"]] = plan
+    return plan["id"]
+
+
+def _compile_gate(tmp_path: Path) -> Path:
+    """The compile worker's test gate, ``start`` closed: a check waits there, starting."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    for name in ("lowering", "compiling"):
+        (gate / f"{name}.go").touch()
+    return gate
+
+
+def _checks(client: httpx.Client, plan_id: str, gate: Path) -> list[str]:
+    """Two compile checks: one starting (held at the gate), one queued behind it."""
+    ids = [_created(client, f"/v1/meshes/{plan_id}/compile-checks", CHECK, 202)["id"] for _ in "ab"]
+    _poll(lambda: (gate / "start.reached").exists(), "the compile worker at its gate", 120)
+    return ids
+
+
+@pytest.mark.slow
+def test_every_delete_works_on_a_full_disk_and_its_room_takes_writes(tmp_path, disk_64m):
+    """Issue 41: on a filled disk (writes 507) each ``DELETE`` route answers 2xx, the first
+    through the space reserve; what they deleted is gone, all else stays, the freed pages
+    take writes (readiness back by itself), also after a ``kill -9``; and once the disk
+    has room the reserve is made again."""
+    db = disk_64m / "datarax.sqlite"
+    gate = _compile_gate(tmp_path)
+    env = {"DATARAX_TEST_COMPILE_GATE": str(gate)}
+    with ServiceProcess(db, tmp_path / "server.log", env=env) as service:
+        runtime_pid = service.wait_ready()["runtime_pid"]
+        pid = service.proc.pid
+        _assert_reserve_held(db)
+        with service.client(timeout=120) as client:
+            writes = Writes(client)
+            writes.some()
+            kept = _kept(writes, LIVE_PLAN)
+            ended = _created(client, "/v1/meshes", {"axes": {"data": 8}})["id"]
+            plan = _created(client, "/v1/meshes", {"axes": {"data": -1}, "num_devices": 65536})
+            sessions = [
+                _created(client, f"/v1/meshes/{p}/sessions", SESSION)["id"] for p in [kept, ended]
+            ]
+            checks = _checks(client, kept, gate)
+            # 24 MiB: deleted whole, it would need more than the reserve's room
+            _doomed_job(client, disk_64m, 24 << 20)
+            filler = _fill_until_507(writes, disk_64m)
+
+            deletes = [
+                *(f"/v1/compile-checks/{check}" for check in reversed(checks)),
+                f"/v1/sessions/{sessions[0]}",
+                f"/v1/meshes/{ended}",  # and its session
+                f"/v1/meshes/{plan['id']}",
+                f"/v1/jobs/{DOOMED}",
+            ]
+            for path in deletes:
+                answer = client.delete(path)
+                assert answer.status_code in (200, 204), (path, answer.text)
+            assert not _reserve(db).exists()  # its room went to the first delete
+            assert "runs in pieces" in service.log_tail(1_000_000)  # the job's
+            for check in checks:
+                assert client.get(f"/v1/compile-checks/{check}").json()["status"] == "cancelled"
+            for path in deletes[2:]:
+                assert client.get(path).status_code == 404, path
+            assert client.get(f"/v1/sessions/{sessions[1]}").status_code == 404
+            assert_problem(client.delete(f"/v1/jobs/{DOOMED}"), 404, "job_not_found")
+            writes.check_all_stored()
+
+            _poll(lambda: _ready(client), "readiness back after the deletes, the disk still full")
+            writes.some(10)  # in the pages the deletes freed
+            writes.check_all_stored()
+            _assert_alive_and_unmapped(service, pid, runtime_pid)
+        service.stop()  # kill -9
+        with ServiceProcess(db, tmp_path / "server-2.log", env=env) as again:
+            again.wait_ready()
+            with again.client() as client:
+                writes.client = client
+                writes.check_all_stored()
+                writes.some()
+                assert client.get(f"/v1/jobs/{DOOMED}").status_code == 404
+                assert not _reserve(db).exists()
+                filler.unlink()
+                # Readiness's probe (or any write) makes it again once the disk has room.
+                _poll(lambda: _ready(client) and _reserve(db).exists(), "the reserve back")
+                _assert_reserve_held(db)
+                writes.some()
+                writes.check_all_stored()
+
+
+@pytest.mark.slow
+def test_deletes_on_a_disk_full_before_the_reserve_was_made_are_507(tmp_path, small_disk):
+    """A disk already full when the service starts, with no reserve (a database of a
+    version before it, or one whose reserve a delete used): deletes answer 507
+    ``storage_full`` naming the missing reserve (never a 500), nothing is lost, and they
+    work once space is freed; the reserve is then made."""
+    db = small_disk / "datarax.sqlite"
+    with ServiceProcess(db, tmp_path / "server.log") as service:
+        service.wait_ready()
+        with service.client() as client:
+            writes = Writes(client)
+            writes.some()
+            plan = _kept(writes, {"axes": {"data": -1}, "num_devices": 4096})
+            _doomed_job(client, small_disk, 1 << 20)
+    _reserve(db).unlink()
+    filler = _fill(small_disk)
+    with ServiceProcess(db, tmp_path / "server-2.log") as service:
+        service.wait_live()
+        with service.client() as client:
+            writes.client = client
+            for path in (f"/v1/jobs/{DOOMED}", f"/v1/meshes/{plan}"):
+                body = assert_problem(client.delete(path), 507, "storage_full")
+                assert "space reserve" in body["detail"] and "missing" in body["detail"], body
+                assert "nothing was deleted" in body["detail"], body
+            assert_problem(client.get("/health/ready"), 507, "storage_full")
+            assert client.get(f"/v1/jobs/{DOOMED}").status_code == 200
+            writes.check_all_stored()
+            assert not _reserve(db).exists()
+
+            filler.unlink()
+            _poll(lambda: _ready(client), "readiness back after space was freed")
+            _assert_reserve_held(db)
+            assert client.delete(f"/v1/jobs/{DOOMED}").status_code == 204
+            assert client.delete(f"/v1/meshes/{plan}").status_code == 204
+            del writes.plans[plan]
+            writes.some()
+            writes.check_all_stored()
+
+
+def test_a_job_too_big_for_the_reserve_is_deleted_in_pieces_in_process(
+    disk_64m, monkeypatch, caplog
+):
+    """In-process, on the real full disk: a job whose delete needs more WAL than the
+    reserve gives is deleted in pieces; a second delete in a row is a plain 404; the freed
+    pages take writes (readiness at once); freed disk space brings the reserve back."""
+    settings = make_settings(disk_64m)
+    with TestClient(create_app(settings, runtime=StubRuntime(ready=True))) as client:
+        store = client.app.state.store
+        _assert_reserve_held(store.path)
+        writes = Writes(client)
+        writes.some()
+        _doomed_job(client, disk_64m, 24 << 20)
+        filler = _fill_until_507(writes, disk_64m)
+        assert client.delete(f"/v1/jobs/{DOOMED}").status_code == 204
+        assert "runs in pieces" in caplog.text
+        assert not _reserve(store.path).exists() and store._db.room.fenced
+        assert_problem(client.delete(f"/v1/jobs/{DOOMED}"), 404, "job_not_found")
+        assert client.get("/health/ready").status_code == 200  # > 8 MiB of freed pages
+        pages = store._run(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+        writes.some(10)
+        writes.check_all_stored()
+        # In the freed pages: the file did not grow into the room the next delete needs.
+        assert store._run(lambda c: c.execute("PRAGMA page_count").fetchone()[0]) == pages
+        filler.unlink()
+        monkeypatch.setattr(store_module, "PROBE_INTERVAL_S", 0.0)
+        assert client.get("/health/ready").status_code == 200  # its probe makes the reserve
+        _assert_reserve_held(store.path)
+        assert not store._db.room.fenced
 
 
 def test_storage_errors_are_classified_by_sqlite_code(tmp_path):

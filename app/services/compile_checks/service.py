@@ -238,18 +238,26 @@ class CompileChecks:
         error: dict[str, Any] | None = None,
     ) -> None:
         check = job.check
-        if status == "done":
-            self._finish(check, check.get("estimate"), result=result)
-            await self.store.put_result(job.key, check["finished_at"], result or {})
-        else:
-            check.update(status=status, finished_at=utc_now())
-            check.pop("phase", None)
-            check.pop("position", None)
-            if error is not None:
-                check["error"] = error
-        await self.store.put_check(check)
-        self._queue.settled(job)
-        job.done.set()
+        try:
+            if status == "done":
+                self._finish(check, check.get("estimate"), result=result)
+                await self.store.put_result(job.key, check["finished_at"], result or {})
+            else:
+                check.update(status=status, finished_at=utc_now())
+                check.pop("phase", None)
+                check.pop("position", None)
+                if error is not None:
+                    check["error"] = error
+            if status == "cancelled":  # DELETE's write: it works on a full disk too
+                await self.store.put_cancelled(check)
+            else:
+                await self.store.put_check(check)
+            self._queue.settled(job)
+        finally:
+            # Ended even when the store refused the write (a storage fault): a cancel
+            # waiting on it answers and the queue goes on. The check is then answered from
+            # memory (it stays in the queue's lookup) until a restart marks it failed.
+            job.done.set()
 
     async def _run(self) -> None:
         while True:
