@@ -152,6 +152,22 @@ class JobPatchRequest(Strict):
         return self
 
 
+class MetricSpread(BaseModel):
+    """A metric's spread over devices: its smallest and largest finite value and the
+    devices holding them (index along the pushed device axis; for parts, the merged one)."""
+
+    min: float
+    max: float
+    min_device: int
+    max_device: int
+    min_step: int | SkipJsonSchema[None] = Field(
+        None, description="bucket rows only: the step of min"
+    )
+    max_step: int | SkipJsonSchema[None] = Field(
+        None, description="bucket rows only: the step of max"
+    )
+
+
 class JobPointOut(BaseModel):
     """One row of ``points``: a stored step, or (downsampled answers) one bucket."""
 
@@ -173,6 +189,12 @@ class JobPointOut(BaseModel):
         None,
         description="partial steps only: the sources not yet received, when their names "
         "follow one pattern (a prefix and 0..sources-1), else null",
+    )
+    spread: dict[str, MetricSpread] | SkipJsonSchema[None] = Field(
+        None,
+        description="per metric that had more than one device value (finite values only): "
+        "min, max and the devices holding them; for a bucket row, the extremes over the "
+        "bucket with their steps; absent for partial steps and single-device metrics",
     )
     start_step: int | None = Field(None, description="bucket rows only: first step covered")
     end_step: int | None = Field(None, description="bucket rows only: last step covered")
@@ -289,7 +311,9 @@ class JobHistory(BaseModel):
     buckets: list[dict[str, Any]] | None = Field(
         None,
         description="downsampled: {start_step, end_step, metrics: {name: {count, min, max, "
-        "mean, last, last_step}}} over the scalar metrics of complete steps",
+        "mean, last, last_step}}, spread: {name: {min, max, min_device, max_device, "
+        "min_step, max_step}}} over the scalar metrics of complete steps (spread: the "
+        "extremes over devices, where steps had more than one device value)",
     )
 
 

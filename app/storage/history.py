@@ -22,6 +22,7 @@ import numpy as np
 
 from app.storage.parts import PendingStep, incomplete_jobs, newest_incomplete, pending_steps
 from app.storage.rollups import FANOUT_BITS, LEVELS, scalar_values
+from app.storage.spreads import spread_blocks, spread_text, spreads_between
 
 if TYPE_CHECKING:
     from app.storage.db import Store
@@ -85,6 +86,7 @@ class StoredPoint:
     reduced: str
     received_at: str
     sources: int
+    spread: str | None = None  # over devices, JSON text (app.storage.spreads)
 
 
 POINT_OVERHEAD = 100
@@ -114,16 +116,18 @@ def history_page(
     points: list[StoredPoint] = []
     boundary: int | None = None  # first complete step left out for the byte budget
     used = 0
-    for s, r, t, n in conn.execute(
-        "SELECT step, reduced, received_at, sources FROM job_points "
-        "WHERE job = ? AND step BETWEEN ? AND ? ORDER BY step LIMIT ?",
+    for s, r, t, n, d in conn.execute(
+        "SELECT p.step, p.reduced, p.received_at, p.sources, d.spread FROM job_points p "
+        "LEFT JOIN job_spreads d ON d.job = p.job AND d.step = p.step "
+        "WHERE p.job = ? AND p.step BETWEEN ? AND ? ORDER BY p.step LIMIT ?",
         (job, low, high, limit + 1),
     ):
-        used += len(r) + POINT_OVERHEAD
+        text = spread_text(d) if d else None
+        used += len(r) + POINT_OVERHEAD + (len(text) + 12 if text else 0)
         if max_bytes is not None and points and used > max_bytes:
             boundary = int(s)
             break
-        points.append(StoredPoint(int(s), r, t, int(n)))
+        points.append(StoredPoint(int(s), r, t, int(n), text))
     entries: list[StoredPoint | PendingStep] = list(points)
     if include_partial:
         top = high if boundary is None else boundary
@@ -169,6 +173,19 @@ class Bucket:
     start: int
     end: int
     metrics: dict[str, list[Any]] = field(default_factory=dict)
+    # per metric [low, low_device, low_step, high, high_device, high_step] of the spreads
+    spread: dict[str, list[Any]] = field(default_factory=dict)
+
+    def add_spread(self, metric: str, low: list[Any], high: list[Any]) -> None:
+        """Merges one step's or block's extremes (``[value, device, step]`` each)."""
+        entry = self.spread.get(metric)
+        if entry is None:
+            self.spread[metric] = [*low, *high]
+            return
+        if low[0] < entry[0]:
+            entry[0:3] = low
+        if high[0] > entry[3]:
+            entry[3:6] = high
 
     def add(self, metric: str, n, total, low, high, last_step, last) -> None:  # noqa: ANN001
         entry = self.metrics.get(metric)
@@ -290,10 +307,23 @@ def downsample(
                         step,
                         value if ok else None,
                     )
+            for step, spread in spreads_between(conn, job, first, last).items():
+                target = bucket(step)
+                for name, entry in spread.items():
+                    target.add_spread(
+                        name,
+                        [entry["min"], entry["min_device"], step],
+                        [entry["max"], entry["max_device"], step],
+                    )
             continue
         shift = FANOUT_BITS * level
         per_bucket = width >> shift  # blocks per bucket
         base = origin >> shift
+        for name, block, lo, lo_dev, lo_step, hi, hi_dev, hi_step in spread_blocks(
+            conn, job, level, first, last
+        ):
+            target = bucket(origin + ((block - base) // per_bucket) * width)
+            target.add_spread(name, [lo, lo_dev, lo_step], [hi, hi_dev, hi_step])
         # In primary-key order (metric, then block): no sort; aggregated with numpy, one
         # pass (two GROUP BY queries, for min/max/sum and for the last value, cost ~3x).
         rows = conn.execute(

@@ -53,6 +53,13 @@ from app.storage.rollups import (
     write_rollups,
 )
 from app.storage.rollups import rollup_rows as _rollup_rows  # noqa: F401
+from app.storage.spreads import (
+    SpreadColumn,
+    SpreadOf,
+    decode_row,
+    write_spread_columns,
+    write_spreads,
+)
 
 if TYPE_CHECKING:
     from app.storage.db import Store
@@ -78,6 +85,7 @@ class PushItem:
     signature: str = ""
     reduced: str | None = None
     values: dict[str, float] = field(default_factory=dict)
+    spread: dict[str, dict[str, Any]] | None = None  # over devices (app.storage.spreads)
     arrays: bytes | None = None
     # filled in by push():
     created: bool = False
@@ -235,15 +243,17 @@ def push(
             [(job, i.step, i.reduced, now, i.digest, i.num_devices) for i in new_points.values()],
         )
     rollup = [(i.step, i.values) for i in new_points.values()]
+    spreads = [(i.step, i.spread) for i in new_points.values() if i.spread]
     for i in new_points.values():  # a part of the same step in this push must see it
         stored[i.step] = (i.step, i.digest, 1, i.reduced, now)
     parts = [(i, item) for i, item in enumerate(items) if item.sources > 1]
     completed = 0
     wrote_parts = False
     for segment, members in _segments_of(parts):
-        done, done_rollup = push_segments(conn, job, [segment], now, rules, stored)
+        done, done_rollup, done_spreads = push_segments(conn, job, [segment], now, rules, stored)
         completed += done
         rollup += done_rollup
+        spreads += done_spreads
         wrote_parts = wrote_parts or segment.created > 0
         for item in members:
             created, reduced, received_at = segment.outcome(item.step)
@@ -256,6 +266,7 @@ def push(
                 if not item.complete:
                     item.missing = missing_sources(step_sources(conn, job, item.step), item.sources)
     write_rollups(conn, job, rollup)
+    write_spreads(conn, job, spreads)
     if new_points or wrote_parts:
         added = [step for step, _ in rollup]
         low, high = min(added, default=None), max(added, default=None)
@@ -270,11 +281,11 @@ def push_segments(
     now: str,
     rules: SegmentRules | None = None,
     stored: dict[int, tuple[Any, ...]] | None = None,
-) -> tuple[int, list[tuple[int, dict[str, float]]]]:
+) -> tuple[int, list[tuple[int, dict[str, float]]], list[SpreadOf]]:
     """Stores segments of parts (the jobs service's ``rules``, run by
     :func:`app.storage.parts.push_segment`) and writes the steps they complete into
-    ``job_points``; returns the count completed and their rollup input (the caller writes
-    the rollups and the job row).
+    ``job_points``; returns the count completed, their rollup input and their spreads
+    (the caller writes the rollups, the spreads and the job row).
 
     Raises:
       ValueError: no ``rules`` were given.
@@ -286,6 +297,7 @@ def push_segments(
         )
     completed = 0
     rollup: list[tuple[int, dict[str, float]]] = []
+    spreads: list[SpreadOf] = []
     for segment in segments:
         rows = stored if stored is not None else _stored_points(conn, job, segment.steps)
         mine = set(segment.steps)
@@ -306,7 +318,8 @@ def push_segments(
                     stored[row[1]] = (row[1], None, row[5], row[2], row[3])
         completed += len(result.completed)
         rollup += [(step, point.values) for step, point in result.completed]
-    return completed, rollup
+        spreads += [(step, point.spread) for step, point in result.completed if point.spread]
+    return completed, rollup, spreads
 
 
 def push_part_columns(
@@ -318,9 +331,10 @@ def push_part_columns(
 ) -> tuple[int, int]:
     """One source's parts of a batch, stored as one segment (all or nothing; call inside a
     transaction); returns (parts newly stored, steps completed)."""
-    completed, rollup = push_segments(conn, job, [segment], now, rules)
+    completed, rollup, spreads = push_segments(conn, job, [segment], now, rules)
     created = segment.created
     write_rollups(conn, job, rollup)
+    write_spreads(conn, job, spreads)
     if created:
         added = [step for step, _ in rollup]
         low, high = min(added, default=None), max(added, default=None)
@@ -340,6 +354,10 @@ class PointColumns:
     values: dict[str, np.ndarray]
     num_devices: int
     source: str = ""
+    # the steps' spread over devices (app.storage.spreads): each step's stored row (None:
+    # none) and per metric its columns
+    spread_rows: list[bytes | None] | None = None
+    spread_columns: dict[str, SpreadColumn] | None = None
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -357,9 +375,17 @@ class PointColumns:
                 num_devices=self.num_devices,
                 reduced=text,
                 values=dict(zip(names, row, strict=True)),
+                spread=spread,
             )
-            for step, digest, text, row in zip(
-                self.steps, self.digests, self.reduced, rows, strict=True
+            for step, digest, text, row, spread in zip(
+                self.steps,
+                self.digests,
+                self.reduced,
+                rows,
+                [decode_row(r) if r else None for r in self.spread_rows]
+                if self.spread_rows
+                else [None] * len(self.steps),
+                strict=True,
             )
         ]
 
@@ -422,6 +448,8 @@ def push_columns(
     if rollup_rows is None:
         rollup_rows = columns_rollup_rows(job, batch.steps, batch.values)
     conn.executemany(ROLLUP_UPSERT, rollup_rows)
+    if batch.spread_rows and batch.spread_columns:
+        write_spread_columns(conn, job, steps, batch.spread_columns, batch.spread_rows)
     _count_points(conn, job, now, count, min(steps), max(steps))
     return count, None
 
@@ -456,6 +484,8 @@ _HISTORY_KEYS = {
     "job_segments": "id",
     "job_coverage": "chunk",
     "job_rollups": "level, metric, block",
+    "job_spreads": "step",
+    "job_spread_blocks": "level, metric, block",
 }
 """A job's history tables (what :func:`delete_job_piece` removes), each with the columns
 that name one of its rows within the job."""

@@ -37,9 +37,10 @@ SCHEMA_VERSION = 4
 ``job_points (job, step, reduced, received_at)``, sessions. 2: the job tables of
 :mod:`app.storage.jobs`. 3: its ``job_pending`` (per incomplete multi-source step). 4:
 multi-source parts stored per source and push (``job_segments``, :mod:`app.storage.parts`),
-replacing ``job_parts`` and ``job_pending``. ``job_links`` (a job's plan, DESIGN v1.3) and
-``calibrations`` (measured calibration profiles) are added tables that :data:`SCHEMA`
-creates in every file it opens, old ones included.
+replacing ``job_parts`` and ``job_pending``. ``job_links`` (a job's plan, DESIGN v1.3),
+``calibrations`` (measured calibration profiles) and ``job_spreads`` /
+``job_spread_blocks`` (device spread, :mod:`app.storage.spreads`) are added tables that
+:data:`SCHEMA` creates in every file it opens, old ones included.
 ``open()`` migrates an older file in place, one transaction per version."""
 
 SCHEMA = """
@@ -58,6 +59,25 @@ CREATE TABLE IF NOT EXISTS job_points (
     received_at TEXT NOT NULL,
     PRIMARY KEY (job, step)
 );
+CREATE TABLE IF NOT EXISTS job_spreads (
+    job         TEXT NOT NULL,
+    step        INTEGER NOT NULL,
+    spread      BLOB NOT NULL,
+    PRIMARY KEY (job, step)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS job_spread_blocks (
+    job          TEXT NOT NULL,
+    level        INTEGER NOT NULL,
+    metric       TEXT NOT NULL,
+    block        INTEGER NOT NULL,
+    low          REAL NOT NULL,
+    low_device   INTEGER NOT NULL,
+    low_step     INTEGER NOT NULL,
+    high         REAL NOT NULL,
+    high_device  INTEGER NOT NULL,
+    high_step    INTEGER NOT NULL,
+    PRIMARY KEY (job, level, metric, block)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS job_links (
     job              TEXT PRIMARY KEY,
     plan             TEXT NOT NULL,

@@ -107,6 +107,7 @@ class MergedStep(NamedTuple):
     reduced: str
     values: dict[str, float]
     num_devices: int
+    spread: dict[str, Any] | None = None  # over the merged devices (app.storage.spreads)
 
 
 @dataclass

@@ -413,6 +413,15 @@ def test_the_job_page_charts_100k_steps_downsampled(page, service, tmp_path):
         assert 100 <= points <= 2000, points  # buckets, not 100,000 points
     info = page.inner_text("#job-info")
     assert "downsampled" in info and "2 metrics" in info, info
+    # the band is the spread over devices, and the straggling device is named (issue 40)
+    assert "band = devices' min\u2026max" in info, info
+    loss = page.locator("figure[data-metric=loss]")
+    assert "loss device max" in loss.locator(".u-legend").inner_text()
+    note = loss.locator(".chart-caption .straggler").inner_text()
+    assert note.startswith("straggler: device ") and "furthest above the mean at step" in note, note
+    # the spike at step 61,234 (3.0 over every device) is where the highest stood furthest
+    # above the mean; device 1 held the highest value there (0.01 * 1 + 0.05 * 4)
+    assert "at step 61234: device 1," in note, note
     assert "lagging" not in page.inner_text("#job-facts") and not page.is_visible("#job-lag")
     painted = page.evaluate(
         "() => { const c = document.querySelector('figure[data-metric=loss] canvas');"
@@ -608,6 +617,32 @@ def test_the_history_chart_reads_points_and_buckets(page, open_service, shape):
         assert series == [["loss", [9, 19], [1, 0], [3, 2], [2, 1]]]
     flag = page.evaluate("h => DataraxDashboard.downsampled(h)", HISTORY_SHAPES[shape])
     assert flag is shape.startswith("buckets")
+
+
+def test_the_history_chart_draws_the_spread_and_names_the_straggler(page, open_service):
+    _open(page, open_service.base_url + "/devices")
+    spread = {"min": 0.5, "max": 4.0, "min_device": 2, "max_device": 7}
+    history = {
+        "job": "j",
+        "kind": "points",
+        "points": [
+            {"step": 1, "reduced": {"loss": 1.0, "lr": 0.1}, "spread": {"loss": spread}},
+            {"step": 2, "reduced": {"loss": 0.9, "lr": 0.1},
+             "spread": {"loss": {**spread, "max": 1.2, "max_device": 3}}},
+            {"step": 3, "reduced": {"loss": 0.8, "lr": 0.1},
+             "spread": {"loss": {**spread, "max": 1.0, "max_device": 7}}},
+        ],
+    }  # fmt: skip
+    series = page.evaluate(
+        "h => DataraxDashboard.seriesOf(h).map(s => [s.name, s.min, s.max, s.mean, s.note || ''])",
+        history,
+    )
+    assert series == [
+        ["loss", [0.5, 0.5, 0.5], [4.0, 1.2, 1.0], [1.0, 0.9, 0.8],
+         "straggler: device 7 (highest in 2 of 3 steps; furthest above the mean at step 1: "
+         "device 7, 4 against 1)"],
+        ["lr", [0.1] * 3, [0.1] * 3, [0.1] * 3, ""],
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

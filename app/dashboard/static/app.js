@@ -647,6 +647,8 @@
 
   // Turns a history answer into chart series: {name, steps, min, max, mean, last}.
   // Raw points carry one value per metric; downsampled buckets carry {min, max, mean, last}.
+  // Where rows carry a metric's spread over devices, the band is that spread (the devices'
+  // min…max) and the series names its straggler (see straggler()).
   function seriesOf(history) {
     const byName = new Map();
     const get = (name) => {
@@ -654,7 +656,15 @@
       return byName.get(name);
     };
     const num = (v) => (v === null || v === undefined ? NaN : Number(v));
-    const add = (name, step, v) => {
+    const add = (name, step, v, spread) => {
+      if (spread && !Array.isArray(v)) {
+        const s = get(name);
+        const mean = v && typeof v === "object" ? num(v.mean) : num(v);
+        s.steps.push(step); s.min.push(num(spread.min)); s.max.push(num(spread.max));
+        s.mean.push(mean); s.last.push(v && typeof v === "object" ? num(v.last ?? v.mean) : mean);
+        (s.spread ??= []).push({ step: spread.max_step ?? step, device: spread.max_device, max: num(spread.max), mean });
+        return;
+      }
       if (Array.isArray(v)) {
         v.slice(0, 8).forEach((x, i) => add(`${name}[${i}]`, step, x));
         return;
@@ -676,9 +686,29 @@
     for (const p of historyRows(history)) {
       const step = p.step ?? p.last_step ?? p.end_step ?? p.first_step;
       const values = p.reduced ?? p.values ?? p.metrics ?? {};
-      for (const [name, v] of Object.entries(values)) add(name, step, v);
+      const spread = p.spread || {};
+      for (const [name, v] of Object.entries(values)) add(name, step, v, spread[name]);
     }
-    return [...byName.values()];
+    const series = [...byName.values()];
+    for (const s of series) if (s.spread) s.note = straggler(s.spread, downsampled(history) ? "bucket" : "step");
+    return series;
+  }
+
+  // The straggling device of a series with a spread: the device that held the highest
+  // value at the most rows, and the row where the highest value stood furthest above the
+  // mean.
+  function straggler(rows, unit) {
+    const counts = new Map();
+    let widest = null;
+    for (const r of rows) {
+      if (r.device === undefined || r.device === null) continue;
+      counts.set(r.device, (counts.get(r.device) || 0) + 1);
+      if (isFinite(r.max) && isFinite(r.mean) && (!widest || r.max - r.mean > widest.max - widest.mean)) widest = r;
+    }
+    if (!counts.size) return "";
+    const [device, n] = [...counts.entries()].sort((a, b) => b[1] - a[1] || a[0] - b[0])[0];
+    const far = widest ? `; furthest above the mean at step ${widest.step}: device ${widest.device}, ${fmt(widest.max)} against ${fmt(widest.mean)}` : "";
+    return `straggler: device ${device} (highest in ${n} of ${count(rows.length, unit)}${far})`;
   }
 
   // A linked job's facts: its plan, the predicted and the measured (median) step, the error.
@@ -736,7 +766,8 @@
       const series = seriesOf(r.data);
       const points = series.length ? series[0].steps.length : 0;
       info.textContent = series.length
-        ? `${count(series.length, "metric")}; ${count(points, downsampled(r.data) ? "bucket" : "point")}${downsampled(r.data) ? " (downsampled: band = min…max, line = mean)" : ""}` +
+        ? `${count(series.length, "metric")}; ${count(points, downsampled(r.data) ? "bucket" : "point")}${downsampled(r.data) ? " (downsampled" : ""}` +
+          `${series.some((s) => s.spread) ? `${downsampled(r.data) ? "; " : " ("}band = devices' min…max, line = mean)` : downsampled(r.data) ? ": band = min…max, line = mean)" : ""}` +
           (range ? `; steps ${range[0]}–${range[1]}` : "") + ". Drag over a chart to zoom, double-click to reset."
         : "no points yet";
       // one chart per metric (a vector metric's components share it)

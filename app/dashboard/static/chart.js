@@ -1,5 +1,6 @@
 // Charts of metric histories, drawn by uPlot (vendored: /dashboard/vendor/uplot-1.6.32/).
-// Per series a min-max band and a mean line (or a line alone); drag over a range of steps
+// Per series a min-max band and a mean line (or a line alone; a series with a note, such
+// as the straggling device of a spread over devices, says it under the chart); drag over a range of steps
 // to zoom (a chart given onZoom hands the range to the page, which asks the server for that
 // range; one without zooms in place), double-click to reset. It draws what it is given; the
 // server downsamples (max_points), so a 1,000,000-step job arrives as at most a few
@@ -108,7 +109,8 @@ const DataraxChart = (() => {
         const value = (u, v) => (blank(v) ? "" : fmt(v));
         if (s.min && s.max) {
           const edge = { stroke: alpha(color, 0.35), width: 1, points: { show: false }, value };
-          series.push({ ...edge, label: `${s.name} max` }, { ...edge, label: `${s.name} min` });
+          const of = s.spread ? " device" : "";
+          series.push({ ...edge, label: `${s.name}${of} max` }, { ...edge, label: `${s.name}${of} min` });
           bands.push({ series: [series.length - 2, series.length - 1], fill: alpha(color, 0.18) });
         }
         series.push({ label: s.min && s.max ? `${s.name} mean` : s.name, stroke: color, width: 1.5, value });
@@ -138,7 +140,7 @@ const DataraxChart = (() => {
     setData(series) {
       this.series = series;
       const data = columns(series);
-      const shape = series.map((s) => `${s.name}:${Boolean(s.min && s.max)}`).join("|");
+      const shape = series.map((s) => `${s.name}:${Boolean(s.min && s.max)}:${Boolean(s.spread)}`).join("|");
       if (this.plot && shape === this.shape) {
         this.plot.setData(data);
       } else {
@@ -158,7 +160,13 @@ const DataraxChart = (() => {
           item.style.setProperty("--c", COLORS[k % COLORS.length]);
           const last = s.last && s.last.length ? s.last[s.last.length - 1] : s.mean[s.mean.length - 1];
           item.textContent = `${s.name}: ${fmt(last)}`;
-          return item;
+          if (!s.note) return item;
+          const note = document.createElement("span");
+          note.className = "straggler";
+          note.textContent = s.note;
+          const both = document.createDocumentFragment();
+          both.append(item, note);
+          return both;
         })
       );
     }

@@ -29,10 +29,11 @@ DEFAULT_PAGE = 1000
 MAX_PAGE = store_history.MAX_PAGE
 MAX_BUCKETS = store_history.MAX_BUCKETS
 
-BUCKET_ENTRY_BYTES = 224
-"""Bytes one metric adds to one bucket of a downsampled answer, besides twice its name
-(the ``buckets`` entry with count/min/max/mean/last/last_step, and the ``points`` row's
-mean), at most: how a downsampled read is sized before it runs."""
+BUCKET_ENTRY_BYTES = 224 + 400
+"""Bytes one metric adds to one bucket of a downsampled answer, besides four times its
+name (the ``buckets`` entry with count/min/max/mean/last/last_step and its spread, and
+the ``points`` row's mean and spread), at most: how a downsampled read is sized before it
+runs."""
 BUCKET_BYTES = 320
 """Bytes of one bucket besides its metrics (steps, the ``points`` row's members)."""
 
@@ -74,7 +75,7 @@ def fitting_buckets(names: Sequence[str], max_points: int, max_bytes: int) -> in
     Raises:
       AnswerTooLarge: not even 2 buckets fit.
     """
-    per_bucket = BUCKET_BYTES + sum(2 * len(n.encode()) + BUCKET_ENTRY_BYTES for n in names)
+    per_bucket = BUCKET_BYTES + sum(4 * len(n.encode()) + BUCKET_ENTRY_BYTES for n in names)
     fit = min(max_points, (max_bytes - 1024) // per_bucket)
     if fit < 2:
         raise _too_large(
@@ -164,11 +165,12 @@ async def _page(
     used = 0
     for entry in entries:
         if isinstance(entry, store_history.StoredPoint):
-            text = b'{"step":%d,"reduced":%s,"received_at":%s,"complete":true,"sources":%d}' % (
+            text = b'{"step":%d,"reduced":%s,"received_at":%s,"complete":true,"sources":%d%s}' % (
                 entry.step,
                 entry.reduced.encode(),
                 encode_json(entry.received_at),
                 entry.sources,
+                b',"spread":' + entry.spread.encode() if entry.spread else b"",
             )
         else:
             text = orjson.dumps(await run_for_body(functools.partial(_partial_point, entry), 0))
@@ -205,7 +207,23 @@ def _bucket_json(bucket: store_history.Bucket) -> dict[str, Any]:
             "last": last if last is None or math.isfinite(last) else None,
             "last_step": int(last_step),
         }
-    return {"start_step": bucket.start, "end_step": bucket.end, "metrics": metrics}
+    spread = {
+        name: {
+            "min": low,
+            "max": high,
+            "min_device": low_device,
+            "max_device": high_device,
+            "min_step": low_step,
+            "max_step": high_step,
+        }
+        for name, (low, low_device, low_step, high, high_device, high_step) in sorted(
+            bucket.spread.items()
+        )
+    }
+    out = {"start_step": bucket.start, "end_step": bucket.end, "metrics": metrics}
+    if spread:
+        out["spread"] = spread
+    return out
 
 
 def _bucket_point(bucket: Mapping[str, Any]) -> dict[str, Any]:
@@ -222,4 +240,5 @@ def _bucket_point(bucket: Mapping[str, Any]) -> dict[str, Any]:
         "start_step": bucket["start_step"],
         "end_step": bucket["end_step"],
         "count": max((entry["count"] for entry in metrics.values()), default=0),
+        **({"spread": bucket["spread"]} if "spread" in bucket else {}),
     }

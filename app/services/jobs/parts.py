@@ -23,7 +23,7 @@ job push is decoded, merged and checked in the jobs service and only stored by s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -32,6 +32,7 @@ import orjson
 
 from app.codecs.json_arrays import encode_json
 from app.core.errors import PartMismatch, SourcesMismatch, StepConflict, from_library
+from app.services.jobs.spread import Spread, spread_rows
 from app.storage.part_blobs import row_hashes
 from app.storage.parts import (
     WEIGHTS_ARRAY,
@@ -78,19 +79,36 @@ def merge_rows(parts: PartsOfSteps, signature: str) -> list[MergedStep]:
         merged = merge_steps(metrics, ops, weights=weights, nan_policy=nan_policy)
     except MetricsError as err:
         raise from_library(err) from None
+    count = len(parts[0][1][next(iter(parts[0][1]))]) if parts and parts[0][1] else 0
+    spreads = merged_spreads(metrics, count)
     if merged.columns is not None:
         names = list(merged.columns)
         columns = [merged.columns[n] for n in names]
         texts = object_texts(names, columns)
         rows = zip(*(column.tolist() for column in columns), strict=True)
         return [
-            MergedStep(text, dict(zip(names, row, strict=True)), merged.num_devices)
-            for text, row in zip(texts, rows, strict=True)
+            MergedStep(text, dict(zip(names, row, strict=True)), merged.num_devices, spread)
+            for text, row, spread in zip(texts, rows, spreads, strict=True)
         ]
     return [
-        MergedStep(encode_json(reduced).decode(), scalar_floats(reduced), merged.num_devices)
-        for reduced in merged.reduced
+        MergedStep(
+            encode_json(reduced).decode(), scalar_floats(reduced), merged.num_devices, spread
+        )
+        for reduced, spread in zip(merged.reduced, spreads, strict=True)
     ]
+
+
+def merged_spreads(metrics: Sequence[Mapping[str, np.ndarray]], steps: int) -> list[Spread | None]:
+    """The spread of each of ``steps`` steps over the devices of every source, in source
+    order (each source's metrics ``[steps, n_devices, ...]``; metrics of one number per
+    step have none)."""
+    first = metrics[0] if metrics else {}
+    joined = {
+        name: np.concatenate([np.asarray(source[name]) for source in metrics], axis=1)
+        for name, array in first.items()
+        if np.ndim(array) >= 2
+    }
+    return spread_rows(joined, steps) if joined and steps else [None] * steps
 
 
 def unique_rows(segment: PartSegment, hashes: np.ndarray) -> np.ndarray:

@@ -19,11 +19,13 @@ from app.codecs.json_arrays import encode_json
 from app.core.errors import InvalidParameter, ServiceError, from_library
 from app.services.jobs.decode import BatchColumns, JobBatch, PointInput
 from app.services.jobs.digests import part_signature, point_digest, point_digests
+from app.services.jobs.spread import point_spread, spread_columns
 from app.services.metric_inputs import WEIGHTS_ARRAY, library_options, num_devices_of
 from app.storage.jobs import PointColumns, PushBatch, PushItem
 from app.storage.part_blobs import encode_part
 from app.storage.parts import PartSegment
 from app.storage.reduced_text import object_texts, scalar_floats
+from app.storage.spreads import encode_rows
 from datarax.distributed.errors import MetricsError
 from datarax.metrics.reductions import REDUCE_OPS, reduce_custom
 
@@ -97,6 +99,7 @@ def _complete(point: PointInput, text: str, values: dict[str, float]) -> PushIte
         num_devices=num_devices_of(point.metrics),
         reduced=text,
         values=values,
+        spread=point_spread(point.metrics),
     )
 
 
@@ -187,6 +190,7 @@ def _column_rows(batch: BatchColumns) -> PushBatch | None:
     except MetricsError:
         return None
     digests = point_digests(names, columns, None, ops, "propagate")
+    spreads = spread_columns(columns, len(steps))
     values = {
         k: np.asarray(reduced[k] if k in reduced else columns[k], dtype=np.float64) for k in names
     }
@@ -198,6 +202,8 @@ def _column_rows(batch: BatchColumns) -> PushBatch | None:
         values=values,
         num_devices=devices,
         source=batch.source,
+        spread_rows=encode_rows(spreads, len(steps)),
+        spread_columns=spreads,
     )
     return PushBatch(columns=point_columns)
 

@@ -42,7 +42,11 @@ def test_history_in_step_order_and_unknown_jobs_are_empty(client):
         assert _push(client, "order", step, [float(step), 1.0]).status_code == 201
     points = client.get("/v1/jobs/order/metrics").json()["points"]
     assert [p["step"] for p in points] == [0, 10, 20]
-    assert set(points[0]) == {"step", "reduced", "received_at", "complete", "sources"}
+    assert set(points[0]) == {"step", "reduced", "received_at", "complete", "sources", "spread"}
+    # step 0 pushed [0.0, 1.0]: device 0 holds the min, device 1 the max
+    assert points[0]["spread"] == {
+        "loss": {"min": 0.0, "max": 1.0, "min_device": 0, "max_device": 1}
+    }
     empty = client.get("/v1/jobs/never-posted/metrics").json()
     assert empty == {
         "job": "never-posted",
