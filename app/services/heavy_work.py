@@ -45,6 +45,7 @@ import anyio
 import anyio.to_thread
 
 from app.core.errors import ServiceError
+from app.services.layout_cells import plural
 from datarax.plan.layout import PlanCancelled
 
 log = logging.getLogger("datarax.app")
@@ -105,7 +106,8 @@ class HeavyWork:
         """
         if self.admitted >= self.slots + self.queue:
             raise ServiceError(
-                f"{self.admitted} heavy requests (recommendations, large plans) are running "
+                f"{plural(self.admitted, 'heavy request')} (recommendations, large plans) "
+                f"{'is' if self.admitted == 1 else 'are'} running "
                 f"or waiting, the most this service takes ({self.slots} at once, "
                 f"DATARAX_HEAVY_WORKERS, and {self.queue} waiting, DATARAX_HEAVY_QUEUE); "
                 f"retry after {RETRY_AFTER_S} s",

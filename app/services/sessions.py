@@ -51,6 +51,7 @@ from app.core.ids import new_session_id, utc_now
 from app.core.settings import Settings
 from app.core.telemetry import Telemetry
 from app.schemas.sessions import SessionCreateRequest, StepRequest
+from app.services.layout_cells import plural
 from app.storage import plans as stored_plans
 from app.storage import sessions as stored_sessions
 from app.storage.db import Store
@@ -331,7 +332,9 @@ class SessionService:
         async with self._admission:
             if self.live_count() >= self.settings.max_sessions:
                 raise TooManySessions(
-                    f"{self.settings.max_sessions} sessions are live (DATARAX_MAX_SESSIONS); "
+                    f"{plural(self.settings.max_sessions, 'session')} "
+                    f"{'is' if self.settings.max_sessions == 1 else 'are'} live "
+                    "(DATARAX_MAX_SESSIONS); "
                     "delete one (DELETE /v1/sessions/{id}) or wait for an idle one to expire",
                     headers={"Retry-After": "1"},
                 )

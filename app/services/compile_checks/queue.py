@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.errors import CompileQueueFull
+from app.services.layout_cells import plural
 
 _TIMED_CHECKS = 20
 """How many of the last compile times the Retry-After is the mean of."""
@@ -75,7 +76,8 @@ class CheckQueue:
         """
         if len(self._waiting) >= self.limit:
             raise CompileQueueFull(
-                f"{len(self._waiting)} compile checks are waiting (DATARAX_COMPILE_QUEUE="
+                f"{plural(len(self._waiting), 'compile check')} "
+                f"{'is' if len(self._waiting) == 1 else 'are'} waiting (DATARAX_COMPILE_QUEUE="
                 f"{self.limit}); retry after the Retry-After seconds",
                 headers={"Retry-After": str(self.retry_after())},
             )
