@@ -447,6 +447,8 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         if isinstance(exc.__cause__, ClientDisconnect):
             # FastAPI's body models read the body themselves and wrap the hang-up.
             return await _client_gone(request, exc.__cause__)
+        if isinstance(exc.__cause__, ServiceError):  # the service's parser refused it
+            return problem_response(exc.__cause__)
         # FastAPI's answer to a JSON body it cannot decode (e.g. not UTF-8): the same
         # problem as any other malformed JSON.
         return problem_response(

@@ -77,13 +77,52 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+MAX_JSON_VALUES = 1 << 21
+"""Values a JSON body may hold (2,097,152; counted as its commas, before parsing)."""
+MAX_JSON_CONTAINERS = 1 << 19
+"""Arrays and objects a JSON body may hold (524,288; counted as its ``[`` and ``{``)."""
+COUNT_OVER = 1 << 20
+"""Bodies up to this many bytes cannot pass either count and are not counted."""
+
+
+class TooManyJsonValues(ValueError):
+    """A JSON body past :data:`MAX_JSON_VALUES` or :data:`MAX_JSON_CONTAINERS`, refused
+    before it is parsed.
+
+    Parsing is one C call (orjson) that holds the GIL, and so does the garbage collector
+    over what it made: a 64 MiB body of 33M nested lists held every thread, the event
+    loop's too, for 17-60 s, whichever thread parsed it. Counted in bytes first (about
+    10 ms for 64 MiB, ``bytes.count`` in C), a body with more values than a JSON client
+    should send is refused at once; large arrays go as npz, which is read in place.
+    """
+
+
+def check_json_counts(body: bytes) -> None:
+    """Raises :class:`TooManyJsonValues` for a body past the counts (commas in strings
+    count too: a body near the bound may be refused a little early)."""
+    if len(body) <= COUNT_OVER:
+        return
+    values = body.count(b",") + 1
+    containers = body.count(b"[") + body.count(b"{")
+    if values > MAX_JSON_VALUES or containers > MAX_JSON_CONTAINERS:
+        raise TooManyJsonValues(
+            f"the body holds about {values:,} values in {containers:,} arrays and objects; "
+            f"a JSON body takes at most {MAX_JSON_VALUES:,} values and "
+            f"{MAX_JSON_CONTAINERS:,} arrays and objects (parsing more holds the service "
+            "for seconds): send large arrays as npz (Content-Type: application/x-npz), or "
+            "split the body"
+        )
+
+
 def loads_json(body: bytes) -> Any:
     """Parses a JSON body: orjson, else the standard library (same result, or its error).
 
     Raises:
+      TooManyJsonValues: past :data:`MAX_JSON_VALUES` or :data:`MAX_JSON_CONTAINERS`.
       json.JSONDecodeError, UnicodeDecodeError: as ``json.loads`` does (an integer of
       more than :data:`MAX_INT_DIGITS` digits included).
     """
+    check_json_counts(body)
     try:
         return orjson.loads(body)  # orjson itself refuses unpaired surrogates
     except orjson.JSONDecodeError as err:
@@ -200,6 +239,8 @@ def loads_body(body: bytes) -> Any:
         raise validation_error([{"loc": ("body",), "msg": "Field required", "type": "missing"}])
     try:
         return loads_json(body)
+    except TooManyJsonValues as err:
+        raise InvalidJson(str(err)) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InvalidJson(
             f"request body is not valid JSON ({err}); send a JSON object with "

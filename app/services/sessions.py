@@ -29,8 +29,6 @@ import math
 import time
 from typing import Any
 
-import anyio.to_thread
-
 from app.codecs.json_arrays import decode_json_arrays, parse_json_model
 from app.codecs.media import NPZ_MEDIA_TYPE, is_json_media
 from app.codecs.npz import load_npz
@@ -50,6 +48,7 @@ from app.core.errors import (
 from app.core.ids import new_session_id, utc_now
 from app.core.settings import Settings
 from app.core.telemetry import Telemetry
+from app.core.threads import thread_for_body
 from app.schemas.sessions import SessionCreateRequest, StepRequest
 from app.services.layout_cells import plural
 from app.storage import plans as stored_plans
@@ -475,8 +474,9 @@ class SessionService:
         self._refuse_expired(session_id)
         self._in_flight[session_id] = self._in_flight.get(session_id, 0) + 1
         try:
-            payload, arrays = await anyio.to_thread.run_sync(
-                lambda: decode_step_body(body, media, content_type, steps_query, self.settings)
+            payload, arrays = await thread_for_body(
+                lambda: decode_step_body(body, media, content_type, steps_query, self.settings),
+                len(body),
             )
             self._require_ready()
             call = asyncio.ensure_future(

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import problem_responses
-from app.api.routing import json_response, json_text
+from app.api.routing import JsonBodyRoute, json_response, json_text
 from app.schemas.calibrations import (
     CalibrationList,
     CalibrationProfileEntry,
@@ -23,7 +23,7 @@ from app.services import calibrations
 from app.services.host_calibration import HostCalibrations
 from datarax.estimate.calibrations import get_profile
 
-router = APIRouter(tags=["hardware"])
+router = APIRouter(tags=["hardware"], route_class=JsonBodyRoute)
 _EXAMPLE = get_profile("published-tpu-jax").to_json()
 
 ProfileId = Annotated[

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import MeshId, problem_responses
-from app.api.routing import json_response
+from app.api.routing import JsonBodyRoute, json_response
 from app.schemas.compile_checks import (
     COMPILE_CHECK_EXAMPLE,
     CompileCheck,
@@ -22,7 +22,7 @@ from app.schemas.compile_checks import (
 from app.services import meshes
 from app.services.compile_checks import CompileChecks
 
-router = APIRouter(tags=["meshes"])
+router = APIRouter(tags=["meshes"], route_class=JsonBodyRoute)
 
 CheckId = Annotated[
     str,

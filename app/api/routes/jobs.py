@@ -10,7 +10,14 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import NanPolicyQuery, ReduceQuery, problem_responses, request_body_openapi
-from app.api.routing import ParamsRoute, json_response, media_type, read_body, require_json
+from app.api.routing import (
+    JsonBodyRoute,
+    ParamsRoute,
+    json_response,
+    media_type,
+    read_body,
+    require_json,
+)
 from app.codecs.media import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE
 from app.core.errors import InvalidParameter
 from app.core.threads import run_for_body
@@ -33,7 +40,7 @@ from app.services.jobs import history, push, summaries
 from app.services.jobs.decode import decode_point
 from app.services.jobs.limits import PointLimits
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=JsonBodyRoute)
 Endpoint = Callable[..., Awaitable[Response]]
 
 

@@ -11,11 +11,11 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import MeshId, problem_responses
-from app.api.routing import json_response, json_text
+from app.api.routing import JsonBodyRoute, json_response, json_text
 from app.schemas.launch import LAUNCH_EXAMPLE, LaunchConfig, LaunchRequest
 from app.services import launch as launching
 
-router = APIRouter(tags=["meshes"])
+router = APIRouter(tags=["meshes"], route_class=JsonBodyRoute)
 
 YAML = "application/yaml"
 

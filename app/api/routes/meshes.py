@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, RuntimeDep, StoreDep, TelemetryDep
 from app.api.openapi import MeshId, problem_responses
-from app.api.routing import json_response
+from app.api.routing import JsonBodyRoute, json_response
 from app.api.streamed import CompressedAnswer, cached_facts
 from app.core.answer_limit import check_answer_size
 from app.schemas.meshes import (
@@ -25,7 +25,7 @@ from app.services import meshes
 from app.services.heavy_work import heavy_work
 from app.services.layout_scope import parse_scope
 
-router = APIRouter(tags=["meshes"])
+router = APIRouter(tags=["meshes"], route_class=JsonBodyRoute)
 
 
 _ABSTRACT_EXAMPLE = {

@@ -12,12 +12,12 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import problem_responses
-from app.api.routing import json_response
+from app.api.routing import JsonBodyRoute, json_response
 from app.schemas.hardware import RECOMMENDATION_EXAMPLE, RecommendationRequest, Recommendations
 from app.services import calibrations, hardware
 from app.services.heavy_work import heavy_work
 
-router = APIRouter(tags=["hardware"])
+router = APIRouter(tags=["hardware"], route_class=JsonBodyRoute)
 
 
 @router.post(

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, SessionsDep
 from app.api.openapi import MeshId, problem_responses
-from app.api.routing import json_response, media_type
+from app.api.routing import JsonBodyRoute, json_response, media_type
 from app.codecs.json_arrays import encode_json
 from app.codecs.media import NPZ_MEDIA_TYPE
 from app.schemas.sessions import (
@@ -22,7 +22,7 @@ from app.schemas.sessions import (
 )
 from app.services.sessions import MAX_LIST_LIMIT
 
-router = APIRouter(tags=["sessions"])
+router = APIRouter(tags=["sessions"], route_class=JsonBodyRoute)
 
 SessionId = Annotated[
     str,

@@ -21,12 +21,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import numpy as np
 import orjson
 
 from app.codecs.json_arrays import encode_json
-from app.core.threads import run_for_body
+from app.core.threads import run_for_body, thread_for_body
 from app.services.jobs.decode import JobBatch, decode_batch, decode_npz_batch
 from app.services.jobs.limits import DEFAULT_LIMITS, PointLimits
 from app.services.jobs.parts import PART_RULES
@@ -126,14 +125,14 @@ async def push_batch(
 ) -> PushAnswer:
     """A JSON batch body, all or nothing. Decoded and stored in one worker thread (one hop
     off the event loop, not two)."""
-    return await anyio.to_thread.run_sync(
-        lambda: _store_batch(store, job, decode_batch(body, limits))
+    return await thread_for_body(
+        lambda: _store_batch(store, job, decode_batch(body, limits)), len(body)
     )
 
 
 async def push_npz_batch(store: Store, job: str, body: bytes, **options: Any) -> PushAnswer:
     """An npz batch body (:func:`~app.services.jobs.decode.decode_npz_batch` takes the
     options), all or nothing; one worker thread."""
-    return await anyio.to_thread.run_sync(
-        lambda: _store_batch(store, job, decode_npz_batch(body, **options))
+    return await thread_for_body(
+        lambda: _store_batch(store, job, decode_npz_batch(body, **options)), len(body)
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.codecs import json_arrays
 from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, parse_json_model
 from app.core.errors import (
     InvalidJson,
@@ -74,3 +75,33 @@ def test_parse_json_model_reports_every_field():
     fields = {entry["field"] for entry in info.value.extra["errors"]}
     assert {"steps", "bogus"} <= fields
     assert info.value.code == "validation_error"
+
+
+# ------------------------------------------------------------------ counts before parsing
+
+
+@pytest.mark.parametrize(
+    ("item", "count", "refused"),
+    [
+        ("1", json_arrays.MAX_JSON_VALUES - 1, False),
+        ("1", json_arrays.MAX_JSON_VALUES + 1, True),
+        ("[1]", json_arrays.MAX_JSON_CONTAINERS - 2, False),
+        ("[1]", json_arrays.MAX_JSON_CONTAINERS + 1, True),
+    ],
+)
+def test_json_bodies_past_the_counts_are_refused_before_parsing(item, count, refused):
+    body = ("[" + ",".join([item] * count) + "]").encode()
+    if refused:
+        with pytest.raises(json_arrays.TooManyJsonValues, match="send large arrays as npz"):
+            json_arrays.loads_json(body)
+        with pytest.raises(ServiceError) as caught:
+            json_arrays.loads_body(body)
+        assert caught.value.code == "invalid_json"
+    else:
+        assert len(json_arrays.loads_json(body)) == count
+
+
+def test_small_bodies_are_not_counted():
+    # Under COUNT_OVER bytes no body can pass the counts: nothing is counted.
+    body = b'{"names": "' + b"," * (json_arrays.COUNT_OVER - 20) + b'"}'
+    assert json_arrays.loads_json(body)["names"].count(",") == json_arrays.COUNT_OVER - 20
