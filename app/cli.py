@@ -130,9 +130,9 @@ def cli(argv: list[str] | None = None) -> None:
     if not is_leader(settings):
         # Processes other than 0 serve no HTTP: they only keep their runtime in the group.
         sys.exit(run_follower(settings))
-    # Large bodies: reuse freed heap memory instead of page-faulting fresh mmap pages
-    # (see app/core/allocator.py); keeps up to ~4 bodies' worth of freed memory.
-    keep_freed_memory(max(256 * 1024 * 1024, 4 * settings.max_body_bytes))
+    # Large bodies: reuse freed heap memory instead of page-faulting fresh mmap pages,
+    # up to DATARAX_MALLOC_KEEP_MB of it (see app/core/allocator.py, issue 41).
+    keep_freed_memory(int(settings.malloc_keep_mb * 1024 * 1024))
     max_connections = connection_bound(settings)  # a bound that cannot fit: exit 2 first
     check_database(settings)
     app = create_app(settings)

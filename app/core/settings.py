@@ -25,6 +25,14 @@ class Settings(BaseSettings):
     db: Path = Field(Path("./var/datarax.sqlite"), description="SQLite file (WAL mode)")
     cpu_devices: int = Field(8, ge=1, le=4096, description="simulated devices on CPU-only hosts")
     max_body_mb: float = Field(64.0, gt=0, description="request bodies above this are 413")
+    malloc_keep_mb: float = Field(
+        256.0,
+        ge=0,
+        le=2047,
+        description="freed memory the HTTP process keeps for reuse by large requests (MiB); "
+        "more goes back to the kernel within a second, and all of it after 5 s idle; "
+        "0: glibc's defaults",
+    )
     max_header_kb: float = Field(
         64.0,
         gt=0,
