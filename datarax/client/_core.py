@@ -59,18 +59,19 @@ def history_points(page: Mapping[str, Any]) -> list[HistoryPoint]:
     rows: list[HistoryPoint] = []
     for bucket in page.get("buckets") or []:
         metrics = bucket.get("metrics", {})
-        rows.append(
-            {
-                "step": max((m["last_step"] for m in metrics.values()), default=bucket["end_step"]),
-                "reduced": {name: m.get("mean") for name, m in metrics.items()},
-                "received_at": None,
-                "complete": True,
-                "sources": None,
-                "start_step": bucket["start_step"],
-                "end_step": bucket["end_step"],
-                "count": max((m.get("count", 0) for m in metrics.values()), default=0),
-            }
-        )
+        row: HistoryPoint = {
+            "step": max((m["last_step"] for m in metrics.values()), default=bucket["end_step"]),
+            "reduced": {name: m.get("mean") for name, m in metrics.items()},
+            "received_at": None,
+            "complete": True,
+            "sources": None,
+            "start_step": bucket["start_step"],
+            "end_step": bucket["end_step"],
+            "count": max((m.get("count", 0) for m in metrics.values()), default=0),
+        }
+        if bucket.get("spread"):
+            row["spread"] = bucket["spread"]
+        rows.append(row)
     return rows
 
 

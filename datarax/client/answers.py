@@ -406,6 +406,18 @@ class BatchResult(TypedDict):
     warnings: NotRequired[list[str]]
 
 
+class MetricSpread(TypedDict):
+    """A metric's spread over devices: its smallest and largest finite value and the
+    devices holding them; a bucket row adds the steps of each."""
+
+    min: float
+    max: float
+    min_device: int
+    max_device: int
+    min_step: NotRequired[int]
+    max_step: NotRequired[int]
+
+
 class HistoryPoint(TypedDict):
     """One row of a history answer's ``points``: a stored step, or (downsampled) one
     bucket, with ``start_step``, ``end_step`` and ``count`` and ``received_at`` and
@@ -418,6 +430,7 @@ class HistoryPoint(TypedDict):
     sources: int | None
     received_sources: NotRequired[list[str]]
     missing_sources: NotRequired[list[str] | None]
+    spread: NotRequired[dict[str, MetricSpread]]
     start_step: NotRequired[int]
     end_step: NotRequired[int]
     count: NotRequired[int]
@@ -598,4 +611,5 @@ __all__ = [
     "StepBreakdown",
     "StepEstimate",
     "StepTiming",
+    "MetricSpread",
 ]

@@ -306,9 +306,13 @@ def test_stalled_readers_of_the_largest_answer_hold_bounded_memory(tmp_path, enc
             head = f"GET {location} HTTP/1.1\r\nhost: x\r\naccept-encoding: {encoding}\r\n\r\n"
             sock.sendall(head.encode())
             stalled.append(sock)
-        # Until the server has dropped every stalled reader (its descriptors are back where
-        # they were): reading one sooner would let the server send it the rest.
+        # Until the server holds every stalled reader (under load it accepts them late),
+        # then until it has dropped them (its descriptors are back where they were):
+        # reading one sooner would let the server send it the rest.
         deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and open_fds(svc.proc.pid) < fds + readers:
+            peak = max(peak, rss(svc.proc.pid))
+            time.sleep(0.05)
         while time.monotonic() < deadline and open_fds(svc.proc.pid) > fds:
             peak = max(peak, rss(svc.proc.pid))
             time.sleep(0.1)

@@ -129,6 +129,7 @@ PAIRS: list[tuple[Any, type[BaseModel], set[str]]] = [
     (answers.PushResult, jobs.JobPointCreated, set()),
     (answers.BatchResult, jobs.JobBatchResult, set()),
     (answers.HistoryPoint, jobs.JobPointOut, set()),
+    (answers.MetricSpread, jobs.MetricSpread, set()),
     (answers.History, jobs.JobHistory, set()),
     (answers.JobSummary, jobs.JobSummary, set()),
     (answers.JobFidelity, jobs.JobFidelity, set()),

@@ -388,11 +388,12 @@ def test_deleting_a_session_cancels_its_queued_steps(api):
     started.wait(10)
     time.sleep(0.5)  # the first call runs, the others wait behind it
     assert api.delete(f"/v1/sessions/{sid}").status_code == 204
-    # the delete answered while calls were still queued: at least two had not finished
-    unfinished = sum(t.is_alive() for t in threads)
     for t in threads:
         t.join(timeout=300)
-    assert len(results) == 4 and unfinished >= 2, (unfinished, [r.status_code for r in results])
+    # the delete did not wait behind the queued calls (400 steps each): at most the one
+    # already running finished its steps, the others answered 404 having run nothing
+    assert len(results) == 4, [r.status_code for r in results]
+    assert sum(r.status_code == 200 for r in results) <= 1, [r.text[:200] for r in results]
     waited = [r for r in results if "was deleted while this call waited" in r.text]
     assert len(waited) >= 2, [r.text for r in results]
     for r in waited:
