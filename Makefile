@@ -104,10 +104,12 @@ test-tools: $(TEST_STAMP)
 	@missing=""; \
 	[ -x "$(CHROMIUM)" ] || missing="chromium"; \
 	command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
+	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } \
+	  || missing="$$missing postgresql"; \
 	missing=$$(echo $$missing); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$${DATARAX_NO_APT:-}" != 1 ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing $$missing for the browser and sbatch tests (apt-get install -y $$missing; log: $(VENV)/apt-install.log)"; \
+	  echo "installing $$missing for the browser, sbatch and shared-store tests (apt-get install -y $$missing; log: $(VENV)/apt-install.log)"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \
 	    >$(VENV)/apt-install.log 2>&1 \
 	    || echo "could not install $$missing (see $(VENV)/apt-install.log): the tests that need it skip"; \

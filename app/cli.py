@@ -30,12 +30,16 @@ from app.core.allocator import keep_freed_memory
 from app.core.logs import configure_logging, log_config
 from app.core.settings import Settings
 from app.core.version import version_line
-from app.storage.db import Store, StoreUnusable
+from app.storage.db import StoreUnusable
+from app.storage.postgres import StoreUnreachable, redact, store_at
 from app.workers.follower import is_leader, run_follower
 
 EXIT_BAD_SETTINGS = 2
 EXIT_INTERRUPTED = 130
 """Stopped by Ctrl-C (SIGINT) after a graceful shutdown: 128 + SIGINT, as a shell reports."""
+EXIT_DATABASE_UNREACHABLE = 69
+"""The PostgreSQL server cannot be reached (sysexits' EX_UNAVAILABLE): a supervisor restarts
+the service, which connects once the database is up."""
 EXIT_BAD_DATABASE = 65
 """The database file cannot be used (sysexits' EX_DATAERR): restarting will not help, so a
 supervisor can stop there (systemd ``RestartPreventExitStatus=65``)."""
@@ -84,6 +88,8 @@ def setting_errors(error: ValidationError) -> list[str]:
         name = ".".join(str(part) for part in entry.get("loc", ())) or "settings"
         where = f"DATARAX_{name.upper()} / --{name.replace('_', '-')}" if entry.get("loc") else name
         given = f" (got {entry['input']!r})" if "input" in entry and entry.get("loc") else ""
+        if given and name in ("database_url", "api_token"):  # a password stays out of logs
+            given = f" (got {redact(str(entry['input']))!r})" if name == "database_url" else ""
         lines.append(f"invalid setting {where}: {entry['msg']}{given}")
     return lines
 
@@ -206,10 +212,14 @@ def check_database(settings: Settings) -> None:
     A corrupt, truncated or unreadable file is never overwritten or repaired here: the
     line names the path and what to do.
     """
-    store = Store(settings.db)
+    store = store_at(settings.store_location)
     try:
         store.open()
     except (StoreUnusable, OSError) as err:
+        if settings.database_url is not None:
+            print(f"datarax-serve: {' '.join(str(err).split())}", file=sys.stderr)
+            unreachable = isinstance(err, StoreUnreachable)
+            sys.exit(EXIT_DATABASE_UNREACHABLE if unreachable else EXIT_BAD_DATABASE)
         print(
             f"datarax-serve: cannot use the database {settings.db}: {err}. The file was left "
             "untouched; restore it from a backup, move it aside to start empty, or point "

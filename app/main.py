@@ -52,7 +52,7 @@ from app.services.host_calibration import HostCalibrations
 from app.services.jobs.retention import retention_loop
 from app.services.jobs.summaries import job_gauges
 from app.services.sessions import SessionService
-from app.storage.db import Store
+from app.storage.postgres import store_at
 from app.workers.runtime_client import RuntimeClient
 
 log = logging.getLogger("datarax.app")
@@ -183,7 +183,7 @@ def service_lifespan(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = Store(settings.db)
+        store = store_at(settings.store_location)
         await anyio.to_thread.run_sync(store.open)
         rt = runtime if runtime is not None else RuntimeClient(settings)
         app.state.store = store
@@ -199,7 +199,7 @@ def service_lifespan(
         expiry = asyncio.create_task(app.state.sessions.expire_idle_loop())
         try:
             await rt.start()
-            log.info("datarax service up (database %s)", settings.db)
+            log.info("datarax service up (database %s)", settings.store_name)
             yield
         finally:
             try:

@@ -23,7 +23,7 @@ import pytest  # noqa: E402
 NUM_DEVICES = 8
 
 # Fixtures shared by the service tests (``api``, ...).
-pytest_plugins = ["tests.helpers"]
+pytest_plugins = ["tests.helpers", "tests.postgres_fixtures"]
 
 
 def require_devices(n: int) -> None:

@@ -23,6 +23,12 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port")
     db: Path = Field(Path("./var/datarax.sqlite"), description="SQLite file (WAL mode)")
+    database_url: SecretStr | None = Field(
+        None,
+        description="a postgresql:// URL: store everything in that PostgreSQL database "
+        "instead of the SQLite file, shared by every service process given the same URL "
+        "(replicas); a password is better kept in PGPASSWORD or ~/.pgpass than in the URL",
+    )
     cpu_devices: int = Field(8, ge=1, le=4096, description="simulated devices on CPU-only hosts")
     max_body_mb: float = Field(64.0, gt=0, description="request bodies above this are 413")
     malloc_keep_mb: float = Field(
@@ -223,6 +229,22 @@ class Settings(BaseSettings):
             )
         return token
 
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is None:
+            return None
+        text = url.get_secret_value().strip()
+        if not text:
+            return None  # empty: the SQLite file, as when unset
+        scheme = text.split(":", 1)[0].lower()
+        if scheme not in ("postgresql", "postgres") or "://" not in text:
+            raise ValueError(
+                "expected a postgresql:// URL (postgresql://user@host:5432/dbname); "
+                "unset it to use the SQLite file DATARAX_DB"
+            )
+        return SecretStr(text)
+
     @model_validator(mode="after")
     def _check_multihost(self) -> Settings:
         given = (self.coordinator, self.num_processes, self.process_id)
@@ -246,6 +268,23 @@ class Settings(BaseSettings):
     def multihost(self) -> bool:
         """This service is one process of a JAX distributed runtime."""
         return self.distributed or self.coordinator is not None
+
+    @property
+    def store_location(self) -> str | Path:
+        """Where the store lives: the PostgreSQL URL when one is set, else the SQLite
+        file."""
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
+        return self.db
+
+    @property
+    def store_name(self) -> str:
+        """The store's location for messages and logs (a URL's password hidden)."""
+        if self.database_url is None:
+            return str(self.db)
+        from app.storage.postgres import redact
+
+        return redact(self.database_url.get_secret_value())
 
     @property
     def data_dir(self) -> Path:

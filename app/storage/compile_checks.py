@@ -29,6 +29,7 @@ from typing import Any
 
 from app.storage.db import Store
 from app.storage.migrations import COMPILE_CHECKS_SCHEMA
+from app.storage.postgres import store_at
 
 UNFINISHED = ("queued", "compiling")
 """The states of a check that has not ended."""
@@ -120,7 +121,9 @@ async def put_result(store: Store, key: str, created_at: str, result: dict[str, 
     row = (key, created_at, json.dumps(result))
     await store.execute(
         lambda c: c.execute(
-            "INSERT OR REPLACE INTO compile_results (key, created_at, result) VALUES (?, ?, ?)",
+            "INSERT INTO compile_results (key, created_at, result) VALUES (?, ?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET created_at = excluded.created_at, "
+            "result = excluded.result",
             row,
         )
     )
@@ -138,7 +141,7 @@ class CompileStore:
     def open(self) -> None:
         if self._store is not None:
             return
-        store = Store(self.path)
+        store = store_at(self.path, read_pool=2)
         store.open()
         try:
             create_tables(store)

@@ -135,6 +135,7 @@ def storage_error(err: BaseException, path: Path | str) -> ServiceError | None:
 RETRY_AFTER_S = 5
 """``Retry-After`` of a 503 ``storage_unavailable``."""
 
+_PROBE = "INSERT INTO store_probe (id, at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at = ?"
 PROBE_INTERVAL_S = 2.0
 """:meth:`Store.health` writes a probe row when no write succeeded or failed for this long:
 readiness notices a fault (and its end) without client writes, at one tiny write per
@@ -457,11 +458,7 @@ class Store:
             return StorageFault("unavailable", "the database is not open", now, now)
         if time.monotonic() - db.outcome_at >= PROBE_INTERVAL_S:
             try:
-                self._write(
-                    lambda c: c.execute(
-                        "INSERT OR REPLACE INTO store_probe (id, at) VALUES (1, ?)", (_now(),)
-                    )
-                )
+                self._write(lambda c: c.execute(_PROBE, (_now(), _now())))
             except (ServiceError, StoreClosed):
                 pass  # recorded as the fault (or the store closed meanwhile)
         return db.fault

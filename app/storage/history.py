@@ -161,7 +161,7 @@ def count_points(conn: sqlite3.Connection, job: str, low: int, high: int, cap: i
     """Complete points in ``[low, high]``, counted up to ``cap``."""
     return conn.execute(
         "SELECT COUNT(*) FROM (SELECT 1 FROM job_points WHERE job = ? AND step BETWEEN ? AND ? "
-        "LIMIT ?)",
+        "LIMIT ?) AS counted",
         (job, low, high, cap),
     ).fetchone()[0]
 
@@ -351,7 +351,8 @@ def gauges(conn: sqlite3.Connection, top: int) -> tuple[list[tuple[str, str]], l
     ).fetchall()
     oldest_rest = conn.execute(
         "SELECT MIN(last_push_at), COUNT(*) FROM (SELECT last_push_at FROM jobs "
-        "WHERE finished = 0 ORDER BY last_push_at DESC LIMIT -1 OFFSET ?)",
+        "WHERE finished = 0 ORDER BY last_push_at DESC LIMIT 9223372036854775807 OFFSET ?) "
+        "AS rest",
         (top,),
     ).fetchone()
     pending = incomplete_jobs(conn)

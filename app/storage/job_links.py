@@ -40,8 +40,9 @@ def _write(conn: sqlite3.Connection, link: JobLink) -> bool:
     if conn.execute("SELECT 1 FROM jobs WHERE job = ?", (link.job,)).fetchone() is None:
         return False
     conn.execute(
-        "INSERT OR REPLACE INTO job_links (job, plan, step_time_metric, linked_at) "
-        "VALUES (?, ?, ?, ?)",
+        "INSERT INTO job_links (job, plan, step_time_metric, linked_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (job) DO UPDATE SET plan = excluded.plan, "
+        "step_time_metric = excluded.step_time_metric, linked_at = excluded.linked_at",
         (link.job, link.plan, link.step_time_metric, link.linked_at),
     )
     return True

@@ -462,10 +462,10 @@ def _count_points(
     conn.execute(
         "INSERT INTO jobs (job, created_at, last_push_at, points, first_step, last_step) "
         "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job) DO UPDATE SET "
-        "last_push_at = excluded.last_push_at, points = points + excluded.points, "
-        "first_step = coalesce(min(first_step, excluded.first_step), first_step, "
+        "last_push_at = excluded.last_push_at, points = jobs.points + excluded.points, "
+        "first_step = coalesce(min(jobs.first_step, excluded.first_step), jobs.first_step, "
         "excluded.first_step), "
-        "last_step = coalesce(max(last_step, excluded.last_step), last_step, "
+        "last_step = coalesce(max(jobs.last_step, excluded.last_step), jobs.last_step, "
         "excluded.last_step)",
         (job, now, now, added, low, high),
     )

@@ -269,7 +269,11 @@ def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.n
         counts[at] += 1  # the steps are unique
         out[start:end] = counts[at]
         rows.append((job, chunk, encode_coverage(counts)))
-    conn.executemany("INSERT OR REPLACE INTO job_coverage VALUES (?, ?, ?)", rows)
+    conn.executemany(
+        "INSERT INTO job_coverage (job, chunk, counts) VALUES (?, ?, ?) "
+        "ON CONFLICT (job, chunk) DO UPDATE SET counts = excluded.counts",
+        rows,
+    )
     return out
 
 

@@ -131,11 +131,12 @@ ROLLUP_UPSERT = (
     "INSERT INTO job_rollups (job, level, metric, block, n, total, low, high, last_step, "
     "last) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (job, level, metric, block) DO UPDATE SET "
-    "n = n + excluded.n, total = total + excluded.total, "
-    "low = coalesce(min(low, excluded.low), low, excluded.low), "
-    "high = coalesce(max(high, excluded.high), high, excluded.high), "
-    "last = CASE WHEN excluded.last_step > last_step THEN excluded.last ELSE last END, "
-    "last_step = max(last_step, excluded.last_step)"
+    "n = job_rollups.n + excluded.n, total = job_rollups.total + excluded.total, "
+    "low = coalesce(min(job_rollups.low, excluded.low), job_rollups.low, excluded.low), "
+    "high = coalesce(max(job_rollups.high, excluded.high), job_rollups.high, excluded.high), "
+    "last = CASE WHEN excluded.last_step > job_rollups.last_step THEN excluded.last "
+    "ELSE job_rollups.last END, "
+    "last_step = max(job_rollups.last_step, excluded.last_step)"
 )
 """Adds a block's aggregate to what the block holds, in one statement."""
 

@@ -28,16 +28,18 @@ type SpreadOf = tuple[int, dict[str, dict[str, Any]]]
 """(step, spread) of a stored step."""
 
 SPREAD_UPSERT = (
-    "INSERT INTO job_spread_blocks (job, level, metric, block, low, low_device, low_step, "
+    "INSERT INTO job_spread_blocks AS b (job, level, metric, block, low, low_device, low_step, "
     "high, high_device, high_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (job, level, metric, block) DO UPDATE SET "
-    "low_device = CASE WHEN excluded.low < low THEN excluded.low_device ELSE low_device END, "
-    "low_step = CASE WHEN excluded.low < low THEN excluded.low_step ELSE low_step END, "
-    "low = min(low, excluded.low), "
-    "high_device = CASE WHEN excluded.high > high THEN excluded.high_device "
-    "ELSE high_device END, "
-    "high_step = CASE WHEN excluded.high > high THEN excluded.high_step ELSE high_step END, "
-    "high = max(high, excluded.high)"
+    "low_device = CASE WHEN excluded.low < b.low THEN excluded.low_device "
+    "ELSE b.low_device END, "
+    "low_step = CASE WHEN excluded.low < b.low THEN excluded.low_step ELSE b.low_step END, "
+    "low = min(b.low, excluded.low), "
+    "high_device = CASE WHEN excluded.high > b.high THEN excluded.high_device "
+    "ELSE b.high_device END, "
+    "high_step = CASE WHEN excluded.high > b.high THEN excluded.high_step "
+    "ELSE b.high_step END, "
+    "high = max(b.high, excluded.high)"
 )
 
 

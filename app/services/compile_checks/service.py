@@ -70,7 +70,7 @@ class CompileChecks:
         describe_argv: list[str] | None = None,
     ):
         self.settings = settings
-        self.store = CompileStore(settings.db)
+        self.store = CompileStore(settings.store_location)
         self._queue = CheckQueue(settings.compile_queue)
         self._running: Job | None = None
         self.worker = CompileWorker(

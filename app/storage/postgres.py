@@ -1,0 +1,479 @@
+"""The PostgreSQL engine of the store: several service processes on one database.
+
+:class:`PostgresStore` is a :class:`~app.storage.db.Store`: the table modules hand it the
+same functions over a connection, written once in the SQL both engines share
+(:mod:`app.storage.dialect` turns what differs into PostgreSQL's), so nothing above the
+storage package knows which engine holds the data (:func:`store_at` picks it from the
+setting).
+
+Connections (psycopg 3): one writer connection per process, under the store's lock, as
+SQLite's; job pushes that wait at the same time share one transaction (the same group
+commit). Reads run on a small pool of their own (:data:`READ_POOL`), each in one
+``REPEATABLE READ READ ONLY`` transaction, so a read that takes several statements sees
+one snapshot while other replicas write.
+
+Across replicas every write transaction is ``SERIALIZABLE``: PostgreSQL then lets
+concurrent writers commit only as if they ran one after another, which is what SQLite's
+single writer gave the table modules (read a step, decide idempotent or ``step_conflict``,
+insert). The transaction that loses (``40001``, a deadlock, or a unique key inserted by a
+concurrent one) is rolled back and run again from the start, up to :data:`ATTEMPTS`
+times: the functions are re-runnable (the group commit already re-runs them alone), and
+the second run sees what the winner committed.
+
+Durability: PostgreSQL's commit (``synchronous_commit`` on, its default) returns after
+its WAL is flushed; the service answers 2xx only after it. A commit cut off by a lost
+connection is answered 503 ``storage_unavailable`` and may or may not have landed: the
+client retries, and identical pushes are idempotent.
+
+Faults: a database that cannot be reached, restarts or shuts down is 503
+``storage_unavailable`` with ``Retry-After``; a full disk (``53100``) is 507
+``storage_full``; readiness reports either until a write succeeds. Connections are made
+again on the next use (the pool checks its own), so the service recovers by itself.
+
+Schema: the tables are SQLite's current schema in PostgreSQL's types (read from a fresh
+in-memory SQLite store, so both engines always hold the same tables), created under a
+session advisory lock (:data:`MIGRATION_LOCK`) when the database has none, and the version
+kept in ``datarax_schema``: replicas starting together create them once; a database of a
+newer version, or one holding other tables, is refused and left as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from app.core.errors import ServiceError, StorageFull, StorageUnavailable
+from app.storage.db import (
+    RETRY_AFTER_S,
+    StorageFault,
+    Store,
+    StoreClosed,
+    StoreUnusable,
+    _Database,
+    _now,
+)
+from app.storage.dialect import postgres_sql, statements
+from app.storage.migrations import COMPILE_CHECKS_SCHEMA, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+log = logging.getLogger("datarax.store")
+
+T = TypeVar("T")
+
+READ_POOL = 4
+"""Most connections the service's store reads on at once, besides its one writer; the
+compile-check store has a writer and 2 readers: at most 8 connections per replica."""
+ATTEMPTS = 8
+"""Runs of a write transaction that loses to a concurrent one before the loss is a 503."""
+CONNECT_TIMEOUT_S = 10
+"""How long one connection attempt waits for the server."""
+MIGRATION_LOCK = 0x6461_7461_7261_7800  # "datarax\0": the advisory lock key of schema work
+_RETRY = frozenset({"40001", "40P01"})
+"""SQLSTATEs of a transaction that lost to a concurrent one: a serialization failure (also
+what a unique key inserted first by a concurrent transaction is reported as, when this one
+had read that the key was absent) or a deadlock."""
+
+
+class StoreUnreachable(StoreUnusable):
+    """The PostgreSQL server cannot be reached at start (it may come up later: unlike a
+    file that is not a database, a restart can help)."""
+
+
+def is_postgres_url(location: str | Path) -> bool:
+    """True for a ``postgresql://`` or ``postgres://`` URL."""
+    return isinstance(location, str) and re.match(r"(?i)postgres(ql)?://", location) is not None
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (if any) hidden, for messages and logs."""
+    return re.sub(r"(?i)(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def store_at(location: str | Path, *, read_pool: int = READ_POOL) -> Store:
+    """The store at ``location``: a :class:`PostgresStore` (reading on at most
+    ``read_pool`` connections) for a PostgreSQL URL, else the SQLite file's
+    :class:`Store` (not opened yet)."""
+    if is_postgres_url(location):
+        return PostgresStore(str(location), read_pool=read_pool)
+    return Store(location)
+
+
+class _Connection:
+    """A psycopg connection with the face the table modules use of ``sqlite3``'s:
+    ``execute``, ``executemany``, ``executescript``, ``in_transaction``; statements are
+    read through :func:`~app.storage.dialect.postgres_sql`."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.raw = conn
+        self.changes = 0  # rows written through this wrapper (tells a write from a read)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        if sql == "ROLLBACK":  # as sqlite3's: leaves the transaction, whatever happened
+            _rollback(self)
+            return self.raw.cursor()
+        try:
+            cursor = self.raw.execute(postgres_sql(sql), tuple(params))
+        except psycopg_errors().IntegrityError as err:
+            raise _integrity(err) from err
+        if cursor.rowcount > 0 and cursor.description is None:
+            self.changes += cursor.rowcount
+        return cursor
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
+        cursor = self.raw.cursor()
+        try:
+            cursor.executemany(postgres_sql(sql), [tuple(row) for row in rows])
+        except psycopg_errors().IntegrityError as err:
+            raise _integrity(err) from err
+        self.changes += max(cursor.rowcount, 0)
+        return cursor
+
+    def executescript(self, script: str) -> None:
+        for statement in statements(script):
+            self.execute(statement)
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        if self.raw.closed or self.raw.broken:
+            return False
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+
+def psycopg_errors() -> Any:
+    """psycopg's module (imported when a PostgreSQL store is used, never before)."""
+    import psycopg
+
+    return psycopg
+
+
+def _integrity(err: BaseException) -> sqlite3.IntegrityError:
+    """A constraint violation as the table modules know it (``sqlite3.IntegrityError``:
+    a taken id), whichever engine raised it."""
+    return sqlite3.IntegrityError(str(err).strip().splitlines()[0])
+
+
+def _sqlstate(err: BaseException) -> str | None:
+    return getattr(err, "sqlstate", None)
+
+
+def _lost(err: BaseException) -> bool:
+    """A lost, refused or shut-down connection (the server, not the statement)."""
+    import psycopg
+
+    state = _sqlstate(err) or ""
+    return isinstance(err, (psycopg.OperationalError, psycopg.InterfaceError)) and (
+        not state or state.startswith(("08", "57", "53"))
+    )
+
+
+def storage_problem(err: BaseException, where: str) -> ServiceError | None:
+    """The problem a PostgreSQL failure answers with (507 full disk, 503 unreachable or
+    refusing), or None for other errors (a statement's own fault: a bug)."""
+    import psycopg
+    import psycopg_pool
+
+    if not isinstance(err, (psycopg.Error, psycopg_pool.PoolTimeout)):
+        return None
+    state = _sqlstate(err) or ""
+    if state == "53100":
+        return StorageFull(
+            f"the database's disk is full ({where}); nothing was written. Free space on "
+            "the database server, or delete jobs, plans or sessions you no longer need, and "
+            "retry"
+        )
+    if isinstance(err, psycopg_pool.PoolTimeout) or _lost(err) or state in _RETRY:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return StorageUnavailable(
+            f"the database cannot be reached or refused the work ({where}: {reason}); "
+            "nothing was written. The service reconnects by itself: retry after the "
+            "Retry-After seconds",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    return None
+
+
+def _bool_dumper() -> type:
+    """A psycopg dumper that sends ``bool`` as the integer SQLite stores (the schema has
+    no boolean columns)."""
+    from psycopg.adapt import Dumper
+    from psycopg.postgres import types
+
+    class BoolAsInt(Dumper):
+        oid = types["int8"].oid
+
+        def dump(self, obj: bool) -> bytes:
+            return b"1" if obj else b"0"
+
+    return BoolAsInt
+
+
+def current_schema() -> list[str]:
+    """SQLite's current tables and indexes (a fresh in-memory store, every migration
+    run), as PostgreSQL statements."""
+    sqlite_store = Store(":memory:")
+    sqlite_store.open()
+    try:
+        sqlite_store.execute_here(lambda c: c.executescript(COMPILE_CHECKS_SCHEMA))
+        rows = sqlite_store.execute_here(
+            lambda c: c.execute(
+                "SELECT type, sql FROM sqlite_master WHERE sql IS NOT NULL "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY type = 'index', rowid"
+            ).fetchall()
+        )
+    finally:
+        sqlite_store.close()
+    out = []
+    for _, sql in rows:
+        text = re.sub(r"(?i)^CREATE (UNIQUE )?(TABLE|INDEX) ", r"CREATE \1\2 IF NOT EXISTS ", sql)
+        out.append(postgres_sql(text))
+    return out
+
+
+class PostgresStore(Store):
+    """The service's store in a PostgreSQL database (see the module docstring)."""
+
+    def __init__(self, url: str, *, read_pool: int = READ_POOL) -> None:
+        super().__init__(Path("postgresql"))
+        self.url = url
+        self.where = redact(url)
+        self.read_pool = read_pool
+        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._adapters: Any = None
+
+    # ------------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Connects, creates the tables once (under the migration lock) and opens the
+        read pool.
+
+        Raises:
+          StoreUnusable: the database cannot be reached, is newer, or holds other tables.
+        """
+        if self._db is not None:
+            return
+        import psycopg
+        import psycopg_pool
+
+        self._adapters = psycopg.adapt.AdaptersMap(psycopg.adapters)
+        self._adapters.register_dumper(bool, _bool_dumper())
+        try:
+            writer = self._connect_pg()
+        except psycopg.Error as err:
+            raise StoreUnreachable(f"cannot connect to {self.where}: {err}") from err
+        try:
+            self._create_schema(writer)
+        except BaseException:
+            writer.raw.close()
+            raise
+        self._pool = psycopg_pool.ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.read_pool,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            configure=self._configure,
+            check=psycopg_pool.ConnectionPool.check_connection,
+            timeout=30,
+            name="datarax-reads",
+            open=True,
+        )
+        db = _Database(self.where, cast(sqlite3.Connection, writer))
+        self._lock = db.lock
+        with db.lock:
+            self._db, self._conn = db, cast(sqlite3.Connection, writer)
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.adapters.register_dumper(bool, _bool_dumper())
+
+    def _connect_pg(self) -> _Connection:
+        import psycopg
+
+        raw = psycopg.connect(
+            self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, context=self._adapters
+        )
+        return _Connection(raw)
+
+    def _create_schema(self, conn: _Connection) -> None:
+        """Creates the tables when the database has none, once across replicas."""
+        conn.raw.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        try:
+            tables = {row[0] for row in conn.raw.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}  # fmt: skip
+            if tables and "plans" not in tables:
+                raise StoreUnusable(
+                    f"{self.where} holds tables that are not this service's "
+                    f"({', '.join(sorted(tables)[:5])}); it was left untouched: point "
+                    "DATARAX_DATABASE_URL at a new database or at the service's own"
+                )
+            version = 0
+            if "datarax_schema" in tables:
+                row = conn.raw.execute("SELECT max(version) FROM datarax_schema").fetchone()
+                version = int(row[0] or 0) if row else 0
+            if version > SCHEMA_VERSION:
+                raise StoreUnusable(
+                    f"{self.where} has schema version {version}, newer than this service's "
+                    f"{SCHEMA_VERSION}; it was left untouched: run the newer service"
+                )
+            if version < SCHEMA_VERSION:
+                with conn.raw.transaction():
+                    for statement in current_schema():
+                        conn.raw.execute(statement)
+                    conn.raw.execute(
+                        "CREATE TABLE IF NOT EXISTS datarax_schema (version BIGINT NOT NULL)"
+                    )
+                    conn.raw.execute("DELETE FROM datarax_schema")
+                    conn.raw.execute(
+                        "INSERT INTO datarax_schema (version) VALUES (%s)", (SCHEMA_VERSION,)
+                    )
+        finally:
+            conn.raw.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+    @property
+    def schema_version(self) -> int:
+        return self._run(
+            lambda c: c.execute("SELECT max(version) FROM datarax_schema").fetchone()[0]
+        )
+
+    def close(self) -> None:
+        """Closes the writer and the read pool."""
+        db, pool = self._db, self._pool
+        if db is None:
+            return
+        with db.lock:
+            self._db = self._conn = None
+            self._pool = None
+            try:
+                cast(_Connection, db.conn).raw.close()
+            except Exception:
+                log.warning("closing the database connection failed", exc_info=True)
+        if pool is not None:
+            pool.close()
+
+    # ------------------------------------------------------------------------ faults
+
+    def _failed(self, err: BaseException) -> ServiceError | None:
+        problem = storage_problem(err, self.where)
+        db = self._db
+        if problem is None or db is None:
+            return problem
+        kind = "full" if problem.code == "storage_full" else "unavailable"
+        reason = f"{type(err).__name__}: {str(err).strip()[:300]}"
+        now = _now()
+        if db.fault is None or db.fault.kind != kind:
+            log.warning("database %s cannot take writes: %s", self.where, reason)
+            db.fault = StorageFault(kind, reason, now, now)
+        else:
+            db.fault = dataclasses.replace(db.fault, reason=reason, checked_at=now)
+        db.outcome_at = time.monotonic()
+        return problem
+
+    def _succeeded(self) -> None:
+        db = self._db
+        if db is None:
+            return
+        db.outcome_at = time.monotonic()
+        if db.fault is not None:
+            log.warning(
+                "database %s takes writes again (fault since %s)", self.where, db.fault.since
+            )
+            db.fault = None
+
+    # ------------------------------------------------------------------------ plumbing
+
+    def _writer(self) -> _Connection:
+        """The writer connection, made again when the last one was lost (lock held)."""
+        db = self._db
+        if db is None:
+            raise StoreClosed("the store is not open")
+        conn = cast(_Connection, db.conn)
+        if conn.raw.closed or conn.raw.broken:
+            conn = self._connect_pg()
+            db.conn = self._conn = cast(sqlite3.Connection, conn)
+        return conn
+
+    def _write_locked(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in one SERIALIZABLE transaction, run again when it loses to a concurrent
+        one; returns after the durable commit (the lock held)."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                conn = self._writer()
+            except Exception as err:
+                raise self._fault_or(err) from err
+            before = conn.changes
+            try:
+                conn.execute("BEGIN")
+            except Exception as err:
+                # Nothing was sent of this transaction: a connection lost while idle (a
+                # restarted server, a terminated backend) is made again once, at once.
+                conn.raw.close()
+                if attempt < ATTEMPTS and _lost(err):
+                    continue
+                raise self._fault_or(err) from err
+            try:
+                result = fn(cast(sqlite3.Connection, conn))
+                conn.execute("COMMIT")
+            except BaseException as err:
+                _rollback(conn)
+                if _sqlstate(err) in _RETRY and attempt < ATTEMPTS:
+                    time.sleep(0.001 * attempt)
+                    continue
+                raise self._fault_or(err) from err
+            if conn.changes != before:
+                self._succeeded()
+            return result
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _fault_or(self, err: BaseException) -> BaseException:
+        problem = self._failed(err)
+        return err if problem is None else problem
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` on a pooled connection in autocommit mode (each statement its own
+        transaction): the compile store's statements that stand alone."""
+        return self._pooled(fn, snapshot=False)
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in one read-only snapshot on a pooled connection, in a worker thread."""
+        return await self._in_thread(lambda: self._pooled(fn, snapshot=True))
+
+    def _pooled(self, fn: Callable[[sqlite3.Connection], T], *, snapshot: bool) -> T:
+        pool = self._pool
+        if pool is None:
+            raise StoreClosed("the store is not open")
+        try:
+            with pool.connection() as raw:
+                conn = _Connection(raw)
+                if not snapshot:
+                    result = fn(cast(sqlite3.Connection, conn))
+                else:
+                    raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    try:
+                        result = fn(cast(sqlite3.Connection, conn))
+                    finally:
+                        _rollback(conn)
+        except ServiceError:
+            raise
+        except Exception as err:
+            raise self._fault_or(err) from err
+        if conn.changes:
+            self._succeeded()
+        return result
+
+
+def _rollback(conn: _Connection) -> None:
+    """Leaves ``conn`` outside any transaction; a lost connection needs no rollback."""
+    try:
+        if not conn.raw.closed and conn.in_transaction:
+            conn.raw.execute("ROLLBACK")
+    except Exception:
+        log.debug("ROLLBACK failed on the database", exc_info=True)

@@ -1,0 +1,243 @@
+"""The PostgreSQL engine (app/storage/postgres.py) on a real PostgreSQL the tests start
+(tests/postgres_fixtures.py): schema once across replicas, refusals, serializable writes
+across stores, idempotency and conflicts across them, lost connections and faults."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import anyio
+import psycopg
+import pytest
+
+from app.core.errors import StepConflict, StorageUnavailable
+from app.storage import calibrations, plans
+from app.storage import jobs as store_jobs
+from app.storage.db import StoreUnusable
+from app.storage.migrations import SCHEMA_VERSION
+from app.storage.postgres import PostgresStore, redact, store_at
+
+
+def _point(step: int, reduced: str) -> store_jobs.PushItem:
+    return store_jobs.PushItem(
+        step=step, source="", sources=1, digest=reduced, num_devices=1, reduced=reduced
+    )
+
+
+@pytest.fixture
+def replicas(postgres_url):
+    """Two stores on one database: two service processes' stores, as far as PostgreSQL
+    can tell (each its own writer connection and read pool)."""
+    stores = [PostgresStore(postgres_url) for _ in range(2)]
+    for store in stores:
+        store.open()
+    yield stores
+    for store in stores:
+        store.close()
+
+
+def test_store_at_picks_the_engine_by_location(tmp_path):
+    assert isinstance(store_at("postgresql://u@h/db"), PostgresStore)
+    assert isinstance(store_at("postgres://u@h/db"), PostgresStore)
+    assert not isinstance(store_at(tmp_path / "x.sqlite"), PostgresStore)
+    assert redact("postgresql://user:s3cret@db:5432/x") == "postgresql://user:***@db:5432/x"
+    assert redact("postgresql://user@db/x") == "postgresql://user@db/x"
+
+
+def test_replicas_starting_together_create_the_schema_once(postgres_url):
+    stores = [PostgresStore(postgres_url) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def start(store: PostgresStore) -> None:
+        try:
+            store.open()
+        except BaseException as err:  # collected: the assertion names it
+            errors.append(err)
+
+    threads = [threading.Thread(target=start, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert all(s.schema_version == SCHEMA_VERSION for s in stores)
+        with psycopg.connect(postgres_url) as conn:
+            assert conn.execute("SELECT count(*) FROM datarax_schema").fetchone()[0] == 1
+            tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables")}
+        assert {"plans", "jobs", "job_points", "job_segments", "compile_checks"} <= tables
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_a_database_of_other_tables_or_a_newer_version_is_left_untouched(postgres_url):
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE invoices (id int)")
+    with pytest.raises(StoreUnusable, match="not this service's"):
+        PostgresStore(postgres_url).open()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        tables = {
+            r[0]
+            for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        }
+        assert tables == {"invoices"}
+        conn.execute("DROP TABLE invoices")
+    store = PostgresStore(postgres_url)
+    store.open()
+    store.close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("UPDATE datarax_schema SET version = %s", (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreUnusable, match="newer"):
+        PostgresStore(postgres_url).open()
+
+
+def test_what_one_replica_acknowledges_the_other_reads(replicas):
+    a, b = replicas
+    a.write_here(lambda c: store_jobs.push(c, "j", [_point(0, '{"loss":1.0}')], "t0", None))
+    b.write_here(lambda c: store_jobs.push(c, "j", [_point(1, '{"loss":0.5}')], "t1", None))
+    for store in replicas:
+        got = _all(
+            store, "SELECT step, reduced FROM job_points WHERE job = ? ORDER BY step", ("j",)
+        )
+        assert got == [(0, '{"loss":1.0}'), (1, '{"loss":0.5}')]
+        job = _one(store, "SELECT points, first_step, last_step FROM jobs WHERE job = ?", ("j",))
+        assert job == (2, 0, 1)
+
+
+def _all(store, sql: str, params: tuple = ()) -> list[tuple]:
+    return anyio.run(store.read, lambda c: c.execute(sql, params).fetchall())
+
+
+def _one(store, sql: str, params: tuple = ()) -> tuple:
+    return anyio.run(store.read, lambda c: c.execute(sql, params).fetchone())
+
+
+def _race(stores, fns):
+    """Runs ``fns[i]`` on ``stores[i]`` at once (a barrier before each); their outcomes."""
+    barrier = threading.Barrier(len(fns))
+    outcomes: list[object] = [None] * len(fns)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[i] = stores[i].write_here(fns[i])
+        except BaseException as err:  # the outcome under test
+            outcomes[i] = err
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
+
+
+def test_the_same_step_pushed_to_two_replicas_at_once_is_stored_once(replicas):
+    for step in range(20):  # twenty races: the interleavings vary
+        push = lambda c, s=step: store_jobs.push(c, "same", [_point(s, '{"x":1}')], "t", None)  # noqa: E731
+        outcomes = _race(replicas, [push, push])
+        assert not any(isinstance(o, BaseException) for o in outcomes), outcomes
+    rows = _one(
+        replicas[0], "SELECT count(*), count(DISTINCT step) FROM job_points WHERE job = 'same'"
+    )
+    assert rows == (20, 20)
+    points = _one(replicas[1], "SELECT points FROM jobs WHERE job = 'same'")[0]
+    assert points == 20  # each step counted once, though both replicas acknowledged it
+
+
+def test_other_content_for_a_step_is_a_conflict_from_whichever_replica_loses(replicas):
+    for step in range(20):
+        fns = [
+            lambda c, s=step, v=v: store_jobs.push(c, "c", [_point(s, f'{{"x":{v}}}')], "t", None)
+            for v in (1, 2)
+        ]
+        outcomes = _race(replicas, fns)
+        conflicts = [o for o in outcomes if isinstance(o, StepConflict)]
+        assert len(conflicts) == 1, outcomes
+        assert not any(isinstance(o, BaseException) and not isinstance(o, StepConflict)
+                       for o in outcomes)  # fmt: skip
+    assert anyio.run(replicas[0].read, lambda c: c.execute(
+        "SELECT count(*) FROM job_points WHERE job = 'c'").fetchone()[0]) == 20  # fmt: skip
+
+
+def test_grouped_writes_commit_together_and_a_conflict_is_rolled_back_alone(postgres_url):
+    store = PostgresStore(postgres_url)
+    store.open()
+    try:
+        store.write_here(lambda c: store_jobs.push(c, "g", [_point(0, '{"a":0}')], "t0", None))
+        ok = lambda c: store_jobs.push(c, "g", [_point(1, '{"a":1}')], "t1", None)  # noqa: E731
+        bad = lambda c: store_jobs.push(c, "g", [_point(0, '{"a":9}')], "t1", None)  # noqa: E731
+        results: list[object] = []
+
+        async def both() -> None:
+            async def one(fn) -> None:
+                try:
+                    results.append(await store.write_grouped(fn))
+                except StepConflict as err:
+                    results.append(err)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one, ok)
+                tg.start_soon(one, bad)
+
+        anyio.run(both)
+        assert sum(isinstance(r, StepConflict) for r in results) == 1
+        stored = _all(store, "SELECT step, reduced FROM job_points WHERE job = 'g' ORDER BY step")
+        assert stored == [(0, '{"a":0}'), (1, '{"a":1}')]
+    finally:
+        store.close()
+
+
+def test_a_taken_id_is_an_integrity_error_as_with_sqlite(replicas):
+    a, b = replicas
+    args = ("p1", "2026-01-01T00:00:00Z", "jobs", "tpu", None, "{}")
+    anyio.run(calibrations.insert_profile, a, *args)
+    with pytest.raises(sqlite3.IntegrityError):
+        anyio.run(calibrations.insert_profile, b, *args)
+    # the failed write left b's writer usable
+    anyio.run(calibrations.insert_profile, b, "p2", *args[1:])
+    assert len(anyio.run(calibrations.list_profiles, a)) == 2
+
+
+def test_plans_list_newest_first_across_replicas(replicas):
+    a, b = replicas
+    for i, store in enumerate([a, b, a]):
+        anyio.run(plans.insert_plan, store, f"plan-{i}", "2026-01-01", None, False,
+                  f'{{"n": {i}}}', f'{{"s": {i}}}')  # fmt: skip
+    listed, total = anyio.run(lambda: plans.list_plans(b, 10, 0, summary=True))
+    assert total == 3
+    assert listed == ['{"s": 2}', '{"s": 1}', '{"s": 0}']
+    assert anyio.run(plans.get_plan, b, "plan-0") == '{"n": 0}'
+
+
+def test_a_lost_connection_is_made_again_and_a_stopped_server_is_503(own_postgres):
+    url = own_postgres.create_database()
+    store = PostgresStore(url)
+    store.open()
+    try:
+        store.write_here(lambda c: store_jobs.push(c, "r", [_point(0, '{"a":0}')], "t", None))
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        # the writer's connection was cut while idle: made again, the write lands
+        store.write_here(lambda c: store_jobs.push(c, "r", [_point(1, '{"a":1}')], "t", None))
+        assert store.health() is None
+        own_postgres.stop()
+        with pytest.raises(StorageUnavailable) as caught:
+            store.write_here(lambda c: store_jobs.push(c, "r", [_point(2, '{"a":2}')], "t", None))
+        assert caught.value.headers.get("Retry-After")
+        with pytest.raises(StorageUnavailable):
+            anyio.run(store.read, lambda c: c.execute("SELECT 1").fetchone())
+        fault = store.fault
+        assert fault is not None and fault.code == "storage_unavailable"
+        own_postgres.restart()
+        store.write_here(lambda c: store_jobs.push(c, "r", [_point(2, '{"a":2}')], "t", None))
+        assert store.fault is None
+        got = _one(store, "SELECT count(*) FROM job_points WHERE job = 'r'")[0]
+        assert got == 3
+    finally:
+        store.close()
