@@ -2,7 +2,8 @@
 (``host`` and ``jobs`` kinds; the ``published`` ones ship with the library), each its
 answer's JSON text, by id. A ``jobs`` profile is written once, done; a ``host`` profile is
 written when its measuring starts (``status`` ``running``) and rewritten as each stage
-ends, then once more ``done`` or ``failed``; a done profile never changes."""
+ends, then once more ``done`` or ``failed``; a done profile never changes. A running
+profile is owned by the process measuring it (:mod:`app.storage.owners`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sqlite3
 
 import orjson
 
+from app.storage import owners
 from app.storage.db import Store
 
 
@@ -19,6 +21,15 @@ def _insert(conn: sqlite3.Connection, row: tuple[str, str, str, str, str | None,
         "VALUES (?, ?, ?, ?, ?, ?)",
         row,
     )
+    _own(conn, row[0], row[-1])
+
+
+def _own(conn: sqlite3.Connection, profile_id: str, body: str) -> None:
+    """Claims a running profile for this process; releases one that ended."""
+    if orjson.loads(body).get("status") == "running":
+        owners.claim(conn, owners.CALIBRATION, profile_id)
+    else:
+        owners.release(conn, owners.CALIBRATION, profile_id)
 
 
 async def insert_profile(
@@ -59,9 +70,12 @@ async def list_profiles(store: Store, limit: int = 1000) -> list[str]:
 
 async def update_profile(store: Store, profile_id: str, body: str) -> None:
     """Rewrites a profile's JSON text (a host profile's progress and its result)."""
-    await store.write(
-        lambda c: c.execute("UPDATE calibrations SET body = ? WHERE id = ?", (body, profile_id))
-    )
+
+    def run(conn: sqlite3.Connection) -> None:
+        conn.execute("UPDATE calibrations SET body = ? WHERE id = ?", (body, profile_id))
+        _own(conn, profile_id, body)
+
+    await store.write(run)
 
 
 async def newest_host_profile(store: Store, device_kind: str) -> str | None:
@@ -83,11 +97,15 @@ async def newest_host_profile(store: Store, device_kind: str) -> str | None:
 
 
 async def running_profiles(store: Store) -> list[str]:
-    """The JSON texts of profiles still ``running`` (a process that stopped mid-way
-    left them so)."""
+    """The JSON texts of profiles still ``running`` whose process stopped mid-way (not
+    those a running replica measures)."""
 
     def run(conn: sqlite3.Connection) -> list[str]:
-        rows = conn.execute("SELECT body FROM calibrations WHERE kind = 'host'").fetchall()
-        return [str(r[0]) for r in rows if orjson.loads(r[0]).get("status") == "running"]
+        rows = conn.execute("SELECT id, body FROM calibrations WHERE kind = 'host'").fetchall()
+        running = {
+            str(r[0]): str(r[1]) for r in rows if orjson.loads(r[1]).get("status") == "running"
+        }
+        stale = owners.orphaned(conn, owners.CALIBRATION, running, store.live_owners(conn))
+        return [running[pid] for pid in stale]
 
     return await store.read(run)

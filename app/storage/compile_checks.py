@@ -27,6 +27,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from app.storage import owners
 from app.storage.db import Store
 from app.storage.migrations import COMPILE_CHECKS_SCHEMA
 from app.storage.postgres import store_at
@@ -41,13 +42,17 @@ def create_tables(store: Store) -> None:
 
 
 async def fail_unfinished(store: Store, reason: str) -> int:
-    """Marks the checks a previous service process left queued or compiling as failed
-    (``compile_failed`` with ``reason``); answers how many."""
+    """Marks the checks a stopped service process left queued or compiling as failed
+    (``compile_failed`` with ``reason``); answers how many. Checks of a process still
+    running (a replica on the same PostgreSQL database) stay theirs
+    (:mod:`app.storage.owners`)."""
 
     def fix(conn: sqlite3.Connection) -> int:
-        rows = conn.execute(
+        unfinished = dict(conn.execute(
             "SELECT id, body FROM compile_checks WHERE status IN (?, ?)", UNFINISHED
-        ).fetchall()
+        ).fetchall())  # fmt: skip
+        stale = owners.orphaned(conn, owners.COMPILE_CHECK, unfinished, store.live_owners(conn))
+        rows = [(cid, unfinished[cid]) for cid in stale]
         for cid, body in rows:
             check = json.loads(body)
             check.update(status="failed", error={"code": "compile_failed", "detail": reason})
@@ -57,6 +62,7 @@ async def fail_unfinished(store: Store, reason: str) -> int:
                 "UPDATE compile_checks SET status = 'failed', body = ? WHERE id = ?",
                 (json.dumps(check), cid),
             )
+            owners.release(conn, owners.COMPILE_CHECK, cid)
         return len(rows)
 
     return await store.execute(fix)
@@ -69,6 +75,10 @@ def _upsert_check(conn: sqlite3.Connection, check: dict[str, Any]) -> None:
         "status = excluded.status, body = excluded.body",
         (check["id"], check["mesh_id"], check["created_at"], check["status"], json.dumps(check)),
     )
+    if check["status"] in UNFINISHED:
+        owners.claim(conn, owners.COMPILE_CHECK, check["id"])
+    else:
+        owners.release(conn, owners.COMPILE_CHECK, check["id"])
 
 
 async def put_check(store: Store, check: dict[str, Any]) -> None:

@@ -67,6 +67,7 @@ import anyio.to_thread
 
 from app.core.errors import ServiceError, StorageFull, StorageUnavailable
 from app.storage.migrations import MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from app.storage.owners import OWNER
 from app.storage.reserve import DiskRoom, disk_free
 
 log = logging.getLogger("datarax.store")
@@ -101,17 +102,10 @@ programming errors stay what they are (a caller maps them, or they are bugs)."""
 
 
 def storage_error(err: BaseException, path: Path | str) -> ServiceError | None:
-    """The problem a storage failure answers with, or None for other errors.
-
-    Args:
-      err: what a statement raised.
-      path: the database file (named in the detail).
-
-    Returns:
-      ``StorageFull`` (507) for a full disk, ``StorageUnavailable`` (503, with
-      ``Retry-After``) for a file, directory or WAL that cannot be written or read, None
-      for anything else (constraint violations, bugs).
-    """
+    """The problem a storage failure ``err`` on the file ``path`` answers with:
+    ``StorageFull`` (507) for a full disk, ``StorageUnavailable`` (503, with
+    ``Retry-After``) for a file, directory or WAL that cannot be written or read, None
+    for anything else (constraint violations, bugs)."""
     if not isinstance(err, sqlite3.Error):
         return None
     name = getattr(err, "sqlite_errorname", None) or type(err).__name__
@@ -413,6 +407,10 @@ class Store:
     @property
     def schema_version(self) -> int:
         return self._run(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
+
+    def live_owners(self, conn: sqlite3.Connection) -> set[int]:  # noqa: ARG002 (PostgreSQL's reads it)
+        """The processes alive on this database (:mod:`app.storage.owners`): this one."""
+        return {OWNER}
 
     def close(self) -> None:
         """Closes this store; the connection closes with the last store on its file."""

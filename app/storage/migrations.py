@@ -39,7 +39,8 @@ SCHEMA_VERSION = 4
 multi-source parts stored per source and push (``job_segments``, :mod:`app.storage.parts`),
 replacing ``job_parts`` and ``job_pending``. ``job_links`` (a job's plan, DESIGN v1.3),
 ``calibrations`` (measured calibration profiles) and ``job_spreads`` /
-``job_spread_blocks`` (device spread, :mod:`app.storage.spreads`) are added tables that
+``job_spread_blocks`` (device spread, :mod:`app.storage.spreads`) and ``work_owners``
+(:mod:`app.storage.owners`) are added tables that
 :data:`SCHEMA` creates in every file it opens, old ones included.
 ``open()`` migrates an older file in place, one transaction per version."""
 
@@ -99,6 +100,12 @@ CREATE TABLE IF NOT EXISTS sessions (
     body        TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_by_mesh ON sessions (mesh_id);
+CREATE TABLE IF NOT EXISTS work_owners (
+    kind        TEXT NOT NULL,
+    id          TEXT NOT NULL,
+    owner       INTEGER NOT NULL,
+    PRIMARY KEY (kind, id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS store_probe (
     id          INTEGER PRIMARY KEY,
     at          TEXT NOT NULL

@@ -31,9 +31,9 @@ Faults: a database that cannot be reached, restarts or shuts down is 503
 again on the next use (the pool checks its own), so the service recovers by itself.
 
 Schema: the tables are SQLite's current schema in PostgreSQL's types (read from a fresh
-in-memory SQLite store, so both engines always hold the same tables), created under a
-session advisory lock (:data:`MIGRATION_LOCK`) when the database has none, and the version
-kept in ``datarax_schema``: replicas starting together create them once; a database of a
+in-memory SQLite store, so both engines always hold the same tables), created (those
+missing) under a session advisory lock (:data:`MIGRATION_LOCK`) at every start, and the
+version kept in ``datarax_schema``: replicas starting together create them once; a database of a
 newer version, or one holding other tables, is refused and left as it is.
 """
 
@@ -60,6 +60,7 @@ from app.storage.db import (
 )
 from app.storage.dialect import postgres_sql, statements
 from app.storage.migrations import COMPILE_CHECKS_SCHEMA, SCHEMA_VERSION
+from app.storage.owners import OWNER, OWNER_CLASS
 
 if TYPE_CHECKING:
     import psycopg
@@ -268,7 +269,7 @@ class PostgresStore(Store):
         self._adapters = psycopg.adapt.AdaptersMap(psycopg.adapters)
         self._adapters.register_dumper(bool, _bool_dumper())
         try:
-            writer = self._connect_pg()
+            writer = self._writer_connection()
         except psycopg.Error as err:
             raise StoreUnreachable(f"cannot connect to {self.where}: {err}") from err
         try:
@@ -295,13 +296,25 @@ class PostgresStore(Store):
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.adapters.register_dumper(bool, _bool_dumper())
 
-    def _connect_pg(self) -> _Connection:
+    def _writer_connection(self) -> _Connection:
+        """A new writer connection, holding this process's owner lock
+        (:mod:`app.storage.owners`) for as long as it lives."""
         import psycopg
 
         raw = psycopg.connect(
             self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, context=self._adapters
         )
+        raw.execute("SELECT pg_advisory_lock_shared(%s, %s)", (OWNER_CLASS, OWNER))
         return _Connection(raw)
+
+    def live_owners(self, conn: sqlite3.Connection) -> set[int]:
+        """The service processes alive on this database: those holding their owner lock."""
+        rows = conn.execute(
+            "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND classid::bigint = ? AND objsubid = 2",
+            (OWNER_CLASS,),
+        ).fetchall()
+        return {int(row[0]) for row in rows} | {OWNER}
 
     def _create_schema(self, conn: _Connection) -> None:
         """Creates the tables when the database has none, once across replicas."""
@@ -324,10 +337,11 @@ class PostgresStore(Store):
                     f"{self.where} has schema version {version}, newer than this service's "
                     f"{SCHEMA_VERSION}; it was left untouched: run the newer service"
                 )
-            if version < SCHEMA_VERSION:
-                with conn.raw.transaction():
-                    for statement in current_schema():
-                        conn.raw.execute(statement)
+            # Every open, as SQLite's: tables added to the schema since are created too.
+            with conn.raw.transaction():
+                for statement in current_schema():
+                    conn.raw.execute(statement)
+                if version != SCHEMA_VERSION:
                     conn.raw.execute(
                         "CREATE TABLE IF NOT EXISTS datarax_schema (version BIGINT NOT NULL)"
                     )
@@ -397,7 +411,7 @@ class PostgresStore(Store):
             raise StoreClosed("the store is not open")
         conn = cast(_Connection, db.conn)
         if conn.raw.closed or conn.raw.broken:
-            conn = self._connect_pg()
+            conn = self._writer_connection()
             db.conn = self._conn = cast(sqlite3.Connection, conn)
         return conn
 

@@ -13,6 +13,7 @@ from app.core.errors import ServiceError
 from app.services import calibrations
 from app.services.host_calibration import HostCalibrations, catalog_entry
 from app.storage import calibrations as stored
+from app.storage import owners
 from app.storage.db import Store
 from datarax.estimate.calibrations import CalibrationProfile, get_profile
 
@@ -57,9 +58,13 @@ def test_a_plan_takes_the_newest_finished_host_profile_of_its_devices(store):
     assert failed.value.code == "invalid_calibration" and "again" in failed.value.detail
 
 
-def test_a_profile_left_running_is_marked_failed_at_the_next_start(store):
-    _host(store, "host-cut", "2026-12-01T00:00:00Z", "running")
+def test_a_profile_left_running_is_marked_failed_at_the_next_start(store, monkeypatch):
+    with monkeypatch.context() as previous:  # stored by a process that has stopped
+        previous.setattr(owners, "OWNER", 777)
+        _host(store, "host-cut", "2026-12-01T00:00:00Z", "running")
+    _host(store, "host-mine", "2026-12-01T00:00:01Z", "running")  # this process measures it
     anyio.run(HostCalibrations(store, runtime=None).recover)  # type: ignore[arg-type]
     body = orjson.loads(anyio.run(stored.get_profile, store, "host-cut"))
     assert body["status"] == "failed" and "stopped" in body["problem"]["detail"]
+    assert orjson.loads(anyio.run(stored.get_profile, store, "host-mine"))["status"] == "running"
     assert anyio.run(stored.running_profiles, store) == []

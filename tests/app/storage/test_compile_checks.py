@@ -7,7 +7,7 @@ import anyio
 import pytest
 
 from app.storage import compile_checks as stored
-from app.storage import plans
+from app.storage import owners, plans
 from app.storage.compile_checks import CompileStore
 from app.storage.db import Store
 
@@ -53,23 +53,27 @@ def test_results_are_cached_by_key_and_replaced(store):
     anyio.run(main)
 
 
-def test_unfinished_checks_of_a_previous_process_fail_with_the_reason(store):
+def test_unfinished_checks_of_a_previous_process_fail_with_the_reason(store, monkeypatch):
     async def main():
-        await stored.put_check(store, _check("c_1", position=2))
-        await stored.put_check(store, _check("c_2", status="compiling", phase="compiling"))
-        await stored.put_check(store, _check("c_3", status="done", result={"fits": True}))
+        with monkeypatch.context() as previous:  # stored by a process that has stopped
+            previous.setattr(owners, "OWNER", 777)
+            await stored.put_check(store, _check("c_1", position=2))
+            await stored.put_check(store, _check("c_2", status="compiling", phase="compiling"))
+            await stored.put_check(store, _check("c_3", status="done", result={"fits": True}))
+        await stored.put_check(store, _check("c_4", status="compiling", phase="compiling"))
         assert await stored.fail_unfinished(store, "restarted") == 2
         for cid in ("c_1", "c_2"):
             assert await stored.get_check(store, cid) == _check(
                 cid, status="failed", error={"code": "compile_failed", "detail": "restarted"}
             )
         assert (await stored.get_check(store, "c_3"))["status"] == "done"
+        assert (await stored.get_check(store, "c_4"))["status"] == "compiling"  # this process's
         assert await stored.fail_unfinished(store, "again") == 0
 
     anyio.run(main)
 
 
-def test_the_compile_store_shares_the_services_connection_and_closes_cleanly(tmp_path):
+def test_the_compile_store_shares_the_services_connection_and_closes_cleanly(tmp_path, monkeypatch):
     path = tmp_path / "db.sqlite"
     service_store = Store(path)
     service_store.open()
@@ -80,7 +84,9 @@ def test_the_compile_store_shares_the_services_connection_and_closes_cleanly(tmp
     compile_store.open()  # idempotent
     try:
         assert compile_store.store._conn is service_store._conn
-        anyio.run(compile_store.put_check, _check("c_1"))
+        with monkeypatch.context() as previous:  # a check a stopped process left queued
+            previous.setattr(owners, "OWNER", 777)
+            anyio.run(compile_store.put_check, _check("c_1"))
         anyio.run(compile_store.put_result, "k", "t", {"fits": True})
         assert anyio.run(compile_store.get_check, "c_1") == _check("c_1")
         assert anyio.run(compile_store.list_checks, "m_1", 10, 0) == ([_check("c_1")], 1)

@@ -1,0 +1,52 @@
+"""Which service process owns unfinished work, so that a process that starts fails only
+what a stopped one left behind, never what a running replica is doing.
+
+A compile check stays ``queued`` or ``compiling``, a host calibration ``running``, while
+the process that took it works on it; if that process stops, the next one to start marks
+such work failed. With one process per SQLite file every owner but the starting process
+is gone; with replicas on one PostgreSQL database (:mod:`app.storage.postgres`) each
+process holds a shared advisory lock keyed by :data:`OWNER` while it runs, and an owner is
+alive while its lock is held (PostgreSQL drops it with the process's connection, a
+``kill -9`` included). Rows of ``work_owners`` exist only while the work is unfinished.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from collections.abc import Iterable
+
+OWNER = secrets.randbits(31) | 1
+"""This process's owner key (random, positive, fits PostgreSQL's int4 advisory key)."""
+OWNER_CLASS = 0x64617461
+"""The first key of the owners' advisory locks ("data"), apart from other locks."""
+
+COMPILE_CHECK = "compile_check"
+CALIBRATION = "calibration"
+
+
+def claim(conn: sqlite3.Connection, kind: str, item_id: str) -> None:
+    """Records this process as the owner of unfinished work ``item_id``."""
+    conn.execute(
+        "INSERT INTO work_owners (kind, id, owner) VALUES (?, ?, ?) "
+        "ON CONFLICT (kind, id) DO UPDATE SET owner = excluded.owner",
+        (kind, item_id, OWNER),
+    )
+
+
+def release(conn: sqlite3.Connection, kind: str, item_id: str) -> None:
+    """Forgets the owner of work that has ended."""
+    conn.execute("DELETE FROM work_owners WHERE kind = ? AND id = ?", (kind, item_id))
+
+
+def orphaned(conn: sqlite3.Connection, kind: str, ids: Iterable[str], alive: set[int]) -> list[str]:
+    """Those of ``ids`` whose owner is not among ``alive`` (or was never recorded: work
+    stored before owners were)."""
+    out = []
+    for item_id in ids:
+        row = conn.execute(
+            "SELECT owner FROM work_owners WHERE kind = ? AND id = ?", (kind, item_id)
+        ).fetchone()
+        if row is None or int(row[0]) not in alive:
+            out.append(item_id)
+    return out

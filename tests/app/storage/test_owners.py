@@ -1,0 +1,97 @@
+"""Unfinished work and its owner (app/storage/owners.py): a starting process fails what a
+stopped one left (compile checks, host calibrations), never what a live replica on the
+same PostgreSQL database is doing; on SQLite, as before, whatever another process left."""
+
+from __future__ import annotations
+
+import anyio
+import orjson
+import psycopg
+import pytest
+
+from app.storage import calibrations, compile_checks, owners
+from app.storage.db import Store
+from app.storage.postgres import PostgresStore
+
+REPLICA = 12345  # the owner key of a replica simulated by a connection holding its lock
+
+
+def _check(cid: str, status: str) -> dict:
+    return {"id": cid, "mesh_id": "m", "created_at": "2026-12-06T00:00:00Z", "status": status}
+
+
+def _profile(pid: str, status: str) -> str:
+    return orjson.dumps({"id": pid, "status": status}).decode()
+
+
+def _statuses(store) -> dict[str, str]:
+    return {
+        c["id"]: c["status"] for c in anyio.run(compile_checks.list_checks, store, "m", 100, 0)[0]
+    }
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = Store(tmp_path / "owners.sqlite")
+    else:
+        s = PostgresStore(request.getfixturevalue("postgres_url"))
+    s.open()
+    compile_checks.create_tables(s)
+    yield s
+    s.close()
+
+
+def _set_owner(store, kind: str, item_id: str, owner: int) -> None:
+    sql = "UPDATE work_owners SET owner = ? WHERE kind = ? AND id = ?"
+    store.write_here(lambda c: c.execute(sql, (owner, kind, item_id)))
+
+
+def test_work_of_this_process_stays_and_of_a_stopped_one_fails(store):
+    for cid, status in (("mine", "compiling"), ("gone", "queued"), ("old", "queued")):
+        anyio.run(compile_checks.put_check, store, _check(cid, status))
+    anyio.run(compile_checks.put_check, store, _check("done", "done"))
+    _set_owner(store, owners.COMPILE_CHECK, "gone", 777)  # a process that stopped
+    store.write_here(lambda c: owners.release(c, owners.COMPILE_CHECK, "old"))  # no owner row
+    assert anyio.run(compile_checks.fail_unfinished, store, "restarted") == 2
+    assert _statuses(store) == {"mine": "compiling", "gone": "failed", "old": "failed",
+                                "done": "done"}  # fmt: skip
+    # ended work keeps no owner row
+    left = store.execute_here(lambda c: c.execute("SELECT kind, id FROM work_owners").fetchall())
+    assert left == [(owners.COMPILE_CHECK, "mine")]
+
+
+def test_a_live_replicas_work_stays_until_it_stops(postgres_url):
+    store = PostgresStore(postgres_url)
+    store.open()
+    compile_checks.create_tables(store)
+    replica = psycopg.connect(postgres_url, autocommit=True)
+    try:
+        replica.execute("SELECT pg_advisory_lock_shared(%s, %s)", (owners.OWNER_CLASS, REPLICA))
+        assert REPLICA in store.execute_here(store.live_owners)
+        anyio.run(compile_checks.put_check, store, _check("theirs", "compiling"))
+        _set_owner(store, owners.COMPILE_CHECK, "theirs", REPLICA)
+        body = _profile("cal", "running")
+        anyio.run(calibrations.insert_profile, store, "cal", "t", "host", "cpu", "cpu", body)
+        _set_owner(store, owners.CALIBRATION, "cal", REPLICA)
+        assert anyio.run(compile_checks.fail_unfinished, store, "restarted") == 0
+        assert anyio.run(calibrations.running_profiles, store) == []
+        replica.close()  # the replica stops (its connection, and so its lock, goes)
+        assert REPLICA not in store.execute_here(store.live_owners)
+        assert anyio.run(compile_checks.fail_unfinished, store, "restarted") == 1
+        assert _statuses(store) == {"theirs": "failed"}
+        assert anyio.run(calibrations.running_profiles, store) == [body]
+    finally:
+        replica.close()
+        store.close()
+
+
+def test_a_calibration_owned_while_running_and_released_when_it_ends(store):
+    anyio.run(calibrations.insert_profile, store, "c1", "t", "host", "cpu", "cpu",
+              _profile("c1", "running"))  # fmt: skip
+    assert anyio.run(calibrations.running_profiles, store) == []  # this process measures it
+    _set_owner(store, owners.CALIBRATION, "c1", 777)
+    assert anyio.run(calibrations.running_profiles, store) == [_profile("c1", "running")]
+    anyio.run(calibrations.update_profile, store, "c1", _profile("c1", "failed"))
+    rows = store.execute_here(lambda c: c.execute("SELECT count(*) FROM work_owners").fetchone())
+    assert rows == (0,)
