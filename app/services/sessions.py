@@ -409,6 +409,13 @@ class SessionService:
         self._refuse_expired(session_id)
         self._require_ready()
         if self._epochs.get(session_id) != self.runtime.restarts:
+            if await stored_sessions.held_elsewhere(self.store, session_id):
+                raise SessionLost(
+                    f"session {session_id!r} lives on another replica of this service (one "
+                    "sharing its PostgreSQL database); its parameters are there: send the "
+                    "session's requests to that replica (a load balancer with session "
+                    "affinity does)"
+                )
             raise SessionLost(
                 f"session {session_id!r} lived in a runtime that has restarted since; its "
                 "parameters are gone: create a new session"

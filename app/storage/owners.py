@@ -2,12 +2,14 @@
 what a stopped one left behind, never what a running replica is doing.
 
 A compile check stays ``queued`` or ``compiling``, a host calibration ``running``, while
-the process that took it works on it; if that process stops, the next one to start marks
-such work failed. With one process per SQLite file every owner but the starting process
-is gone; with replicas on one PostgreSQL database (:mod:`app.storage.postgres`) each
-process holds a shared advisory lock keyed by :data:`OWNER` while it runs, and an owner is
-alive while its lock is held (PostgreSQL drops it with the process's connection, a
-``kill -9`` included). Rows of ``work_owners`` exist only while the work is unfinished.
+the process that took it works on it (a training session lives in the runtime of the
+process that created it, :mod:`app.storage.sessions`); if that process stops, the next
+one to start marks such work failed. With one process per SQLite file every owner but
+the starting process is gone; with replicas on one PostgreSQL database
+(:mod:`app.storage.postgres`) each process holds a shared advisory lock keyed by
+:data:`OWNER` while it runs, and an owner is alive while its lock is held (PostgreSQL
+drops it with the process's connection, a ``kill -9`` included). Rows of ``work_owners``
+exist while the work is unfinished (a session's until it is deleted).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ OWNER_CLASS = 0x64617461
 
 COMPILE_CHECK = "compile_check"
 CALIBRATION = "calibration"
+SESSION = "session"
 
 
 def claim(conn: sqlite3.Connection, kind: str, item_id: str) -> None:

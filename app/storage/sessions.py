@@ -2,13 +2,16 @@
 
 The record (spec, step count, last loss, layouts, loss history) is written at creation
 and rewritten after each step; :mod:`app.services.sessions` builds and reads it. The
-parameters themselves live in the runtime process, never here.
+parameters themselves live in the runtime process, never here: in the runtime of the
+process that created the session, its owner (:mod:`app.storage.owners`), which replicas
+sharing a PostgreSQL database tell apart (:func:`held_elsewhere`).
 """
 
 from __future__ import annotations
 
 import sqlite3
 
+from app.storage import owners
 from app.storage.db import Store
 
 
@@ -22,11 +25,12 @@ async def insert_session(
       ServiceError: a storage fault (``storage_full``, ``storage_unavailable``).
     """
     row = (session_id, mesh_id, created_at, body)
-    await store.write(
-        lambda c: c.execute(
-            "INSERT INTO sessions (id, mesh_id, created_at, body) VALUES (?, ?, ?, ?)", row
-        )
-    )
+
+    def run(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO sessions (id, mesh_id, created_at, body) VALUES (?, ?, ?, ?)", row)
+        owners.claim(c, owners.SESSION, session_id)
+
+    await store.write(run)
 
 
 async def update_session(store: Store, session_id: str, body: str) -> bool:
@@ -51,9 +55,27 @@ async def get_session(store: Store, session_id: str) -> str | None:
 async def delete_session(store: Store, session_id: str) -> bool:
     """Deletes a session's record; False when there was none. Works on a full disk
     (:meth:`Store.delete`)."""
-    return await store.delete(
-        lambda c: c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
-    )
+
+    def run(c: sqlite3.Connection) -> bool:
+        owners.release(c, owners.SESSION, session_id)
+        return c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
+    return await store.delete(run)
+
+
+async def held_elsewhere(store: Store, session_id: str) -> bool:
+    """True when another live service process (a replica on the same database) created
+    the session and holds its parameters."""
+
+    def read(c: sqlite3.Connection) -> bool:
+        row = c.execute(
+            "SELECT owner FROM work_owners WHERE kind = ? AND id = ?", (owners.SESSION, session_id)
+        ).fetchone()
+        if row is None or int(row[0]) == owners.OWNER:
+            return False
+        return int(row[0]) in store.live_owners(c)
+
+    return await store.read(read)
 
 
 async def list_sessions(

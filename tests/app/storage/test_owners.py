@@ -9,7 +9,7 @@ import orjson
 import psycopg
 import pytest
 
-from app.storage import calibrations, compile_checks, owners
+from app.storage import calibrations, compile_checks, owners, sessions
 from app.storage.db import Store
 from app.storage.postgres import PostgresStore
 
@@ -95,3 +95,38 @@ def test_a_calibration_owned_while_running_and_released_when_it_ends(store):
     anyio.run(calibrations.update_profile, store, "c1", _profile("c1", "failed"))
     rows = store.execute_here(lambda c: c.execute("SELECT count(*) FROM work_owners").fetchone())
     assert rows == (0,)
+
+
+def test_a_session_created_by_a_live_replica_is_held_elsewhere(postgres_url, monkeypatch):
+    store = PostgresStore(postgres_url)
+    store.open()
+    replica = psycopg.connect(postgres_url, autocommit=True)
+    try:
+        replica.execute("SELECT pg_advisory_lock_shared(%s, %s)", (owners.OWNER_CLASS, REPLICA))
+        with monkeypatch.context() as theirs:
+            theirs.setattr(owners, "OWNER", REPLICA)
+            anyio.run(sessions.insert_session, store, "s_theirs", "m", "t", "{}")
+        anyio.run(sessions.insert_session, store, "s_mine", "m", "t", "{}")
+        assert anyio.run(sessions.held_elsewhere, store, "s_theirs")
+        assert not anyio.run(sessions.held_elsewhere, store, "s_mine")
+        assert not anyio.run(sessions.held_elsewhere, store, "s_none")
+        replica.close()  # that replica stopped: its sessions are lost, not elsewhere
+        assert not anyio.run(sessions.held_elsewhere, store, "s_theirs")
+        assert anyio.run(sessions.delete_session, store, "s_theirs")
+        left = store.execute_here(lambda c: c.execute("SELECT id FROM work_owners").fetchall())
+        assert left == [("s_mine",)]
+    finally:
+        replica.close()
+        store.close()
+
+
+def test_on_sqlite_no_session_is_held_elsewhere(tmp_path, monkeypatch):
+    store = Store(tmp_path / "s.sqlite")
+    store.open()
+    try:
+        with monkeypatch.context() as previous:  # a process that has stopped
+            previous.setattr(owners, "OWNER", REPLICA)
+            anyio.run(sessions.insert_session, store, "s_old", "m", "t", "{}")
+        assert not anyio.run(sessions.held_elsewhere, store, "s_old")
+    finally:
+        store.close()
