@@ -77,6 +77,9 @@ ATTEMPTS = 8
 """Runs of a write transaction that loses to a concurrent one before the loss is a 503."""
 CONNECT_TIMEOUT_S = 10
 """How long one connection attempt waits for the server."""
+POOL_WAIT_S = 5
+"""How long a read waits for a pooled connection (all busy, or the server down and the
+pool reconnecting) before it is a 503."""
 MIGRATION_LOCK = 0x6461_7461_7261_7800  # "datarax\0": the advisory lock key of schema work
 _RETRY = frozenset({"40001", "40P01"})
 """SQLSTATEs of a transaction that lost to a concurrent one: a serialization failure (also
@@ -284,7 +287,7 @@ class PostgresStore(Store):
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
             configure=self._configure,
             check=psycopg_pool.ConnectionPool.check_connection,
-            timeout=30,
+            timeout=POOL_WAIT_S,
             name="datarax-reads",
             open=True,
         )
