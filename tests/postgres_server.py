@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -110,12 +111,14 @@ def _reachable_temp_root(user: pwd.struct_passwd | None) -> str:
     return root
 
 
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
+
+
 def _die_with_parent() -> None:
     """In the server's child process, before exec: SIGQUIT (PostgreSQL's immediate
     shutdown) when the thread that started it dies, so a SIGKILLed pytest worker leaves
     no server behind. Set after the switch of user, which would clear it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGQUIT, 0, 0, 0)
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGQUIT, 0, 0, 0)
 
 
 def _children(pid: int) -> list[int]:
@@ -243,7 +246,11 @@ class PostgresServer:
             "-c", "shared_buffers=32MB",
         ]  # fmt: skip
         started_here = threading.current_thread() is threading.main_thread()
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "ab") as log, warnings.catch_warnings():
+            # JAX, once started in this test process, warns on every fork (a preexec_fn
+            # forks): the child only calls prctl and execs postgres.
+            warnings.filterwarnings("ignore", r"os\.fork\(\) was called", RuntimeWarning)
+            warnings.filterwarnings("ignore", r".*multi-threaded.*fork", DeprecationWarning)
             self._log_start = log.tell()
             self.process = subprocess.Popen(
                 command,

@@ -208,6 +208,8 @@ in its file, plus the free disk unless the file is fenced (:mod:`app.storage.res
 class Store:
     """The service's SQLite database. ``open()`` creates the file and the schema."""
 
+    dynamic_types = True  # a column holds text or bytes alike (PostgreSQL's do not)
+
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5000):
         self.path = Path(path)
         self.busy_timeout_ms = busy_timeout_ms

@@ -113,9 +113,17 @@ _TYPES = (
 )  # fmt: skip
 
 
+BINARY_COLUMNS = {"plans": ("body",)}
+"""``TEXT`` columns that SQLite lets hold bytes too (a large plan's zlib stream): ``BYTEA``
+in PostgreSQL, whose table module then writes bytes only (:mod:`app.storage.plans`)."""
+
+
 def postgres_ddl(sql: str) -> str:
     """A ``CREATE TABLE`` (or ``CREATE INDEX``) statement of the SQLite schema in
     PostgreSQL's types (see the module docstring)."""
+    match = _CREATE_TABLE.match(sql)
+    for column in BINARY_COLUMNS.get(match.group(2) if match else "", ()):
+        sql = re.sub(rf"\b{column}(\s+)TEXT\b", rf"{column}\1BLOB", sql, flags=re.IGNORECASE)
     for pattern, replacement in _TYPES:
         sql = pattern.sub(replacement, sql)
     match = _CREATE_TABLE.match(sql)

@@ -22,14 +22,32 @@ COMPRESS_OVER = 64 * 1024
 """Bodies longer than this (in bytes of UTF-8) are stored zlib-compressed."""
 
 
-def _stored(body: str) -> str | bytes:
-    """``body`` as the ``body`` column holds it (see the module docstring)."""
+_PLAIN = b"\x00"
+"""The first byte of an uncompressed body in a ``BYTEA`` column."""
+
+
+def _stored(body: str, store: Store) -> str | bytes:
+    """``body`` as the ``body`` column holds it (see the module docstring). PostgreSQL's
+    column is ``BYTEA`` (:data:`app.storage.dialect.BINARY_COLUMNS`): a small body goes
+    there as a zero byte and its UTF-8 text, told from a zlib stream by that first byte
+    (a zlib stream's first byte is never 0)."""
     data = body.encode()
-    return zlib.compress(data, 6) if len(data) > COMPRESS_OVER else body
+    if len(data) > COMPRESS_OVER:
+        return zlib.compress(data, 6)
+    return body if store.dynamic_types else _PLAIN + data
+
+
+def _as_stored(value: str | bytes) -> str | bytes:
+    """A ``body`` column's value as :func:`get_plan_stored` answers it: text, or the zlib
+    stream (bytes)."""
+    if isinstance(value, bytes) and value.startswith(_PLAIN):
+        return value[1:].decode()
+    return value
 
 
 def _text(value: str | bytes) -> str:
     """A ``body`` or ``summary`` column's value as the JSON text it stores."""
+    value = _as_stored(value)
     return zlib.decompress(value).decode() if isinstance(value, bytes) else str(value)
 
 
@@ -65,7 +83,7 @@ def insert_plan_sync(
         created_at,
         name,
         int(live),
-        _stored(body),
+        _stored(body, store),
         body if summary is None else summary,
     )
     store.write_here(lambda c: c.execute(_INSERT, row))
@@ -84,7 +102,7 @@ async def insert_plan(
     await store.write(
         lambda c: c.execute(
             _INSERT,
-            (plan_id, created_at, name, int(live), _stored(body),
+            (plan_id, created_at, name, int(live), _stored(body, store),
              body if summary is None else summary),
         )
     )  # fmt: skip
@@ -106,7 +124,7 @@ async def get_plan_stored(store: Store, plan_id: str) -> str | bytes | None:
 
     def read(conn: sqlite3.Connection) -> str | bytes | None:
         row = conn.execute("SELECT body FROM plans WHERE id = ?", (plan_id,)).fetchone()
-        return None if row is None else row[0]
+        return None if row is None else _as_stored(row[0])
 
     return await store.read(read)
 

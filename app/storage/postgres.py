@@ -247,6 +247,8 @@ def current_schema() -> list[str]:
 class PostgresStore(Store):
     """The service's store in a PostgreSQL database (see the module docstring)."""
 
+    dynamic_types = False
+
     def __init__(self, url: str, *, read_pool: int = READ_POOL) -> None:
         super().__init__(Path("postgresql"))
         self.url = url

@@ -1,6 +1,8 @@
 """Job history against the real ``datarax-serve``, driven by ``datarax.client``: kill -9
 during batch pushes, many concurrent pushers, multi-source parts under concurrency.
 
+Every test runs on each store (``serve``): the SQLite file ``--db`` names, and a fresh
+PostgreSQL database given as DATARAX_DATABASE_URL (a restarted server gets the same one).
 Job pushes need no device, so these tests wait for liveness only (not the runtime).
 """
 
@@ -9,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
+import psycopg
 import pytest
 
 from datarax.client import ApiError, AsyncClient, Client
@@ -21,6 +26,31 @@ from tests.helpers import ServiceProcess
 pytestmark = pytest.mark.timeout(240)
 
 LIVE_TIMEOUT_S = 60.0
+DATABASE_URL = "DATARAX_DATABASE_URL"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def serve(request) -> Iterator[Callable[[Path, Path], ServiceProcess]]:
+    """``serve(db, log_path)``: a ``ServiceProcess`` on each store in turn, the SQLite file
+    ``db`` (a DATARAX_DATABASE_URL of the caller's environment removed), or one fresh
+    database of the session's PostgreSQL for every server of the test (skips loudly
+    without PostgreSQL, fails under CI). Afterwards, checks that the servers stored their
+    jobs where they were told to."""
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    options: dict = {"unset": (DATABASE_URL,)} if url is None else {"env": {DATABASE_URL: url}}
+    started: list[Path] = []
+
+    def start(db: Path, log_path: Path) -> ServiceProcess:
+        started.append(db)
+        return ServiceProcess(db, log_path, **options)
+
+    yield start
+    if started and url is None:
+        assert all(db.exists() for db in started), started
+    elif started:
+        with psycopg.connect(url) as conn:
+            jobs = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+        assert jobs > 0, f"the servers stored no job in {url}"
 
 
 def _loss(step: int, device: int) -> float:
@@ -34,13 +64,13 @@ def _batch(first: int, size: int) -> list[dict]:
     ]
 
 
-def test_kill_9_during_batch_pushes_loses_no_acknowledged_point_and_no_half_batch(tmp_path):
+def test_kill_9_during_batch_pushes_loses_no_acknowledged_point_and_no_half_batch(tmp_path, serve):
     db = tmp_path / "jobs.sqlite"
     size = 200
     acknowledged: set[int] = set()  # first steps of acknowledged batches
     attempted: set[int] = set()
     stop = threading.Event()
-    with ServiceProcess(db, tmp_path / "first.log") as first:
+    with serve(db, tmp_path / "first.log") as first:
         first.wait_live(LIVE_TIMEOUT_S)
 
         def pusher(worker: int) -> None:
@@ -68,7 +98,7 @@ def test_kill_9_during_batch_pushes_loses_no_acknowledged_point_and_no_half_batc
             thread.join(timeout=30)
     assert len(acknowledged) >= 12, "too few batches acknowledged before the kill"
 
-    with ServiceProcess(db, tmp_path / "second.log") as second:
+    with serve(db, tmp_path / "second.log") as second:
         second.wait_live(LIVE_TIMEOUT_S)
         with Client(second.base_url) as api:
             points = list(api.iter_job_metrics("crash", limit=10_000))
@@ -83,8 +113,8 @@ def test_kill_9_during_batch_pushes_loses_no_acknowledged_point_and_no_half_batc
         assert reduced == {"loss": float(np.mean([_loss(step, d) for d in range(4)])), "lr": 0.5}
 
 
-def test_100_concurrent_pushers_to_10_jobs_store_every_point_exactly_once(tmp_path):
-    with ServiceProcess(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
+def test_100_concurrent_pushers_to_10_jobs_store_every_point_exactly_once(tmp_path, serve):
+    with serve(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
         service.wait_live(LIVE_TIMEOUT_S)
 
         async def pusher(api: AsyncClient, worker: int) -> list[tuple[str, int]]:
@@ -146,7 +176,7 @@ def _expected(step: int, sources: int) -> dict:
     return {"loss": float(reduced["loss"]), "tokens": int(reduced["tokens"])}
 
 
-def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
+def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path, serve):
     sources, steps, per_batch = 64, 100, 25
     db = tmp_path / "multi.sqlite"
 
@@ -175,7 +205,7 @@ def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
             await asyncio.gather(*(source(api, i) for i in range(sources)))
         return acknowledged
 
-    with ServiceProcess(db, tmp_path / "first.log") as first:
+    with serve(db, tmp_path / "first.log") as first:
         first.wait_live(LIVE_TIMEOUT_S)
         acknowledged = asyncio.run(push_all(first.base_url, 0, None))
         assert len(acknowledged) == sources * steps
@@ -208,7 +238,7 @@ def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
     second_round = box.get("ack", set())
     print(f"second round: {len(second_round)} of {sources * steps} parts acknowledged")
 
-    with ServiceProcess(db, tmp_path / "second.log") as second:
+    with serve(db, tmp_path / "second.log") as second:
         second.wait_live(LIVE_TIMEOUT_S)
         with Client(second.base_url) as api:
             partial = list(api.iter_job_metrics("multi", include_partial=True, limit=1000))
@@ -226,7 +256,7 @@ def test_64_sources_merge_exactly_once_then_survive_kill_9(tmp_path):
             assert job["points"] == 2 * steps and job["incomplete_step"] is None
 
 
-def test_pushers_keep_batches_in_flight_and_store_what_was_pushed(tmp_path):
+def test_pushers_keep_batches_in_flight_and_store_what_was_pushed(tmp_path, serve):
     # Client.pusher / AsyncClient.pusher against the real server: 12 batches of 50 steps
     # with 3 in flight, the same array buffer refilled after every push (the pusher
     # encodes at push time, so each batch is stored as it was when pushed), results in
@@ -244,7 +274,7 @@ def test_pushers_keep_batches_in_flight_and_store_what_was_pushed(tmp_path):
             {"loss": float(values(b)[i].mean())} for b in range(batches) for i in range(steps_per)
         ]
 
-    with ServiceProcess(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
+    with serve(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
         service.wait_live(LIVE_TIMEOUT_S)
         buffer = np.empty((steps_per, devices))
         with Client(service.base_url) as api:
@@ -284,7 +314,9 @@ def test_pushers_keep_batches_in_flight_and_store_what_was_pushed(tmp_path):
         assert asyncio.run(main()) == expected()
 
 
-def test_a_launched_job_links_itself_to_its_plan_and_reports_its_step_time(tmp_path, monkeypatch):
+def test_a_launched_job_links_itself_to_its_plan_and_reports_its_step_time(
+    tmp_path, monkeypatch, serve
+):
     # The launch config's env (DATARAX_PLAN_ID, DATARAX_URL) is all the job needs: its
     # client reaches the service, its pusher links the job to the plan on the first
     # stored batch, and the job answers the plan's step time against the measured one.
@@ -295,7 +327,7 @@ def test_a_launched_job_links_itself_to_its_plan_and_reports_its_step_time(tmp_p
         "batch_shape": [8, 2048],
         "model": {"name": "llama2-7b", "seq_len": 2048, "remat": "full"},
     }
-    with ServiceProcess(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
+    with serve(tmp_path / "db.sqlite", tmp_path / "server.log") as service:
         service.wait_live(LIVE_TIMEOUT_S)
         with Client(service.base_url) as api:
             plan = api.create_mesh(plan_body)

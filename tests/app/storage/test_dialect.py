@@ -73,3 +73,10 @@ def test_statements_of_a_script():
         "CREATE TABLE a (x)",
         "CREATE INDEX i ON a (x)",
     ]
+
+
+def test_a_column_sqlite_lets_hold_bytes_is_bytea():
+    plans = dialect.postgres_ddl("CREATE TABLE plans (id TEXT PRIMARY KEY, body TEXT NOT NULL)")
+    assert "body BYTEA NOT NULL" in plans and 'id TEXT COLLATE "C"' in plans
+    other = dialect.postgres_ddl("CREATE TABLE sessions (id TEXT, body TEXT NOT NULL)")
+    assert 'body TEXT COLLATE "C" NOT NULL' in other

@@ -15,15 +15,7 @@ from app.services.jobs.parts import PART_RULES
 from app.services.jobs.rows import build_items
 from app.storage import history as store_history
 from app.storage import jobs as store_jobs
-from app.storage.db import Store
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path / "jobs.sqlite")
-    s.open()
-    yield s
-    s.close()
+from tests.app.storage.conftest import statements_sent
 
 
 def _items(steps, values):
@@ -131,14 +123,11 @@ def test_the_jobs_list_finds_a_straggling_step_without_reading_the_complete_ones
     store._write(lambda c: store_jobs.push(c, "late", parts("host-0", every), "t0", PART_RULES))
     behind = [s for s in every if s != 5]
     store._write(lambda c: store_jobs.push(c, "late", parts("host-1", behind), "t1", PART_RULES))
-    statements: list[str] = []
-    store._conn.set_trace_callback(statements.append)
-    try:
+    with statements_sent(store) as statements:
         job = store._run(lambda c: store_jobs.get_job(c, "late"))
-    finally:
-        store._conn.set_trace_callback(None)
     assert (job.incomplete_step, job.received_sources, job.points) == (5, ["host-0"], 299)
     # The 299 complete steps between are not read to find it.
+    assert statements, "no statement was recorded"
     assert not [s for s in statements if "job_points" in s], statements
 
 

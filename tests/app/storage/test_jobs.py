@@ -16,14 +16,7 @@ from app.storage import jobs as store_jobs
 from app.storage import migrations
 from app.storage import parts as store_parts
 from app.storage.db import SCHEMA_VERSION, Store
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path / "jobs.sqlite")
-    s.open()
-    yield s
-    s.close()
+from tests.app.storage.conftest import statements_sent
 
 
 def _point(step: int, reduced: str) -> store_jobs.PushItem:
@@ -38,8 +31,6 @@ def test_grouped_writes_share_one_commit_and_a_failing_one_is_rolled_back_alone(
     from app.core.errors import StepConflict
 
     store._write(lambda c: store_jobs.push(c, "g", [_point(0, '{"a":0}')], "t0", None))
-    commits = []
-    store._conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
     batches = [
         [_point(step, f'{{"a":{step}}}') for step in (2 * i + 1, 2 * i + 2)] for i in range(8)
     ]
@@ -54,16 +45,16 @@ def test_grouped_writes_share_one_commit_and_a_failing_one_is_rolled_back_alone(
         except StepConflict as err:
             outcomes[i] = err
 
-    with store._lock:  # every write queues behind this: one group takes them all
-        threads = [threading.Thread(target=push, args=(i,)) for i in range(8)]
+    with statements_sent(store) as sent:
+        with store._lock:  # every write queues behind this: one group takes them all
+            threads = [threading.Thread(target=push, args=(i,)) for i in range(8)]
+            for thread in threads:
+                thread.start()
+            while len(store._group) < 8:
+                threading.Event().wait(0.001)
         for thread in threads:
-            thread.start()
-        while len(store._group) < 8:
-            threading.Event().wait(0.001)
-    for thread in threads:
-        thread.join()
-    store._conn.set_trace_callback(None)
-    assert commits == ["COMMIT"]
+            thread.join()
+    assert [sql for sql in sent if sql == "COMMIT"] == ["COMMIT"]
     assert isinstance(outcomes.pop(3), StepConflict)
     assert all(result == 0 for result in outcomes.values())
     page, _ = store._run(lambda c: store_jobs.history_page(c, "g", 0, 1000, 1000, False))

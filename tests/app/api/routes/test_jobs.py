@@ -8,16 +8,29 @@ import numpy as np
 import pytest
 
 from app.main import create_app
+from app.storage.postgres import PostgresStore
 from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings, npz_bytes
 
 NPZ_HEADERS = {"content-type": "application/x-npz"}
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    settings = make_settings(tmp_path_factory.mktemp("jobs"))
-    with TestClient(create_app(settings, runtime=StubRuntime(ready=True))) as c:
-        yield c
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def client(request, tmp_path_factory):
+    """The service on each store in turn: the SQLite file, or a fresh database of the
+    session's PostgreSQL (skips loudly without it, fails under CI), dropped after."""
+    folder = tmp_path_factory.mktemp("jobs")
+    server = url = None
+    if request.param == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        url = server.create_database()
+    try:
+        settings = make_settings(folder, database_url=url)
+        with TestClient(create_app(settings, runtime=StubRuntime(ready=True))) as c:
+            assert isinstance(c.app.state.store, PostgresStore) is (url is not None)
+            yield c
+    finally:
+        if server is not None and server.running:
+            server.drop_database(url.rsplit("/", 1)[1])
 
 
 def _push(client, job, step, loss, **extra):

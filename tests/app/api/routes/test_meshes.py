@@ -11,11 +11,13 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from app.main import create_app
+from app.storage.postgres import PostgresStore
 from datarax.distributed.device_mesh import DeviceMeshManager
 from datarax.distributed.sharding import param_partition_spec
 from datarax.plan.memory import mlp_param_shapes
 from tests.conftest import require_devices
-from tests.helpers import assert_problem
+from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings, strict_json
 
 # (id, axes, batch_axes or None for the default, batch_shape)
 LIVE_CASES = [
@@ -33,6 +35,27 @@ LIVE_CASES = [
     ("data1-model8", {"data": 1, "model": 8}, None, [5, 3]),
     ("empty-dim", {"data": 2}, None, [0, 3]),
 ]
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def plans_api(request, tmp_path_factory):
+    """The service on each store in turn (the SQLite file, or a fresh database of the
+    session's PostgreSQL, dropped after), for the tests of stored plans: abstract plans
+    need no devices, so its runtime is a stand-in."""
+    folder = tmp_path_factory.mktemp("plans")
+    server = url = None
+    if request.param == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        url = server.create_database()
+    try:
+        settings = make_settings(folder, database_url=url)
+        app = create_app(settings, runtime=StubRuntime(ready=True))
+        with strict_json(TestClient(app)) as client:
+            assert isinstance(client.app.state.store, PostgresStore) is (url is not None)
+            yield client
+    finally:
+        if server is not None and server.running:
+            server.drop_database(url.rsplit("/", 1)[1])
 
 
 def _expected(axes_resolved: dict, grid: list, spec: tuple, shape: list[int]):
@@ -114,7 +137,7 @@ def test_abstract_plan_equals_live_plan_on_the_same_devices(api):
     assert abstract["batch"] == live["batch"]
 
 
-def test_abstract_plan_for_65536_devices(api):
+def test_abstract_plan_for_65536_devices(plans_api):
     n = 65_536
     body = {
         "axes": {"data": -1, "model": 256},
@@ -123,7 +146,7 @@ def test_abstract_plan_for_65536_devices(api):
         "platform": "tpu",
         "name": "pod",
     }
-    response = api.post("/v1/meshes", json=body)
+    response = plans_api.post("/v1/meshes", json=body)
     assert response.status_code == 201, response.text
     plan = response.json()
     assert plan["axes"] == {"data": 256, "model": 256}
@@ -141,7 +164,7 @@ def test_abstract_plan_for_65536_devices(api):
     assert [s["replica"] for s in shards] == (i % 256).tolist()
     assert plan["batch"]["shard_shape"] == [2, 8]
     # Stored byte for byte.
-    assert api.get(f"/v1/meshes/{plan['id']}").content == response.content
+    assert plans_api.get(f"/v1/meshes/{plan['id']}").content == response.content
 
 
 def test_abstract_plan_with_two_batch_axes_at_scale(api):
@@ -207,28 +230,28 @@ def test_param_rule_on_missing_axis_warns_and_replicates(api):
     assert plan["memory_per_device"]["optimizer"] == 0
 
 
-def test_list_get_delete(api):
+def test_list_get_delete(plans_api):
     ids = [
-        api.post(
+        plans_api.post(
             "/v1/meshes", json={"axes": {"data": 2}, "num_devices": 2, "name": f"p{i}"}
         ).json()["id"]
         for i in range(3)
     ]
-    listing = api.get("/v1/meshes", params={"limit": 2}).json()
+    listing = plans_api.get("/v1/meshes", params={"limit": 2}).json()
     assert [item["id"] for item in listing["items"]] == ids[::-1][:2]  # newest first
     total = listing["total"]
     assert total >= 3
-    page2 = api.get("/v1/meshes", params={"limit": 1, "offset": 2}).json()
+    page2 = plans_api.get("/v1/meshes", params={"limit": 1, "offset": 2}).json()
     assert [item["id"] for item in page2["items"]] == [ids[0]]
-    full = api.get(f"/v1/meshes/{ids[2]}").json()
-    summary = api.get("/v1/meshes", params={"limit": 1, "view": "summary"}).json()["items"][0]
+    full = plans_api.get(f"/v1/meshes/{ids[2]}").json()
+    summary = plans_api.get("/v1/meshes", params={"limit": 1, "view": "summary"}).json()["items"][0]
     assert summary == {k: v for k, v in full.items() if k not in ("shards", "device_grid")}
 
-    one = api.get(f"/v1/meshes/{ids[1]}")
+    one = plans_api.get(f"/v1/meshes/{ids[1]}")
     assert one.status_code == 200 and one.json()["name"] == "p1"
-    assert api.delete(f"/v1/meshes/{ids[1]}").status_code == 204
-    assert_problem(api.get(f"/v1/meshes/{ids[1]}"), 404, "mesh_not_found")
-    assert api.get("/v1/meshes").json()["total"] == total - 1
+    assert plans_api.delete(f"/v1/meshes/{ids[1]}").status_code == 204
+    assert_problem(plans_api.get(f"/v1/meshes/{ids[1]}"), 404, "mesh_not_found")
+    assert plans_api.get("/v1/meshes").json()["total"] == total - 1
 
 
 @pytest.mark.parametrize(
