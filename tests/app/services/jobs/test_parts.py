@@ -39,37 +39,28 @@ def test_a_merge_the_library_refuses_is_the_librarys_problem():
     assert (err.value.code, err.value.status) == ("unknown_reduce_op", 422)
 
 
-def test_a_segment_push_says_what_it_stored_and_completed(tmp_path):
+def test_a_segment_push_says_what_it_stored_and_completed(store):
     import dataclasses
 
     from app.services.jobs.parts import PART_RULES
     from app.storage import jobs as store_jobs
-    from app.storage.db import Store
     from app.storage.parts import PartSegment, SegmentPush, SegmentTable
 
-    store = Store(tmp_path / "parts.sqlite")
-    store.open()
-    try:
-
-        def segment(source: str, loss: list[float]) -> PartSegment:
-            return PartSegment(
-                source=source,
-                sources=2,
-                signature=_signature({"loss": "sum"}),
-                num_devices=1,
-                steps=[0, 1],
-                columns={"loss": np.asarray(loss).reshape(2, 1)},
-            )
-
-        half = store._write(
-            lambda c: PART_RULES(SegmentTable(c, "j"), segment("a", [1, 2]), "t0", {})
+    def segment(source: str, loss: list[float]) -> PartSegment:
+        return PartSegment(
+            source=source,
+            sources=2,
+            signature=_signature({"loss": "sum"}),
+            num_devices=1,
+            steps=[0, 1],
+            columns={"loss": np.asarray(loss).reshape(2, 1)},
         )
-        assert isinstance(half, SegmentPush) and dataclasses.is_dataclass(half)
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            half.received_at = "later"  # type: ignore[misc]
-        assert (half.created_steps, half.completed, half.complete) == ({0, 1}, (), {})
-        push = store_jobs.PushBatch(parts=segment("b", [3, 4]))
-        done = store_jobs.store_batch_here(store, "j", push, PART_RULES)
-        assert (done.created, done.completed) == (2, 2)
-    finally:
-        store.close()
+
+    half = store._write(lambda c: PART_RULES(SegmentTable(c, "j"), segment("a", [1, 2]), "t0", {}))
+    assert isinstance(half, SegmentPush) and dataclasses.is_dataclass(half)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        half.received_at = "later"  # type: ignore[misc]
+    assert (half.created_steps, half.completed, half.complete) == ({0, 1}, (), {})
+    push = store_jobs.PushBatch(parts=segment("b", [3, 4]))
+    done = store_jobs.store_batch_here(store, "j", push, PART_RULES)
+    assert (done.created, done.completed) == (2, 2)
