@@ -188,10 +188,10 @@ MAX_GROUP = 64
 class _GroupedWrite:
     """One caller's write waiting for a group commit, and its outcome."""
 
-    __slots__ = ("error", "finished", "fn", "result")
+    __slots__ = ("error", "finished", "fn", "key", "result")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], object]) -> None:
-        self.fn = fn
+    def __init__(self, fn: Callable[[sqlite3.Connection], object], key: str | None) -> None:
+        self.fn, self.key = fn, key
         self.result: object = None
         self.error: BaseException | None = None
         self.finished = False
@@ -212,6 +212,7 @@ class Store:
 
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5000):
         self.path = Path(path)
+        self.where = str(path)  # the store's location in messages
         self.busy_timeout_ms = busy_timeout_ms
         self._db: _Database | None = None
         self._conn: sqlite3.Connection | None = None
@@ -568,21 +569,26 @@ class Store:
         returns after the durable commit (all or nothing: an exception rolls back)."""
         return await self._in_thread(lambda: self._write(fn))
 
-    async def write_grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write_grouped(
+        self, fn: Callable[[sqlite3.Connection], T], *, key: str | None = None
+    ) -> T:
         """As :meth:`write`, but writes that wait at the same time share one transaction
         and one fsync (group commit), each in its own savepoint: a write that raises is
         rolled back alone and gets its error; the others commit together, and every
         caller returns only after that durable commit. For job pushes: 64 hosts pushing
-        at once cost a few commits, not 64."""
-        return await self._in_thread(lambda: self._write_grouped(fn))
+        at once cost a few commits, not 64. ``key`` names what the write changes (a job):
+        writes of one key from several processes on a shared database queue for it."""
+        return await self._in_thread(lambda: self._write_grouped(fn, key))
 
-    def write_grouped_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def write_grouped_here(
+        self, fn: Callable[[sqlite3.Connection], T], *, key: str | None = None
+    ) -> T:
         """:meth:`write_grouped` for a caller already in a worker thread (never on the
         event loop: it blocks until the durable commit)."""
-        return self._write_grouped(fn)
+        return self._write_grouped(fn, key)
 
-    def _write_grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        mine = _GroupedWrite(fn)
+    def _write_grouped(self, fn: Callable[[sqlite3.Connection], T], key: str | None = None) -> T:
+        mine = _GroupedWrite(fn, key)
         with self._group_mutex:
             self._group.append(mine)
         with self._lock:
@@ -647,8 +653,6 @@ class Store:
     def execute_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """:meth:`execute` for a caller already in a worker thread (or at startup)."""
         return self._run(fn)
-
-    # ------------------------------------------------------------------------- deletes
 
     async def delete(
         self,

@@ -26,6 +26,7 @@ imported here as well: the store's tests and ``benchmarks/jobs.py`` reach them s
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -578,7 +579,7 @@ def store_batch_here(
       StepConflict, SourcesMismatch, PartMismatch: as :func:`push`.
     """
     now = utc_now()
-    write = store.write_grouped_here
+    write = functools.partial(store.write_grouped_here, key=f"job:{job}")
     if batch.parts is not None:
         segment = batch.parts
         created, completed = write(lambda c: push_part_columns(c, job, segment, now, rules))
@@ -604,7 +605,7 @@ async def store_points(
     """Stores points and parts one by one (:func:`push`, with the jobs service's merge
     ``rules`` for parts), all or nothing, in the store's group commit (pushes waiting at
     the same time share one fsync). Sets each item's outcome fields."""
-    await store.write_grouped(lambda c: push(c, job, items, utc_now(), rules))
+    await store.write_grouped(lambda c: push(c, job, items, utc_now(), rules), key=f"job:{job}")
     return _outcome_of_items(items, items[0].received_at if items else "")
 
 

@@ -39,8 +39,10 @@ newer version, or one holding other tables, is refused and left as it is.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import random
 import re
 import sqlite3
 import time
@@ -56,6 +58,7 @@ from app.storage.db import (
     StoreClosed,
     StoreUnusable,
     _Database,
+    _GroupedWrite,
     _now,
 )
 from app.storage.dialect import postgres_sql, statements
@@ -73,8 +76,11 @@ T = TypeVar("T")
 READ_POOL = 4
 """Most connections the service's store reads on at once, besides its one writer; the
 compile-check store has a writer and 2 readers: at most 8 connections per replica."""
-ATTEMPTS = 8
-"""Runs of a write transaction that loses to a concurrent one before the loss is a 503."""
+ATTEMPTS = 16
+"""Runs of a write transaction that loses to a concurrent one before the loss is a 503
+(``storage_unavailable``, not a storage fault: readiness stays ready)."""
+BACKOFF_S = 0.2
+"""Most time between two runs (jittered, growing from 2 ms)."""
 CONNECT_TIMEOUT_S = 10
 """How long one connection attempt waits for the server."""
 POOL_WAIT_S = 5
@@ -196,7 +202,7 @@ def storage_problem(err: BaseException, where: str) -> ServiceError | None:
             "the database server, or delete jobs, plans or sessions you no longer need, and "
             "retry"
         )
-    if isinstance(err, psycopg_pool.PoolTimeout) or _lost(err) or state in _RETRY:
+    if isinstance(err, psycopg_pool.PoolTimeout) or _lost(err):
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         return StorageUnavailable(
             f"the database cannot be reached or refused the work ({where}: {reason}); "
@@ -251,6 +257,7 @@ class PostgresStore(Store):
 
     def __init__(self, url: str, *, read_pool: int = READ_POOL) -> None:
         super().__init__(Path("postgresql"))
+        self.contended = 0  # write transactions run again after losing to a concurrent one
         self.url = url
         self.where = redact(url)
         self.read_pool = read_pool
@@ -386,7 +393,7 @@ class PostgresStore(Store):
         if problem is None or db is None:
             return problem
         kind = "full" if problem.code == "storage_full" else "unavailable"
-        reason = f"{type(err).__name__}: {str(err).strip()[:300]}"
+        reason = f"{type(err).__name__}: {" ".join(str(err).split())[:300]}"
         now = _now()
         if db.fault is None or db.fault.kind != kind:
             log.warning("database %s cannot take writes: %s", self.where, reason)
@@ -443,14 +450,46 @@ class PostgresStore(Store):
                 conn.execute("COMMIT")
             except BaseException as err:
                 _rollback(conn)
-                if _sqlstate(err) in _RETRY and attempt < ATTEMPTS:
-                    time.sleep(0.001 * attempt)
+                if _sqlstate(err) in _RETRY:
+                    if attempt == ATTEMPTS:
+                        raise _contended(err, self.where) from err
+                    self.contended += 1
+                    time.sleep(random.uniform(0, min(BACKOFF_S, 0.002 * 2**attempt)))
                     continue
                 raise self._fault_or(err) from err
             if conn.changes != before:
                 self._succeeded()
             return result
         raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _commit_group(self, conn: sqlite3.Connection, group: list[_GroupedWrite]) -> None:  # noqa: ARG002 (the writer, made again if lost)
+        """The group commit, with the group's keys (jobs) locked first across processes:
+        pushes of one job from several replicas then queue instead of failing each other's
+        serializable transactions. Session advisory locks, taken in key order before
+        ``BEGIN`` (inside the transaction its snapshot would predate the wait) and
+        released after the commit."""
+        try:
+            writer = self._writer()
+        except Exception as err:
+            problem = self._fault_or(err)
+            for write in group:
+                write.finish(error=problem)
+            return
+        keys = sorted({write.key for write in group if write.key is not None})
+        try:
+            for key in keys:
+                writer.raw.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+        except Exception as err:
+            problem = self._fault_or(err)
+            for write in group:
+                write.finish(error=problem)
+            return
+        try:
+            super()._commit_group(cast(sqlite3.Connection, writer), group)
+        finally:
+            with contextlib.suppress(Exception):  # a lost connection released them
+                for key in keys:
+                    writer.raw.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
 
     def _fault_or(self, err: BaseException) -> BaseException:
         problem = self._failed(err)
@@ -487,6 +526,17 @@ class PostgresStore(Store):
         if conn.changes:
             self._succeeded()
         return result
+
+
+def _contended(err: BaseException, where: str) -> ServiceError:
+    """The 503 of a write that lost to concurrent ones :data:`ATTEMPTS` times: the
+    database works, so it is not a storage fault."""
+    return StorageUnavailable(
+        f"the database ({where}) refused this write {ATTEMPTS} times for concurrent writes "
+        f"of the same rows by other service processes ({str(err).strip().splitlines()[0]}); "
+        "nothing was written: retry",
+        headers={"Retry-After": "1"},
+    )
 
 
 def _rollback(conn: _Connection) -> None:

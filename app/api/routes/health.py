@@ -56,11 +56,12 @@ async def check_readiness(store: StoreDep, runtime: RuntimeDep) -> dict:
         }
         if fault.kind == "full":
             raise StorageFull(
-                f"the database disk is full ({store.path}); writes answer 507 until space is freed",
+                f"the database disk is full ({store.where}); writes answer 507 until space is "
+                "freed",
                 extra=store_extra,
             )
         raise StorageUnavailable(
-            f"the database cannot take writes ({store.path}: {fault.reason}); writes answer "
+            f"the database cannot take writes ({store.where}: {fault.reason}); writes answer "
             "503 until it can",
             extra=store_extra,
             headers={"Retry-After": str(RETRY_AFTER_S)},
