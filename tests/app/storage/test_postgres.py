@@ -241,3 +241,39 @@ def test_a_lost_connection_is_made_again_and_a_stopped_server_is_503(own_postgre
         assert got == 3
     finally:
         store.close()
+
+
+def test_replicas_pushing_one_job_at_once_queue_and_never_fault(postgres_url):
+    """Three stores' grouped pushes to one job: each waits for the job's lock, none is
+    refused, and no store records a fault (readiness would say 503)."""
+    stores = [PostgresStore(postgres_url) for _ in range(3)]
+    for store in stores:
+        store.open()
+    try:
+        errors: list[BaseException] = []
+
+        def pusher(i: int) -> None:
+            store = stores[i]
+            for n in range(15):
+                first = (n * 3 + i) * 10
+                items = [_point(s, f'{{"x":{s}}}') for s in range(first, first + 10)]
+                try:
+                    store.write_grouped_here(
+                        lambda c, items=items: store_jobs.push(c, "one", items, "t", None),
+                        key="job:one",
+                    )
+                except BaseException as err:  # collected: the assertion names it
+                    errors.append(err)
+
+        threads = [threading.Thread(target=pusher, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert all(s.fault is None for s in stores)
+        assert _one(stores[0], "SELECT points FROM jobs WHERE job = 'one'") == (450,)
+        print(f"transactions run again after losing: {[s.contended for s in stores]}")
+    finally:
+        for store in stores:
+            store.close()
