@@ -4,6 +4,8 @@ same PostgreSQL database is doing; on SQLite, as before, whatever another proces
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import orjson
 import psycopg
@@ -42,6 +44,15 @@ def store(request, tmp_path):
     s.close()
 
 
+def _until_gone(store, owner: int) -> None:
+    """Waits (bounded) until ``owner``'s lock is released: a closed connection's backend
+    ends, and lets its locks go, a moment after the client closed it."""
+    deadline = time.monotonic() + 30
+    while owner in store.execute_here(store.live_owners):
+        assert time.monotonic() < deadline, f"owner {owner} still holds its lock"
+        time.sleep(0.05)
+
+
 def _set_owner(store, kind: str, item_id: str, owner: int) -> None:
     sql = "UPDATE work_owners SET owner = ? WHERE kind = ? AND id = ?"
     store.write_here(lambda c: c.execute(sql, (owner, kind, item_id)))
@@ -77,7 +88,7 @@ def test_a_live_replicas_work_stays_until_it_stops(postgres_url):
         assert anyio.run(compile_checks.fail_unfinished, store, "restarted") == 0
         assert anyio.run(calibrations.running_profiles, store) == []
         replica.close()  # the replica stops (its connection, and so its lock, goes)
-        assert REPLICA not in store.execute_here(store.live_owners)
+        _until_gone(store, REPLICA)
         assert anyio.run(compile_checks.fail_unfinished, store, "restarted") == 1
         assert _statuses(store) == {"theirs": "failed"}
         assert anyio.run(calibrations.running_profiles, store) == [body]
@@ -111,6 +122,7 @@ def test_a_session_created_by_a_live_replica_is_held_elsewhere(postgres_url, mon
         assert not anyio.run(sessions.held_elsewhere, store, "s_mine")
         assert not anyio.run(sessions.held_elsewhere, store, "s_none")
         replica.close()  # that replica stopped: its sessions are lost, not elsewhere
+        _until_gone(store, REPLICA)
         assert not anyio.run(sessions.held_elsewhere, store, "s_theirs")
         assert anyio.run(sessions.delete_session, store, "s_theirs")
         left = store.execute_here(lambda c: c.execute("SELECT id FROM work_owners").fetchall())
