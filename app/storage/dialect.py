@@ -144,7 +144,7 @@ def statements(script: str) -> list[str]:
 
 _INSERT_VALUES = re.compile(
     r"^(INSERT\s+INTO\s+\w+(?:\s+AS\s+\w+)?\s*\(([^()]*)\)\s*VALUES\s*)"
-    r"(\(\s*(?:%s|\d+)(?:\s*,\s*(?:%s|\d+))*\s*\))(.*)$",
+    r"(\(\s*%s(?:\s*,\s*%s)*\s*\))(.*)$",
     re.IGNORECASE | re.DOTALL,
 )
 _CONFLICT_KEYS = re.compile(r"ON\s+CONFLICT\s*\(([^()]*)\)", re.IGNORECASE)
@@ -183,28 +183,16 @@ def bulk_insert(sql: str) -> BulkInsert | None:
         return None
     head, columns, row, tail = match.groups()
     names = [c.strip().lower() for c in columns.split(",")]
-    items = [item.strip() for item in row.strip("()").split(",")]
-    if len(items) != len(names):
+    width = row.count("%s")
+    if width != len(names):
         return None
-    # a column's position among the parameters (None: a literal, the same in every row)
-    position = dict(zip(names, _positions(items), strict=True))
     keys: tuple[int, ...] | None = None
     conflict = _CONFLICT_KEYS.search(tail)
     if conflict is not None:
         wanted = [c.strip().lower() for c in conflict.group(1).split(",")]
         if not set(wanted) <= set(names):
             return None
-        keys = tuple(p for c in wanted if (p := position[c]) is not None)
+        keys = tuple(names.index(c) for c in wanted)
     elif re.search(r"ON\s+CONFLICT", tail, re.IGNORECASE):
         return None  # a conflict clause without a key list: one row at a time
-    return BulkInsert(head, row, tail, row.count("%s"), keys)
-
-
-def _positions(items: list[str]) -> list[int | None]:
-    """Each ``VALUES`` item's index among the row's parameters (None for a literal)."""
-    out: list[int | None] = []
-    count = 0
-    for item in items:
-        out.append(count if item == "%s" else None)
-        count += item == "%s"
-    return out
+    return BulkInsert(head, row, tail, width, keys)

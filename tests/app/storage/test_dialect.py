@@ -95,14 +95,3 @@ def test_an_insert_of_many_rows_is_one_statement_unless_a_key_repeats():
     assert dialect.bulk_insert("DELETE FROM plans WHERE id = %s") is None
     assert dialect.bulk_insert("INSERT INTO t (a) VALUES (%s) ON CONFLICT DO NOTHING") is None
     assert dialect.bulk_insert("INSERT INTO t (a, b) VALUES (%s, now())") is None
-
-
-def test_a_literal_in_the_row_is_repeated_and_keys_count_parameters_only():
-    bulk = dialect.bulk_insert(
-        "INSERT INTO t (a, b, c) VALUES (%s, 1, %s) ON CONFLICT (b, c) DO NOTHING"
-    )
-    assert bulk is not None and bulk.width == 2 and bulk.key_columns == (1,)
-    assert bulk.statement(2).endswith(
-        "VALUES (%s, 1, %s), (%s, 1, %s) ON CONFLICT (b, c) DO NOTHING"
-    )
-    assert not bulk.keys_unique([(1, 2), (3, 2)]) and bulk.keys_unique([(1, 2), (1, 3)])
