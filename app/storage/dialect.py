@@ -24,11 +24,8 @@ into PostgreSQL's, once per statement text (cached):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
-from collections.abc import Sequence
-from typing import Any
 
 ROWID_TABLES = frozenset({"plans", "sessions"})
 """Tables whose reads order by SQLite's implicit ``rowid`` (newest first): PostgreSQL has
@@ -140,59 +137,3 @@ def statements(script: str) -> list[str]:
     """The statements of a script (``;``-separated; the schema holds no ``;`` in
     literals), blank ones dropped."""
     return [part.strip() for part in script.split(";") if part.strip()]
-
-
-_INSERT_VALUES = re.compile(
-    r"^(INSERT\s+INTO\s+\w+(?:\s+AS\s+\w+)?\s*\(([^()]*)\)\s*VALUES\s*)"
-    r"(\(\s*%s(?:\s*,\s*%s)*\s*\))(.*)$",
-    re.IGNORECASE | re.DOTALL,
-)
-_CONFLICT_KEYS = re.compile(r"ON\s+CONFLICT\s*\(([^()]*)\)", re.IGNORECASE)
-
-
-@dataclasses.dataclass(frozen=True)
-class BulkInsert:
-    """A PostgreSQL ``INSERT ... VALUES (%s, ...) [ON CONFLICT ...]`` taken apart, to send
-    many rows in one statement."""
-
-    head: str
-    row: str
-    tail: str
-    width: int
-    key_columns: tuple[int, ...] | None  # positions of the ON CONFLICT key; None: none
-
-    def statement(self, rows: int) -> str:
-        return self.head + ", ".join([self.row] * rows) + self.tail
-
-    def keys_unique(self, rows: Sequence[Sequence[Any]]) -> bool:
-        """Whether no two rows share a conflict key: one statement may not update a row
-        twice (PostgreSQL refuses; one row at a time would update it twice)."""
-        if self.key_columns is None:
-            return True
-        keys = {tuple(row[i] for i in self.key_columns) for row in rows}
-        return len(keys) == len(rows)
-
-
-@functools.lru_cache(maxsize=256)
-def bulk_insert(sql: str) -> BulkInsert | None:
-    """``sql`` (PostgreSQL's words) as a :class:`BulkInsert`, or None when it is not a
-    plain ``INSERT ... VALUES`` of placeholders (or its conflict key is not a column list
-    it inserts)."""
-    match = _INSERT_VALUES.match(sql)
-    if match is None:
-        return None
-    head, columns, row, tail = match.groups()
-    names = [c.strip().lower() for c in columns.split(",")]
-    width = row.count("%s")
-    if width != len(names):
-        return None
-    keys: tuple[int, ...] | None = None
-    conflict = _CONFLICT_KEYS.search(tail)
-    if conflict is not None:
-        wanted = [c.strip().lower() for c in conflict.group(1).split(",")]
-        if not set(wanted) <= set(names):
-            return None
-        keys = tuple(names.index(c) for c in wanted)
-    elif re.search(r"ON\s+CONFLICT", tail, re.IGNORECASE):
-        return None  # a conflict clause without a key list: one row at a time
-    return BulkInsert(head, row, tail, width, keys)

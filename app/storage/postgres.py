@@ -61,7 +61,7 @@ from app.storage.db import (
     _GroupedWrite,
     _now,
 )
-from app.storage.dialect import bulk_insert, postgres_sql, statements
+from app.storage.dialect import postgres_sql, statements
 from app.storage.migrations import COMPILE_CHECKS_SCHEMA, SCHEMA_VERSION
 from app.storage.owners import OWNER, OWNER_CLASS
 
@@ -83,8 +83,6 @@ BACKOFF_S = 0.2
 """Most time between two runs (jittered, growing from 2 ms)."""
 CONNECT_TIMEOUT_S = 10
 """How long one connection attempt waits for the server."""
-BULK_ROWS = 2000
-"""Most rows one multi-row ``INSERT`` carries (and at most 65,535 parameters)."""
 POOL_WAIT_S = 5
 """How long a read waits for a pooled connection (all busy, or the server down and the
 pool reconnecting) before it is a 503."""
@@ -141,26 +139,12 @@ class _Connection:
         return cursor
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
-        """As ``sqlite3``'s; an ``INSERT`` of many rows is sent as multi-row ``VALUES``
-        statements (:func:`~app.storage.dialect.bulk_insert`): one round trip and one
-        statement per :data:`BULK_ROWS` rows, not one per row."""
-        rows = [tuple(row) for row in rows]
-        query = postgres_sql(sql)
-        bulk = bulk_insert(query)
         cursor = self.raw.cursor()
         try:
-            if bulk is None or len(rows) < 2 or not bulk.keys_unique(rows):
-                cursor.executemany(query, rows)
-                self.changes += max(cursor.rowcount, 0)
-                return cursor
-            step = max(1, min(BULK_ROWS, 65535 // max(1, bulk.width)))
-            for start in range(0, len(rows), step):
-                chunk = rows[start : start + step]
-                values = [v for row in chunk for v in row]
-                cursor.execute(bulk.statement(len(chunk)), values, prepare=False)
-                self.changes += max(cursor.rowcount, 0)
+            cursor.executemany(postgres_sql(sql), [tuple(row) for row in rows])
         except psycopg_errors().IntegrityError as err:
             raise _integrity(err) from err
+        self.changes += max(cursor.rowcount, 0)
         return cursor
 
     def executescript(self, script: str) -> None:
@@ -409,7 +393,7 @@ class PostgresStore(Store):
         if problem is None or db is None:
             return problem
         kind = "full" if problem.code == "storage_full" else "unavailable"
-        reason = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+        reason = f"{type(err).__name__}: {" ".join(str(err).split())[:300]}"
         now = _now()
         if db.fault is None or db.fault.kind != kind:
             log.warning("database %s cannot take writes: %s", self.where, reason)

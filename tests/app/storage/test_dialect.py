@@ -80,18 +80,3 @@ def test_a_column_sqlite_lets_hold_bytes_is_bytea():
     assert "body BYTEA NOT NULL" in plans and 'id TEXT COLLATE "C"' in plans
     other = dialect.postgres_ddl("CREATE TABLE sessions (id TEXT, body TEXT NOT NULL)")
     assert 'body TEXT COLLATE "C" NOT NULL' in other
-
-
-def test_an_insert_of_many_rows_is_one_statement_unless_a_key_repeats():
-    bulk = dialect.bulk_insert(dialect.postgres_sql(ROLLUP_UPSERT))
-    assert bulk is not None and bulk.width == 10 and bulk.key_columns == (0, 1, 2, 3)
-    two = bulk.statement(2)
-    assert two.count("(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)") == 2 and "ON CONFLICT" in two
-    row = ("j", 0, "m", 0, 1, 1.0, None, None, 0, None)
-    assert bulk.keys_unique([row, ("j", 0, "m", 1, *row[4:])])
-    assert not bulk.keys_unique([row, row])  # PostgreSQL would refuse: one row at a time
-    plain = dialect.bulk_insert("INSERT INTO t (a, b) VALUES (%s, %s)")
-    assert plain is not None and plain.key_columns is None and plain.keys_unique([(1, 2), (1, 2)])
-    assert dialect.bulk_insert("DELETE FROM plans WHERE id = %s") is None
-    assert dialect.bulk_insert("INSERT INTO t (a) VALUES (%s) ON CONFLICT DO NOTHING") is None
-    assert dialect.bulk_insert("INSERT INTO t (a, b) VALUES (%s, now())") is None

@@ -277,31 +277,3 @@ def test_replicas_pushing_one_job_at_once_queue_and_never_fault(postgres_url):
     finally:
         for store in stores:
             store.close()
-
-
-def test_many_rows_in_one_statement_mean_what_one_row_at_a_time_means(postgres_url, tmp_path):
-    """The multi-row INSERT of executemany (and its fallback when a key repeats) stores
-    what SQLite stores row by row."""
-    from app.storage.db import Store
-    from app.storage.rollups import ROLLUP_UPSERT
-
-    rows = [("j", 0, "m", b % 3, 1, float(b), float(b), float(b), b, float(b)) for b in range(7)]
-    repeated = [*rows, ("j", 0, "m", 0, 2, 5.0, -1.0, 9.0, 10, 3.0)]  # block 0 twice
-    results = []
-    for store in (PostgresStore(postgres_url), Store(tmp_path / "x.sqlite")):
-        store.open()
-        try:
-            for batch in (rows, repeated):
-                store.write_here(lambda c, batch=batch: c.executemany(ROLLUP_UPSERT, batch))
-            results.append(
-                store.execute_here(
-                    lambda c: c.execute(
-                        "SELECT block, n, total, low, high, last_step, last FROM job_rollups "
-                        "ORDER BY block"
-                    ).fetchall()
-                )  # fmt: skip
-            )
-        finally:
-            store.close()
-    assert results[0] == results[1]
-    assert results[0][0][1] == 3 * 2 + 2  # block 0: rows 0, 3, 6 twice, and the repeat
