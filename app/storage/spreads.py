@@ -206,10 +206,11 @@ def write_spread_columns(
         [(job, step, row) for step, row in zip(steps, stored, strict=True) if row],
     )
     step_array = np.asarray(steps, dtype=np.int64)
+    rows: list[tuple] = []  # every metric's blocks in one statement (their keys differ)
     for name, (has, low, low_device, high, high_device) in columns.items():
         if not has.any():
             continue
-        rows = _block_rows(
+        rows += _block_rows(
             job,
             name,
             step_array[has],
@@ -218,6 +219,7 @@ def write_spread_columns(
             high[has],
             high_device[has],
         )
+    if rows:
         conn.executemany(SPREAD_UPSERT, rows)
 
 
