@@ -393,7 +393,7 @@ class PostgresStore(Store):
         if problem is None or db is None:
             return problem
         kind = "full" if problem.code == "storage_full" else "unavailable"
-        reason = f"{type(err).__name__}: {" ".join(str(err).split())[:300]}"
+        reason = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
         now = _now()
         if db.fault is None or db.fault.kind != kind:
             log.warning("database %s cannot take writes: %s", self.where, reason)
