@@ -126,14 +126,12 @@ def storage_error(err: BaseException, path: Path | str) -> ServiceError | None:
     return None
 
 
-RETRY_AFTER_S = 5
-"""``Retry-After`` of a 503 ``storage_unavailable``."""
+RETRY_AFTER_S = 5  # ``Retry-After`` of a 503 ``storage_unavailable``
 
 _PROBE = "INSERT INTO store_probe (id, at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at = ?"
 PROBE_INTERVAL_S = 2.0
 """:meth:`Store.health` writes a probe row when no write succeeded or failed for this long:
-readiness notices a fault (and its end) without client writes, at one tiny write per
-interval at most."""
+readiness notices a fault (and its end) without client writes, one tiny write at most."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,10 +189,9 @@ class _GroupedWrite:
     __slots__ = ("error", "finished", "fn", "key", "result")
 
     def __init__(self, fn: Callable[[sqlite3.Connection], object], key: str | None) -> None:
-        self.fn, self.key = fn, key
+        self.fn, self.key, self.finished = fn, key, False
         self.result: object = None
         self.error: BaseException | None = None
-        self.finished = False
 
     def finish(self, *, result: object = None, error: BaseException | None = None) -> None:
         self.result, self.error, self.finished = result, error, True
@@ -468,18 +465,21 @@ class Store:
         """True when the store is open and :meth:`health` finds no fault."""
         return self._db is not None and self.health() is None
 
+    def _problem(self, err: BaseException) -> tuple[ServiceError | None, str]:
+        """The problem a failure answers with (None: not a storage one), and its reason."""
+        name = getattr(err, "sqlite_errorname", None) or type(err).__name__
+        return storage_error(err, self.path), f"{name}: {err}"
+
     def _failed(self, err: BaseException) -> ServiceError | None:
         """Records a storage failure as the fault; returns its problem (None: not one)."""
-        problem = storage_error(err, self.path)
+        problem, reason = self._problem(err)
         db = self._db
         if problem is None or db is None:
             return problem
         kind = "full" if problem.code == "storage_full" else "unavailable"
-        name = getattr(err, "sqlite_errorname", None) or type(err).__name__
-        reason = f"{name}: {err}"
         now = _now()
         if db.fault is None or db.fault.kind != kind:
-            log.warning("database %s cannot take writes: %s", self.path, reason)
+            log.warning("database %s cannot take writes: %s", self.where, reason)
             db.fault = StorageFault(kind, reason, now, now)
         else:
             db.fault = dataclasses.replace(db.fault, reason=reason, checked_at=now)

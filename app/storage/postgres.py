@@ -40,7 +40,6 @@ newer version, or one holding other tables, is refused and left as it is.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import random
 import re
@@ -53,13 +52,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from app.core.errors import ServiceError, StorageFull, StorageUnavailable
 from app.storage.db import (
     RETRY_AFTER_S,
-    StorageFault,
     Store,
     StoreClosed,
     StoreUnusable,
     _Database,
     _GroupedWrite,
-    _now,
 )
 from app.storage.dialect import postgres_sql, statements
 from app.storage.migrations import COMPILE_CHECKS_SCHEMA, SCHEMA_VERSION
@@ -387,21 +384,10 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------------------ faults
 
-    def _failed(self, err: BaseException) -> ServiceError | None:
-        problem = storage_problem(err, self.where)
-        db = self._db
-        if problem is None or db is None:
-            return problem
-        kind = "full" if problem.code == "storage_full" else "unavailable"
+    def _problem(self, err: BaseException) -> tuple[ServiceError | None, str]:
+        """PostgreSQL's problem of a failure (:func:`storage_problem`) and its reason."""
         reason = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
-        now = _now()
-        if db.fault is None or db.fault.kind != kind:
-            log.warning("database %s cannot take writes: %s", self.where, reason)
-            db.fault = StorageFault(kind, reason, now, now)
-        else:
-            db.fault = dataclasses.replace(db.fault, reason=reason, checked_at=now)
-        db.outcome_at = time.monotonic()
-        return problem
+        return storage_problem(err, self.where), reason
 
     def _succeeded(self) -> None:
         db = self._db
