@@ -35,11 +35,11 @@ The runs, each with the commit its figures were read at:
   1024 x 4096, expert parallel 8 (within a host) and data parallel 32, no activation
   recompute, the distributed optimizer (ZeRO-1), per-expert GEMMs padded to capacity 1.0.
 
-Which constant each run informs: the dense-kernel runs (Mixtral on v6e, the 700B) price
-their experts as matmuls with the capacity padding and MaxText's dispatch and combine
-einsums, so ``grouped_matmul`` does not touch them; the 700B's all-to-all informs
-``all_to_all_overlap``; the sparse runs (Maverick on TPU, NeMo on GPU) inform
-``grouped_matmul`` of their kind. The four-pod 700B run is held out of the fit.
+Which constant each run informs: every run's routed experts run as matmuls batched over
+the experts (the sparse kernel's grouped matmuls; the dense kernel's capacity-padded
+einsums, whose dispatch and combine masks stay plain matmuls), so every run informs
+``grouped_matmul`` of its kind; the runs with an expert axis (the 700B, the GPU runs)
+inform ``all_to_all_overlap``. The four-pod 700B run is held out of the fit.
 
 Run: ``python -m benchmarks.calibration_moe`` (markdown). ``make bench`` writes its table
 into BENCHMARKS.md.
@@ -216,22 +216,22 @@ def _mae(rows: Sequence[Mapping[str, Any]], cal: Calibration) -> float:
 
 def fit(rows: Sequence[Mapping[str, Any]], base: Calibration) -> tuple[Calibration, list[str]]:
     """``(constants, notes)``: ``grouped_matmul`` first, the grid value with the least
-    mean absolute relative error on the sparse-kernel rows, then ``all_to_all_overlap``
+    mean absolute relative error on the rows with routed experts (either kernel), then ``all_to_all_overlap``
     on all of ``rows`` with that ``grouped_matmul``; the dense constants of ``base``
     kept. A constant is adopted only where the rows say something of it: a
     ``grouped_matmul`` at the grid's edge (0.30 or 1.00) means the runs miss by more
-    than the grouped matmuls can explain, and an ``all_to_all_overlap`` that does not cut
+    than the experts' matmuls can explain, and an ``all_to_all_overlap`` that does not cut
     the error by a point leaves the all-to-all under the dense ``overlap``; both then
     stay ``None`` (the parts priced as before), and ``notes`` says why."""
     notes: list[str] = []
     cal = base
-    sparse = [r for r in rows if r["parts"].get("gmm_fwd", 0.0) > 0]
-    if sparse:
-        best = min(GROUPED, key=lambda g: _mae(sparse, replace(cal, grouped_matmul=g)))
+    experts = [r for r in rows if r["parts"].get("gmm_fwd", 0.0) > 0]
+    if experts:
+        best = min(GROUPED, key=lambda g: _mae(experts, replace(cal, grouped_matmul=g)))
         if best in (GROUPED[0], GROUPED[-1]):
             notes.append(
-                f"grouped_matmul's best fit is {best:.2f}, the grid's edge: the sparse runs "
-                f"miss by more than grouped-matmul efficiency explains; not adopted"
+                f"grouped_matmul's best fit is {best:.2f}, the grid's edge: the MoE runs "
+                f"miss by more than the experts' matmul efficiency explains; not adopted"
             )
         else:
             cal = replace(cal, grouped_matmul=best)

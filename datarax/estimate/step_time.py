@@ -58,8 +58,10 @@ class Calibration:
         offload transfers) run; the rest of them is exposed.
       overhead_s: fixed time per step (launch, host loop, the loss's reduction).
       source: how the figures were obtained.
-      grouped_matmul: fraction of peak the routed experts' grouped matmuls reach
-        (megablox / ``ragged_dot`` on TPU, grouped GEMMs on GPU); ``None``: ``matmul``'s.
+      grouped_matmul: fraction of peak the routed experts' matmuls reach (the sparse
+        kernel's grouped matmuls, megablox / ``ragged_dot`` on TPU, grouped GEMMs on
+        GPU; the dense kernel's capacity-padded einsums over the experts); ``None``:
+        ``matmul``'s.
       all_to_all_overlap: fraction of the experts' all-to-all (dispatch and combine over
         the expert axes) that hides behind compute; the rest is exposed. ``None``: the
         all-to-all is one more collective under ``overlap``.
@@ -81,7 +83,9 @@ class Calibration:
 
 _FIT = "fitted by benchmarks/calibrate.py on the training rows of benchmarks/calibration_runs.py"
 PUBLISHED_CONSTANTS: dict[str, Calibration] = {
-    "published-tpu-jax": Calibration(0.76, 0.65, 0.9, 0.4, 0.0, _FIT + " (MaxText on TPU)"),
+    "published-tpu-jax": Calibration(
+        0.76, 0.65, 0.9, 0.4, 0.0, _FIT + " (MaxText on TPU)", grouped_matmul=0.56
+    ),
     "published-gpu-pytorch": Calibration(
         0.45, 0.30, 0.9, 0.6, 0.0, _FIT + " (torchtitan, Megatron-LM)", grouped_matmul=0.53
     ),
@@ -92,7 +96,7 @@ PUBLISHED_CONSTANTS: dict[str, Calibration] = {
         0.1,
         0.0,
         _FIT + " (MaxText on H100 and H200: JAX-Toolbox, gpu-recipes)",
-        all_to_all_overlap=0.5,
+        grouped_matmul=0.73,
     ),
     "published-cpu-jax": Calibration(1.0, 1.0, 1.0, 1.0, 0.0, "nominal: simulated devices"),
 }
@@ -116,10 +120,13 @@ gpu-recipes' A3 Mega Llama 2 7B, a source the fit may not use."""
 :class:`Calibration` and :mod:`datarax.estimate.calibrations`): each fitted on the
 training rows of its kind and software stack. The mixture-of-experts constants
 (``grouped_matmul``, ``all_to_all_overlap``) are fitted by
-``benchmarks/calibration_moe.py`` on the published MoE runs issue 38 names; TPU's stay
-unset (its sparse run misses by more than grouped-matmul efficiency explains, and the
-all-to-all's own overlap does not cut the error), PyTorch GPU's ``grouped_matmul`` rests
-on one run (NeMo's Mixtral 8x7B on 256 H200)."""
+``benchmarks/calibration_moe.py`` on the published MoE runs issue 38 names:
+``grouped_matmul`` prices the routed experts' matmuls of both kernels (the sparse one's
+grouped matmuls and the dense one's capacity-padded einsums batched over the experts);
+``all_to_all_overlap`` stays unset everywhere (the all-to-all's own overlap does not cut
+the error by a point, so it stays one more collective under ``overlap``). PyTorch GPU's
+``grouped_matmul`` rests on one run (NeMo's Mixtral 8x7B on 256 H200), JAX GPU's on one
+(MaxText's Mixtral 8x7B on 256 H200)."""
 
 CALIBRATION: dict[str, Calibration] = {
     kind: PUBLISHED_CONSTANTS[f"published-{kind}-jax"]
@@ -156,20 +163,24 @@ def _attention_forward_flops(model: TransformerSpec) -> float:
     return 2.0 * model.seq_len * model.heads * (model.qk_head_dim + model.value_head_dim)
 
 
-def _dense_moe_flops(model: TransformerSpec, routed: float) -> tuple[float, float]:
-    """``(forward, backward)`` FLOPs per token of the dense (capacity) kernel, on the
-    matmul units: MaxText's ``dense_matmul`` (``layers/moe.py`` at the tpu-recipes-v0.1.2
-    tag, commit ``14b5876ea857c09cc3d8645385f984689376a331``) pads every expert to its
-    capacity, ``C = ceil(S k / E) * capacity_factor`` rows a sequence, so the ``routed``
-    expert FLOPs scale by ``capacity_factor``; and it dispatches and combines through
-    einsums with ``[S, E, C]`` one-hot masks (``BSM,BSEC -> EBCM`` and back), ``2 E C d``
-    FLOPs a token each, about ``2 S k capacity_factor d``: two forward, three backward
-    (the input gradient of the dispatch; the combine's gradients to the experts' output
-    and to its router-weighted mask). MaxText's own FLOP count leaves the masks' einsums
-    out, and so does ``model_flops`` here: they are time, not model FLOPs."""
+def _dense_moe_flops(model: TransformerSpec, routed: float) -> tuple[float, float, float, float]:
+    """``(experts forward, experts backward, masks forward, masks backward)`` FLOPs per
+    token of the dense (capacity) kernel, on the matmul units: MaxText's
+    ``dense_matmul`` (``layers/moe.py`` at the tpu-recipes-v0.1.2 tag, commit
+    ``14b5876ea857c09cc3d8645385f984689376a331``) pads every expert to its capacity,
+    ``C = ceil(S k / E) * capacity_factor`` rows a sequence, so the ``routed`` expert
+    FLOPs scale by ``capacity_factor``; and it dispatches and combines through einsums
+    with ``[S, E, C]`` one-hot masks (``BSM,BSEC -> EBCM`` and back), ``2 E C d`` FLOPs a
+    token each, about ``2 S k capacity_factor d``: two forward, three backward (the input
+    gradient of the dispatch; the combine's gradients to the experts' output and to its
+    router-weighted mask). MaxText's own FLOP count leaves the masks' einsums out, and so
+    does ``model_flops`` here: they are time, not model FLOPs. The experts' padded
+    matmuls are batched over the experts, as the sparse kernel's grouped matmuls are,
+    and priced with them (``Calibration.grouped_matmul``); the masks' einsums are plain
+    matmuls."""
     cf = model.capacity_factor
     mask = 2.0 * model.seq_len * model.experts_per_token * cf * model.d_model * model.moe_layers
-    return 2.0 * routed * cf + 2.0 * mask, 4.0 * routed * cf + 3.0 * mask
+    return 2.0 * routed * cf, 4.0 * routed * cf, 2.0 * mask, 3.0 * mask
 
 
 def recompute_flops_per_token(model: ModelSpec) -> tuple[float, float]:
@@ -314,15 +325,14 @@ def step_components(
     t = max(1, int(sizes.get("tensor", 1))) * layer_shards(sizes)
     peak = hw.peak_flops(model.dtype)
     n_matmul = model.matmul_params()
-    n_routed = 0.0
     routed_model = 0.0
-    dense_moe = (0.0, 0.0)
+    dense_moe = (0.0, 0.0, 0.0, 0.0)
     if isinstance(model, TransformerSpec) and model.is_moe:
         routed_model = float(model.routed_matmul_params())
         n_matmul -= model.routed_matmul_params()
         if model.moe_kernel == "sparse":
             # the routed experts' grouped matmuls, priced apart (Calibration.grouped_matmul)
-            n_routed = routed_model
+            dense_moe = (2.0 * routed_model, 4.0 * routed_model, 0.0, 0.0)
         else:
             dense_moe = _dense_moe_flops(model, routed_model)
     if isinstance(model, TransformerSpec):
@@ -353,10 +363,10 @@ def step_components(
     link = hw.host_link_bytes_per_s
     model_flops = (6.0 * (n_matmul + routed_model) + 3.0 * attn_fwd) * per_device
     return {
-        "mm_fwd": (2.0 * n_matmul + dense_moe[0]) * per_device / peak,
-        "mm_bwd": (4.0 * n_matmul + re_mm + dense_moe[1]) * per_device / peak,
-        "gmm_fwd": 2.0 * n_routed * per_device / peak,
-        "gmm_bwd": 4.0 * n_routed * per_device / peak,
+        "mm_fwd": (2.0 * n_matmul + dense_moe[2]) * per_device / peak,
+        "mm_bwd": (4.0 * n_matmul + re_mm + dense_moe[3]) * per_device / peak,
+        "gmm_fwd": dense_moe[0] * per_device / peak,
+        "gmm_bwd": dense_moe[1] * per_device / peak,
         "flash_fwd": at_fwd * per_device / peak if flash else 0.0,
         "flash_bwd": at_bwd * per_device / peak if flash else 0.0,
         "dot_fwd": 0.0 if flash else at_fwd * per_device / peak,
