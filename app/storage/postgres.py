@@ -45,7 +45,7 @@ import random
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -58,7 +58,7 @@ from app.storage.db import (
     _Database,
     _GroupedWrite,
 )
-from app.storage.dialect import postgres_sql, statements
+from app.storage.dialect import postgres_sql, statements, unnest_insert
 from app.storage.migrations import COMPILE_CHECKS_SCHEMA, SCHEMA_VERSION
 from app.storage.owners import OWNER, OWNER_CLASS
 
@@ -83,6 +83,10 @@ CONNECT_TIMEOUT_S = 10
 POOL_WAIT_S = 5
 """How long a read waits for a pooled connection (all busy, or the server down and the
 pool reconnecting) before it is a 503."""
+UNNEST_ROWS = 8
+"""From this many rows, an insert's ``executemany`` is one statement over arrays
+(:func:`~app.storage.dialect.unnest_insert`; an upsert's when no key repeats); fewer go
+row by row in one pipeline."""
 MIGRATION_LOCK = 0x6461_7461_7261_7800  # "datarax\0": the advisory lock key of schema work
 _RETRY = frozenset({"40001", "40P01"})
 """SQLSTATEs of a transaction that lost to a concurrent one: a serialization failure (also
@@ -119,9 +123,14 @@ class _Connection:
     ``execute``, ``executemany``, ``executescript``, ``in_transaction``; statements are
     read through :func:`~app.storage.dialect.postgres_sql`."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], types: Mapping[str, Mapping[str, str]] | None = None
+    ) -> None:
         self.raw = conn
         self.changes = 0  # rows written through this wrapper (tells a write from a read)
+        # the tables' column types (plain inserts over arrays): the store's own mapping,
+        # filled once the schema is there
+        self.types = {} if types is None else types
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         if sql == "ROLLBACK":  # as sqlite3's: leaves the transaction, whatever happened
@@ -137,8 +146,17 @@ class _Connection:
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cursor = self.raw.cursor()
+        rows = [tuple(row) for row in rows]
+        arrays = unnest_insert(sql, self.types) if len(rows) >= UNNEST_ROWS else None
+        if arrays is not None and arrays.keys:  # an upsert may not touch one row twice
+            keys = {tuple(row[i] for i in arrays.keys) for row in rows}
+            arrays = arrays if len(keys) == len(rows) else None
         try:
-            cursor.executemany(postgres_sql(sql), [tuple(row) for row in rows])
+            if arrays is not None:  # one statement, one array a column
+                columns = [list(column) for column in zip(*rows, strict=True)]
+                cursor.execute(arrays.sql, columns)
+            else:
+                cursor.executemany(postgres_sql(sql), rows)
         except psycopg_errors().IntegrityError as err:
             raise _integrity(err) from err
         self.changes += max(cursor.rowcount, 0)
@@ -260,6 +278,7 @@ class PostgresStore(Store):
         self.read_pool = read_pool
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._adapters: Any = None
+        self._types: dict[str, dict[str, str]] = {}  # filled when the schema is there
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -314,7 +333,7 @@ class PostgresStore(Store):
             self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, context=self._adapters
         )
         raw.execute("SELECT pg_advisory_lock_shared(%s, %s)", (OWNER_CLASS, OWNER))
-        return _Connection(raw)
+        return _Connection(raw, self._types)
 
     def live_owners(self, conn: sqlite3.Connection) -> set[int]:
         """The service processes alive on this database: those holding their owner lock."""
@@ -360,6 +379,11 @@ class PostgresStore(Store):
                     )
         finally:
             conn.raw.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+        for table, column, data_type in conn.raw.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = current_schema()"
+        ):
+            self._types.setdefault(table, {})[column] = data_type
 
     @property
     def schema_version(self) -> int:

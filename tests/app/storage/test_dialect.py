@@ -80,3 +80,43 @@ def test_a_column_sqlite_lets_hold_bytes_is_bytea():
     assert "body BYTEA NOT NULL" in plans and 'id TEXT COLLATE "C"' in plans
     other = dialect.postgres_ddl("CREATE TABLE sessions (id TEXT, body TEXT NOT NULL)")
     assert 'body TEXT COLLATE "C" NOT NULL' in other
+
+
+def test_an_insert_of_many_rows_reads_as_one_over_arrays():
+    types = {"t": {"a": "text", "b": "bigint", "c": "bytea"}}
+    got = dialect.unnest_insert("INSERT INTO t (a, b, c, d) VALUES (?, ?, ?, 1)", types)
+    assert got == dialect.ArrayInsert(
+        "INSERT INTO t (a, b, c, d) SELECT u.c0, u.c1, u.c2, 1 "
+        "FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS u(c0, c1, c2)",
+        (),
+    )
+    # an upsert keeps its conflict clause (in PostgreSQL's words) and names its key
+    upsert = dialect.unnest_insert(
+        "INSERT INTO t AS x (a, b, c) VALUES (?, ?, ?) ON CONFLICT (c, a) DO UPDATE SET "
+        "b = max(x.b, excluded.b)",
+        types,
+    )
+    assert upsert == dialect.ArrayInsert(
+        "INSERT INTO t AS x (a, b, c) SELECT u.c0, u.c1, u.c2 FROM unnest(%s::text[], "
+        "%s::bigint[], %s::bytea[]) AS u(c0, c1, c2) ON CONFLICT (c, a) DO UPDATE SET "
+        "b = greatest(x.b, excluded.b)",
+        (2, 0),
+    )
+    rollup_columns = ("job", "level", "metric", "block", "n", "total", "low", "high", "last_step",
+                      "last")  # fmt: skip
+    rollups = dict.fromkeys(rollup_columns, "bigint")
+    assert dialect.unnest_insert(ROLLUP_UPSERT, {"job_rollups": rollups}).keys == (0, 1, 2, 3)
+    # expressions over placeholders, unknown columns or tables, quoted literals,
+    # placeholders in the conflict clause, other statements: row by row
+    assert dialect.unnest_insert(ROLLUP_UPSERT, {"job_rollups": {}}) is None
+    assert dialect.unnest_insert("INSERT INTO t (a, b) VALUES (?, ? + 1)", types) is None
+    assert dialect.unnest_insert("INSERT INTO t (a, e) VALUES (?, ?)", types) is None
+    assert dialect.unnest_insert("INSERT INTO u (a) VALUES (?)", types) is None
+    assert dialect.unnest_insert("INSERT INTO t (a) VALUES ('x%')", types) is None
+    assert (
+        dialect.unnest_insert(
+            "INSERT INTO t (a) VALUES (?) ON CONFLICT (a) DO UPDATE SET b = ?", types
+        )
+        is None
+    )
+    assert dialect.unnest_insert("UPDATE t SET a = ?", types) is None

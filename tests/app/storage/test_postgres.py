@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from app.core.errors import StepConflict, StorageUnavailable
-from app.storage import calibrations, plans
+from app.storage import calibrations, plans, postgres
 from app.storage import jobs as store_jobs
 from app.storage.db import StoreUnusable
 from app.storage.migrations import SCHEMA_VERSION
@@ -277,3 +277,66 @@ def test_replicas_pushing_one_job_at_once_queue_and_never_fault(postgres_url):
     finally:
         for store in stores:
             store.close()
+
+
+def test_many_rows_of_an_insert_or_upsert_are_one_statement_and_store_the_same(postgres_url):
+    """From UNNEST_ROWS rows, an insert goes as one statement over arrays: the rows
+    stored are those the row-by-row path stores (NULLs, bytes, floats, literals), a taken
+    key is still an integrity error, and a push of many steps goes over arrays too and
+    reads back whole."""
+    first = PostgresStore(postgres_url)
+    first.open()  # the service's tables, then one more (its types are read at open)
+    first.close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE many_rows (k TEXT NOT NULL, n BIGINT NOT NULL, x DOUBLE PRECISION, "
+            "b BYTEA, fixed BIGINT NOT NULL, PRIMARY KEY (k, n))"
+        )
+    store = PostgresStore(postgres_url)
+    store.open()
+    sent: list[str] = []
+    plain_execute = psycopg.Cursor.execute
+
+    def recorded(self, query, params=None, **kwargs):
+        sent.append(str(query))
+        return plain_execute(self, query, params, **kwargs)
+
+    try:
+        insert = "INSERT INTO many_rows (k, n, x, b, fixed) VALUES (?, ?, ?, ?, 7)"
+        rows = [
+            (key, n, None if n % 3 else n / 4, None if n % 2 else bytes([n, 0, 255]))
+            for key, count in (("arrays", postgres.UNNEST_ROWS + 5), ("rows", 3))
+            for n in range(count)
+        ]
+        arrays = [r for r in rows if r[0] == "arrays"]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(psycopg.Cursor, "execute", recorded)
+            store.write_here(lambda c: c.executemany(insert, arrays))
+            assert sum("unnest(" in q for q in sent) == 1
+            store.write_here(lambda c: c.executemany(insert, [r for r in rows if r[0] == "rows"]))
+            assert sum("unnest(" in q for q in sent) == 1
+            got = _all(store, "SELECT k, n, x, b, fixed FROM many_rows ORDER BY k, n")
+            assert got == [(k, n, x, b, 7) for k, n, x, b in sorted(rows)]
+            with pytest.raises(sqlite3.IntegrityError):
+                store.write_here(lambda c: c.executemany(insert, arrays))
+            # an upsert: over arrays when its keys are distinct, row by row when one repeats
+            upsert = (
+                "INSERT INTO many_rows AS m (k, n, x, b, fixed) VALUES (?, ?, ?, ?, 7) "
+                "ON CONFLICT (k, n) DO UPDATE SET fixed = m.fixed + 1, x = max(m.x, excluded.x)"
+            )
+            sent.clear()
+            store.write_here(lambda c: c.executemany(upsert, arrays))
+            store.write_here(lambda c: c.executemany(upsert, arrays + arrays[:1]))
+            assert sum("unnest(" in q for q in sent) == 1
+            got = _all(store, "SELECT n, x, fixed FROM many_rows WHERE k = 'arrays' ORDER BY n")
+            assert got == [(r[1], r[2], 9 + (r[1] == 0)) for r in arrays]
+            sent.clear()
+            items = [_point(step, f'{{"loss":{step}}}') for step in range(40)]
+            store.write_here(lambda c: store_jobs.push(c, "many", items, "t0", None))
+            assert any("unnest(" in q and "job_points" in q for q in sent)
+        got = _all(
+            store, "SELECT step, reduced FROM job_points WHERE job = ? ORDER BY step", ("many",)
+        )
+        assert got == [(i.step, i.reduced) for i in items]
+    finally:
+        store.close()
