@@ -24,7 +24,8 @@ into PostgreSQL's, once per statement text (cached):
 An ``INSERT ... VALUES`` (an upsert too) sent for many rows (``executemany``) is one
 statement over arrays instead (:func:`unnest_insert`): psycopg sends each row of an
 ``executemany`` as its own bind and execute, while ``INSERT ... SELECT ... FROM
-unnest(%s::T[], ...)`` binds one array a column, whatever the number of rows.
+unnest(%b::T[], ...)`` binds one array a column (in the binary format,
+:mod:`app.storage.pg_arrays`), whatever the number of rows.
 """
 
 from __future__ import annotations
@@ -155,10 +156,12 @@ class ArrayInsert:
       sql: the statement, one ``%s`` (an array) a placeholder of the row.
       keys: positions in the row of the ``ON CONFLICT`` key's columns (none: no upsert).
         One statement may not update a row twice, so rows whose keys repeat go one by one.
+      types: each array's element type, in placeholder order.
     """
 
     sql: str
     keys: tuple[int, ...]
+    types: tuple[str, ...] = ()
 
 
 @functools.lru_cache(maxsize=256)
@@ -183,7 +186,7 @@ def _parsed_insert(
 
 def unnest_insert(sql: str, types: Mapping[str, Mapping[str, str]]) -> ArrayInsert | None:
     """``INSERT INTO t (a, b, c) VALUES (?, ?, 1) [ON CONFLICT (a) DO ...]`` as ``INSERT
-    INTO t (a, b, c) SELECT u.c0, u.c1, 1 FROM unnest(%s::A[], %s::B[]) AS u(c0, c1)
+    INTO t (a, b, c) SELECT u.c0, u.c1, 1 FROM unnest(%b::A[], %b::B[]) AS u(c0, c1)
     [ON CONFLICT (a) DO ...]``: sent with one list a placeholder (the column's values in
     row order), it writes every row in one statement. ``types``: each table's column
     types as PostgreSQL names them (``information_schema.columns.data_type``). None: not
@@ -203,7 +206,7 @@ def unnest_insert(sql: str, types: Mapping[str, Mapping[str, str]]) -> ArrayInse
                 return None
             position[column] = len(arrays)
             select.append(f"u.c{len(arrays)}")
-            arrays.append(f"%s::{known[column]}[]")
+            arrays.append(f"%b::{known[column]}[]")
         elif "?" in value:
             return None
         else:
@@ -215,7 +218,11 @@ def unnest_insert(sql: str, types: Mapping[str, Mapping[str, str]]) -> ArrayInse
         f"INSERT INTO {table}{alias} ({', '.join(columns)}) SELECT {', '.join(select)} "
         f"FROM unnest({', '.join(arrays)}) AS u({names})"
     )
-    return ArrayInsert(f"{statement} {tail}".strip(), tuple(position[c] for c in key))
+    return ArrayInsert(
+        f"{statement} {tail}".strip(),
+        tuple(position[c] for c in key),
+        tuple(known[c] for c in sorted(position, key=position.__getitem__)),
+    )
 
 
 def statements(script: str) -> list[str]:

@@ -61,6 +61,8 @@ from app.storage.db import (
 from app.storage.dialect import postgres_sql, statements, unnest_insert
 from app.storage.migrations import COMPILE_CHECKS_SCHEMA, SCHEMA_VERSION
 from app.storage.owners import OWNER, OWNER_CLASS
+from app.storage.pg_arrays import packed
+from app.storage.pg_arrays import register as register_packed
 
 if TYPE_CHECKING:
     import psycopg
@@ -153,7 +155,10 @@ class _Connection:
             arrays = arrays if len(keys) == len(rows) else None
         try:
             if arrays is not None:  # one statement, one array a column
-                columns = [list(column) for column in zip(*rows, strict=True)]
+                columns = [
+                    packed(column, pg_type) or list(column)
+                    for column, pg_type in zip(zip(*rows, strict=True), arrays.types, strict=True)
+                ]
                 cursor.execute(arrays.sql, columns)
             else:
                 cursor.executemany(postgres_sql(sql), rows)
@@ -296,6 +301,7 @@ class PostgresStore(Store):
 
         self._adapters = psycopg.adapt.AdaptersMap(psycopg.adapters)
         self._adapters.register_dumper(bool, _bool_dumper())
+        register_packed(self._adapters)
         try:
             writer = self._writer_connection()
         except psycopg.Error as err:

@@ -87,8 +87,9 @@ def test_an_insert_of_many_rows_reads_as_one_over_arrays():
     got = dialect.unnest_insert("INSERT INTO t (a, b, c, d) VALUES (?, ?, ?, 1)", types)
     assert got == dialect.ArrayInsert(
         "INSERT INTO t (a, b, c, d) SELECT u.c0, u.c1, u.c2, 1 "
-        "FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS u(c0, c1, c2)",
+        "FROM unnest(%b::text[], %b::bigint[], %b::bytea[]) AS u(c0, c1, c2)",
         (),
+        ("text", "bigint", "bytea"),
     )
     # an upsert keeps its conflict clause (in PostgreSQL's words) and names its key
     upsert = dialect.unnest_insert(
@@ -97,10 +98,11 @@ def test_an_insert_of_many_rows_reads_as_one_over_arrays():
         types,
     )
     assert upsert == dialect.ArrayInsert(
-        "INSERT INTO t AS x (a, b, c) SELECT u.c0, u.c1, u.c2 FROM unnest(%s::text[], "
-        "%s::bigint[], %s::bytea[]) AS u(c0, c1, c2) ON CONFLICT (c, a) DO UPDATE SET "
+        "INSERT INTO t AS x (a, b, c) SELECT u.c0, u.c1, u.c2 FROM unnest(%b::text[], "
+        "%b::bigint[], %b::bytea[]) AS u(c0, c1, c2) ON CONFLICT (c, a) DO UPDATE SET "
         "b = greatest(x.b, excluded.b)",
         (2, 0),
+        ("text", "bigint", "bytea"),
     )
     rollup_columns = ("job", "level", "metric", "block", "n", "total", "low", "high", "last_step",
                       "last")  # fmt: skip
