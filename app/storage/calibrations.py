@@ -100,12 +100,15 @@ async def running_profiles(store: Store) -> list[str]:
     """The JSON texts of profiles still ``running`` whose process stopped mid-way (not
     those a running replica measures)."""
 
-    def run(conn: sqlite3.Connection) -> list[str]:
+    def running(conn: sqlite3.Connection) -> dict[str, str]:
         rows = conn.execute("SELECT id, body FROM calibrations WHERE kind = 'host'").fetchall()
-        running = {
-            str(r[0]): str(r[1]) for r in rows if orjson.loads(r[1]).get("status") == "running"
-        }
-        stale = owners.orphaned(conn, owners.CALIBRATION, running, store.live_owners(conn))
-        return [running[pid] for pid in stale]
+        return {str(r[0]): str(r[1]) for r in rows if orjson.loads(r[1]).get("status") == "running"}
+
+    await owners.settle(store, owners.CALIBRATION, lambda c: list(running(c)))
+
+    def run(conn: sqlite3.Connection) -> list[str]:
+        texts = running(conn)
+        stale = owners.orphaned(conn, owners.CALIBRATION, texts, store.live_owners(conn))
+        return [texts[pid] for pid in stale]
 
     return await store.read(run)

@@ -47,6 +47,12 @@ async def fail_unfinished(store: Store, reason: str) -> int:
     running (a replica on the same PostgreSQL database) stay theirs
     (:mod:`app.storage.owners`)."""
 
+    def unfinished_ids(conn: sqlite3.Connection) -> list[str]:
+        sql = "SELECT id FROM compile_checks WHERE status IN (?, ?)"
+        return [str(row[0]) for row in conn.execute(sql, UNFINISHED)]
+
+    await owners.settle(store, owners.COMPILE_CHECK, unfinished_ids)
+
     def fix(conn: sqlite3.Connection) -> int:
         unfinished = dict(conn.execute(
             "SELECT id, body FROM compile_checks WHERE status IN (?, ?)", UNFINISHED

@@ -10,13 +10,21 @@ the starting process is gone; with replicas on one PostgreSQL database
 :data:`OWNER` while it runs, and an owner is alive while its lock is held (PostgreSQL
 drops it with the process's connection, a ``kill -9`` included). Rows of ``work_owners``
 exist while the work is unfinished (a session's until it is deleted).
+
+A replica whose database connection was lost (a database restart) holds no lock until it
+connects again, within :data:`app.storage.postgres.KEEPALIVE_S`: a starting process that
+finds work without a live owner waits that store's ``owner_grace_s`` and looks again
+(:func:`settle`) before failing it.
 """
 
 from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from anyio import sleep
 
 OWNER = secrets.randbits(31) | 1
 """This process's owner key (random, positive, fits PostgreSQL's int4 advisory key)."""
@@ -53,3 +61,21 @@ def orphaned(conn: sqlite3.Connection, kind: str, ids: Iterable[str], alive: set
         if row is None or int(row[0]) not in alive:
             out.append(item_id)
     return out
+
+
+async def settle(
+    store: Any, kind: str, unfinished: Callable[[sqlite3.Connection], Iterable[str]]
+) -> None:
+    """Before ``store``'s unfinished work of ``kind`` is judged orphaned: when some of it
+    has no live owner now and the store lets owners reconnect (``owner_grace_s``:
+    PostgreSQL's replicas; SQLite has one process a file), waits that long, so that an
+    owner back on its connection by then keeps its work. ``unfinished``: the work's ids."""
+    grace = float(getattr(store, "owner_grace_s", 0.0))
+    if grace <= 0:
+        return
+
+    def candidates(conn: sqlite3.Connection) -> list[str]:
+        return orphaned(conn, kind, unfinished(conn), store.live_owners(conn))
+
+    if await store.read(candidates):
+        await sleep(grace)

@@ -44,6 +44,7 @@ import logging
 import random
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -89,6 +90,13 @@ UNNEST_ROWS = 8
 """From this many rows, an insert's ``executemany`` is one statement over arrays
 (:func:`~app.storage.dialect.unnest_insert`; an upsert's when no key repeats); fewer go
 row by row in one pipeline."""
+KEEPALIVE_S = 1.0
+"""How often an idle writer connection is checked (``SELECT 1``) and made again when it
+was lost: after a database restart, a replica holds its owner lock again within about
+this long, without waiting for a write (:mod:`app.storage.owners`)."""
+OWNER_GRACE_S = 3 * KEEPALIVE_S
+"""How long a starting process waits before it fails work whose owner holds no lock: an
+owner that lost its connection takes it again within :data:`KEEPALIVE_S`."""
 MIGRATION_LOCK = 0x6461_7461_7261_7800  # "datarax\0": the advisory lock key of schema work
 _RETRY = frozenset({"40001", "40P01"})
 """SQLSTATEs of a transaction that lost to a concurrent one: a serialization failure (also
@@ -284,6 +292,9 @@ class PostgresStore(Store):
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._adapters: Any = None
         self._types: dict[str, dict[str, str]] = {}  # filled when the schema is there
+        self._stop_keepalive = threading.Event()
+        self._keepalive: threading.Thread | None = None
+        self.owner_grace_s = OWNER_GRACE_S  # read by app.storage.owners.settle
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -326,6 +337,35 @@ class PostgresStore(Store):
         self._lock = db.lock
         with db.lock:
             self._db, self._conn = db, cast(sqlite3.Connection, writer)
+        self._stop_keepalive = threading.Event()
+        self._keepalive = threading.Thread(
+            target=self._keep_alive,
+            args=(db, self._stop_keepalive),
+            name="datarax-writer-keepalive",
+            daemon=True,
+        )
+        self._keepalive.start()
+
+    def _keep_alive(self, db: _Database, stop: threading.Event) -> None:
+        """Every :data:`KEEPALIVE_S` while ``db`` is open: an idle writer is checked and,
+        when lost, made again (with it this process's owner lock). A writer in use is
+        left alone: its write finds out, and makes it again, itself."""
+        while not stop.wait(KEEPALIVE_S):
+            if not db.lock.acquire(blocking=False):
+                continue
+            try:
+                if self._db is not db:
+                    return
+                conn = cast(_Connection, db.conn)
+                with contextlib.suppress(Exception):  # lost: made again below
+                    if not (conn.raw.closed or conn.raw.broken):
+                        conn.raw.execute("SELECT 1")
+                try:
+                    self._writer()
+                except Exception as err:  # the server is down: tried again next time
+                    log.debug("writer keepalive: %s", err)
+            finally:
+                db.lock.release()
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.adapters.register_dumper(bool, _bool_dumper())
@@ -402,6 +442,9 @@ class PostgresStore(Store):
         db, pool = self._db, self._pool
         if db is None:
             return
+        self._stop_keepalive.set()
+        if self._keepalive is not None:
+            self._keepalive.join(timeout=30)
         with db.lock:
             self._db = self._conn = None
             self._pool = None

@@ -142,3 +142,77 @@ def test_on_sqlite_no_session_is_held_elsewhere(tmp_path, monkeypatch):
         assert not anyio.run(sessions.held_elsewhere, store, "s_old")
     finally:
         store.close()
+
+
+def _owner_pids(url: str, owner: int) -> set[int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 2",
+            (owners.OWNER_CLASS, owner),
+        ).fetchall()
+    return {int(r[0]) for r in rows}
+
+
+def test_a_writer_lost_while_idle_takes_its_owner_lock_again_by_itself(postgres_url):
+    """The database drops the writer's connection (as a restart does) while nothing
+    writes: the store connects again by itself, and with it holds its owner lock."""
+    store = PostgresStore(postgres_url)
+    store.open()
+    try:
+        (before,) = _owner_pids(postgres_url, owners.OWNER) & {store._conn.raw.info.backend_pid}
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (before,))
+        deadline = time.monotonic() + 60
+        while True:  # no request to the store meanwhile
+            pids = _owner_pids(postgres_url, owners.OWNER)
+            if pids and before not in pids:
+                break
+            assert time.monotonic() < deadline, "the owner lock was not taken again"
+            time.sleep(0.1)
+        assert store._conn.raw.info.backend_pid in pids
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("back", [True, False])
+def test_an_owner_that_connects_again_within_the_grace_keeps_its_work(
+    postgres_url, monkeypatch, back
+):
+    """A starting process finds a replica's work without a live owner (the replica lost
+    its connection): it waits the grace, then fails the work only if the owner did not
+    come back meanwhile."""
+    store = PostgresStore(postgres_url)
+    store.open()
+    compile_checks.create_tables(store)
+    replica = psycopg.connect(postgres_url, autocommit=True)
+    again: list[psycopg.Connection] = []
+    waited: list[float] = []
+
+    async def grace(seconds: float) -> None:  # the replica's keepalive, within the grace
+        waited.append(seconds)
+        if back:
+            conn = psycopg.connect(postgres_url, autocommit=True)
+            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", (owners.OWNER_CLASS, REPLICA))
+            again.append(conn)
+
+    monkeypatch.setattr(owners, "sleep", grace)
+    try:
+        anyio.run(compile_checks.put_check, store, _check("theirs", "compiling"))
+        _set_owner(store, owners.COMPILE_CHECK, "theirs", REPLICA)
+        replica.close()  # the connection, and so the lock, goes
+        _until_gone(store, REPLICA)
+        failed = anyio.run(compile_checks.fail_unfinished, store, "restarted")
+        assert waited == [store.owner_grace_s]
+        assert (failed, _statuses(store)) == (
+            (0, {"theirs": "compiling"}) if back else (1, {"theirs": "failed"})
+        )
+        # nothing orphaned: no wait at all
+        waited.clear()
+        anyio.run(compile_checks.fail_unfinished, store, "restarted")
+        assert waited == []
+    finally:
+        replica.close()
+        for conn in again:
+            conn.close()
+        store.close()
