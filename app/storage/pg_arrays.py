@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -65,10 +65,10 @@ def _numeric(values: Sequence[Any], pg_type: str) -> bytes | None:
 
 
 def _variable(values: Sequence[Any], pg_type: str) -> bytes | None:
-    wanted = str if pg_type == "text" else bytes
+    wanted: type = str if pg_type == "text" else bytes
     first = values[0]
     if type(first) is wanted and values.count(first) == len(values):  # a job's name
-        data = first.encode() if wanted is str else first
+        data = first.encode() if isinstance(first, str) else cast(bytes, first)
         return _head(pg_type, len(values), False) + (_SIZE(len(data)) + data) * len(values)
     if any(type(v) is not wanted for v in values if v is not None):
         return None
