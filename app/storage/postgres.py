@@ -348,24 +348,41 @@ class PostgresStore(Store):
 
     def _keep_alive(self, db: _Database, stop: threading.Event) -> None:
         """Every :data:`KEEPALIVE_S` while ``db`` is open: an idle writer is checked and,
-        when lost, made again (with it this process's owner lock). A writer in use is
-        left alone: its write finds out, and makes it again, itself."""
+        when lost, made again (with it this process's owner lock), connecting outside the
+        lock so that writes and readiness never wait on a connection attempt. A writer in
+        use is left alone: its write finds out, and makes it again, itself."""
         while not stop.wait(KEEPALIVE_S):
-            if not db.lock.acquire(blocking=False):
+            if self._db is not db:
+                return
+            if not self._writer_lost(db):
                 continue
             try:
-                if self._db is not db:
-                    return
-                conn = cast(_Connection, db.conn)
-                with contextlib.suppress(Exception):  # lost: made again below
-                    if not (conn.raw.closed or conn.raw.broken):
-                        conn.raw.execute("SELECT 1")
-                try:
-                    self._writer()
-                except Exception as err:  # the server is down: tried again next time
-                    log.debug("writer keepalive: %s", err)
-            finally:
-                db.lock.release()
+                fresh: _Connection | None = self._writer_connection()
+            except Exception as err:  # the server is down: tried again next time
+                log.debug("writer keepalive: %s", err)
+                continue
+            with db.lock:
+                current = cast(_Connection, db.conn)
+                if self._db is db and (current.raw.closed or current.raw.broken):
+                    db.conn = self._conn = cast(sqlite3.Connection, fresh)
+                    fresh = None
+            if fresh is not None:  # a write made one meanwhile, or the store closed
+                fresh.raw.close()
+
+    def _writer_lost(self, db: _Database) -> bool:
+        """True when ``db``'s idle writer no longer answers (False while it is in use)."""
+        if not db.lock.acquire(blocking=False):
+            return False
+        try:
+            if self._db is not db:
+                return False
+            conn = cast(_Connection, db.conn)
+            with contextlib.suppress(Exception):  # psycopg marks the connection broken
+                if not (conn.raw.closed or conn.raw.broken):
+                    conn.raw.execute("SELECT 1")
+            return bool(conn.raw.closed or conn.raw.broken)
+        finally:
+            db.lock.release()
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.adapters.register_dumper(bool, _bool_dumper())
@@ -569,7 +586,7 @@ class PostgresStore(Store):
             raise StoreClosed("the store is not open")
         try:
             with pool.connection() as raw:
-                conn = _Connection(raw)
+                conn = _Connection(raw, self._types)
                 if not snapshot:
                     result = fn(cast(sqlite3.Connection, conn))
                 else:
