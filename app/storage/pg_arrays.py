@@ -27,6 +27,7 @@ import numpy as np
 _ELEMENT_OIDS = {"bigint": 20, "double precision": 701, "text": 25, "bytea": 17}
 _ARRAY_OIDS = {"bigint": 1016, "double precision": 1022, "text": 1009, "bytea": 1001}
 _NULL = struct.pack(">i", -1)
+_INT64_MAX = 2**63 - 1
 _SIZE = struct.Struct(">i").pack
 _NUMERIC = {
     "bigint": np.dtype([("size", ">i4"), ("value", ">i8")]),
@@ -58,6 +59,8 @@ def _numeric(values: Sequence[Any], pg_type: str) -> bytes | None:
         return None
     if array.ndim != 1 or array.dtype.kind not in kind:
         return None  # NULLs (an object array), strings, floats in an integer column
+    if array.dtype.kind == "u" and int(array.max()) > _INT64_MAX:
+        return None  # would wrap round; PostgreSQL refuses it through psycopg's dumper
     body = np.empty(len(array), dtype=_NUMERIC[pg_type])
     body["size"] = 8
     body["value"] = array
