@@ -326,15 +326,16 @@ def step_components(
     peak = hw.peak_flops(model.dtype)
     n_matmul = model.matmul_params()
     routed_model = 0.0
-    dense_moe = (0.0, 0.0, 0.0, 0.0)
+    # the routed experts' matmuls (forward, backward: Calibration.grouped_matmul) and the
+    # dense kernel's dispatch/combine masks (forward, backward: plain matmuls), per token
+    experts = (0.0, 0.0, 0.0, 0.0)
     if isinstance(model, TransformerSpec) and model.is_moe:
         routed_model = float(model.routed_matmul_params())
         n_matmul -= model.routed_matmul_params()
         if model.moe_kernel == "sparse":
-            # the routed experts' grouped matmuls, priced apart (Calibration.grouped_matmul)
-            dense_moe = (2.0 * routed_model, 4.0 * routed_model, 0.0, 0.0)
+            experts = (2.0 * routed_model, 4.0 * routed_model, 0.0, 0.0)
         else:
-            dense_moe = _dense_moe_flops(model, routed_model)
+            experts = _dense_moe_flops(model, routed_model)
     if isinstance(model, TransformerSpec):
         attn_fwd = model.layers * _attention_forward_flops(model)
         flash = model.attention == "flash"
@@ -363,10 +364,10 @@ def step_components(
     link = hw.host_link_bytes_per_s
     model_flops = (6.0 * (n_matmul + routed_model) + 3.0 * attn_fwd) * per_device
     return {
-        "mm_fwd": (2.0 * n_matmul + dense_moe[2]) * per_device / peak,
-        "mm_bwd": (4.0 * n_matmul + re_mm + dense_moe[3]) * per_device / peak,
-        "gmm_fwd": dense_moe[0] * per_device / peak,
-        "gmm_bwd": dense_moe[1] * per_device / peak,
+        "mm_fwd": (2.0 * n_matmul + experts[2]) * per_device / peak,
+        "mm_bwd": (4.0 * n_matmul + re_mm + experts[3]) * per_device / peak,
+        "gmm_fwd": experts[0] * per_device / peak,
+        "gmm_bwd": experts[1] * per_device / peak,
         "flash_fwd": at_fwd * per_device / peak if flash else 0.0,
         "flash_bwd": at_bwd * per_device / peak if flash else 0.0,
         "dot_fwd": 0.0 if flash else at_fwd * per_device / peak,
