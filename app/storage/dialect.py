@@ -153,7 +153,7 @@ class ArrayInsert:
     """An ``INSERT ... VALUES`` of one row read as one over arrays (:func:`unnest_insert`).
 
     Attributes:
-      sql: the statement, one ``%s`` (an array) a placeholder of the row.
+      sql: the statement, one ``%b`` (a binary array) a placeholder of the row.
       keys: positions in the row of the ``ON CONFLICT`` key's columns (none: no upsert).
         One statement may not update a row twice, so rows whose keys repeat go one by one.
       types: each array's element type, in placeholder order.
@@ -161,7 +161,7 @@ class ArrayInsert:
 
     sql: str
     keys: tuple[int, ...]
-    types: tuple[str, ...] = ()
+    types: tuple[str, ...]
 
 
 @functools.lru_cache(maxsize=256)
