@@ -8,6 +8,8 @@ What each figure means is written in :mod:`datarax.hardware.chips`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from datarax.hardware.entry import GIB, Hardware
 
 __all__ = ["HARDWARE"]
@@ -348,6 +350,36 @@ _H100 = Hardware(
     },
 )
 
+_ML_ENGINEERING_NET = (
+    "stas00/ml-engineering, network/README.md at 0030e63f5275afee38233676690ce10478647cca "
+    "(https://github.com/stas00/ml-engineering/blob/0030e63f5275afee38233676690ce10478647cca/"
+    "network/README.md), its inter-node table: GPUDirect-TCPX 4 x 200 Gb/s = 100 GB/s a node"
+)
+_H100_A3_HIGH = replace(
+    _H100,
+    name="h100-a3-high",
+    slow_link_bytes_per_s=1e11,
+    slow_link="dcn",
+    host_memory_bytes=1872 * 10**9,
+    sources={
+        **_H100.sources,
+        "devices_per_host": "Google Cloud accelerator-optimized machines (https://cloud.google."
+        "com/compute/docs/accelerator-optimized-machines): a3-highgpu-8g, 8 H100 80GB",
+        "host_memory_bytes": "Google Cloud accelerator-optimized machines (https://cloud.google."
+        "com/compute/docs/accelerator-optimized-machines): a3-highgpu-8g, 1,872 GB",
+        "fast_domain_devices": "Google Cloud a3-highgpu-8g: 8 GPUs on NVSwitch per VM",
+        "slow_link_bytes_per_s": f"{_ML_ENGINEERING_NET}: 1e11 B/s per host over Google's data-"
+        "centre network (not InfiniBand); MaxText's A3 Llama 2 7B table (MaxText/configs/a3/"
+        "llama_2_7b/README.md) names this machine 'A3 (h100-80gb-8)', xpk's device type for "
+        "a3-highgpu-8g",
+        "slow_link_latency_s": "assumption: 10 us per DCN step (no public figure)",
+    },
+)
+"""Google Cloud's A3 High (``a3-highgpu-8g``): the H100 SXM of :data:`_H100` on a quarter of
+a DGX H100's inter-node bandwidth (four 200 Gb/s NICs for GPU traffic, GPUDirect-TCPX,
+against eight 400 Gb/s ConnectX-7), which is what makes MaxText's data-parallel runs on it
+slower as nodes are added."""
+
 _H200 = Hardware(
     name="h200-sxm",
     kind="gpu",
@@ -593,8 +625,8 @@ _CPU = Hardware(
 HARDWARE: dict[str, Hardware] = {
     hw.name: hw
     for hw in (
-        _TPU_V4, _TPU_V5E, _TPU_V5P, _TPU_V6E, _TPU_7X, _H100, _H200, _B200, _GB200, _A100,
-        _V100, _CPU,
+        _TPU_V4, _TPU_V5E, _TPU_V5P, _TPU_V6E, _TPU_7X, _H100, _H100_A3_HIGH, _H200, _B200,
+        _GB200, _A100, _V100, _CPU,
     )
 }  # fmt: skip
 """Every catalog entry by name, in the order ``GET /v1/hardware`` lists them."""

@@ -84,6 +84,7 @@ GKE_ACCELERATORS: Mapping[str, str] = {
     "tpu-v6e": "tpu-v6e-slice",
     "tpu7x": "tpu7x",
     "h100-sxm": "nvidia-h100-80gb",
+    "h100-a3-high": "nvidia-h100-80gb",
     "h200-sxm": "nvidia-h200-141gb",
     "b200": "nvidia-b200",
     "gb200-nvl72": "nvidia-gb200",
@@ -92,10 +93,10 @@ GKE_ACCELERATORS: Mapping[str, str] = {
 }
 """Catalog name -> GKE node label value (``cloud.google.com/gke-tpu-accelerator`` on TPU,
 ``cloud.google.com/gke-accelerator`` on GPU), as xpk ``367c838``'s
-``system_characteristics.py`` names them (h100-sxm: the A3 High ``a3-highgpu-8g``); xpk
-has no A100 80GB or V100 system, so those two are Compute Engine's GPU type names, which
-GKE puts in that label (https://cloud.google.com/compute/docs/gpus: ``nvidia-a100-80gb``,
-``nvidia-tesla-v100``)."""
+``system_characteristics.py`` names them (h100-sxm and h100-a3-high: the A3 High
+``a3-highgpu-8g``); xpk has no A100 80GB or V100 system, so those two are Compute
+Engine's GPU type names, which GKE puts in that label
+(https://cloud.google.com/compute/docs/gpus: ``nvidia-a100-80gb``, ``nvidia-tesla-v100``)."""
 
 _TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 _TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"

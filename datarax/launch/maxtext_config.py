@@ -376,6 +376,7 @@ _A3_FLAGS = [
 _NOT_A3 = " (MaxText publishes no {gpu} script at this commit; the A3 H100 flags)"
 XLA_FLAGS: dict[str, dict[str, Any]] = {
     "h100-sxm": {"source": _A3_SCRIPT, "flags": _A3_FLAGS},
+    "h100-a3-high": {"source": _A3_SCRIPT, "flags": _A3_FLAGS},
     **{
         gpu: {"source": _A3_SCRIPT + _NOT_A3.format(gpu=gpu), "flags": _A3_FLAGS}
         for gpu in ("h200-sxm", "b200", "gb200-nvl72")

@@ -42,6 +42,7 @@ from datarax.distributed.errors import PlanError
 from datarax.estimate.memory import hardware_memory, memory_estimate
 from datarax.estimate.model_specs import TransformerSpec, model_spec
 from datarax.hardware.chips import HARDWARE, get_hardware
+from datarax.hardware.entry import Hardware
 from datarax.parallel.kinds import check_compiled, kinds_by_alias
 from datarax.parallel.options import ParallelOptions, check_program_builds
 
@@ -278,7 +279,9 @@ def _gpu_target(
         limits = [by_id[i].get("bytes_limit") for i in ids]
         hbm, source = (min(int(x) for x in limits), "bytes_limit") if all(limits) else (None, None)
         if hbm is None:
-            catalog = {hw.device_kind: hw for hw in HARDWARE.values()}
+            catalog: dict[str, Hardware] = {}
+            for hw in HARDWARE.values():  # the first entry of a device kind (h100-sxm)
+                catalog.setdefault(hw.device_kind, hw)
             known = [catalog[k] for k in kinds if k in catalog]
             if known and len(known) == len(kinds):
                 smallest = min(known, key=lambda hw: hw.hbm_bytes)

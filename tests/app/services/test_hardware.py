@@ -28,7 +28,7 @@ from datarax.hardware.topology import plan_hardware_devices
 
 def test_catalog_functions():
     names = [item["name"] for item in list_hardware()["items"]]
-    assert len(names) == len(HARDWARE) == 12 and {"gb200-nvl72", "tpu7x"} <= set(names)
+    assert len(names) == len(HARDWARE) == 13 and {"gb200-nvl72", "tpu7x"} <= set(names)
     assert hardware_entry("cpu")["kind"] == "cpu"
     with pytest.raises(ServiceError, match="no hardware named") as info:
         hardware_entry("nope")

@@ -29,9 +29,10 @@ FIGURES = (
 
 def test_catalog_names_are_designs():
     # DESIGN's names, plus the A100 and V100 that device_placement's recommendations read
+    # and Google Cloud's A3 High (H100 on a TCPX network)
     assert set(HARDWARE) == {
-        "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x", "h100-sxm", "h200-sxm", "b200",
-        "gb200-nvl72", "a100-sxm", "v100-sxm", "cpu",
+        "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x", "h100-sxm", "h100-a3-high",
+        "h200-sxm", "b200", "gb200-nvl72", "a100-sxm", "v100-sxm", "cpu",
     }  # fmt: skip
 
 
