@@ -15,11 +15,19 @@ def _mae(rows: Sequence[dict[str, Any]], key: str) -> float:
 def markdown(result: dict[str, Any]) -> str:
     c = result["constants"]
     where = f"{result.get('devices', 8)} x {result.get('device_kind', 'cpu')}"
+    if "link" in c:  # measured since the collectives and the overlap were fitted
+        links = (
+            f", collectives at {c['link']:.3f} of the catalog's link and "
+            f"{c['collective_s'] * 1e3:.2f} ms an op, {c.get('layer_s', 0.0) * 1e3:.2f} ms a "
+            f"layer, overlap {c['overlap']} (the smaller of the measured and the published "
+            "profile's)."
+        )
+    else:
+        links = f" (overlap {c['overlap']}, the published profile's)."
     lines = [
         f"Host calibration: {result['calibration_s']:.1f} s (every stage, {where}). "
         f"Constants: matmul {c['matmul']:.3f}, attention {c['attention']:.3f}, hbm "
-        f"{c['hbm']:.3f}, overhead {c['overhead_s'] * 1e3:.2f} ms (overlap "
-        f"{c['overlap']}, the published profile's).",
+        f"{c['hbm']:.3f}, overhead {c['overhead_s'] * 1e3:.2f} ms{links}",
         "",
         "| model (layers x d_model, seq, batch, remat) | measured s | host profile s | error "
         f"| {result.get('published', 'published-cpu-jax')} s | error | memory vs XLA |",

@@ -30,6 +30,9 @@ class CalibrationConstants(BaseModel):
     overhead_s: float
     grouped_matmul: float | None = Field(None, description="the routed experts' matmuls")
     all_to_all_overlap: float | None = None
+    link: float = Field(1.0, description="fraction of the catalog's link figures collectives reach")
+    collective_s: float = Field(0.0, description="fixed seconds of each collective op")
+    layer_s: float = Field(0.0, description="fixed seconds of each transformer layer a step")
     source: str
 
 

@@ -103,6 +103,9 @@ class CalibrationProfile:
                 "overhead_s": c.overhead_s,
                 "grouped_matmul": c.grouped_matmul,
                 "all_to_all_overlap": c.all_to_all_overlap,
+                "link": c.link,
+                "collective_s": c.collective_s,
+                "layer_s": c.layer_s,
                 "source": c.source,
             },
             "measurements": [dict(m) for m in self.measurements],
@@ -122,6 +125,9 @@ class CalibrationProfile:
             source=str(c["source"]),
             grouped_matmul=c.get("grouped_matmul"),
             all_to_all_overlap=c.get("all_to_all_overlap"),
+            link=float(c.get("link", 1.0)),
+            collective_s=float(c.get("collective_s", 0.0)),
+            layer_s=float(c.get("layer_s", 0.0)),
         )
         return cls(
             id=str(obj["id"]),
@@ -152,7 +158,8 @@ def fit_constants(
     """The grid point with the least mean absolute relative error over ``rows``
     (``(step_components, measured seconds)``; the formula of
     :func:`~datarax.estimate.step_time.combine`, the whole grid at once); ``base``'s
-    ``overhead_s`` and mixture-of-experts constants are kept. No rows: ``base``."""
+    ``overhead_s``, mixture-of-experts and collective constants are kept. No rows:
+    ``base``."""
     rows = list(rows)
     if not rows:
         return base
@@ -165,12 +172,15 @@ def fit_constants(
     fwd = (col("mm_fwd") + col("dot_fwd")) / mm + col("flash_fwd") / at + col("mem_fwd") / hbm
     bwd = (col("mm_bwd") + col("dot_bwd")) / mm + col("flash_bwd") / at + col("mem_bwd") / hbm
     off = col("offload")
+    comm_fwd = col("comm_fwd") / base.link + col("calls_fwd") * base.collective_s
+    comm_bwd = col("comm_bwd") / base.link + col("calls_bwd") * base.collective_s
     step = (
         fwd
         + bwd
-        + np.maximum(0.0, col("comm_fwd") + off - ov * fwd)
-        + np.maximum(0.0, col("comm_bwd") + off - ov * bwd)
+        + np.maximum(0.0, comm_fwd + off - ov * fwd)
+        + np.maximum(0.0, comm_bwd + off - ov * bwd)
         + base.overhead_s
+        + col("layers") * base.layer_s
     )
     measured = np.array([m for _, m in rows])[:, None]
     best = int(np.argmin((np.abs(step - measured) / measured).mean(axis=0)))

@@ -18,10 +18,19 @@ devices.
 - ``attention``: the kernel the model uses on this platform
   (:func:`datarax.models.attention.flash_attention`: splash on TPU, cuDNN on GPU, the
   blockwise one on CPU), forward and backward, causal.
-- ``hbm``: an elementwise pass over a large array (one read, one write).
+- ``hbm``: an elementwise pass over a large array (one read, one write), at the compute
+  dtypes (a CPU converts bfloat16 to compute on it: slower a byte than float32).
 - ``collectives``: all-gather, reduce-scatter, all-reduce and all-to-all over the
-  devices at several sizes; recorded (bytes per second as the ring model prices them),
-  not fitted: the step model takes its links from the hardware catalog.
+  devices at several sizes (bytes per second as the ring model prices them); the fit
+  reads from them how far the catalog's link figures hold and what each op costs
+  besides its bytes.
+- ``overlap``: a loop of matmuls and an all-gather, each alone and then side by side in
+  one program, sized to take about as long: the share of the shorter one the runtime
+  hides behind the other.
+- ``step``: the library's own training step (``abstract_train_step``: the transformer,
+  Adam, fsdp over the devices) of a tiny transformer, one layer and two, whose work is
+  next to nothing: what a step and a layer cost whatever their size (the kernels'
+  launches, the host loop).
 
 :func:`~datarax.estimate.host_fit.fit_host_profile` (no JAX: the service fits there)
 turns the rows into constants the way the step model reads them (see that module).
@@ -182,12 +191,15 @@ def _attention(mesh: Mesh, quick: bool) -> list[Measurement]:
 
 def _hbm(mesh: Mesh, quick: bool) -> list[Measurement]:
     rows: list[Measurement] = []
-    for n in _sizes("hbm", mesh, quick):
-        x = _split(mesh, jnp.ones((mesh.size, n), jnp.float32))
-        seconds = _per_iteration(lambda a: a * 0.5 + 0.5, x, mesh, P("d"), 5 if quick else 10)
-        moved = 2.0 * n * 4  # one read, one write
-        rows.append({"stage": "hbm", "elements": n, "seconds": seconds,
-                     "bytes_per_s": moved / seconds})  # fmt: skip
+    for dtype in _DTYPES:
+        for n in _sizes("hbm", mesh, quick):
+            x = _split(mesh, jnp.ones((mesh.size, n), dtype))
+            seconds = _per_iteration(
+                lambda a: (a * 0.5 + 0.5).astype(a.dtype), x, mesh, P("d"), 5 if quick else 10
+            )
+            moved = 2.0 * n * jnp.dtype(dtype).itemsize  # one read, one write
+            rows.append({"stage": "hbm", "dtype": dtype, "elements": n, "seconds": seconds,
+                         "bytes_per_s": moved / seconds})  # fmt: skip
     return rows
 
 
@@ -217,7 +229,92 @@ def _collectives(mesh: Mesh, quick: bool) -> list[Measurement]:
             passes = 2 if kind == "all-reduce" else 1
             ring_bytes = passes * (n - 1) / n * volume
             rows.append({"stage": "collectives", "kind": kind, "bytes_per_device": volume,
-                         "seconds": seconds, "ring_bytes_per_s": ring_bytes / seconds})  # fmt: skip
+                         "devices": n, "seconds": seconds,
+                         "ring_bytes_per_s": ring_bytes / seconds})  # fmt: skip
+    return rows
+
+
+def _overlap(mesh: Mesh, quick: bool) -> list[Measurement]:
+    """Matmuls and an all-gather, alone and side by side (independent of each other, in
+    one program): ``overlap`` = the time saved over running them one after the other,
+    as a share of the shorter (XLA may run them at once; a runtime that cannot, or whose
+    devices share the cores doing both, saves nothing)."""
+    n = mesh.size
+    if n <= 1:
+        return []
+    repeats = 3 if quick else 5
+    k = 256 if mesh.devices.flat[0].platform == "cpu" else 2048
+    w = _split(mesh, jnp.full((n, k, k), 1.0 / k, jnp.bfloat16))
+    a = _split(mesh, jnp.ones((n, k, k), jnp.bfloat16))
+    elements = _sizes("collectives", mesh, quick)[-1] // 4 // n
+    x = _split(mesh, jnp.ones((n * elements,), jnp.float32))
+
+    def matmuls(steps: int, a: jax.Array, w: jax.Array) -> jax.Array:
+        body = lambda _, c: jnp.einsum("dmk,dkn->dmn", c, w).astype(c.dtype)  # noqa: E731
+        out: jax.Array = jax.lax.fori_loop(0, steps, body, a)
+        return out
+
+    def program(steps: int, what: str) -> Callable[..., Any]:
+        def local(a: jax.Array, w: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+            out = matmuls(steps, a, w) if what != "gather" else a
+            gathered = jax.lax.all_gather(x, "d", tiled=True) if what != "matmul" else x
+            return out, gathered[: x.shape[0]]
+
+        return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P("d"), P("d"), P("d")),
+                                     out_specs=(P("d"), P("d")), check_vma=False))  # fmt: skip
+
+    # every time less the dispatch of an empty program, which each of them pays once
+    idle = _seconds(program(0, "matmul"), a, w, x, repeats=repeats)
+    gather = _seconds(program(0, "gather"), a, w, x, repeats=repeats) - idle
+    one = (_seconds(program(4, "matmul"), a, w, x, repeats=repeats) - idle) / 4
+    steps = int(min(1000, max(1, round(gather / max(one, 1e-6)))))
+    compute = _seconds(program(steps, "matmul"), a, w, x, repeats=repeats) - idle
+    both = _seconds(program(steps, "both"), a, w, x, repeats=repeats) - idle
+    saved = compute + gather - both
+    share = min(1.0, max(0.0, saved / max(min(compute, gather), 1e-9)))
+    return [{"stage": "overlap", "seconds": both, "compute_s": compute, "gather_s": gather,
+             "overlap": share}]  # fmt: skip
+
+
+TINY = {"kind": "transformer", "d_model": 64, "d_ff": 256, "heads": 4, "kv_heads": 4,
+        "vocab": 256, "seq_len": 64, "dtype": "bfloat16", "attention": "flash",
+        "remat": "none"}  # fmt: skip
+"""The ``step`` stage's transformer (``layers`` 1 and 2), two sequences a device."""
+
+
+def _step(mesh: Mesh, quick: bool) -> list[Measurement]:
+    from flax import nnx  # noqa: PLC0415
+
+    from datarax.estimate.model_specs import TransformerSpec, model_spec  # noqa: PLC0415
+    from datarax.models import Transformer, synthetic_tokens  # noqa: PLC0415
+    from datarax.models.mlp import make_optimizer  # noqa: PLC0415
+    from datarax.spmd.compile_step import abstract_train_step  # noqa: PLC0415
+
+    rows: list[Measurement] = []
+    fsdp = Mesh(mesh.devices, ("fsdp",))
+    batch = 2 * mesh.size
+    for layers in (1, 2):
+        model = {**TINY, "layers": layers}
+        spec = model_spec(model)
+        assert isinstance(spec, TransformerSpec)
+        step = abstract_train_step(model, fsdp, batch)
+
+        def place(tree: Any, like: Any) -> Any:
+            return jax.tree.map(lambda x, s: jax.device_put(x, s.sharding), tree, like)
+
+        params = place(Transformer(spec, rngs=nnx.Rngs(0)).param_arrays(), step.args[0])
+        state = place(make_optimizer("adam", 1e-4).init(params), step.args[1])
+        tokens = place(dict(synthetic_tokens(spec, batch, 0, 0)), step.args[2])
+        run = step.jitted()
+        times = []
+        for i in range(2 + (5 if quick else 10)):
+            start = time.perf_counter()
+            params, state, loss = run(params, state, tokens)
+            jax.block_until_ready(loss)
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+        rows.append({"stage": "step", "model": model, "batch": batch, "devices": mesh.size,
+                     "seconds": statistics.median(times)})  # fmt: skip
     return rows
 
 
@@ -227,6 +324,8 @@ _MEASURE: dict[str, Callable[[Mesh, bool], list[Measurement]]] = {
     "attention": _attention,
     "hbm": _hbm,
     "collectives": _collectives,
+    "overlap": _overlap,
+    "step": _step,
 }
 
 

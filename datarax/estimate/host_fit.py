@@ -5,8 +5,26 @@ no JAX, so the HTTP process fits them.
 ``matmul`` and ``attention`` are the fraction of the catalog's peak that reproduces the
 measured time of the FLOPs the step model prices for that work
 (:func:`datarax.estimate.step_time.step_components`), ``hbm`` the fraction of the
-catalog's bandwidth an elementwise pass reached, ``overhead_s`` a trivial step's time;
-``overlap`` stays the published profile's, which a micro-benchmark does not measure.
+catalog's bandwidth an elementwise pass in the compute dtype reached, ``overhead_s`` a
+trivial step's time.
+
+From the collectives (GPU and CPU devices: their ring is the catalog's fast link, one
+device's egress): each kind's times against the ring model's at the catalog's figures,
+a line through its sizes, whose slope gives ``link`` (the share of the catalog's link the
+collectives reach) and whose intercept, less a program's dispatch (``overhead``), gives
+``collective_s`` (what each op costs besides its bytes: a runtime's rendezvous); the
+medians over the kinds. On TPU the ring over one host's chips depends on the slice's
+torus, which the measurement does not pin down: ``link`` and ``collective_s`` stay the
+published profile's there, as they do with one device.
+
+``overlap`` is the smaller of the published profile's and the ``overlap`` stage's share:
+a loop of matmuls and an all-gather side by side show what the runtime can hide at best,
+and a training step's dependencies hide less (the published fit's figure).
+
+``layer_s`` and ``overhead_s`` come last, from the ``step`` stage: what the tiny
+transformer's measured steps take beyond the work the constants above price for them,
+the difference between two layers and one (``layer_s``) and what one layer leaves
+besides (``overhead_s``, at least the dispatch of the ``overhead`` stage).
 """
 
 from __future__ import annotations
@@ -17,7 +35,9 @@ from dataclasses import replace
 from typing import Any, TypedDict
 
 from datarax.estimate.calibrations import CalibrationProfile, default_profile
-from datarax.hardware.entry import Hardware
+from datarax.estimate.cost import collective_seconds, estimate_step
+from datarax.estimate.step_time import Calibration, combine
+from datarax.hardware.entry import AxisLink, Hardware
 
 __all__ = ["STAGES", "Measurement", "attention_priced_flops", "fit_host_profile"]
 
@@ -27,19 +47,27 @@ class Measurement(TypedDict, total=False):
 
     stage: str  # overhead, matmul, attention, hbm, collectives
     seconds: float  # one run (overhead, collectives) or one iteration (the others)
-    dtype: str  # matmul, attention
+    dtype: str  # matmul, attention, hbm
     shape: list[int]  # matmul [m, k, n]; attention [batch, seq, heads, head_dim]
     flops_per_s: float  # matmul
     platform: str  # attention: the kernel's platform
     priced_flops_per_s: float  # attention: the FLOPs the step model prices, a second
-    elements: int  # hbm
+    elements: int  # hbm (``dtype`` too: the pass's)
     bytes_per_s: float  # hbm: one read and one write a second
     kind: str  # collectives: all-gather, reduce-scatter, all-reduce, all-to-all
     bytes_per_device: float  # collectives: V, as the ring model reads it
     ring_bytes_per_s: float  # collectives: what the ring model prices, a second
+    devices: int  # collectives: the ring's devices
+    compute_s: float  # overlap: the matmuls alone
+    gather_s: float  # overlap: the all-gather alone
+    overlap: float  # overlap: the share of the shorter hidden behind the other
+    model: dict[str, Any]  # step: the tiny transformer timed (``batch``, ``devices`` too)
+    batch: int  # step
 
 
-STAGES: tuple[str, ...] = ("overhead", "matmul", "attention", "hbm", "collectives")
+STAGES: tuple[str, ...] = (
+    "overhead", "matmul", "attention", "hbm", "collectives", "overlap", "step",
+)  # fmt: skip
 """The measurement stages, in the order a calibration runs them."""
 
 
@@ -86,18 +114,29 @@ def fit_host_profile(
     attention = _median(
         [r["priced_flops_per_s"] for r in measurements if r["stage"] == "attention"], "attention"
     ) / hw.peak_flops("bfloat16")
-    hbm = _median([r["bytes_per_s"] for r in measurements if r["stage"] == "hbm"], "hbm") / max(
+    hbm_rows = [r for r in measurements if r["stage"] == "hbm"]
+    # the compute dtype's passes where measured (rows from before dtypes were: float32)
+    same = [r for r in hbm_rows if r.get("dtype", "float32") == dtype]
+    hbm = _median([r["bytes_per_s"] for r in same or hbm_rows], "hbm") / max(
         hw.hbm_bytes_per_s, 1.0
     )
     overhead = _median([r["seconds"] for r in measurements if r["stage"] == "overhead"], "overhead")
+    link, collective_s = _collective_constants(measurements, hw, overhead)
+    overlaps = [r["overlap"] for r in measurements if r["stage"] == "overlap"]
     constants = replace(
         base,
         matmul=matmul,
         attention=attention,
         hbm=hbm,
         overhead_s=overhead,
+        overlap=min(base.overlap, float(statistics.median(overlaps))) if overlaps else base.overlap,
+        link=base.link if link is None else link,
+        collective_s=base.collective_s if collective_s is None else collective_s,
         source=f"host calibration {profile_id}: measured on the live devices",
     )
+    layer_s, step_s = _fixed_costs(measurements, hw, constants)
+    if layer_s is not None and step_s is not None:
+        constants = replace(constants, layer_s=layer_s, overhead_s=max(overhead, step_s))
     return CalibrationProfile(
         id=profile_id,
         kind="host",
@@ -110,3 +149,65 @@ def fit_host_profile(
         created_at=created_at,
         status="done",
     )
+
+
+def _collective_constants(
+    measurements: Sequence[Mapping[str, Any]], hw: Hardware, dispatch_s: float
+) -> tuple[float | None, float | None]:
+    """``(link, collective_s)`` from the collectives rows (see the module); ``None``
+    where they do not say (TPU, one device, fewer than two sizes of any kind)."""
+    if hw.kind == "tpu":
+        return None, None
+    slopes, intercepts = [], []
+    for kind in sorted({r["kind"] for r in measurements if r["stage"] == "collectives"}):
+        rows = [r for r in measurements if r["stage"] == "collectives" and r["kind"] == kind
+                and "bytes_per_device" in r and "seconds" in r]  # fmt: skip
+        points = sorted({(_priced(r, hw), float(r["seconds"])) for r in rows})
+        if len(points) < 2 or points[-1][0] <= points[0][0]:
+            continue
+        (x0, y0), (x1, y1) = points[0], points[-1]
+        slope = (y1 - y0) / (x1 - x0)
+        if slope <= 0:
+            continue
+        slopes.append(slope)
+        intercepts.append(y0 - slope * x0)
+    if not slopes:
+        return None, None
+    link = 1.0 / float(statistics.median(slopes))
+    return link, max(0.0, float(statistics.median(intercepts)) - dispatch_s)
+
+
+def _priced(row: Mapping[str, Any], hw: Hardware) -> float:
+    """The ring model's seconds of one measured collective at the catalog's fast link
+    (:func:`datarax.estimate.cost.collective_seconds` over one axis of the devices)."""
+    volume = float(row["bytes_per_device"])
+    passes = 2 if row["kind"] == "all-reduce" else 1
+    # rows from before ``devices`` was recorded: the ring's share of V gives n
+    n = int(row.get("devices") or round(1.0 / (1.0 - row["ring_bytes_per_s"] * row["seconds"]
+                                                 / (passes * volume))))  # fmt: skip
+    axis = AxisLink(name="d", size=n, ici=n, dcn=1, link=hw.fast_link,
+                    bytes_per_s=hw.fast_link_bytes_per_s)  # fmt: skip
+    return collective_seconds(row["kind"], volume, axis, hw)
+
+
+def _fixed_costs(
+    measurements: Sequence[Mapping[str, Any]], hw: Hardware, constants: Calibration
+) -> tuple[float | None, float | None]:
+    """``(layer_s, step's fixed seconds)`` from the ``step`` rows (see the module), or
+    ``(None, None)`` without a one-layer and a two-layer row."""
+    priced = replace(constants, overhead_s=0.0, layer_s=0.0)
+    residual: dict[int, list[float]] = {}
+    for row in measurements:
+        if row["stage"] != "step":
+            continue
+        n = int(row["devices"])
+        axis = AxisLink(name="fsdp", size=n, ici=n, dcn=1, link=hw.fast_link,
+                        bytes_per_s=hw.fast_link_bytes_per_s)  # fmt: skip
+        parts = estimate_step(hw, [axis], row["model"], int(row["batch"]))
+        work = combine(parts["predicted_components"], priced).step_s
+        residual.setdefault(int(row["model"]["layers"]), []).append(row["seconds"] - work)
+    if 1 not in residual or 2 not in residual:
+        return None, None
+    one, two = statistics.median(residual[1]), statistics.median(residual[2])
+    layer_s = max(0.0, two - one)
+    return layer_s, max(0.0, one - layer_s)

@@ -65,6 +65,13 @@ class Calibration:
       all_to_all_overlap: fraction of the experts' all-to-all (dispatch and combine over
         the expert axes) that hides behind compute; the rest is exposed. ``None``: the
         all-to-all is one more collective under ``overlap``.
+      link: fraction of the catalog's link figures (its ring model's time) the
+        collectives reach; 1: the catalog's.
+      collective_s: fixed time of each collective op on top of the ring model's (a
+        runtime's rendezvous and launch, which the catalog's per-step latencies leave
+        out); 0: none.
+      layer_s: fixed time of each transformer layer a device runs in a step, forward
+        and backward (its kernels' launches, whatever their size); 0: none.
     """
 
     matmul: float
@@ -75,6 +82,9 @@ class Calibration:
     source: str
     grouped_matmul: float | None = None
     all_to_all_overlap: float | None = None
+    link: float = 1.0
+    collective_s: float = 0.0
+    layer_s: float = 0.0
 
     @property
     def grouped(self) -> float:
@@ -262,11 +272,13 @@ def predict_step(
       update (parameters, moments and gradient: 7 passes over this device's parameter
       bytes with Adam) at ``hbm`` times HBM bandwidth;
     - collectives: each pass's collectives (``collectives``' ``seconds`` per phase, ring
-      alpha-beta on their links) run under that pass's compute; up to ``overlap`` of
-      the compute time hides them, the rest is exposed;
+      alpha-beta on their links, over ``link``, plus ``collective_s`` an op) run under
+      that pass's compute; up to ``overlap`` of the compute time hides them, the rest is
+      exposed;
     - offload: activations moved to host memory cross the host link once each way
       (out in the forward pass, back in the backward pass), hidden like collectives;
-    - plus ``overhead_s``.
+    - plus ``overhead_s``, and ``layer_s`` for each transformer layer the device runs
+      (both in the breakdown's ``overhead_s``).
 
     Args:
       model: the spec.
@@ -312,9 +324,10 @@ def step_components(
     :class:`Calibration`): ``mm_fwd``, ``mm_bwd`` (matmuls), ``flash_fwd``,
     ``flash_bwd`` (fused attention), ``dot_fwd``, ``dot_bwd`` (materialized attention,
     priced as matmuls), ``mem_fwd``, ``mem_bwd`` (memory-bound), ``comm_fwd``,
-    ``comm_bwd`` (collectives), ``offload`` (one way), ``roofline_fwd``,
-    ``roofline_bwd``, ``model_flops``, ``ring_fwd``, ``ring_bwd`` (the ring's key and
-    value passes, hidden behind the attention they feed), ``bubble_fraction``.
+    ``comm_bwd`` (collectives), ``calls_fwd``, ``calls_bwd`` (their ops), ``layers`` (the
+    transformer layers this device runs), ``offload`` (one way), ``roofline_fwd``,
+    ``roofline_bwd``, ``model_flops``, ``ring_fwd``, ``ring_bwd`` (the ring's key and value
+    passes, hidden behind the attention they feed), ``bubble_fraction``.
 
     Pipeline stages divide a device's work: it runs its stage's layers for its data
     shard's tokens and the head for their share over the stages, ``1 / stages`` of the
@@ -356,8 +369,10 @@ def step_components(
     comm = {"forward": 0.0, "backward": 0.0}
     ring = {"forward": 0.0, "backward": 0.0}
     a2a = {"forward": 0.0, "backward": 0.0}
+    calls = {"forward": 0, "backward": 0}
     for entry in collectives:
         comm[entry["phase"]] += float(entry["seconds"])
+        calls[entry["phase"]] += int(entry["count"])
         if entry["kind"] == "all-to-all":
             a2a[entry["phase"]] += float(entry["seconds"])
         if entry["kind"] == "send-recv" and entry["what"] == "keys and values":
@@ -377,6 +392,9 @@ def step_components(
         "mem_bwd": ((2 + re_share) * elem + _UPDATE_PASSES.get(optimizer, 7) * param_bytes) / hbm,
         "comm_fwd": comm["forward"],
         "comm_bwd": comm["backward"],
+        "calls_fwd": float(calls["forward"]),
+        "calls_bwd": float(calls["backward"]),
+        "layers": model.layers / layer_shards(sizes) if isinstance(model, TransformerSpec) else 0.0,
         "offload": host_offload_bytes / link if link > 0 and host_offload_bytes else 0.0,
         "roofline_fwd": model_flops / 3 / peak,
         "roofline_bwd": 2 * model_flops / 3 / peak + re_mm * per_device / peak,
@@ -408,19 +426,22 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
     )
     offload = parts["offload"]
     # the ring's passes run under the attention of the shard at hand
-    hidden = {p: min(parts.get(f"ring_{p}", 0.0), parts[f"flash_{p}"] / cal.attention)
+    hidden = {p: min(parts.get(f"ring_{p}", 0.0) / cal.link, parts[f"flash_{p}"] / cal.attention)
               for p in ("fwd", "bwd")}  # fmt: skip
     # the experts' all-to-all, where it has its own constant: that share of it hides
-    a2a = {p: parts.get(f"a2a_{p}", 0.0) if cal.all_to_all_overlap is not None else 0.0
-           for p in ("fwd", "bwd")}  # fmt: skip
+    a2a = {p: parts.get(f"a2a_{p}", 0.0) / cal.link if cal.all_to_all_overlap is not None
+           else 0.0 for p in ("fwd", "bwd")}  # fmt: skip
     a2a_exposed = (1.0 - (cal.all_to_all_overlap or 0.0)) * (a2a["fwd"] + a2a["bwd"])
-    comm_fwd = parts["comm_fwd"] - hidden["fwd"] - a2a["fwd"]
-    comm_bwd = parts["comm_bwd"] - hidden["bwd"] - a2a["bwd"]
+    comm = {p: parts[f"comm_{p}"] / cal.link + parts.get(f"calls_{p}", 0.0) * cal.collective_s
+            for p in ("fwd", "bwd")}  # fmt: skip
+    comm_fwd = comm["fwd"] - hidden["fwd"] - a2a["fwd"]
+    comm_bwd = comm["bwd"] - hidden["bwd"] - a2a["bwd"]
     exposed_fwd = max(0.0, comm_fwd + offload - cal.overlap * fwd)
     exposed_bwd = max(0.0, comm_bwd + offload - cal.overlap * bwd) + a2a_exposed
     bubble = parts.get("bubble_fraction", 0.0)
     bubble_s = (fwd + bwd) * bubble / (1.0 - bubble)
-    step_s = fwd + bwd + exposed_fwd + exposed_bwd + bubble_s + cal.overhead_s
+    fixed_s = cal.overhead_s + parts.get("layers", 0.0) * cal.layer_s
+    step_s = fwd + bwd + exposed_fwd + exposed_bwd + bubble_s + fixed_s
     roof_fwd, roof_bwd = parts["roofline_fwd"], parts["roofline_bwd"]
     roofline_s = max(roof_fwd, parts["comm_fwd"]) + max(roof_bwd, parts["comm_bwd"])
     roofline_s += (roof_fwd + roof_bwd) * bubble / (1.0 - bubble)
@@ -438,7 +459,7 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
         "memory_bound_s": (parts["mem_fwd"] + parts["mem_bwd"]) / cal.hbm,
         "exposed_comm_s": exposed_comm,
         "offload_s": max(0.0, exposed_fwd + exposed_bwd - exposed_comm),
-        "overhead_s": cal.overhead_s,
+        "overhead_s": fixed_s,
         "bubble_s": bubble_s,
     }
     return StepPrediction(

@@ -53,3 +53,24 @@ def test_the_shipped_moe_constants_are_the_fit_of_the_named_moe_runs():
     assert len(study["rows"]) == len(calibration_moe.MOE_RUNS) >= 5
     assert any(row["run"]["held_out"] for row in study["rows"])
     assert all(row["predicted"] > 0 for row in study["rows"])
+
+
+def test_a_profiles_link_share_and_per_op_cost_price_the_collectives():
+    from dataclasses import replace  # noqa: PLC0415
+
+    from datarax.estimate.cost import estimate_step  # noqa: PLC0415
+    from datarax.estimate.step_time import combine  # noqa: PLC0415
+    from datarax.hardware.topology import plan_hardware_devices  # noqa: PLC0415
+
+    layout = plan_hardware_devices("h100-sxm", hosts=2, ici={"fsdp": 8}, dcn={"fsdp": 2})
+    model = {"kind": "transformer", "layers": 4, "d_model": 1024, "d_ff": 4096, "heads": 8,
+             "kv_heads": 8, "vocab": 32000, "seq_len": 2048}  # fmt: skip
+    parts = estimate_step("h100-sxm", layout.axes_detail, model, 32)["predicted_components"]
+    calls = sum(c.count for c in estimate_step(
+        "h100-sxm", layout.axes_detail, model, 32)["collectives"])  # fmt: skip
+    assert parts["calls_fwd"] + parts["calls_bwd"] == calls > 0
+    # nothing hidden: the step grows by the collectives' extra time exactly
+    base = replace(PUBLISHED_CONSTANTS["published-gpu-jax"], overlap=0.0)
+    slower = replace(base, link=0.5, collective_s=1e-3)
+    extra = combine(parts, slower).step_s - combine(parts, base).step_s
+    assert extra == pytest.approx(parts["comm_fwd"] + parts["comm_bwd"] + calls * 1e-3)

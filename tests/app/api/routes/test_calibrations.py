@@ -160,7 +160,7 @@ def test_the_host_measures_itself_and_plans_on_its_devices_then_use_it(api):
     assert location == f"/v1/calibrations/{body['id']}" and body["id"].startswith("host-")
     assert body["status"] == "running" and body["constants"] is None
     assert body["hardware"] == "cpu" and body["device_kind"] == "cpu"
-    stages = ["overhead", "matmul", "attention", "hbm", "collectives"]
+    stages = ["overhead", "matmul", "attention", "hbm", "collectives", "overlap", "step"]
     assert body["progress"]["stages"] == stages
     # one at a time; a profile still measuring has no constants to price with
     assert_problem(api.post("/v1/calibrations", json={"kind": "host"}), 409,
@@ -181,6 +181,11 @@ def test_the_host_measures_itself_and_plans_on_its_devices_then_use_it(api):
     assert {row["stage"] for row in done["measurements"]} == set(stages)
     kinds = {row["kind"] for row in done["measurements"] if row["stage"] == "collectives"}
     assert kinds == {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"}
+    # the collectives' own figures and the overlap are measured, not the published ones
+    assert 0 < constants["link"] and constants["collective_s"] >= 0
+    assert 0 <= constants["overlap"] <= 1 and constants["layer_s"] >= 0
+    assert {row["dtype"] for row in done["measurements"] if row["stage"] == "hbm"} == {
+        "bfloat16", "float32"}  # fmt: skip
     assert done["stack"]["jax"] and done["stack"]["jaxlib"] and done["stack"]["backend"] == "cpu"
     assert any(item["id"] == body["id"] for item in api.get("/v1/calibrations").json()["items"])
     # the default for hardware of that device_kind; a published one when named
