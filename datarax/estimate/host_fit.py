@@ -5,8 +5,8 @@ no JAX, so the HTTP process fits them.
 ``matmul`` and ``attention`` are the fraction of the catalog's peak that reproduces the
 measured time of the FLOPs the step model prices for that work
 (:func:`datarax.estimate.step_time.step_components`), ``hbm`` the fraction of the
-catalog's bandwidth an elementwise pass in the compute dtype reached, ``overhead_s`` a
-trivial step's time.
+catalog's bandwidth a float32 elementwise pass reached, ``overhead_s`` a trivial step's
+time.
 
 From the collectives (GPU and CPU devices: their ring is the catalog's fast link, one
 device's egress): each kind's times against the ring model's at the catalog's figures,
@@ -114,12 +114,14 @@ def fit_host_profile(
     attention = _median(
         [r["priced_flops_per_s"] for r in measurements if r["stage"] == "attention"], "attention"
     ) / hw.peak_flops("bfloat16")
+    # the float32 passes (rows from before dtypes were recorded are): the bandwidth the
+    # memory reaches. A bfloat16 pass is recorded beside them, not fitted: on CPU devices
+    # and on TPU v5e it is bound by the conversions (a third and a half the rate a byte),
+    # and pricing the model's passes at that rate made TPU v5e steps 17-48% too slow
+    # where the float32 rate gave 13.5% (BENCHMARKS.md, "Host calibration").
     hbm_rows = [r for r in measurements if r["stage"] == "hbm"]
-    # the compute dtype's passes where measured (rows from before dtypes were: float32)
-    same = [r for r in hbm_rows if r.get("dtype", "float32") == dtype]
-    hbm = _median([r["bytes_per_s"] for r in same or hbm_rows], "hbm") / max(
-        hw.hbm_bytes_per_s, 1.0
-    )
+    f32 = [r for r in hbm_rows if r.get("dtype", "float32") == "float32"]
+    hbm = _median([r["bytes_per_s"] for r in f32 or hbm_rows], "hbm") / max(hw.hbm_bytes_per_s, 1.0)
     overhead = _median([r["seconds"] for r in measurements if r["stage"] == "overhead"], "overhead")
     link, collective_s = _collective_constants(measurements, hw, overhead)
     overlaps = [r["overlap"] for r in measurements if r["stage"] == "overlap"]
