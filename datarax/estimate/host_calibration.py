@@ -292,18 +292,18 @@ def _step(mesh: Mesh, quick: bool) -> list[Measurement]:
     from datarax.models.mlp import make_optimizer  # noqa: PLC0415
     from datarax.spmd.compile_step import abstract_train_step  # noqa: PLC0415
 
+    def place(tree: Any, like: Any) -> Any:
+        return jax.tree.map(lambda x, s: jax.device_put(x, s.sharding), tree, like)
+
     rows: list[Measurement] = []
     fsdp = Mesh(mesh.devices, ("fsdp",))
     batch = 2 * mesh.size
     for layers in (1, 2):
         model = {**TINY, "layers": layers}
         spec = model_spec(model)
-        assert isinstance(spec, TransformerSpec)
+        if not isinstance(spec, TransformerSpec):  # TINY is one; this narrows the type
+            raise TypeError(f"the step stage's model is a {type(spec).__name__}")
         step = abstract_train_step(model, fsdp, batch)
-
-        def place(tree: Any, like: Any) -> Any:
-            return jax.tree.map(lambda x, s: jax.device_put(x, s.sharding), tree, like)
-
         params = place(Transformer(spec, rngs=nnx.Rngs(0)).param_arrays(), step.args[0])
         state = place(make_optimizer("adam", 1e-4).init(params), step.args[1])
         tokens = place(dict(synthetic_tokens(spec, batch, 0, 0)), step.args[2])

@@ -45,7 +45,7 @@ __all__ = ["STAGES", "Measurement", "attention_priced_flops", "fit_host_profile"
 class Measurement(TypedDict, total=False):
     """One measured row; ``stage`` says which members it has."""
 
-    stage: str  # overhead, matmul, attention, hbm, collectives
+    stage: str  # one of STAGES
     seconds: float  # one run (overhead, collectives) or one iteration (the others)
     dtype: str  # matmul, attention, hbm
     shape: list[int]  # matmul [m, k, n]; attention [batch, seq, heads, head_dim]
@@ -187,9 +187,13 @@ def _priced(row: Mapping[str, Any], hw: Hardware) -> float:
     # rows from before ``devices`` was recorded: the ring's share of V gives n
     n = int(row.get("devices") or round(1.0 / (1.0 - row["ring_bytes_per_s"] * row["seconds"]
                                                  / (passes * volume))))  # fmt: skip
-    axis = AxisLink(name="d", size=n, ici=n, dcn=1, link=hw.fast_link,
+    return collective_seconds(row["kind"], volume, _host_axis(hw, n), hw)
+
+
+def _host_axis(hw: Hardware, n: int) -> AxisLink:
+    """One mesh axis over ``n`` devices of one host, on the catalog's fast link."""
+    return AxisLink(name="fsdp", size=n, ici=n, dcn=1, link=hw.fast_link,
                     bytes_per_s=hw.fast_link_bytes_per_s)  # fmt: skip
-    return collective_seconds(row["kind"], volume, axis, hw)
 
 
 def _fixed_costs(
@@ -202,9 +206,7 @@ def _fixed_costs(
     for row in measurements:
         if row["stage"] != "step":
             continue
-        n = int(row["devices"])
-        axis = AxisLink(name="fsdp", size=n, ici=n, dcn=1, link=hw.fast_link,
-                        bytes_per_s=hw.fast_link_bytes_per_s)  # fmt: skip
+        axis = _host_axis(hw, int(row["devices"]))
         parts = estimate_step(hw, [axis], row["model"], int(row["batch"]))
         work = combine(parts["predicted_components"], priced).step_s
         residual.setdefault(int(row["model"]["layers"]), []).append(row["seconds"] - work)
