@@ -28,7 +28,7 @@ from typing import Any
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from benchmarks.calibration_runs import OOM_BOUNDARIES, RUNS  # noqa: E402
-from datarax.distributed.errors import PlanError  # noqa: E402
+from datarax.errors import PlanError  # noqa: E402
 from datarax.estimate.calibrations import fit_constants  # noqa: E402
 from datarax.estimate.cost import estimate_step  # noqa: E402
 from datarax.estimate.step_time import PUBLISHED_CONSTANTS, Calibration, combine  # noqa: E402

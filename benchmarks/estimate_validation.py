@@ -42,7 +42,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from datarax.estimate.cost import estimate_step  # noqa: E402
 from datarax.estimate.memory import memory_estimate  # noqa: E402
-from datarax.estimate.model_specs import MLPSpec, TransformerSpec, model_spec  # noqa: E402
+from datarax.specs.model_specs import MLPSpec, TransformerSpec, model_spec  # noqa: E402
 from datarax.hardware.chips import AxisLink, get_hardware  # noqa: E402
 from datarax.parallel.axis_roles import axis_roles, param_specs  # noqa: E402
 

@@ -45,7 +45,7 @@ from benchmarks.host_table import markdown  # noqa: E402
 from datarax.estimate.calibrations import default_profile  # noqa: E402
 from datarax.estimate.cost import estimate_step  # noqa: E402
 from datarax.estimate.host_calibration import STAGES, fit_host_profile, measure_stage  # noqa: E402
-from datarax.estimate.model_specs import model_spec  # noqa: E402
+from datarax.specs.model_specs import model_spec  # noqa: E402
 from datarax.hardware.chips import HARDWARE, get_hardware  # noqa: E402
 from datarax.hardware.topology import plan_hardware_devices  # noqa: E402
 from datarax.models import Transformer, synthetic_tokens  # noqa: E402

@@ -59,7 +59,7 @@ from app.core.errors import (
     problem_bytes,
     validation_error,
 )
-from datarax.distributed.errors import MetricsError, PlanError
+from datarax.errors import MetricsError, PlanError
 
 log = logging.getLogger("datarax.app")
 

@@ -177,7 +177,7 @@ def handle(request: dict[str, Any], send: Any) -> None:
     """Compiles one request's step and sends its phases and its result (or error)."""
     import numpy as np  # noqa: PLC0415
 
-    from datarax.distributed.errors import PlanError  # noqa: PLC0415
+    from datarax.errors import PlanError  # noqa: PLC0415
     from datarax.spmd.compile_step import (  # noqa: PLC0415
         compile_train_step,
         mesh_from_ids,

@@ -48,9 +48,9 @@ from app.runtime.server import command
 from datarax.distributed import (
     place_model_state_on_shards,
 )
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.distributed.sharding import path_to_str
-from datarax.estimate.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
+from datarax.specs.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
 from datarax.models import (
     MLP,
     ActivationLayout,

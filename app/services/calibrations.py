@@ -33,7 +33,7 @@ from app.storage import history as store_history
 from app.storage import job_links
 from app.storage import plans as stored_plans
 from app.storage.db import Store
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.calibrations import (
     CalibrationProfile,
     default_profile,

@@ -34,11 +34,11 @@ from app.schemas.meshes import (
     MlpModel,
 )
 from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.calibrations import CalibrationProfile
 from datarax.estimate.cost import estimate_step
-from datarax.estimate.model_specs import DTYPE_BYTES, model_spec
-from datarax.estimate.named_models import MODELS, models_json
+from datarax.specs.model_specs import DTYPE_BYTES, model_spec
+from datarax.specs.named_models import MODELS, models_json
 from datarax.estimate.recommend import SearchSpaceTooLarge, default_axes, recommend_meshes
 from datarax.estimate.results import Recommendations
 from datarax.hardware.chips import HARDWARE, get_hardware

@@ -32,7 +32,7 @@ from app.core.errors import CalibrationRunning, ServiceError, from_library
 from app.storage import calibrations as stored
 from app.storage.db import Store
 from app.workers.runtime_client import RuntimeClient
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.host_fit import STAGES, fit_host_profile
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.entry import Hardware

@@ -55,8 +55,8 @@ from app.storage import plans as stored_plans
 from app.storage import sessions as stored_sessions
 from app.storage.db import Store
 from app.workers.runtime_client import RuntimeClient
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import model_spec
+from datarax.errors import PlanError
+from datarax.specs.model_specs import model_spec
 
 log = logging.getLogger("datarax.app")
 

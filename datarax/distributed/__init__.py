@@ -43,7 +43,7 @@ _SUBMODULE_OF: dict[str, str] = {
     "estimate_step": "datarax.estimate.cost",
     "get_hardware": "datarax.hardware.chips",
     "memory_estimate": "datarax.estimate.memory",
-    "model_spec": "datarax.estimate.model_specs",
+    "model_spec": "datarax.specs.model_specs",
     "plan_hardware_devices": "datarax.hardware.topology",
     "recommend_meshes": "datarax.estimate.recommend",
     "PARAM_SHARDING_RULES": "datarax.distributed.sharding",
@@ -52,8 +52,8 @@ _SUBMODULE_OF: dict[str, str] = {
     "DevicePlacement": "datarax.distributed.device_placement",
     "HardwareType": "datarax.distributed.device_placement",
     "MeshRules": "datarax.distributed.sharding",
-    "MetricsError": "datarax.distributed.errors",
-    "PlanError": "datarax.distributed.errors",
+    "MetricsError": "datarax.errors",
+    "PlanError": "datarax.errors",
     "all_gather": "datarax.spmd.collectives",
     "apply_sharding_rules": "datarax.distributed.sharding",
     "batch_partition_spec": "datarax.plan.layout",
@@ -183,7 +183,7 @@ if TYPE_CHECKING:
         place_on_device,
         prefetch_to_device,
     )
-    from datarax.distributed.errors import PlanError
+    from datarax.errors import PlanError
     from datarax.distributed.metrics import (
         MetricsError,
         collect_from_devices,
@@ -207,7 +207,7 @@ if TYPE_CHECKING:
     )
     from datarax.estimate.cost import estimate_step
     from datarax.estimate.memory import memory_estimate
-    from datarax.estimate.model_specs import model_spec
+    from datarax.specs.model_specs import model_spec
     from datarax.estimate.recommend import recommend_meshes
     from datarax.hardware.chips import HARDWARE, AxisLink, Hardware, get_hardware
     from datarax.hardware.topology import HardwareLayout, plan_hardware_devices

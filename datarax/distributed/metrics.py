@@ -72,7 +72,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from datarax.distributed.errors import MetricsError, UnboundAxisError
+from datarax.errors import MetricsError, UnboundAxisError
 from datarax.distributed.typing import NanPolicy, PyTree, ReduceOp
 from datarax.metrics._reduce_kernels import JAX_REDUCER
 from datarax.metrics.reductions import (

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.step_time import (
     PUBLISHED_CONSTANTS,
     PUBLISHED_ERRORS,

@@ -62,7 +62,7 @@ from typing import Any
 
 from datarax.estimate.calibrations import CalibrationProfile, profile_for
 from datarax.estimate.memory import hardware_memory, memory_estimate
-from datarax.estimate.model_specs import (
+from datarax.specs.model_specs import (
     DTYPE_BYTES,
     ModelSpec,
     TransformerSpec,

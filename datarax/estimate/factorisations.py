@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 
 __all__ = [
     "count_factorisations",

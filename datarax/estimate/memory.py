@@ -131,8 +131,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import (
+from datarax.errors import PlanError
+from datarax.specs.model_specs import (
     DTYPE_BYTES,
     MLPSpec,
     ModelSpec,

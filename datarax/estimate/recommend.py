@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.calibrations import CalibrationProfile, profile_for
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.factorisations import (
@@ -50,7 +50,7 @@ from datarax.estimate.factorisations import (
     fixed_sizes,
     search_space,
 )
-from datarax.estimate.model_specs import ModelSpec, TransformerSpec, model_spec
+from datarax.specs.model_specs import ModelSpec, TransformerSpec, model_spec
 from datarax.estimate.results import Candidate, Recommendations, StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices

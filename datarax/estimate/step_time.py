@@ -14,7 +14,7 @@ fitted constants per accelerator kind, fitted on the runs of
 table, the fit and the held-out error).
 
 Example:
-  >>> from datarax.estimate.model_specs import model_spec
+  >>> from datarax.specs.model_specs import model_spec
   >>> from datarax.hardware.chips import get_hardware
   >>> spec = model_spec({"name": "llama2-7b", "remat": "full"})
   >>> out = predict_step(spec, get_hardware("tpu-v5p"), {"data": 1, "fsdp": 64, "tensor": 1},
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from datarax.estimate.model_specs import DTYPE_BYTES, ModelSpec, TransformerSpec
+from datarax.specs.model_specs import DTYPE_BYTES, ModelSpec, TransformerSpec
 from datarax.estimate.results import StepPrediction
 from datarax.hardware.chips import Hardware
 from datarax.parallel.axis_roles import layer_shards, sequence_shards

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.hardware.catalog import HARDWARE
 from datarax.hardware.entry import LINK_CLASSES, AxisLink, Hardware
 from datarax.names import did_you_mean

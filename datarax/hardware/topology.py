@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware, has_wraparound
 from datarax.hardware.tpu_slices import (
     format_tpu_topology,

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.hardware.chips import Hardware, accelerator_type, get_hardware, topology_shape
 
 __all__ = ["format_tpu_topology", "parse_tpu_topology", "tpu_slice_order"]

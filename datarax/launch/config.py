@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.hardware.chips import get_hardware
 from datarax.json_types import JSONObject
 

@@ -36,9 +36,9 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import MLA_FIELDS, MOE_FIELDS, TransformerSpec, model_spec
-from datarax.estimate.named_models import named_model
+from datarax.errors import PlanError
+from datarax.specs.model_specs import MLA_FIELDS, MOE_FIELDS, TransformerSpec, model_spec
+from datarax.specs.named_models import named_model
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import HardwareLayout, plan_hardware_devices
 from datarax.json_types import JSONObject

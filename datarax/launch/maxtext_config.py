@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.json_types import JSONObject
 from datarax.parallel.kinds import KINDS
 
@@ -304,7 +304,7 @@ MAXTEXT_MODELS: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 """MaxText's ``configs/models/<name>.yml`` architecture keys for the named models of
-:mod:`datarax.estimate.named_models` (all of them have one), with ``source``."""
+:mod:`datarax.specs.named_models` (all of them have one), with ``source``."""
 
 _TPU_SCRIPTS = "src/maxtext/configs/tpu"
 LIBTPU_INIT_ARGS: dict[str, dict[str, Any]] = {

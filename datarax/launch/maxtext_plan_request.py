@@ -26,9 +26,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import REMAT_POLICIES, REMAT_TENSORS
-from datarax.estimate.named_models import MODELS
+from datarax.errors import PlanError
+from datarax.specs.model_specs import REMAT_POLICIES, REMAT_TENSORS
+from datarax.specs.named_models import MODELS
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.entry import Hardware
 from datarax.hardware.tpu_slices import parse_tpu_topology

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from datarax.distributed.errors import MetricsError
+from datarax.errors import MetricsError
 from datarax.metrics._exact_reductions import (
     FLOAT_EXACT,
     all_finite,

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from datarax.distributed.errors import MetricsError
+from datarax.errors import MetricsError
 from datarax.distributed.typing import NamedLeaves, PyTree
 from datarax.metrics._exact_reductions import int_sum_exact, int_sum_may_overflow
 from datarax.metrics._numpy_kernels import (

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from datarax.distributed.errors import MetricsError
+from datarax.errors import MetricsError
 from datarax.distributed.typing import NanPolicy, ReduceOp
 from datarax.metrics.reductions import reduce_custom
 

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import NDArray
 
-from datarax.distributed.errors import MetricsError
+from datarax.errors import MetricsError
 from datarax.distributed.typing import MetricOp, NamedLeaves, NanPolicy, PyTree, ReduceOp
 from datarax.metrics._numpy_kernels import (
     is_inexact,

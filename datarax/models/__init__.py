@@ -1,5 +1,5 @@
 """Built-in models and losses: the MLP the service trains and the tests use, and the
-transformer of :class:`~datarax.estimate.model_specs.TransformerSpec` that compile
+transformer of :class:`~datarax.specs.model_specs.TransformerSpec` that compile
 checks compile and users train.
 
 - :mod:`datarax.models.mlp`: :class:`MLP`, its losses (:data:`LOSS_FNS`), the optimizers

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jax.custom_batching import sequential_vmap
 from jax.sharding import PartitionSpec as P
 
-from datarax.estimate.model_specs import TransformerSpec
+from datarax.specs.model_specs import TransformerSpec
 
 __all__ = ["MoECompute", "moe_block"]
 

@@ -1,4 +1,4 @@
-"""The decoder-only transformer of :class:`~datarax.estimate.model_specs.TransformerSpec`.
+"""The decoder-only transformer of :class:`~datarax.specs.model_specs.TransformerSpec`.
 
 One model, two faces: :func:`transformer_loss_fn` is the pure function over a flat
 ``{spec path: array}`` dict that compile checks lower from shapes
@@ -39,7 +39,7 @@ import numpy as np
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from datarax.estimate.model_specs import TransformerSpec, model_spec
+from datarax.specs.model_specs import TransformerSpec, model_spec
 from datarax.models.attention import attention
 from datarax.models.layout import ActivationLayout
 from datarax.models.moe import moe_block
@@ -68,7 +68,7 @@ Constrain = Callable[..., jax.Array]
 
 
 def _transformer_spec(spec: TransformerSpec | Mapping[str, Any]) -> TransformerSpec:
-    """``spec`` resolved (:func:`~datarax.estimate.model_specs.model_spec`); it must be
+    """``spec`` resolved (:func:`~datarax.specs.model_specs.model_spec`); it must be
     a transformer."""
     resolved = model_spec(spec)
     if not isinstance(resolved, TransformerSpec):

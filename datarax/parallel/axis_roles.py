@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import ModelSpec, ParamGroup, TransformerSpec
+from datarax.errors import PlanError
+from datarax.specs.model_specs import ModelSpec, ParamGroup, TransformerSpec
 from datarax.parallel.kinds import (
     KINDS,
     PRICED_KINDS,

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.names import did_you_mean
 
 __all__ = [

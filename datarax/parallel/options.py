@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.json_types import JSONObject
 
 __all__ = [

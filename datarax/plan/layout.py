@@ -42,7 +42,7 @@ from typing import TypeGuard
 
 import numpy as np
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 
 __all__ = [
     "MAX_AXIS_NAME_LENGTH",

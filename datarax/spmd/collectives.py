@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 
-from datarax.distributed.errors import UnboundAxisError
+from datarax.errors import UnboundAxisError
 from datarax.distributed.typing import GradientReduction, PyTree
 
 __all__ = [

@@ -61,8 +61,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.tree_util import PyTreeDef
 
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
+from datarax.errors import PlanError
+from datarax.specs.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 from datarax.models import ActivationLayout, make_optimizer, transformer_loss_fn
 from datarax.models.pipeline import StagePlan
 from datarax.parallel.axis_roles import (

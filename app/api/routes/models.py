@@ -1,6 +1,6 @@
 """Named models over HTTP: ``GET /v1/models`` and ``GET /v1/models/{name}`` (DESIGN v1.2).
 
-HTTP only; the catalog is :mod:`datarax.estimate.named_models`, read through
+HTTP only; the catalog is :mod:`datarax.specs.named_models`, read through
 :mod:`app.services.hardware`."""
 
 from __future__ import annotations

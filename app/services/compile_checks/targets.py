@@ -38,9 +38,9 @@ from app.core.settings import Settings
 from app.runtime.environment import runtime_platforms
 from app.schemas.base import optimizer_name, shards_over_data
 from app.schemas.compile_checks import CompileCheckRequest
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.memory import hardware_memory, memory_estimate
-from datarax.estimate.model_specs import TransformerSpec, model_spec
+from datarax.specs.model_specs import TransformerSpec, model_spec
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.entry import Hardware
 from datarax.parallel.kinds import check_compiled, kinds_by_alias

@@ -22,7 +22,7 @@ from app.services.jobs.parts import signature_options
 from app.storage import history as store_history
 from app.storage.db import Store
 from app.storage.parts import WEIGHTS_ARRAY, PendingStep, missing_sources
-from datarax.distributed.errors import MetricsError
+from datarax.errors import MetricsError
 from datarax.metrics.merge import PartialMetrics, merge_parts
 
 DEFAULT_PAGE = 1000

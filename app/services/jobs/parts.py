@@ -44,7 +44,7 @@ from app.storage.parts import (
     source_order,
 )
 from app.storage.reduced_text import object_texts, scalar_floats
-from datarax.distributed.errors import MetricsError
+from datarax.errors import MetricsError
 from datarax.distributed.typing import NanPolicy, ReduceOp
 from datarax.metrics.merge import merge_steps
 

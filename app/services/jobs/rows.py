@@ -26,7 +26,7 @@ from app.storage.part_blobs import encode_part
 from app.storage.parts import PartSegment
 from app.storage.reduced_text import object_texts, scalar_floats
 from app.storage.spreads import encode_rows
-from datarax.distributed.errors import MetricsError
+from datarax.errors import MetricsError
 from datarax.metrics.reductions import REDUCE_OPS, reduce_custom
 
 

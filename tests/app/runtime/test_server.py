@@ -18,7 +18,7 @@ from app.core import channel, errors
 from app.core.channel import ArrayError
 from app.runtime import server
 from app.runtime.environment import runtime_environment
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.distributed.metrics import MetricsError
 from tests.helpers import PROJECT_ROOT
 

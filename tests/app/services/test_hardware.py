@@ -21,7 +21,7 @@ from app.services.hardware import (
     recommend,
     render_hardware_plan,
 )
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.hardware.chips import HARDWARE
 from datarax.hardware.topology import plan_hardware_devices
 

@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 from app.schemas.meshes import MeshPlanRequest
 from app.services.meshes import plan_request
 from app.services.plans import abstract_devices, render_plan
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from tests.conftest import require_devices
 
 

@@ -1,4 +1,4 @@
-"""``datarax.distributed.errors`` and the lazy package: the error types load without JAX."""
+"""``datarax.errors`` and the lazy package: the error types load without JAX."""
 
 import pickle
 import subprocess
@@ -24,7 +24,7 @@ def test_the_error_types_and_the_package_import_no_jax():
         "import sys\n"
         "import datarax.distributed\n"
         "from datarax.distributed import PlanError, MetricsError\n"
-        "from datarax.distributed.errors import UnboundAxisError\n"
+        "from datarax.errors import UnboundAxisError\n"
         "print(sorted(m for m in ('jax', 'flax', 'optax', 'numpy') if m in sys.modules))\n"
     )
     assert out == "[]"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.calibrations import (
     CalibrationProfile,
     default_profile,

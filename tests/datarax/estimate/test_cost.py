@@ -18,12 +18,12 @@ import dataclasses
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.cost import (
     collective_seconds,
     estimate_step,
 )
-from datarax.estimate.model_specs import model_spec
+from datarax.specs.model_specs import model_spec
 from datarax.hardware.chips import AxisLink, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.factorisations import (
     count_factorisations,
     factorisations,

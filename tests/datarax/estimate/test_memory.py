@@ -7,7 +7,7 @@ import pytest
 
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.memory import memory_estimate
-from datarax.estimate.model_specs import model_spec
+from datarax.specs.model_specs import model_spec
 from datarax.estimate.step_time import recompute_flops_per_token
 from datarax.hardware.chips import AxisLink, get_hardware
 from datarax.hardware.topology import plan_hardware_devices

@@ -1,12 +1,12 @@
-"""Model specs (datarax.estimate.model_specs): fields beside a name, the checks and their
+"""Model specs (datarax.specs.model_specs): fields beside a name, the checks and their
 codes, MaxText's remat placements; MLP and transformer parameter counts."""
 
 from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import (
+from datarax.errors import PlanError
+from datarax.specs.model_specs import (
     MAXTEXT_REMAT,
     REMAT_TENSORS,
     MLPSpec,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.memory import dispatch_factor, memory_estimate
-from datarax.estimate.model_specs import model_spec
+from datarax.specs.model_specs import model_spec
 from datarax.estimate.recommend import default_axes
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.parallel.axis_roles import axis_roles, param_specs

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.recommend import (
     SearchSpaceTooLarge,
     count_factorisations,

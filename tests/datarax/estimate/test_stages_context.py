@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.cost import estimate_step
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.parallel.options import ParallelOptions

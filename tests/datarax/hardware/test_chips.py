@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.hardware.chips import (
     accelerator_type,
     get_hardware,

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from jax.experimental import mesh_utils
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import (
     MULTI_SLICE_ID_STRIDE,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.hardware.tpu_slices import (
     format_tpu_topology,
     parse_tpu_topology,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.launch.config import DEFAULT_IMAGE, LAUNCH_TARGETS, launch_config, plan_summary
 from datarax.launch.maxtext import maxtext_args
 

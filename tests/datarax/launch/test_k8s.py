@@ -29,7 +29,7 @@ import yaml
 
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.launch import k8s as launch_k8s
 from datarax.launch.slurm import process_env, process_layout

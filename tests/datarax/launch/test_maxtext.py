@@ -17,8 +17,8 @@ import pytest
 
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import model_spec
+from datarax.errors import PlanError
+from datarax.specs.model_specs import model_spec
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.launch.maxtext import (
     LIBTPU_INIT_ARGS,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
-from datarax.estimate.named_models import MODELS, named_model
+from datarax.errors import PlanError
+from datarax.specs.named_models import MODELS, named_model
 from datarax.launch.maxtext_config import (
     MAXTEXT_MESH_AXES,
     MAXTEXT_MODELS,

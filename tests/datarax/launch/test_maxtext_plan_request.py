@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
 from tests.datarax.launch.test_maxtext import _layout
 

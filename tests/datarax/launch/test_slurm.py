@@ -21,7 +21,7 @@ import pytest
 
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.launch import slurm as launch_slurm
 from datarax.launch.slurm import PROCESS_LIST_LIMIT, process_env, slurm_script
 

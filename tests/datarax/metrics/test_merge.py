@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from datarax.distributed.errors import MetricsError
+from datarax.errors import MetricsError
 from datarax.metrics.merge import PartialMetrics, merge_parts, merge_steps
 from datarax.metrics.reductions import reduce_custom
 

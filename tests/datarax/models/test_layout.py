@@ -14,7 +14,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from datarax.estimate.model_specs import model_spec
+from datarax.specs.model_specs import model_spec
 from datarax.models import ActivationLayout, Transformer, synthetic_tokens, transformer_loss_fn
 from datarax.models.layout import balanced_order
 from datarax.models.transformer import transformer_forward

@@ -18,7 +18,7 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
-from datarax.estimate.model_specs import REMAT_POLICIES, model_spec
+from datarax.specs.model_specs import REMAT_POLICIES, model_spec
 from datarax.models import (
     ActivationLayout,
     Transformer,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_specs import model_spec
+from datarax.errors import PlanError
+from datarax.specs.model_specs import model_spec
 from datarax.parallel.axis_roles import (
     AXIS_ROLES,
     axis_roles,

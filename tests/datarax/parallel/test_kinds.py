@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.launch.maxtext_config import AXIS_BY_ROLE, BATCH_AXES, MAXTEXT_MESH_AXES
 from datarax.parallel.axis_roles import AXIS_ROLES, axis_roles, role_sizes
 from datarax.parallel.kinds import KINDS, PRICED_KINDS, check_priced, kind_of_axis, kinds_by_alias

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.parallel.options import (
     ContextParallel,
     ParallelOptions,
@@ -77,7 +77,7 @@ def test_options_from_json_refuse_unknown_schedules():
 
 
 def test_what_the_program_does_not_build_is_refused_in_one_place():
-    from datarax.distributed.errors import PlanError
+    from datarax.errors import PlanError
     from datarax.parallel.options import check_program_builds
 
     built = {"stages": 4, "context": 2, "schedule": "circular", "strategy": None}

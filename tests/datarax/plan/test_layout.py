@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.plan.layout import (
     batch_partition_spec,
     check_divisible,

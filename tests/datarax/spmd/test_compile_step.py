@@ -18,7 +18,7 @@ import pytest
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.estimate.memory import memory_estimate
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import plan_hardware_devices
@@ -198,7 +198,7 @@ def _saved_residual_bytes(model, mesh, batch_size):
     from jax.ad_checkpoint import print_saved_residuals  # noqa: PLC0415
 
     import datarax.spmd.compile_step as cs  # noqa: PLC0415
-    from datarax.estimate.model_specs import model_spec  # noqa: PLC0415
+    from datarax.specs.model_specs import model_spec  # noqa: PLC0415
 
     spec = model_spec(model)
     step = abstract_train_step(spec, mesh, batch_size)

@@ -479,7 +479,7 @@ def test_encode_npz_is_what_np_load_reads():
 
 @pytest.mark.parametrize("limit", ["_ZIP_LIMIT", "_ZIP_MAX_MEMBERS", "_ZIP_MAX_NAME"])
 def test_encode_npz_writes_zip64_past_the_classic_limits(monkeypatch, limit):
-    import datarax.client._npz as metrics_io
+    import datarax.npz as metrics_io
 
     values = {"a": np.arange(100, dtype=np.float64), "b": np.float32(2), "file": np.int8(3)}
     # Shrunk limits stand for 4 GiB members, 65,536 members and 64 KiB names.

@@ -1,8 +1,8 @@
 """The fields of a plan's ``model`` object, checked: sizes, dtypes, MaxText's remat
 policies, mixture-of-experts and multi-head latent attention fields.
 
-:mod:`datarax.estimate.model_specs` builds its specs from what these functions return;
-every refusal is a :class:`~datarax.distributed.errors.PlanError` with code
+:mod:`datarax.specs.model_specs` builds its specs from what these functions return;
+every refusal is a :class:`~datarax.errors.PlanError` with code
 ``invalid_model`` that names the field and what it accepts.
 """
 
@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 
 __all__ = [
     "ATTENTION_KINDS",

@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from datarax.distributed.errors import PlanError
-from datarax.estimate.model_fields import (
+from datarax.errors import PlanError
+from datarax.specs.model_fields import (
     DTYPE_BYTES,
     MAXTEXT_REMAT,
     MLA_FIELDS,
@@ -47,7 +47,7 @@ from datarax.estimate.model_fields import (
     check_dtype,
     transformer_fields,
 )
-from datarax.estimate.named_models import named_model
+from datarax.specs.named_models import named_model
 from datarax.json_types import JSONObject
 
 __all__ = [
@@ -602,7 +602,7 @@ def model_spec(
       model: ``{"kind": "mlp", "features": [...]}``, ``{"kind": "transformer",
         "layers", "d_model", "d_ff", "heads", "kv_heads", "vocab", "seq_len"}`` (with the
         optional fields of :class:`TransformerSpec`) or ``{"name": "llama3.1-8b",
-        ...overrides}``, a named model of :data:`datarax.estimate.named_models.MODELS`
+        ...overrides}``, a named model of :data:`datarax.specs.named_models.MODELS`
         whose fields the other keys replace; all with optional ``dtype`` and ``remat``.
       default_dtype: dtype when the request gives none (``bfloat16`` for hardware plans).
 

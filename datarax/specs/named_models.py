@@ -3,7 +3,7 @@ as plan requests take them.
 
 Each entry is a ``model`` object of DESIGN v1.2 (``{"kind": "transformer", ...}``) plus a
 ``source``; ``{"name": "llama3.1-8b", "remat": "full"}`` in a request is the entry with
-its ``remat`` replaced (:func:`datarax.estimate.model_specs.model_spec`).
+its ``remat`` replaced (:func:`datarax.specs.model_specs.model_spec`).
 
 Figures come from MaxText's ``MaxText/configs/models/<name>.yml`` (repository
 AI-Hypercomputer/maxtext; the commit read is in each ``source``), which takes them from
@@ -33,7 +33,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from datarax.distributed.errors import PlanError
+from datarax.errors import PlanError
 from datarax.json_types import JSONObject
 from datarax.names import did_you_mean
 
