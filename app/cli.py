@@ -27,11 +27,12 @@ from app.api.connections import (
     raise_fd_limit,
 )
 from app.core.allocator import keep_freed_memory
+from app.core.database_url import redact
 from app.core.logs import configure_logging, log_config
 from app.core.settings import Settings
 from app.core.version import version_line
 from app.storage.db import StoreUnusable
-from app.storage.postgres import StoreUnreachable, redact, store_at
+from app.storage.postgres import StoreUnreachable, store_at
 from app.workers.follower import is_leader, run_follower
 
 EXIT_BAD_SETTINGS = 2

@@ -11,7 +11,7 @@ values JSON answers cannot hold). An uncompressed archive (``np.savez``) is read
 place, its arrays read-only views into the body; anything else goes through ``np.load``
 with ``allow_pickle=False``, which owns the error messages.
 
-Out: ``encode_npz`` (:mod:`datarax.client._npz`, shared with the client) writes the stored
+Out: ``encode_npz`` (:mod:`datarax.npz`, shared with the client) writes the stored
 archive ``np.savez`` writes, assembled directly (see its docstring and
 docs/ARCHITECTURE.md for why it is kept by hand).
 """
@@ -30,7 +30,7 @@ from isal.isal_zlib import crc32  # zlib's CRC-32, about 6x faster (8 ms -> 1.3 
 
 from app.codecs.json_arrays import MAX_ARRAY_DIMS, check_array_shape
 from app.core.errors import InvalidNpz, PayloadTooLarge, UnsupportedDatatype
-from datarax.client._npz import encode_npz
+from datarax.npz import encode_npz
 
 __all__ = ["encode_npz", "load_npz"]
 

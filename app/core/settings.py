@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.core.database_url import is_postgres_url, redact
+
 
 class Settings(BaseSettings):
     """Every knob of the service. Environment variables use the ``DATARAX_`` prefix.
@@ -237,8 +239,7 @@ class Settings(BaseSettings):
         text = url.get_secret_value().strip()
         if not text:
             return None  # empty: the SQLite file, as when unset
-        scheme = text.split(":", 1)[0].lower()
-        if scheme not in ("postgresql", "postgres") or "://" not in text:
+        if not is_postgres_url(text):
             raise ValueError(
                 "expected a postgresql:// URL (postgresql://user@host:5432/dbname); "
                 "unset it to use the SQLite file DATARAX_DB"
@@ -282,8 +283,6 @@ class Settings(BaseSettings):
         """The store's location for messages and logs (a URL's password hidden)."""
         if self.database_url is None:
             return str(self.db)
-        from app.storage.postgres import redact
-
         return redact(self.database_url.get_secret_value())
 
     @property

@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from app.core.database_url import is_postgres_url, redact
 from app.core.errors import ServiceError, StorageFull, StorageUnavailable
 from app.storage.db import (
     RETRY_AFTER_S,
@@ -107,16 +108,6 @@ had read that the key was absent) or a deadlock."""
 class StoreUnreachable(StoreUnusable):
     """The PostgreSQL server cannot be reached at start (it may come up later: unlike a
     file that is not a database, a restart can help)."""
-
-
-def is_postgres_url(location: str | Path) -> bool:
-    """True for a ``postgresql://`` or ``postgres://`` URL."""
-    return isinstance(location, str) and re.match(r"(?i)postgres(ql)?://", location) is not None
-
-
-def redact(url: str) -> str:
-    """``url`` with its password (if any) hidden, for messages and logs."""
-    return re.sub(r"(?i)(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
 def store_at(location: str | Path, *, read_pool: int = READ_POOL) -> Store:

@@ -15,14 +15,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from datarax.client._npz import encode_npz
-
 # The answer types' old home (they live in datarax.client.answers now): re-exported.
 from datarax.client.answers import BatchResult as BatchResult
 from datarax.client.answers import History as History
 from datarax.client.answers import HistoryPoint
 from datarax.client.answers import JobSummary as JobSummary
 from datarax.client.answers import PushResult as PushResult
+from datarax.npz import encode_npz
 
 NPZ_MEDIA_TYPE = "application/x-npz"
 RETRY_STATUSES = frozenset({429, 503})
@@ -77,7 +76,7 @@ def history_points(page: Mapping[str, Any]) -> list[HistoryPoint]:
 
 def to_npz(arrays: Mapping[str, Any]) -> bytes:
     """The archive ``np.savez`` writes of ``arrays`` (what npz bodies take), assembled
-    directly (:func:`datarax.client._npz.encode_npz`: a few hundred microseconds where
+    directly (:func:`datarax.npz.encode_npz`: a few hundred microseconds where
     ``np.savez`` takes milliseconds)."""
     return encode_npz({name: np.asarray(value) for name, value in arrays.items()})
 

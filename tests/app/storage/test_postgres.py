@@ -11,12 +11,13 @@ import anyio
 import psycopg
 import pytest
 
+from app.core.database_url import redact
 from app.core.errors import StepConflict, StorageUnavailable
 from app.storage import calibrations, plans, postgres
 from app.storage import jobs as store_jobs
 from app.storage.db import StoreUnusable
 from app.storage.migrations import SCHEMA_VERSION
-from app.storage.postgres import PostgresStore, redact, store_at
+from app.storage.postgres import PostgresStore, store_at
 
 
 def _point(step: int, reduced: str) -> store_jobs.PushItem:

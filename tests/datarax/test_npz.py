@@ -1,4 +1,5 @@
-"""The npz writer (datarax.client._npz): the archive np.savez writes, read back by np.load."""
+"""The npz writer (datarax.npz) the client and the service share: the archive np.savez
+writes, read back by np.load."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import io
 import numpy as np
 import pytest
 
-from datarax.client._npz import encode_npz
+from datarax.npz import encode_npz
 
 
 def test_archive_reads_back_with_names_dtypes_and_shapes():

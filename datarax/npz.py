@@ -1,7 +1,8 @@
-"""Writes npz archives: the stored (uncompressed) archive ``np.savez`` writes, assembled
-directly. Shared by the service's npz answers (:mod:`app.codecs.npz`) and the client's
-npz bodies (:mod:`datarax.client`); numpy only (ISA-L's CRC-32 where installed, about 6x
-zlib's: 8 ms -> 1.3 ms for 32 MB).
+"""npz archives written directly: the stored (uncompressed) archive ``np.savez`` writes.
+
+One writer below both of its users, the service's npz answers (:mod:`app.codecs.npz`) and
+the client's npz bodies (:mod:`datarax.client`); it imports numpy only, never JAX (ISA-L's
+CRC-32 where installed, about 6x zlib's: 8 ms -> 1.3 ms for 32 MB).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+__all__ = ["encode_npz"]
 
 try:
     from isal.isal_zlib import crc32
