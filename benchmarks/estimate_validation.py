@@ -42,9 +42,9 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from datarax.estimate.cost import estimate_step  # noqa: E402
 from datarax.estimate.memory import memory_estimate  # noqa: E402
-from datarax.specs.model_specs import MLPSpec, TransformerSpec, model_spec  # noqa: E402
 from datarax.hardware.chips import AxisLink, get_hardware  # noqa: E402
 from datarax.parallel.axis_roles import axis_roles, param_specs  # noqa: E402
+from datarax.specs.model_specs import MLPSpec, TransformerSpec, model_spec  # noqa: E402
 
 MLP_2 = {"kind": "mlp", "features": [512, 2048, 512], "dtype": "float32"}
 MLP_3 = {"kind": "mlp", "features": [256, 1024, 1024, 128], "dtype": "float32"}

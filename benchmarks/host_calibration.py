@@ -45,11 +45,11 @@ from benchmarks.host_table import markdown  # noqa: E402
 from datarax.estimate.calibrations import default_profile  # noqa: E402
 from datarax.estimate.cost import estimate_step  # noqa: E402
 from datarax.estimate.host_calibration import STAGES, fit_host_profile, measure_stage  # noqa: E402
-from datarax.specs.model_specs import model_spec  # noqa: E402
 from datarax.hardware.chips import HARDWARE, get_hardware  # noqa: E402
 from datarax.hardware.topology import plan_hardware_devices  # noqa: E402
 from datarax.models import Transformer, synthetic_tokens  # noqa: E402
 from datarax.models.mlp import make_optimizer  # noqa: E402
+from datarax.specs.model_specs import model_spec  # noqa: E402
 from datarax.spmd.compile_step import abstract_train_step  # noqa: E402
 
 BASE = {"kind": "transformer", "kv_heads": 4, "vocab": 4096, "dtype": "bfloat16",

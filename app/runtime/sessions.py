@@ -48,17 +48,17 @@ from app.runtime.server import command
 from datarax.distributed import (
     place_model_state_on_shards,
 )
-from datarax.errors import PlanError
 from datarax.distributed.sharding import path_to_str
-from datarax.specs.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
+from datarax.errors import PlanError
 from datarax.models import (
     MLP,
     ActivationLayout,
     Transformer,
     make_optimizer,
 )
-from datarax.parallel.kinds import kinds_by_alias
+from datarax.parallel.kinds import axes_where
 from datarax.plan.layout import spec_shard_counts
+from datarax.specs.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
 from datarax.spmd.global_arrays import global_array_from_host
 from datarax.spmd.multihost import owns_devices_of
 
@@ -366,12 +366,7 @@ def _create_transformer(payload: dict[str, Any]) -> tuple[dict, dict]:
         SESSIONS[sid] = session
         return {"id": sid, "step": 0, "params": []}, {}
     # a mixture-of-experts model's dispatched tokens go over the mesh's expert axes
-    kinds = kinds_by_alias()
-    experts = [
-        a
-        for a in mesh.axis_names
-        if a in kinds and kinds[a].param_split == "expert_dim" and mesh.shape[a] > 1
-    ]
+    experts = list(axes_where(dict(mesh.shape), lambda kind: kind.splits_experts))
     layout = ActivationLayout(mesh, flat, (), experts if spec.is_moe else ())
     model = Transformer(spec, rngs=nnx.Rngs(int(payload.get("seed", 0))), constrain=layout)
     _place(session, model, make_optimizer(opt_name, lr), "replicate")

@@ -37,8 +37,6 @@ from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan
 from datarax.errors import PlanError
 from datarax.estimate.calibrations import CalibrationProfile
 from datarax.estimate.cost import estimate_step
-from datarax.specs.model_specs import DTYPE_BYTES, model_spec
-from datarax.specs.named_models import MODELS, models_json
 from datarax.estimate.recommend import SearchSpaceTooLarge, default_axes, recommend_meshes
 from datarax.estimate.results import Recommendations
 from datarax.hardware.chips import HARDWARE, get_hardware
@@ -53,13 +51,14 @@ from datarax.parallel.axis_roles import (
     batch_axes,
     check_kinds_apply,
     check_named_kinds,
-    layer_shards,
-    repeat_per_device,
-    role_sizes,
 )
+from datarax.parallel.context import mesh_context
 from datarax.parallel.kinds import kinds_by_alias
 from datarax.parallel.options import ParallelOptions
+from datarax.parallel.terms import repeat_per_device
 from datarax.plan.layout import PlanCancelled, check_batch_shape
+from datarax.specs.model_specs import DTYPE_BYTES, model_spec
+from datarax.specs.named_models import MODELS, models_json
 
 # ------------------------------------------------------------------------------ catalog
 
@@ -385,21 +384,25 @@ def _step_parts(
     calibration (else the request's)."""
     if request.model is None or request.batch_shape is None:
         raise InvalidRequest("a step estimate needs a model and batch_shape")
-    spec = model_spec(request.model.model_dump(exclude_none=True))
-    global_batch = int(request.batch_shape[0])
-    roles = roles if roles is not None else axis_roles(list(layout.axes))
+    ctx = mesh_context(
+        request.model.model_dump(exclude_none=True),
+        layout.axes,
+        int(request.batch_shape[0]),
+        roles=roles,
+        options=parallel_options(request),
+    )
+    spec = ctx.model
     estimate = estimate_step(
         layout.hardware,
         layout.axes_detail,
         spec,
-        global_batch,
-        roles=roles,
+        ctx.global_batch,
         optimizer=optimizer_name(request.optimizer),
-        options=parallel_options(request),
         calibration=profile if profile is not None else request.calibration,
+        context=ctx,
     )
     itemsize = DTYPE_BYTES[getattr(spec, "param_dtype", spec.dtype)]
-    stages = layer_shards(role_sizes(layout.axes, roles))
+    stages = ctx.layer_shards
     params = [
         {
             "path": group.path,

@@ -12,10 +12,11 @@ import colorsys
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from app.services.layout_scope import scope_query, span_text
-from datarax.parallel.kinds import kinds_by_alias
+from datarax.parallel.kinds import axes_where
 
 MAX_CELLS = 256
 MAX_COLUMNS = 32
@@ -167,15 +168,13 @@ class ModelSplit:
 def model_splits(plan: Mapping[str, Any]) -> list[ModelSplit]:
     """The model dimensions the plan's axes split (none without a stored model)."""
     model, axes = plan.get("model") or {}, plan.get("axes") or {}
-    kinds = kinds_by_alias()
     out = []
     pipeline = plan.get("pipeline") or {}
-    for what, split, total in (
-        ("experts", "expert_dim", int(model.get("num_experts") or 0)),
-        ("layers", "layer_dim", int(model.get("layers") or 0)),
+    for what, splits, total in (
+        ("experts", attrgetter("splits_experts"), int(model.get("num_experts") or 0)),
+        ("layers", attrgetter("splits_layers"), int(model.get("layers") or 0)),
     ):
-        names = [a for a, n in axes.items() if a in kinds and kinds[a].param_split == split]
-        names = [a for a in names if int(axes[a]) > 1]
+        names = list(axes_where(axes, splits))
         shards = math.prod(int(axes[a]) for a in names)
         if not names or not total or total % shards:
             continue

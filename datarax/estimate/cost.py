@@ -61,33 +61,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datarax.estimate.calibrations import CalibrationProfile, profile_for
-from datarax.estimate.memory import hardware_memory, memory_estimate
-from datarax.specs.model_specs import (
-    DTYPE_BYTES,
-    ModelSpec,
-    TransformerSpec,
-    model_spec,
-)
+from datarax.estimate.memory import check_optimizer, hardware_memory, memory_estimate, step_memory
 from datarax.estimate.results import Collective, StepEstimate
-from datarax.estimate.step_time import predict_step, recompute_flops_per_token
+from datarax.estimate.step_time import predict_step
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
-from datarax.parallel.axis_roles import (
-    AXIS_ROLES,
-    ParamSharding,
-    axis_roles,
-    batch_shards,
-    gather_axes,
-    layer_shards,
-    param_specs,
-    repeat_per_device,
-    replica_axes,
-    role_sizes,
-    sequence_shards,
-    split_axes,
-    tokens_per_device,
-)
-from datarax.parallel.kinds import KINDS
-from datarax.parallel.options import ParallelOptions, PipelineShape, pipeline_shape
+from datarax.parallel.axis_roles import AXIS_ROLES, axis_roles, param_specs
+from datarax.parallel.context import MeshContext, mesh_context
+from datarax.parallel.options import ParallelOptions
+from datarax.specs.model_specs import ModelSpec, TransformerSpec
 
 __all__ = [
     "AXIS_ROLES",
@@ -141,35 +122,6 @@ def collective_seconds(
     return max(ici_s, dcn_s)
 
 
-def _tensor_activation_collectives(model: ModelSpec, tokens: int) -> list[tuple[str, str, int]]:
-    """``(phase, kind, elements)`` of the tensor axis's activation collectives."""
-    out: list[tuple[str, str, int]] = []
-    if isinstance(model, TransformerSpec):
-        d = model.d_model
-        # forward: embedding lookup (vocab-split) and each layer's o and down projections
-        out += [("forward", "all-reduce", tokens * d)] * (1 + 2 * model.layers)
-        # backward: gradients into each layer's attention and MLP inputs, and into the
-        # unembedding's input
-        out += [("backward", "all-reduce", tokens * d)] * (1 + 2 * model.layers)
-        if recompute_flops_per_token(model)[0] > 0:  # recomputed o/down all-reduce again
-            out += [("backward", "all-reduce", tokens * d)] * (2 * model.layers)
-        return out
-    widths = model.features
-    n_layers = len(widths) - 1
-    for i in range(n_layers):
-        if i % 2 == 1:  # row layer: its output is summed over the tensor axis
-            out.append(("forward", "all-reduce", tokens * widths[i + 1]))
-            if model.remat == "full":
-                out.append(("backward", "all-reduce", tokens * widths[i + 1]))
-        elif i > 0:  # col layer with an input gradient to sum
-            out.append(("backward", "all-reduce", tokens * widths[i]))
-    if n_layers % 2 == 1:  # the last layer is col: the loss needs the whole output
-        out.append(("forward", "all-gather", tokens * widths[-1]))
-        if model.remat == "full":
-            out.append(("backward", "all-gather", tokens * widths[-1]))
-    return out
-
-
 def estimate_step(
     hardware: str | Hardware,
     axes_detail: Sequence[AxisLink],
@@ -180,6 +132,7 @@ def estimate_step(
     optimizer: str = "adam",
     options: ParallelOptions | None = None,
     calibration: str | CalibrationProfile | None = None,
+    context: MeshContext | None = None,
 ) -> StepEstimate:
     """Estimates one training step of ``model`` on a mesh of ``hardware``.
 
@@ -196,6 +149,9 @@ def estimate_step(
         (:class:`~datarax.parallel.options.ParallelOptions`; default: none of them).
       calibration: the id of the calibration profile to price the step with (default:
         :func:`~datarax.estimate.calibrations.default_profile` of the hardware).
+      context: the request's :class:`~datarax.parallel.context.MeshContext`, where the
+        caller has built it (``model``, the axes, ``roles``, ``options`` and
+        ``global_batch`` are then read from it).
 
     Returns:
       A :class:`~datarax.estimate.results.StepEstimate`: ``step_s`` the predicted wall
@@ -214,49 +170,38 @@ def estimate_step(
     """
     hw = get_hardware(hardware)
     profile = profile_for(hw, calibration)
-    model = model_spec(model)
+    check_optimizer(optimizer)
     links = {link.name: link for link in axes_detail}
-    axes = {link.name: link.size for link in axes_detail}
-    roles = axis_roles(list(axes), roles)
-    options = options or ParallelOptions()
-    specs = tuple(param_specs(model, axes, roles))  # once: memory, collectives, the answer
-    memory = memory_estimate(
-        model,
-        axes,
-        global_batch,
-        roles=roles,
+    if context is None:
+        context = mesh_context(
+            model,
+            {link.name: link.size for link in axes_detail},
+            global_batch,
+            roles=roles,
+            options=options,
+        )
+    ctx = context
+    model = ctx.model
+    memory = step_memory(
+        ctx,
         optimizer=optimizer,
         dcn_axes=[link.name for link in axes_detail if link.dcn > 1],
-        specs=specs,
-        options=options,
         **hardware_memory(hw),
     )
-    sizes = role_sizes(axes, roles)
-    n_devices = math.prod(axes.values())
-    tokens = tokens_per_device(model, global_batch, batch_shards(sizes), sequence_shards(sizes))
-    shape = None
-    if layer_shards(sizes) > 1 and isinstance(model, TransformerSpec):
-        shape = pipeline_shape(
-            options.pipeline,
-            stages=layer_shards(sizes),
-            layers=model.layers,
-            local_batch=global_batch // batch_shards(sizes),
-        )
-    global_tokens = global_batch * model.tokens_per_example
+    n_devices = math.prod(ctx.axes.values())
+    shape = ctx.pipeline
+    global_tokens = ctx.global_batch * model.tokens_per_example
     flops = 6 * model.matmul_params() * global_tokens
     flops += model.attention_flops_per_token() * global_tokens
-    collectives = _step_collectives(model, hw, links, roles, specs, tokens, options, shape)
+    collectives = _step_collectives(ctx, hw, links)
     predicted = predict_step(
         model,
         hw,
-        sizes,
-        tokens=tokens,
+        ctx,
         param_bytes=memory.params,
         collectives=collectives,
         host_offload_bytes=memory.host_offload_bytes,
         optimizer=optimizer,
-        bubble_fraction=shape.bubble_fraction if shape else 0.0,
-        load_balance=options.context.load_balance,
         calibration=profile.constants,
     )
     parts = predicted.breakdown
@@ -275,7 +220,7 @@ def estimate_step(
         collectives=collectives,
         bottleneck_link=slowest.link if comm_bound and slowest else None,
         phases=roof,
-        tokens_per_device=tokens,
+        tokens_per_device=ctx.tokens,
         roofline_s=predicted.roofline_s,
         roofline_mfu=flops / (n_devices * peak * predicted.roofline_s),
         peak_flops=peak,
@@ -285,39 +230,16 @@ def estimate_step(
         calibration=profile.id,
         memory_per_device=memory,
         predicted_components=predicted.components,
-        param_shardings=specs,
+        param_shardings=ctx.specs,
     )
 
 
 def _step_collectives(
-    model: ModelSpec,
-    hw: Hardware,
-    links: Mapping[str, AxisLink],
-    roles: Mapping[str, str],
-    specs: Sequence[ParamSharding],
-    tokens: int,
-    options: ParallelOptions | None = None,
-    shape: PipelineShape | None = None,
+    ctx: MeshContext, hw: Hardware, links: Mapping[str, AxisLink]
 ) -> tuple[Collective, ...]:
-    """The step's collectives, one entry per axis, kind, pass and operand: the priced
-    kinds' terms (:attr:`~datarax.parallel.kinds.ParallelismKind.collectives`) on this
-    model's parameter groups and activations.
-
-    Stages: a device's collectives cover its stage's layers
-    (:func:`~datarax.parallel.axis_roles.repeat_per_device`); the groups outside the
-    pipeline (embedding, final norm, unembedding) are whole on every stage and their
-    gradients all-reduced over the stage axes, as over data; each microbatch's
-    activations pass to the next stage forward and their gradients back
-    (``send-recv``, one per microbatch and repeat). ZeRO-1 (``shard_over_data``): the
-    data axes reduce-scatter the gradients to the optimizer's shards and all-gather the
-    updated parameters, instead of all-reducing the gradients. Context: each attention
-    layer gathers the sequence's keys and values (``all_gather``; their gradients
-    reduce-scattered in the backward pass) or passes them round the ring
-    (``send-recv``, ``context - 1`` shards each way)."""
-    options = options or ParallelOptions()
-    axes = {name: link.size for name, link in links.items()}
-    itemsize = DTYPE_BYTES[model.dtype]
-    param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
+    """The step's collectives, one entry per axis, kind, pass and operand: each axis's
+    kind's traffic term (:attr:`~datarax.parallel.kinds.ParallelismKind.traffic`,
+    :mod:`datarax.parallel.terms`) priced on the axis's link."""
     entries: dict[tuple[str, str, str, str], list[float]] = {}
 
     # Parameter and gradient collectives are combined: XLA's all-gather, reduce-scatter
@@ -326,82 +248,22 @@ def _step_collectives(
     # per-op latency is paid once per layer and phase, not once per parameter.
     latency_ops: dict[tuple[str, str, str, str], int] = {}
     free = dataclasses.replace(hw, fast_link_latency_s=0.0, slow_link_latency_s=0.0)
-
-    def add(axis: str, kind: str, phase: str, what: str, volume: float, count: int = 1) -> None:
+    for axis, traffic in ctx.traffic():
         link = links[axis]
-        if link.size <= 1 or volume <= 0:
-            return
-        key = (axis, kind, phase, what)
-        combined = what in ("params", "grads")
-        seconds = collective_seconds(kind, volume, link, free if combined else hw) * count
+        if link.size <= 1 or traffic.bytes_per_device <= 0:
+            continue
+        key = (axis, traffic.op, traffic.phase, traffic.what)
+        combined = traffic.what in ("params", "grads")
+        one = collective_seconds(
+            traffic.op, traffic.bytes_per_device, link, free if combined else hw
+        )
         entry = entries.setdefault(key, [0, 0.0, 0.0])
-        entry[0] += count
-        entry[1] += volume * count
-        entry[2] += seconds
+        entry[0] += traffic.count
+        entry[1] += traffic.bytes_per_device * traffic.count
+        entry[2] += one * traffic.count
         if combined:
-            latency_ops[key] = max(latency_ops.get(key, 0), count)
-
-    # what each axis moves follows its kind's parameter split (the registry's entry)
-    data_axes = replica_axes(axes, roles)
-    stage_axes = split_axes(axes, roles, "layer_dim")
-    stages = math.prod(axes[a] for a in stage_axes)
-    for group, _, shard, fsdp_split in specs:
-        whole = math.prod(shard) * param_itemsize  # bytes this device keeps
-        repeat = repeat_per_device(group, stages)
-        for axis in gather_axes(group, axes, roles):
-            if fsdp_split:
-                gathered = whole * axes[axis]
-                add(axis, "all-gather", "forward", "params", gathered, repeat)
-                add(axis, "all-gather", "backward", "params", gathered, repeat)
-                add(axis, "reduce-scatter", "backward", "grads", gathered, repeat)
-            else:
-                add(axis, "all-reduce", "backward", "grads", whole, repeat)
-        for axis in data_axes:
-            if options.shard_over_data:
-                add(axis, "reduce-scatter", "backward", "grads", whole, repeat)
-                add(axis, "all-gather", "backward", "params", whole, repeat)
-            else:
-                add(axis, "all-reduce", "backward", "grads", whole, repeat)
-        if "*" not in group.path:  # outside the pipeline: whole on every stage
-            for axis in stage_axes:
-                add(axis, "all-reduce", "backward", "grads", whole, repeat)
-    for axis in split_axes(axes, roles, "tensor_dim"):
-        for phase, kind, elements in _tensor_activation_collectives(model, tokens // stages):
-            add(axis, kind, phase, "activations", elements * itemsize)
-    if not isinstance(model, TransformerSpec):
-        return _entries(entries, latency_ops, links, hw, model)
-    if model.is_moe:
-        # Each MoE layer sends every routed copy of this device's tokens to its expert's
-        # shard and back (dispatch and combine), forward and again in the backward pass
-        # (their gradients): the routed rows, k per token, d wide.
-        routed = tokens * model.experts_per_token * model.d_model * itemsize
-        moe_layers = -(-model.moe_layers // stages)
-        for axis in split_axes(axes, roles, "expert_dim"):
-            for phase in ("forward", "backward"):
-                add(axis, "all-to-all", phase, "tokens", routed, 2 * moe_layers)
-    if shape is not None:
-        # one send a microbatch and repeat, each way: the microbatch's residual stream
-        sends = shape.repeats * shape.microbatches
-        volume = tokens / shape.microbatches * model.d_model * itemsize
-        for axis in stage_axes:
-            add(axis, "send-recv", "forward", "activations", volume, sends)
-            add(axis, "send-recv", "backward", "activations", volume, sends)
-    context_axes = [a for a, size in axes.items() if KINDS[roles[a]].splits_sequence and size > 1]
-    local_kv = float(tokens * model.kv_heads * (model.qk_head_dim + model.value_head_dim))
-    local_kv *= itemsize
-    local_kv /= max(1, math.prod(axes[a] for a in split_axes(axes, roles, "tensor_dim")))
-    layers = model.layers // stages
-    for axis in context_axes:
-        n = axes[axis]
-        if options.context.strategy == "ring":
-            add(axis, "send-recv", "forward", "keys and values", local_kv * (n - 1), layers)
-            add(axis, "send-recv", "backward", "keys and values", 2 * local_kv * (n - 1), layers)
-        else:
-            add(axis, "all-gather", "forward", "keys and values", local_kv * n, layers)
-            add(axis, "reduce-scatter", "backward", "keys and values", local_kv * n, layers)
-            if recompute_flops_per_token(model)[1] > 0:  # recomputed attention gathers again
-                add(axis, "all-gather", "backward", "keys and values", local_kv * n, layers)
-    return _entries(entries, latency_ops, links, hw, model)
+            latency_ops[key] = max(latency_ops.get(key, 0), traffic.count)
+    return _entries(entries, latency_ops, links, hw, ctx.model)
 
 
 def _entries(

@@ -287,9 +287,9 @@ TINY = {"kind": "transformer", "d_model": 64, "d_ff": 256, "heads": 4, "kv_heads
 def _step(mesh: Mesh, quick: bool) -> list[Measurement]:
     from flax import nnx  # noqa: PLC0415
 
-    from datarax.specs.model_specs import TransformerSpec, model_spec  # noqa: PLC0415
     from datarax.models import Transformer, synthetic_tokens  # noqa: PLC0415
     from datarax.models.mlp import make_optimizer  # noqa: PLC0415
+    from datarax.specs.model_specs import TransformerSpec, model_spec  # noqa: PLC0415
     from datarax.spmd.compile_step import abstract_train_step  # noqa: PLC0415
 
     def place(tree: Any, like: Any) -> Any:

@@ -107,9 +107,9 @@ Stages, context and ZeRO-1 (:class:`~datarax.parallel.options.ParallelOptions`).
 hold their layers' state (:func:`~datarax.parallel.axis_roles.repeat_per_device`) and
 their schedule's activations in flight (:func:`_pipeline_shares`); a context axis divides
 the tokens a device keeps and adds the keys and values it gathers
-(:func:`_context_kv_bytes`); ``shard_over_data`` splits the optimizer state over the data
-axes as well (MaxText's ``shard_optimizer_over_data`` adds them to the optimizer state's
-sharding only: parameters and gradients keep theirs).
+(:func:`datarax.parallel.terms.context_kv_bytes`); ``shard_over_data`` splits the
+optimizer state over the data axes as well (MaxText's ``shard_optimizer_over_data``
+adds them to the optimizer state's sharding only: parameters and gradients keep theirs).
 
 The figure is meant for HBM: ``fits`` compares it with the HBM a program may use
 (``usable_hbm_bytes``, else ``hbm_bytes``), as XLA's compile-time OOM check compares
@@ -132,6 +132,13 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from datarax.errors import PlanError
+from datarax.estimate.results import HardwareMemory, MemoryEstimate
+from datarax.hardware.chips import Hardware
+from datarax.parallel.axis_roles import ParamSharding
+from datarax.parallel.context import MeshContext, mesh_context
+from datarax.parallel.options import ParallelOptions
+from datarax.parallel.terms import repeat_per_device
+from datarax.plan.memory import OPTIMIZER_STATE_FACTOR
 from datarax.specs.model_specs import (
     DTYPE_BYTES,
     MLPSpec,
@@ -139,26 +146,6 @@ from datarax.specs.model_specs import (
     TransformerSpec,
     model_spec,
 )
-from datarax.estimate.results import HardwareMemory, MemoryEstimate
-from datarax.hardware.chips import Hardware
-from datarax.parallel.axis_roles import (
-    ParamSharding,
-    axis_roles,
-    batch_shards,
-    check_kinds_apply,
-    check_tensor_split,
-    gather_axes,
-    layer_shards,
-    param_specs,
-    repeat_per_device,
-    replica_axes,
-    role_sizes,
-    sequence_shards,
-    tokens_per_device,
-)
-from datarax.parallel.kinds import KINDS
-from datarax.parallel.options import ParallelOptions, pipeline_shape
-from datarax.plan.memory import OPTIMIZER_STATE_FACTOR
 
 __all__ = ["hardware_memory", "memory_estimate"]
 
@@ -347,13 +334,13 @@ def _offloaded_bytes(model: ModelSpec, t: int, itemsize: int) -> float:
 def _temporaries(
     model: ModelSpec,
     specs: Sequence[ParamSharding],
-    sizes: Mapping[str, int],
+    t: int,
+    e: int,
     gathered_by: Mapping[str, int],
     tokens: int,
     itemsize: int,
     param_itemsize: int,
     shares: tuple[float, float, float] = (1.0, 1.0, 1.0),
-    context_kv: float = 0.0,
 ) -> dict[str, int]:
     """What XLA holds beside the state and the saved activations at the step's peak
     (see :func:`memory_estimate`): ``fsdp_gathered`` and the ``phase`` transient (the
@@ -362,10 +349,10 @@ def _temporaries(
     split it over}`` (:func:`~datarax.parallel.axis_roles.gather_axes`). ``shares``:
     ``(layers, head, one layer's pass)``, the shares of ``tokens`` whose activations a
     pipelined device keeps, whose head it runs, and that one layer's backward pass runs
-    at a time (a microbatch) (:func:`_pipeline_shares`). ``context_kv``: the keys and
-    values a context-parallel layer holds beside its own (:func:`_context_kv_bytes`)."""
-    t = sizes["tensor"]
-    e = sizes.get("expert", 1)
+    at a time (a microbatch) (:func:`_pipeline_shares`). ``t``: the width shards
+    (tensor x sequence), which split every activation; ``e``: the expert shards. The
+    kinds' own transient parts (a context axis's gathered keys and values, a pipeline
+    stage's pass) are their registry terms (:meth:`MeshContext.kind_memory`)."""
     # The scanned transformer gathers one layer's slice of a stacked parameter inside the
     # loop (the layer's weights, cast to the compute dtype), and XLA's scheduler
     # prefetches the next layer's: two in flight. The embedding and unembedding are
@@ -381,7 +368,7 @@ def _temporaries(
         reverse=True,
     )  # fmt: skip
     in_flight = _SCAN_IN_FLIGHT_GATHERS if scanned else _IN_FLIGHT_GATHERS
-    out = {"fsdp_gathered": sum(gathered[:in_flight]), "phase": 0, "context_kv": int(context_kv)}
+    out = {"fsdp_gathered": sum(gathered[:in_flight]), "phase": 0}
     if isinstance(model, TransformerSpec) and model.is_moe and model.moe_kernel == "sparse":
         # the dropless kernel gathers all of a layer's expert kernels at once inside its
         # shard_map, and their gradient exists whole before the reduce-scatter
@@ -427,70 +414,37 @@ def _temporaries(
     return out
 
 
-def _stage_pass_bytes(
-    model: ModelSpec,
-    sizes: Mapping[str, int],
-    tokens: int,
-    itemsize: int,
-    local_batch: int,
-    options: ParallelOptions,
-) -> int:
-    """A pipeline stage's pass in the backward pass: the loop's iteration runs its
-    ``layers_per_stage`` layers on one microbatch as a scan, whose backward pass holds
-    their saved inputs stacked, and the stack of their input gradients: two copies of
-    ``layers_per_stage`` layer inputs of one microbatch (the ``d``-wide residual stream,
-    split over the tensor axes). XLA's HBM allocation of the pipelined runs of
-    ``benchmarks/production_memory.py`` has them beside the loop's saved activations.
-    0 without stages."""
-    if layer_shards(sizes) <= 1 or not isinstance(model, TransformerSpec):
-        return 0
-    shape = pipeline_shape(
-        options.pipeline, stages=layer_shards(sizes), layers=model.layers, local_batch=local_batch
-    )
-    per_token = model.d_model / sizes["tensor"] * itemsize
-    return int(2 * shape.layers_per_stage * tokens / shape.microbatches * per_token)
-
-
 def _in_vmem(
     grads: int,
     activations: int,
     temporaries: int,
-    axes: Mapping[str, int],
-    roles: Mapping[str, str],
+    ctx: MeshContext,
     dcn_axes: Collection[str],
 ) -> tuple[int, int, int, int]:
     """``(grads, vmem, activations, temporaries)`` in HBM terms when the working set sits
     in VMEM (module docstring): HBM keeps the gradients only where a DCN axis reduces
     them, and one received copy with :data:`_HBM_REMAINDER`."""
-    reduced_over_dcn = any(
-        KINDS[roles[a]].splits_batch and int(axes[a]) > 1 for a in dcn_axes if a in axes
-    )
+    batch_axes = ctx.axes_where(lambda kind: kind.splits_batch)
+    reduced_over_dcn = any(a in batch_axes for a in dcn_axes)
     hbm_grads = grads if reduced_over_dcn else 0
     vmem = grads + activations + temporaries - hbm_grads
     return hbm_grads, vmem, 0, hbm_grads + _HBM_REMAINDER
 
 
-def _activation_bytes(
-    model: ModelSpec,
-    sizes: Mapping[str, int],
-    tokens: int,
-    itemsize: int,
-    shares: tuple[float, float, float],
-) -> int:
+def _activation_bytes(ctx: MeshContext, itemsize: int, shares: tuple[float, float, float]) -> int:
     """Bytes of the activations this device keeps for the backward pass: its tokens'
     residuals (:func:`_transformer_residuals`, :func:`_mlp_residuals`), a pipelined
     device's shares of them (:func:`_pipeline_shares`)."""
+    model, t = ctx.model, ctx.width_shards
     if isinstance(model, TransformerSpec):
         per_token = _transformer_residuals(
-            model, sizes["tensor"], itemsize, sizes["expert"], shares[0], shares[1]
+            model, t, itemsize, ctx.expert_shards, shares[0], shares[1]
         )
-        return int(per_token * tokens)
-    return int(_mlp_residuals(model, sizes["tensor"], itemsize) * tokens)
+        return int(per_token * ctx.tokens)
+    return int(_mlp_residuals(model, t, itemsize) * ctx.tokens)
 
 
-def _pipeline_shares(
-    model: ModelSpec, sizes: Mapping[str, int], local_batch: int, options: ParallelOptions
-) -> tuple[float, float, float]:
+def _pipeline_shares(ctx: MeshContext) -> tuple[float, float, float]:
     """``(layers, head, one layer's pass)``: the shares of a device's tokens whose layer
     activations it keeps, whose head it runs and that one layer's backward pass takes at
     a time. Without stages, ``(1, 1, 1)``. With ``s`` stages of a pipeline whose
@@ -499,33 +453,16 @@ def _pipeline_shares(
     the layers for those microbatches, ``in_flight / s``; the head runs over the batch
     split over the stages, ``1 / s``; a layer's backward pass runs one microbatch,
     ``1 / M``."""
-    s = layer_shards(sizes)
-    if s <= 1 or not isinstance(model, TransformerSpec):
+    shape = ctx.pipeline
+    if shape is None:
         return 1.0, 1.0, 1.0
-    shape = pipeline_shape(options.pipeline, stages=s, layers=model.layers, local_batch=local_batch)
+    s = shape.stages
     return shape.in_flight / s, 1.0 / s, 1.0 / shape.microbatches
-
-
-def _context_kv_bytes(
-    model: ModelSpec, sizes: Mapping[str, int], tokens: int, itemsize: int, options: ParallelOptions
-) -> float:
-    """Bytes a context-parallel attention layer holds beside its own keys and values:
-    ``all_gather`` gathers the whole sequence's keys and values (``context`` times this
-    device's) and its backward pass makes their gradient whole before the
-    reduce-scatter, so two such arrays; ``ring`` holds the shard being computed on and
-    the next one arriving, two of this device's size. Split by the tensor axes, as the
-    heads are."""
-    cp = sequence_shards(sizes)
-    if cp <= 1 or not isinstance(model, TransformerSpec):
-        return 0.0
-    local = float(tokens * model.kv_heads * (model.qk_head_dim + model.value_head_dim) * itemsize)
-    local /= sizes["tensor"]
-    return 2 * local * (cp if options.context.strategy == "all_gather" else 1)
 
 
 def _transposed_update(
     specs: Sequence[ParamSharding],
-    sizes: Mapping[str, int],
+    gathered_by: Mapping[str, int],
     itemsize: int,
     moments: int,
     arguments: int,
@@ -538,7 +475,7 @@ def _transposed_update(
     :data:`_REMAT_FRACTION` of ``hbm_bytes`` and there are moments to spare."""
     _, _, shard, split = next(spec for spec in specs if spec[0].path == "layers/0/kernel")
     kernel = math.prod(shard) * itemsize
-    whole = kernel * sizes["fsdp"] if split else 0
+    whole = kernel * gathered_by["layers/0/kernel"] if split else 0
     copies = (1 + moments) * kernel
     over = hbm_bytes is not None and arguments + whole + kernel + copies > (
         _REMAT_FRACTION * hbm_bytes
@@ -561,6 +498,19 @@ def hardware_memory(hw: Hardware) -> HardwareMemory:
             None if hw.host_memory_bytes is None else hw.host_memory_bytes // hw.devices_per_host
         ),
     }
+
+
+def check_optimizer(optimizer: str) -> None:
+    """Refuse an optimizer whose state the estimates do not know.
+
+    Raises:
+      PlanError: ``unknown_optimizer``.
+    """
+    if optimizer not in OPTIMIZER_STATE_FACTOR:
+        raise PlanError(
+            "unknown_optimizer",
+            f"optimizer {optimizer!r} is not one of {sorted(OPTIMIZER_STATE_FACTOR)}",
+        )
 
 
 def memory_estimate(
@@ -612,47 +562,68 @@ def memory_estimate(
       update's copies counted in ``temporaries`` (0 unless that moment is the peak).
     """
     model = model_spec(model)
-    roles = axis_roles(list(axes), roles)
-    if optimizer not in OPTIMIZER_STATE_FACTOR:
-        raise PlanError(
-            "unknown_optimizer",
-            f"optimizer {optimizer!r} is not one of {sorted(OPTIMIZER_STATE_FACTOR)}",
-        )
-    options = options or ParallelOptions()
-    sizes = role_sizes(axes, roles)
-    check_tensor_split(model, sizes["tensor"])
-    check_kinds_apply(model, axes, roles, options.context)  # experts, stages, context
-    cp, stages = sequence_shards(sizes), layer_shards(sizes)
-    tokens = tokens_per_device(model, global_batch, batch_shards(sizes), cp)
-    local_batch = global_batch // batch_shards(sizes)
-    shares = _pipeline_shares(model, sizes, local_batch, options)
+    check_optimizer(optimizer)
+    ctx = mesh_context(
+        model,
+        axes,
+        global_batch,
+        roles=roles,
+        options=options,
+        specs=None if specs is None else tuple(specs),
+    )
+    return step_memory(
+        ctx,
+        optimizer=optimizer,
+        hbm_bytes=hbm_bytes,
+        vmem_bytes=vmem_bytes,
+        dcn_axes=dcn_axes,
+        update_layout_copies=update_layout_copies,
+        usable_hbm_bytes=usable_hbm_bytes,
+        host_memory_bytes=host_memory_bytes,
+    )
+
+
+def step_memory(
+    ctx: MeshContext,
+    *,
+    optimizer: str = "adam",
+    hbm_bytes: int | None = None,
+    vmem_bytes: int | None = None,
+    dcn_axes: Collection[str] = (),
+    update_layout_copies: bool = False,
+    usable_hbm_bytes: int | None = None,
+    host_memory_bytes: int | None = None,
+) -> MemoryEstimate:
+    """:func:`memory_estimate` of a request's :class:`~datarax.parallel.context.MeshContext`
+    (its keyword arguments as there).
+
+    Raises:
+      PlanError: ``unknown_optimizer``.
+    """
+    check_optimizer(optimizer)
+    model, specs, tokens = ctx.model, ctx.specs, ctx.tokens
+    t = ctx.width_shards
+    shares = _pipeline_shares(ctx)
     itemsize = DTYPE_BYTES[model.dtype]
     param_itemsize = DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
-    specs = param_specs(model, axes, roles) if specs is None else specs
     params = sum(
-        math.prod(shard) * repeat_per_device(group, stages) * param_itemsize
+        math.prod(shard) * repeat_per_device(group, ctx.layer_shards) * param_itemsize
         for group, _, shard, _ in specs
     )
-    host_offload = int(_offloaded_bytes(model, sizes["tensor"], itemsize) * tokens * shares[0])
-    activations = _activation_bytes(model, sizes, tokens, itemsize, shares)
-    batch = local_batch * model.batch_bytes_per_example() // cp
-    optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer]
-    if options.shard_over_data:
-        optimizer_bytes //= math.prod(axes[a] for a in replica_axes(axes, roles))
-    gathered_by = {
-        group.path: math.prod(axes[a] for a in gather_axes(group, axes, roles))
-        for group, _, _, _ in specs
-    }
-    context_kv = _context_kv_bytes(model, sizes, tokens, itemsize, options)
+    host_offload = int(_offloaded_bytes(model, t, itemsize) * tokens * shares[0])
+    activations = _activation_bytes(ctx, itemsize, shares)
+    batch = ctx.local_batch * model.batch_bytes_per_example() // ctx.sequence_shards
+    optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer] // ctx.optimizer_shards
+    gathered_by = {group.path: ctx.gathered_by(group) for group, _, _, _ in specs}
     parts = _temporaries(
-        model, specs, sizes, gathered_by, tokens, itemsize, param_itemsize, shares, context_kv
+        model, specs, t, ctx.expert_shards, gathered_by, tokens, itemsize, param_itemsize, shares
     )
-    parts["stage_pass"] = _stage_pass_bytes(model, sizes, tokens, itemsize, local_batch, options)
+    parts.update({name: int(value) for name, value in ctx.kind_memory().items()})
     temporaries = sum(parts.values())
     grads, vmem = params, 0
     if vmem_bytes is not None and grads + activations + temporaries <= vmem_bytes:
         grads, vmem, activations, temporaries = _in_vmem(
-            grads, activations, temporaries, axes, roles, dcn_axes
+            grads, activations, temporaries, ctx, dcn_axes
         )
     total = params + grads + optimizer_bytes + activations + batch + temporaries
     usable = hbm_bytes if usable_hbm_bytes is None or hbm_bytes is None else usable_hbm_bytes
@@ -661,7 +632,7 @@ def memory_estimate(
     if update_layout_copies and isinstance(model, MLPSpec):
         arguments = params + optimizer_bytes + batch
         kernel, whole, copies = _transposed_update(
-            specs, sizes, itemsize, OPTIMIZER_STATE_FACTOR[optimizer], arguments, hbm_bytes
+            specs, gathered_by, itemsize, OPTIMIZER_STATE_FACTOR[optimizer], arguments, hbm_bytes
         )
         in_vmem = vmem_bytes is not None and kernel + copies <= vmem_bytes
         if not in_vmem and arguments + whole + kernel + copies > total:

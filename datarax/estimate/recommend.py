@@ -50,15 +50,15 @@ from datarax.estimate.factorisations import (
     fixed_sizes,
     search_space,
 )
-from datarax.specs.model_specs import ModelSpec, TransformerSpec, model_spec
 from datarax.estimate.results import Candidate, Recommendations, StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.json_types import JSONObject
 from datarax.parallel.axis_roles import axis_roles, batch_axes
-from datarax.parallel.kinds import KINDS, check_priced
+from datarax.parallel.kinds import KINDS, axes_where, check_priced
 from datarax.parallel.options import ParallelOptions
 from datarax.plan.layout import PlanCancelled
+from datarax.specs.model_specs import ModelSpec, TransformerSpec, model_spec
 
 __all__ = [
     "RANKING",
@@ -96,15 +96,18 @@ class SearchSpaceTooLarge(PlanError):
         return (type(self), (self.count, self.limit, self.suggestions))
 
 
-DENSE_AXES: tuple[str, ...] = ("data", "fsdp", "tensor")
+DENSE_AXES: tuple[str, ...] = tuple(k.name for k in KINDS.values() if k.searched == "always")
+"""The kinds a recommendation searches for every model (the registry's
+:attr:`~datarax.parallel.kinds.ParallelismKind.searched`): ``data``, ``fsdp``, ``tensor``."""
 
 
 def default_axes(model: ModelSpec) -> tuple[str, ...]:
-    """The axes a recommendation searches when the request names none: ``data``,
-    ``fsdp`` and ``tensor``, and ``expert`` after them when the model has experts
-    (MaxText's mesh order)."""
+    """The axes a recommendation searches when the request names none: the registry's
+    kinds searched always (``data``, ``fsdp``, ``tensor``) and, when the model has
+    experts, those searched for them (``expert``), in the registry's (MaxText's) order."""
     moe = isinstance(model, TransformerSpec) and model.is_moe
-    return (*DENSE_AXES, "expert") if moe else DENSE_AXES
+    wanted = ("always", "moe") if moe else ("always",)
+    return tuple(k.name for k in KINDS.values() if k.searched in wanted)
 
 
 def _check_axes(axes: Sequence[str]) -> list[str]:
@@ -268,7 +271,7 @@ def slow_model_axes(dcn: Mapping[str, int], roles: Mapping[str, str]) -> list[st
     return [
         name
         for name, size in dcn.items()
-        if size > 1 and KINDS[roles[name]].param_split in ("tensor_dim", "expert_dim")
+        if size > 1 and (KINDS[roles[name]].splits_width or KINDS[roles[name]].splits_experts)
     ]
 
 
@@ -615,8 +618,8 @@ class _Cluster:
         request["model"] = spec.to_json()
         request["optimizer"] = optimizer
         sizes = {name: ici[name] * dcn[name] for name in ici}
-        staged = any(KINDS[roles[n]].param_split == "layer_dim" and sizes[n] > 1 for n in sizes)
-        split = any(KINDS[roles[n]].splits_sequence and sizes[n] > 1 for n in sizes)
+        staged = bool(axes_where(sizes, lambda kind: kind.splits_layers, roles))
+        split = bool(axes_where(sizes, lambda kind: kind.splits_sequence, roles))
         pipe, context = self.options.pipeline, self.options.context
         if staged:
             request["pipeline"] = {

@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from datarax.specs.model_specs import DTYPE_BYTES, ModelSpec, TransformerSpec
 from datarax.estimate.results import StepPrediction
 from datarax.hardware.chips import Hardware
-from datarax.parallel.axis_roles import layer_shards, sequence_shards
+from datarax.parallel.context import MeshContext
+from datarax.specs.flops import attention_forward_flops, recompute_flops_per_token
+from datarax.specs.model_specs import DTYPE_BYTES, ModelSpec, TransformerSpec
 
 __all__ = [
     "CALIBRATION",
@@ -153,27 +154,6 @@ gradient and reads and writes the parameter and both moments; SGD the gradient a
 parameter."""
 
 
-def _layer_matmul_flops(model: TransformerSpec) -> dict[str, float]:
-    """Forward FLOPs per token of one layer's projections, by MaxText tensor name."""
-    d, f = model.d_model, model.ffn_width
-    qk, v = model.qk_head_dim, model.value_head_dim
-    return {
-        "query_proj": 2.0 * d * model.heads * qk,
-        "key_proj": 2.0 * d * model.kv_heads * qk,
-        "value_proj": 2.0 * d * model.kv_heads * v,
-        "out_proj": 2.0 * model.heads * v * d,
-        "mlpwi": 0.0 if model.mlp == "gated" else 2.0 * d * f,
-        "mlpwi_0": 2.0 * d * f if model.mlp == "gated" else 0.0,
-        "mlpwi_1": 2.0 * d * f if model.mlp == "gated" else 0.0,
-        "mlpwo": 2.0 * f * d,
-    }
-
-
-def _attention_forward_flops(model: TransformerSpec) -> float:
-    """Forward FLOPs per token of one layer's ``QK^T`` and ``AV``, non-causal."""
-    return 2.0 * model.seq_len * model.heads * (model.qk_head_dim + model.value_head_dim)
-
-
 def _dense_moe_flops(model: TransformerSpec, routed: float) -> tuple[float, float, float, float]:
     """``(experts forward, experts backward, masks forward, masks backward)`` FLOPs per
     token of the dense (capacity) kernel, on the matmul units: MaxText's
@@ -192,44 +172,6 @@ def _dense_moe_flops(model: TransformerSpec, routed: float) -> tuple[float, floa
     cf = model.capacity_factor
     mask = 2.0 * model.seq_len * model.experts_per_token * cf * model.d_model * model.moe_layers
     return 2.0 * routed * cf, 4.0 * routed * cf, 2.0 * mask, 3.0 * mask
-
-
-def recompute_flops_per_token(model: ModelSpec) -> tuple[float, float]:
-    """``(matmul, attention)`` forward FLOPs per token that the backward pass recomputes
-    under the model's remat policy.
-
-    A layer's backward pass needs the q/k/v projections (attention's backward), the
-    attention output (``context``, the out projection's weight gradient), the residual
-    stream after attention (``out_proj`` added to the input: the second norm's input) and
-    the MLP's input projections (``mlpwi_*``: the activation's gradient); never the down
-    projection's output (``mlpwo``), which only enters the residual sum. What the policy
-    does not keep (on the device or offloaded) is recomputed from the layer input: a
-    missing projection costs its matmul, a missing ``context`` the attention's forward,
-    and whatever a recomputed tensor needs and is not kept is recomputed first.
-    ``none`` recomputes nothing; ``full`` every needed forward matmul and the attention.
-    """
-    if not isinstance(model, TransformerSpec):
-        return (2.0 * model.matmul_params(), 0.0) if model.remat == "full" else (0.0, 0.0)
-    places = model.remat_places()
-    if places is None:
-        return 0.0, 0.0
-
-    def kept(name: str) -> bool:
-        return places.get(name) in ("device", "offload")
-
-    mm = _layer_matmul_flops(model)
-    matmul = 0.0
-    qkv = ("query_proj", "key_proj", "value_proj")
-    need_qkv = [n for n in qkv if not kept(n)]
-    attention = 0.0
-    if not kept("context"):  # the out projection's weight gradient needs it
-        attention = _attention_forward_flops(model)
-        need_qkv = list(qkv)
-    matmul += sum(mm[n] for n in need_qkv)
-    if not kept("out_proj"):
-        matmul += mm["out_proj"]
-    matmul += sum(mm[n] for n in ("mlpwi", "mlpwi_0", "mlpwi_1") if not kept(n))
-    return model.layers * matmul, model.layers * attention
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, t: int) -> float:
@@ -252,14 +194,15 @@ def _elementwise_bytes_per_token(model: ModelSpec, t: int) -> float:
 def predict_step(
     model: ModelSpec,
     hw: Hardware,
-    sizes: Mapping[str, int],
+    ctx: MeshContext,
     *,
     calibration: Calibration | None = None,
     **inputs: Any,
 ) -> StepPrediction:
     """Predicted wall time of one training step on one device, and what makes it up.
 
-    The model (per device; ``t`` the tensor size, tokens this device's data shard):
+    The model (per device; ``t`` the context's compute shards, the width axes times the
+    stages; tokens this device's data and context shard):
 
     - matmuls: ``(6 N tokens + recomputed forward) / t`` FLOPs at ``matmul`` times the
       compute dtype's peak (``Hardware.peak_flops``);
@@ -283,10 +226,9 @@ def predict_step(
     Args:
       model: the spec.
       hw: the hardware.
-      sizes: ``{"data", "fsdp", "tensor"}`` role sizes.
+      ctx: the request's mesh context (its tokens, shard counts and pipeline).
       calibration: constants; default :data:`CALIBRATION` for ``hw.kind``.
       inputs: :func:`step_components`' keywords:
-      tokens: tokens per device (its data x fsdp shard of the global batch).
       param_bytes: bytes of this device's parameter shards.
       collectives: :func:`cost.estimate_step`'s entries (``phase``, ``seconds``).
       host_offload_bytes: bytes this device offloads per step.
@@ -302,22 +244,19 @@ def predict_step(
       ``gap`` says in one line what the difference is made of.
     """
     cal = calibration or CALIBRATION.get(hw.kind, CALIBRATION["gpu"])
-    parts = step_components(model, hw, sizes, **inputs)
+    parts = step_components(model, hw, ctx, **inputs)
     return combine(parts, cal)
 
 
 def step_components(
     model: ModelSpec,
     hw: Hardware,
-    sizes: Mapping[str, int],
+    ctx: MeshContext,
     *,
-    tokens: int,
     param_bytes: int,
     collectives: Sequence[Mapping[str, Any]],
     host_offload_bytes: int,
     optimizer: str = "adam",
-    bubble_fraction: float = 0.0,
-    load_balance: bool = True,
 ) -> dict[str, float]:
     """The step's parts in seconds at 100% of peak and of HBM bandwidth, before
     calibration (see :func:`predict_step`; :func:`combine` applies a
@@ -336,7 +275,9 @@ def step_components(
     this device's share of the sequence); without ``load_balance`` a causal mask leaves
     the last shard ``(2 context - 1) / context`` times the mean's attention work, which
     the step waits for."""
-    t = max(1, int(sizes.get("tensor", 1))) * layer_shards(sizes)
+    t, tokens = ctx.compute_shards, ctx.tokens
+    bubble_fraction = ctx.pipeline.bubble_fraction if ctx.pipeline else 0.0
+    load_balance = ctx.options.context.load_balance
     peak = hw.peak_flops(model.dtype)
     n_matmul = model.matmul_params()
     routed_model = 0.0
@@ -351,14 +292,14 @@ def step_components(
         else:
             experts = _dense_moe_flops(model, routed_model)
     if isinstance(model, TransformerSpec):
-        attn_fwd = model.layers * _attention_forward_flops(model)
+        attn_fwd = model.layers * attention_forward_flops(model)
         flash = model.attention == "flash"
     else:
         attn_fwd, flash = 0.0, False
     re_mm, re_attn = recompute_flops_per_token(model)
     per_device = tokens / t
     if flash:  # the causal half skipped; the backward kernel recomputes the scores
-        cp = sequence_shards(sizes)
+        cp = ctx.sequence_shards
         slowest = 1.0 if load_balance or cp <= 1 else (2 * cp - 1) / cp
         at_fwd, at_bwd = 0.5 * slowest * attn_fwd, 0.5 * slowest * (2.5 * attn_fwd + re_attn)
     else:
@@ -394,7 +335,7 @@ def step_components(
         "comm_bwd": comm["backward"],
         "calls_fwd": float(calls["forward"]),
         "calls_bwd": float(calls["backward"]),
-        "layers": model.layers / layer_shards(sizes) if isinstance(model, TransformerSpec) else 0.0,
+        "layers": model.layers / ctx.layer_shards if isinstance(model, TransformerSpec) else 0.0,
         "offload": host_offload_bytes / link if link > 0 and host_offload_bytes else 0.0,
         "roofline_fwd": model_flops / 3 / peak,
         "roofline_bwd": 2 * model_flops / 3 / peak + re_mm * per_device / peak,

@@ -37,8 +37,6 @@ from typing import Any, TypedDict
 import numpy as np
 
 from datarax.errors import PlanError
-from datarax.specs.model_specs import MLA_FIELDS, MOE_FIELDS, TransformerSpec, model_spec
-from datarax.specs.named_models import named_model
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import HardwareLayout, plan_hardware_devices
 from datarax.json_types import JSONObject
@@ -59,6 +57,8 @@ from datarax.launch.maxtext_config import (
 )
 from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
 from datarax.parallel.axis_roles import axis_roles, check_named_kinds
+from datarax.specs.model_specs import MLA_FIELDS, MOE_FIELDS, TransformerSpec, model_spec
+from datarax.specs.named_models import named_model
 
 __all__ = [
     "LIBTPU_INIT_ARGS",

@@ -27,8 +27,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datarax.errors import PlanError
-from datarax.specs.model_specs import REMAT_POLICIES, REMAT_TENSORS
-from datarax.specs.named_models import MODELS
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.entry import Hardware
 from datarax.hardware.tpu_slices import parse_tpu_topology
@@ -57,6 +55,8 @@ from datarax.launch.maxtext_config import (
     parse_value,
 )
 from datarax.parallel.kinds import kind_of_axis
+from datarax.specs.model_specs import REMAT_POLICIES, REMAT_TENSORS
+from datarax.specs.named_models import MODELS
 
 __all__ = ["plan_request_from_maxtext"]
 

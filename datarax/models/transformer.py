@@ -39,12 +39,12 @@ import numpy as np
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from datarax.specs.model_specs import TransformerSpec, model_spec
 from datarax.models.attention import attention
 from datarax.models.layout import ActivationLayout
 from datarax.models.moe import moe_block
 from datarax.models.pipeline import WEIGHTS, StagePlan, pipelined_layers
 from datarax.models.ring import ring_attention
+from datarax.specs.model_specs import TransformerSpec, model_spec
 
 __all__ = [
     "ActivationLayout",

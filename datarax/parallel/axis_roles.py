@@ -23,7 +23,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from datarax.errors import PlanError
-from datarax.specs.model_specs import ModelSpec, ParamGroup, TransformerSpec
 from datarax.parallel.kinds import (
     KINDS,
     PRICED_KINDS,
@@ -34,7 +33,9 @@ from datarax.parallel.kinds import (
     kinds_by_alias,
 )
 from datarax.parallel.options import ContextParallel, check_context_split, check_stage_split
+from datarax.parallel.terms import repeat_per_device
 from datarax.plan.layout import SpecEntry
+from datarax.specs.model_specs import ModelSpec, ParamGroup, TransformerSpec
 
 __all__ = [
     "AXIS_ROLES",
@@ -150,10 +151,15 @@ def check_kinds_apply(
             int(size) for name, size in axes.items() if name in roles and wanted(KINDS[roles[name]])
         )
 
-    check_expert_split(model, product(lambda kind: kind.param_split == "expert_dim"))
-    stages = product(lambda kind: kind.param_split == "layer_dim")
+    check_expert_split(model, product(lambda kind: kind.splits_experts))
+    stages = product(lambda kind: kind.splits_layers)
     context = product(lambda kind: kind.splits_sequence)
-    for what, size in (("pipeline stages", stages), ("a context axis", context)):
+    stream = product(lambda kind: kind.splits_stream)
+    for what, size in (
+        ("pipeline stages", stages),
+        ("a context axis", context),
+        ("a sequence axis", stream),
+    ):
         if size > 1 and not isinstance(model, TransformerSpec):
             raise PlanError(
                 "invalid_parallelism",
@@ -164,6 +170,14 @@ def check_kinds_apply(
     if isinstance(model, TransformerSpec):
         check_stage_split(model.layers, stages)
         check_context_split(model.seq_len, context, context_options or ContextParallel())
+        if stream > 1 and model.seq_len % (stream * context):
+            raise PlanError(
+                "invalid_parallelism",
+                f"the sequence axes ({stream}) split each context shard's "
+                f"{model.seq_len // context} tokens along the sequence between the "
+                "tensor-parallel regions, and do not divide them: use a sequence size "
+                f"dividing {model.seq_len // context}, or put those devices on tensor",
+            )
 
 
 def role_axes(axes: Mapping[str, int], roles: Mapping[str, str], role: str) -> tuple[str, ...]:
@@ -289,16 +303,6 @@ def sequence_shards(sizes: Mapping[str, int]) -> int:
     """How many shards each sequence splits into: the product of the sizes of the
     priced kinds that split it (``context``), from :func:`role_sizes`."""
     return math.prod(sizes[k] for k in PRICED_KINDS if KINDS[k].splits_sequence)
-
-
-def repeat_per_device(group: ParamGroup, stages: int) -> int:
-    """How many of a group's stacked layers one device holds: a stacked per-layer group
-    (``layers/*/...``) splits its layers over the stages (the most a stage holds, where
-    they do not divide: a DeepSeek-V3's 3 dense layers over 8 stages leave 1 on some);
-    every other group is whole on every stage."""
-    if "*" not in group.path or stages <= 1:
-        return group.repeat
-    return -(-group.repeat // stages)
 
 
 def tokens_per_device(

@@ -2,18 +2,21 @@
 prices, shards, lays out, recommends, compiles or launches a mesh.
 
 A mesh axis has one *kind* (its role): ``data``, ``fsdp``, ``tensor``, ``expert``,
-``stage`` or ``context`` today, with ``ulysses``, ``sequence``, ``diloco`` and
+``stage``, ``context`` or ``sequence`` today, with ``ulysses``, ``diloco`` and
 ``autoregressive`` known by name but not priced yet. An axis takes the kind its name
 says: the kind's own name or one of its :attr:`ParallelismKind.aliases` (``batch`` is
 ``data``, ``model`` is ``tensor``, MaxText's ``fsdp_transpose`` is ``fsdp``). A name no
-kind claims is refused;
-so is an axis over 1 of a kind that is not priced (:func:`check_priced`): one kind is
-never taken for another.
+kind claims is refused; so is an axis over 1 of a kind that is not priced
+(:func:`check_priced`): one kind is never taken for another.
 
-Adding a kind is one :class:`ParallelismKind` in :data:`KINDS` plus its tests; the
-estimates read :attr:`~ParallelismKind.splits_batch`, :attr:`~ParallelismKind.param_split`
-and :attr:`~ParallelismKind.collectives`, the MaxText mapping
-:attr:`~ParallelismKind.maxtext_axes`.
+An entry drives, it does not describe: what a kind splits (the batch, the sequence, the
+residual stream, a parameter dimension) builds the request's
+:class:`~datarax.parallel.context.MeshContext`, whose shard counts the memory and step-time
+estimates read; its :attr:`~ParallelismKind.traffic` term is its collectives and its
+:attr:`~ParallelismKind.memory` term its own transient bytes
+(:mod:`datarax.parallel.terms`); :attr:`~ParallelismKind.maxtext_axes` is its MaxText
+mapping. Adding a kind is one :class:`ParallelismKind` in :data:`KINDS`, its terms and
+its tests.
 
 Plain data, no NumPy and no JAX: the HTTP process plans with it.
 
@@ -21,23 +24,28 @@ Example:
   >>> kind_of_axis("batch").name
   'data'
   >>> [k.name for k in KINDS.values() if k.priced]
-  ['data', 'fsdp', 'tensor', 'expert', 'stage', 'context']
+  ['data', 'fsdp', 'tensor', 'expert', 'stage', 'context', 'sequence']
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from datarax.errors import PlanError
 from datarax.names import did_you_mean
+from datarax.parallel import terms
+from datarax.parallel.terms import MemoryTerm, TrafficTerm
 
 __all__ = [
     "KINDS",
     "PRICED_KINDS",
+    "axes_where",
+    "kinds_of",
+    "shards_where",
     "ParamSplit",
-    "CollectiveTerm",
     "ParallelismKind",
     "check_compiled",
     "check_priced",
@@ -56,23 +64,6 @@ rules do), or the layers of the stacked per-layer groups (pipeline stages: MaxTe
 
 
 @dataclass(frozen=True)
-class CollectiveTerm:
-    """One collective a kind adds to a training step.
-
-    Attributes:
-      op: ``all-reduce``, ``all-gather``, ``reduce-scatter``, ``all-to-all`` or
-        ``send-recv``, as ``step_estimate.breakdown.collectives`` names them.
-      operand: what travels: ``gradients``, ``params``, ``activations``, ``tokens`` or
-        ``keys and values``.
-      when: when in the step it runs, in words.
-    """
-
-    op: str
-    operand: str
-    when: str
-
-
-@dataclass(frozen=True)
 class ParallelismKind:
     """One kind of parallelism and everything the library needs to know of it.
 
@@ -84,15 +75,22 @@ class ParallelismKind:
       splits_batch: whether the axis splits the global batch (its size divides it).
       splits_sequence: whether the axis splits each sequence (context parallelism: its
         size divides the sequence length).
+      splits_stream: whether the axis splits the residual stream along the sequence
+        between the width-split regions (sequence parallelism; MaxText's
+        ``activation_norm_length``): its size divides the sequence length.
       compiled: whether the library's program (:mod:`datarax.spmd.compile_step`) builds
         the kind; compile checks refuse the others with ``invalid_parallelism`` while
         plans price them.
       param_split: which parameter dimension the axis splits (:data:`ParamSplit`).
-      shards_state: whether gradients and optimizer state are split with the
-        parameters (fsdp), rather than held whole wherever the parameters are.
-      collectives: what it adds to a step, in order.
+      traffic: what one axis of the kind moves in a step
+        (:data:`~datarax.parallel.terms.TrafficTerm`): the step estimate's collectives
+        are these terms, priced on the axis's link.
+      memory: the transient bytes the kind adds on each device
+        (:data:`~datarax.parallel.terms.MemoryTerm`), or ``None``.
       maxtext_axes: MaxText's mesh axes of this kind (``base.yml`` ``mesh_axes``); the
         first is where a plan's axis of this kind goes in a launch config.
+      searched: whether a recommendation searches an axis of this kind when the request
+        names none: ``always``, for models with experts only (``moe``), or ``never``.
       summary: one sentence for error messages and docs.
     """
 
@@ -101,16 +99,35 @@ class ParallelismKind:
     priced: bool
     splits_batch: bool
     param_split: ParamSplit
-    shards_state: bool
-    collectives: tuple[CollectiveTerm, ...]
     maxtext_axes: tuple[str, ...]
     summary: str
+    traffic: TrafficTerm | None = None
+    memory: MemoryTerm | None = None
     splits_sequence: bool = False
+    splits_stream: bool = False
     compiled: bool = False
+
+    searched: Literal["always", "moe", "never"] = "never"
 
     def names(self) -> tuple[str, ...]:
         """The kind's name and aliases: every axis name that takes this kind."""
         return (self.name, *self.aliases)
+
+    @property
+    def splits_width(self) -> bool:
+        """Whether the axis splits the parameters' tensor dimension (heads, MLP,
+        vocabulary) and the activations with them (tensor, sequence)."""
+        return self.param_split == "tensor_dim"
+
+    @property
+    def splits_experts(self) -> bool:
+        """Whether the axis splits the routed experts of mixture-of-experts layers."""
+        return self.param_split == "expert_dim"
+
+    @property
+    def splits_layers(self) -> bool:
+        """Whether the axis splits the stacked layers into pipeline stages."""
+        return self.param_split == "layer_dim"
 
 
 def _kind(name: str, **fields: object) -> tuple[str, ParallelismKind]:
@@ -122,56 +139,49 @@ KINDS: Mapping[str, ParallelismKind] = dict(
         _kind(
             "data",
             aliases=("batch", "replica"),
+            searched="always",
             compiled=True,
             priced=True,
             splits_batch=True,
             param_split="none",
-            shards_state=False,
-            collectives=(CollectiveTerm("all-reduce", "gradients", "once per step"),),
             maxtext_axes=("data",),
+            traffic=terms.data_traffic,
             summary="splits the batch; parameters whole on every device, gradients all-reduced",
         ),
         _kind(
             "fsdp",
             aliases=("fsdp_transpose",),
+            searched="always",
             compiled=True,
             priced=True,
             splits_batch=True,
             param_split="first_divisible",
-            shards_state=True,
-            collectives=(
-                CollectiveTerm("all-gather", "params", "each layer, forward and backward"),
-                CollectiveTerm("reduce-scatter", "gradients", "once per step"),
-            ),
             maxtext_axes=("fsdp", "fsdp_transpose"),
+            traffic=terms.gathered_param_traffic,
             summary="splits the batch and the parameters, gradients and optimizer state",
         ),
         _kind(
             "tensor",
             aliases=("model",),
+            searched="always",
             compiled=True,
             priced=True,
             splits_batch=False,
             param_split="tensor_dim",
-            shards_state=True,
-            collectives=(CollectiveTerm("all-reduce", "activations", "after each row matmul"),),
             maxtext_axes=("tensor",),
+            traffic=terms.tensor_traffic,
             summary="splits heads, the MLP and the vocabulary (Megatron-style)",
         ),
         _kind(
             "expert",
             aliases=(),
+            searched="moe",
             priced=True,
             compiled=True,
             splits_batch=True,
             param_split="expert_dim",
-            shards_state=True,
-            collectives=(
-                CollectiveTerm("all-to-all", "tokens", "each MoE layer, dispatch and combine"),
-                CollectiveTerm("all-gather", "params", "the non-expert weights, as fsdp"),
-                CollectiveTerm("reduce-scatter", "gradients", "the non-expert weights, as fsdp"),
-            ),
             maxtext_axes=("expert",),
+            traffic=terms.expert_traffic,
             summary="splits the experts of mixture-of-experts layers (the batch and the other "
             "weights as fsdp); tokens reach their experts by all-to-all",
         ),
@@ -182,12 +192,9 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             compiled=True,
             splits_batch=False,
             param_split="layer_dim",
-            shards_state=True,
-            collectives=(
-                CollectiveTerm("send-recv", "activations", "each microbatch, to the next stage"),
-                CollectiveTerm("send-recv", "gradients", "each microbatch, to the stage before"),
-            ),
             maxtext_axes=("stage",),
+            traffic=terms.stage_traffic,
+            memory=terms.stage_pass_bytes,
             summary="splits the layers into pipeline stages, each holding its layers; "
             "microbatches pass stage to stage",
         ),
@@ -199,15 +206,9 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             splits_sequence=True,
             compiled=True,
             param_split="first_divisible",
-            shards_state=True,
-            collectives=(
-                CollectiveTerm(
-                    "all-gather", "keys and values", "each attention layer (or a ring of them)"
-                ),
-                CollectiveTerm("all-gather", "params", "each layer, as fsdp"),
-                CollectiveTerm("reduce-scatter", "gradients", "once per step, as fsdp"),
-            ),
             maxtext_axes=("context",),
+            traffic=terms.context_traffic,
+            memory=terms.context_kv_bytes,
             summary="splits each sequence for attention (keys and values gathered or passed "
             "round a ring; the weights as fsdp)",
         ),
@@ -218,21 +219,21 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             splits_batch=False,
             splits_sequence=True,
             param_split="first_divisible",
-            shards_state=True,
-            collectives=(CollectiveTerm("all-to-all", "heads", "each attention layer"),),
             maxtext_axes=("context_usp_ulysses",),
             summary="Ulysses context parallelism: heads exchanged by all-to-all for attention",
         ),
         _kind(
             "sequence",
             aliases=("tensor_sequence",),
-            priced=False,
+            priced=True,
             splits_batch=False,
-            param_split="none",
-            shards_state=False,
-            collectives=(),
+            splits_stream=True,
+            param_split="tensor_dim",
             maxtext_axes=("tensor_sequence",),
-            summary="splits the sequence of the activations outside attention",
+            traffic=terms.sequence_traffic,
+            summary="sequence parallelism (Megatron's; MaxText's tensor_sequence): the weights "
+            "split as tensor splits them, the activations between them along the sequence; "
+            "reduce-scatter and all-gather in place of tensor's all-reduce",
         ),
         _kind(
             "diloco",
@@ -240,8 +241,6 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             priced=False,
             splits_batch=True,
             param_split="none",
-            shards_state=False,
-            collectives=(),
             maxtext_axes=("diloco",),
             summary="DiLoCo replicas, synchronised every few steps",
         ),
@@ -251,8 +250,6 @@ KINDS: Mapping[str, ParallelismKind] = dict(
             priced=False,
             splits_batch=False,
             param_split="none",
-            shards_state=False,
-            collectives=(),
             maxtext_axes=("autoregressive", "context_autoregressive"),
             summary="MaxText's axis for autoregressive decoding (inference)",
         ),
@@ -262,7 +259,7 @@ KINDS: Mapping[str, ParallelismKind] = dict(
 
 PRICED_KINDS: tuple[str, ...] = tuple(name for name, kind in KINDS.items() if kind.priced)
 """The kinds the estimates price: ``('data', 'fsdp', 'tensor', 'expert', 'stage',
-'context')``."""
+'context', 'sequence')``."""
 
 
 def kinds_by_alias() -> dict[str, ParallelismKind]:
@@ -302,6 +299,40 @@ def kind_of_axis(name: str, role: str | None = None) -> ParallelismKind:
             library_hint=f". In Python, roles={{{name!r}: 'data'}} gives an axis a kind",
         )
     return kind
+
+
+def kinds_of(
+    axes: Mapping[str, int], roles: Mapping[str, str] | None = None
+) -> dict[str, ParallelismKind]:
+    """``{axis: kind}``: ``roles`` where given, else the kinds the names say; names no
+    kind claims are left out (a plan without a model may name axes freely)."""
+    if roles is not None:
+        return {name: KINDS[roles[name]] for name in axes}
+    return {name: _BY_ALIAS[name] for name in axes if name in _BY_ALIAS}
+
+
+def axes_where(
+    axes: Mapping[str, int],
+    wanted: Callable[[ParallelismKind], bool],
+    roles: Mapping[str, str] | None = None,
+) -> tuple[str, ...]:
+    """The axes over 1 whose kind ``wanted`` accepts (:func:`kinds_of`), mesh order.
+
+    Example:
+      >>> axes_where({"data": 2, "stage": 4, "x": 8}, lambda kind: kind.splits_layers)
+      ('stage',)
+    """
+    kinds = kinds_of(axes, roles)
+    return tuple(a for a, n in axes.items() if int(n) > 1 and a in kinds and wanted(kinds[a]))
+
+
+def shards_where(
+    axes: Mapping[str, int],
+    wanted: Callable[[ParallelismKind], bool],
+    roles: Mapping[str, str] | None = None,
+) -> int:
+    """The product of the sizes of :func:`axes_where`'s axes (1 when there are none)."""
+    return math.prod(int(axes[a]) for a in axes_where(axes, wanted, roles))
 
 
 def check_priced(axes: Mapping[str, int], roles: Mapping[str, str]) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datarax.errors import PlanError
+from datarax.json_types import JSONObject
 from datarax.specs.model_fields import (
     DTYPE_BYTES,
     MAXTEXT_REMAT,
@@ -48,7 +49,6 @@ from datarax.specs.model_fields import (
     transformer_fields,
 )
 from datarax.specs.named_models import named_model
-from datarax.json_types import JSONObject
 
 __all__ = [
     "DTYPE_BYTES",

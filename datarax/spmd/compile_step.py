@@ -62,7 +62,6 @@ from jax.sharding import PartitionSpec as P
 from jax.tree_util import PyTreeDef
 
 from datarax.errors import PlanError
-from datarax.specs.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 from datarax.models import ActivationLayout, make_optimizer, transformer_loss_fn
 from datarax.models.pipeline import StagePlan
 from datarax.parallel.axis_roles import (
@@ -74,6 +73,7 @@ from datarax.parallel.axis_roles import (
 )
 from datarax.parallel.kinds import KINDS, check_compiled
 from datarax.parallel.options import Pipeline, check_program_builds, pipeline_shape
+from datarax.specs.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 
 __all__ = [
     "COLLECTIVE_KINDS",

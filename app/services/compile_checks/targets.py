@@ -40,11 +40,11 @@ from app.schemas.base import optimizer_name, shards_over_data
 from app.schemas.compile_checks import CompileCheckRequest
 from datarax.errors import PlanError
 from datarax.estimate.memory import hardware_memory, memory_estimate
-from datarax.specs.model_specs import TransformerSpec, model_spec
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.entry import Hardware
-from datarax.parallel.kinds import check_compiled, kinds_by_alias
+from datarax.parallel.kinds import check_compiled, kinds_by_alias, shards_where
 from datarax.parallel.options import ParallelOptions, check_program_builds
+from datarax.specs.model_specs import TransformerSpec, model_spec
 
 PROGRAM_VERSION = 6
 """Bumped when :mod:`datarax.spmd.compile_step` builds a different program, or a
@@ -332,8 +332,8 @@ def _check_buildable(plan: Mapping[str, Any]) -> None:
         raise from_library(error) from None
     try:
         check_program_builds(
-            stages=math.prod(n for a, n in axes.items() if kinds[a].param_split == "layer_dim"),
-            context=math.prod(n for a, n in axes.items() if kinds[a].splits_sequence),
+            stages=shards_where(axes, lambda kind: kind.splits_layers),
+            context=shards_where(axes, lambda kind: kind.splits_sequence),
             schedule=(plan.get("pipeline") or {}).get("schedule"),
             strategy=(plan.get("context_parallel") or {}).get("strategy"),
         )

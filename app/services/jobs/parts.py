@@ -44,8 +44,8 @@ from app.storage.parts import (
     source_order,
 )
 from app.storage.reduced_text import object_texts, scalar_floats
-from datarax.errors import MetricsError
 from datarax.distributed.typing import NanPolicy, ReduceOp
+from datarax.errors import MetricsError
 from datarax.metrics.merge import merge_steps
 
 type PartsOfSteps = list[tuple[str, dict[str, np.ndarray]]]

@@ -18,8 +18,8 @@ from app.core import channel, errors
 from app.core.channel import ArrayError
 from app.runtime import server
 from app.runtime.environment import runtime_environment
-from datarax.errors import PlanError
 from datarax.distributed.metrics import MetricsError
+from datarax.errors import PlanError
 from tests.helpers import PROJECT_ROOT
 
 

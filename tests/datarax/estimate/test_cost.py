@@ -23,9 +23,9 @@ from datarax.estimate.cost import (
     collective_seconds,
     estimate_step,
 )
-from datarax.specs.model_specs import model_spec
 from datarax.hardware.chips import AxisLink, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
+from datarax.specs.model_specs import model_spec
 
 D_MODEL, D_FF = 4096, 16384
 MLP_BLOCK = {"kind": "mlp", "features": [D_MODEL, D_FF, D_MODEL], "dtype": "bfloat16"}

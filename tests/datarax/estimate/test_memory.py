@@ -7,11 +7,11 @@ import pytest
 
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.memory import memory_estimate
-from datarax.specs.model_specs import model_spec
-from datarax.estimate.step_time import recompute_flops_per_token
 from datarax.hardware.chips import AxisLink, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.parallel.axis_roles import axis_roles, param_specs
+from datarax.specs.flops import recompute_flops_per_token
+from datarax.specs.model_specs import model_spec
 from tests.datarax.estimate.test_cost import D_FF, D_MODEL, MLP_BLOCK, TRANSFORMER
 
 

@@ -10,10 +10,10 @@ import pytest
 from datarax.errors import PlanError
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.memory import dispatch_factor, memory_estimate
-from datarax.specs.model_specs import model_spec
 from datarax.estimate.recommend import default_axes
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.parallel.axis_roles import axis_roles, param_specs
+from datarax.specs.model_specs import model_spec
 
 D, F, E, K, L, V = 256, 512, 8, 2, 4, 1000
 MOE = {

@@ -10,13 +10,13 @@ import pytest
 
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.memory import hardware_memory, memory_estimate
+from datarax.hardware.chips import HARDWARE, get_hardware
+from datarax.hardware.topology import plan_hardware_devices
 from datarax.specs.model_specs import (
     TransformerSpec,
     model_spec,
 )
 from datarax.specs.named_models import MODELS, models_json
-from datarax.hardware.chips import HARDWARE, get_hardware
-from datarax.hardware.topology import plan_hardware_devices
 
 # Parameter counts the model cards and papers publish (billions).
 PUBLISHED = {

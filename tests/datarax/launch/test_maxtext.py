@@ -18,7 +18,6 @@ import pytest
 from app.schemas.meshes import MeshPlanRequest
 from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
 from datarax.errors import PlanError
-from datarax.specs.model_specs import model_spec
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.launch.maxtext import (
     LIBTPU_INIT_ARGS,
@@ -30,6 +29,7 @@ from datarax.launch.maxtext import (
     parse_maxtext_args,
     plan_request_from_maxtext,
 )
+from datarax.specs.model_specs import model_spec
 
 _STEM = {axis: "pipeline" if axis == "stage" else axis for axis in MAXTEXT_MESH_AXES}
 

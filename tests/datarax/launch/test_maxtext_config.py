@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from datarax.errors import PlanError
-from datarax.specs.named_models import MODELS, named_model
 from datarax.launch.maxtext_config import (
     MAXTEXT_MESH_AXES,
     MAXTEXT_MODELS,
@@ -16,6 +15,7 @@ from datarax.launch.maxtext_config import (
     parse_maxtext_args,
     parse_value,
 )
+from datarax.specs.named_models import MODELS, named_model
 
 
 def test_every_named_model_has_maxtext_figures():

@@ -14,10 +14,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from datarax.specs.model_specs import model_spec
 from datarax.models import ActivationLayout, Transformer, synthetic_tokens, transformer_loss_fn
 from datarax.models.layout import balanced_order
 from datarax.models.transformer import transformer_forward
+from datarax.specs.model_specs import model_spec
 
 DENSE = {"kind": "transformer", "layers": 2, "d_model": 32, "d_ff": 64, "heads": 4,
          "kv_heads": 2, "vocab": 61, "seq_len": 32, "dtype": "float32"}  # fmt: skip

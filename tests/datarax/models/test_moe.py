@@ -15,10 +15,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from datarax.specs.model_specs import model_spec
 from datarax.models import ActivationLayout, Transformer, synthetic_tokens, transformer_loss_fn
 from datarax.models.moe import moe_block
 from datarax.models.transformer import _Compute
+from datarax.specs.model_specs import model_spec
 
 MOE = {"kind": "transformer", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 4,
        "kv_heads": 2, "vocab": 61, "seq_len": 16, "dtype": "float32", "num_experts": 4,

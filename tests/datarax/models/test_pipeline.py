@@ -14,9 +14,9 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from datarax.specs.model_specs import model_spec
 from datarax.models import ActivationLayout, Transformer, synthetic_tokens, transformer_loss_fn
 from datarax.models.pipeline import StagePlan, stored_layer_order
+from datarax.specs.model_specs import model_spec
 
 DENSE = {"kind": "transformer", "layers": 8, "d_model": 32, "d_ff": 64, "heads": 4,
          "kv_heads": 2, "vocab": 61, "seq_len": 16, "dtype": "float32"}  # fmt: skip

@@ -18,7 +18,6 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
-from datarax.specs.model_specs import REMAT_POLICIES, model_spec
 from datarax.models import (
     ActivationLayout,
     Transformer,
@@ -27,6 +26,7 @@ from datarax.models import (
     transformer_loss_fn,
 )
 from datarax.models.transformer import transformer_forward
+from datarax.specs.model_specs import REMAT_POLICIES, model_spec
 from datarax.spmd.train_step import spmd_train_step
 from tests.datarax.support import data_mesh
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from datarax.errors import PlanError
-from datarax.specs.model_specs import model_spec
 from datarax.parallel.axis_roles import (
     AXIS_ROLES,
     axis_roles,
@@ -16,6 +15,7 @@ from datarax.parallel.axis_roles import (
     role_sizes,
     tokens_per_device,
 )
+from datarax.specs.model_specs import model_spec
 
 MLP = model_spec({"kind": "mlp", "features": [16, 64, 16]})
 TRANSFORMER = model_spec({"kind": "transformer", "layers": 2, "d_model": 64, "d_ff": 256,
@@ -27,7 +27,7 @@ def test_roles_follow_names_or_what_is_given():
         "batch": "data", "fsdp": "fsdp", "model": "tensor",
     }  # fmt: skip
     assert axis_roles(["x", "y"], {"x": "data", "y": "tensor"}) == {"x": "data", "y": "tensor"}
-    assert set(AXIS_ROLES) == {"data", "fsdp", "tensor", "expert", "stage", "context"}
+    assert set(AXIS_ROLES) == {"data", "fsdp", "tensor", "expert", "stage", "context", "sequence"}
 
 
 @pytest.mark.parametrize(
@@ -46,7 +46,7 @@ def test_sizes_and_axes_by_role():
     axes = {"data": 2, "fsdp": 4, "tensor": 1, "replica": 3}
     roles = axis_roles(list(axes))
     assert role_sizes(axes, roles) == {
-        "data": 6, "fsdp": 4, "tensor": 1, "expert": 1, "stage": 1, "context": 1,
+        "data": 6, "fsdp": 4, "tensor": 1, "expert": 1, "stage": 1, "context": 1, "sequence": 1,
     }  # fmt: skip
     assert role_axes(axes, roles, "data") == ("data", "replica")
     assert role_axes(axes, roles, "tensor") == ()  # size-1 axes split nothing

@@ -15,7 +15,9 @@ def test_every_name_claims_one_kind():
     names = [name for kind in KINDS.values() for name in kind.names()]
     assert len(names) == len(set(names))  # no name is two kinds
     assert set(kinds_by_alias()) == set(names)
-    assert AXIS_ROLES == PRICED_KINDS == ("data", "fsdp", "tensor", "expert", "stage", "context")
+    assert AXIS_ROLES == PRICED_KINDS == (
+        "data", "fsdp", "tensor", "expert", "stage", "context", "sequence",
+    )  # fmt: skip
 
 
 def test_maxtext_axes_are_each_one_kind():
@@ -70,11 +72,12 @@ def test_unpriced_kinds_over_one_are_refused(kind):
         "expert": 1,
         "stage": 1,
         "context": 1,
+        "sequence": 1,
     }
 
 
 def test_priced_kinds_carry_what_the_estimates_read():
-    data, fsdp, tensor, expert, stage, context = (KINDS[k] for k in PRICED_KINDS)
+    data, fsdp, tensor, expert, stage, context, sequence = (KINDS[k] for k in PRICED_KINDS)
     assert data.splits_batch and fsdp.splits_batch and not tensor.splits_batch
     assert expert.splits_batch  # as fsdp, in MaxText's rules
     assert (data.param_split, fsdp.param_split, tensor.param_split, expert.param_split) == (
@@ -83,17 +86,21 @@ def test_priced_kinds_carry_what_the_estimates_read():
         "tensor_dim",
         "expert_dim",
     )
-    assert fsdp.shards_state and not data.shards_state
     # stages split the layers; a context axis the sequence, its weights as fsdp (MaxText's
     # embed rule lists context beside fsdp)
     assert stage.param_split == "layer_dim" and not stage.splits_batch
     assert context.splits_sequence and not context.splits_batch
     assert context.param_split == "first_divisible"
-    assert [t.op for t in stage.collectives] == ["send-recv", "send-recv"]
-    # the library's program builds every priced kind (stages as gpipe and circular
-    # pipelines, context as all_gather); compile checks refuse the unpriced ones
+    # sequence parallelism: the weights as tensor, the residual stream along the sequence
+    assert sequence.param_split == "tensor_dim" and sequence.splits_stream
+    assert not (sequence.splits_batch or sequence.splits_sequence)
+    # every priced kind carries its collectives; the kinds with memory of their own, theirs
+    assert all(KINDS[k].traffic is not None for k in PRICED_KINDS)
+    assert [k for k in PRICED_KINDS if KINDS[k].memory is not None] == ["stage", "context"]
+    assert all(kind.traffic is None for kind in KINDS.values() if not kind.priced)
+    # the library's program builds every priced kind but sequence (stages as gpipe and
+    # circular pipelines, context as all_gather); compile checks refuse the others
     built = [k for k, kind in KINDS.items() if kind.compiled]
     assert built == ["data", "fsdp", "tensor", "expert", "stage", "context"]
-    assert [t.op for t in expert.collectives][0] == "all-to-all"
     for kind in KINDS.values():
-        assert kind.summary and all(t.op and t.operand for t in kind.collectives)
+        assert kind.summary
