@@ -317,14 +317,7 @@ def test_no_package_of_the_service_imports_a_package_that_imports_it_back():
     assert not cycles, "package cycles in app/:\n" + "\n".join(text for _, text in cycles)
 
 
-LIBRARY_PACKAGE_CYCLES_BEING_REMOVED: tuple[frozenset[str], ...] = (
-    # Two pairs, one cycle. Upstream's public modules (datarax.distributed.metrics,
-    # data_parallel, device_placement) call the metrics kernels and the spmd collectives,
-    # global arrays and train steps, which take their type aliases from
-    # datarax.distributed.typing; datarax.spmd.multihost also calls
-    # datarax.distributed.data_parallel.
-    frozenset({"datarax.distributed", "datarax.metrics", "datarax.spmd"}),
-)
+LIBRARY_PACKAGE_CYCLES_BEING_REMOVED: tuple[frozenset[str], ...] = ()
 """The library's package cycles left today, being removed by the redesign that is
 restructuring ``datarax/``. The test below lets them shrink, never grow; once the tuple is
 empty it asserts that ``datarax/`` has no package cycle, as the service's test does."""

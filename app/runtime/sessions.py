@@ -48,7 +48,6 @@ from app.runtime.server import command
 from datarax.distributed import (
     place_model_state_on_shards,
 )
-from datarax.distributed.sharding import path_to_str
 from datarax.errors import PlanError
 from datarax.models import (
     MLP,
@@ -59,7 +58,7 @@ from datarax.models import (
 from datarax.parallel.kinds import axes_where
 from datarax.plan.layout import spec_shard_counts
 from datarax.specs.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
-from datarax.spmd.global_arrays import global_array_from_host
+from datarax.spmd.global_arrays import global_array_from_host, path_to_str
 from datarax.spmd.multihost import owns_devices_of
 
 COLLECTIVE_AXIS = "batch"

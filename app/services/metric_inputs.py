@@ -23,7 +23,7 @@ from app.codecs.media import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE
 from app.codecs.npz import load_npz
 from app.core.errors import InvalidParameter, InvalidTensor, UnsupportedMediaType
 from app.schemas.jobs import MAX_SOURCES, MAX_STEP, is_source_name
-from datarax.distributed.typing import NanPolicy, ReduceOp
+from datarax.tree_types import NanPolicy, ReduceOp
 
 WEIGHTS_ARRAY = "_weights"
 """Name of the weights array inside an npz body."""

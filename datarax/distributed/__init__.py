@@ -8,15 +8,16 @@ package and from the same submodule as upstream, plus ours. Submodules:
 - ``device_placement``: explicit placement, batch-size recommendations, prefetching.
 - ``planning``: pure layout arithmetic (no devices); ``memory``: plan and memory sizes.
 - ``sharding``: logical axis rules (:class:`MeshRules`) and named parameter rules.
-- ``data_parallel``: batch and model-state placement; the data-parallel steps and
-  gradient reductions are re-exported there from ``train_step`` and ``collectives``.
+- ``data_parallel``: model-state placement; batch placement, the data-parallel steps and
+  gradient reductions are re-exported there from ``global_arrays``, ``train_step`` and
+  ``collectives``.
 - ``train_step``: SPMD, collective and functional pmap-style steps.
 - ``metrics``: reductions of stacked per-device metrics; ``collectives``: ``lax.p*``
   over pytrees inside ``pmap``/``shard_map``.
 - ``multihost``: multi-process runtime and global arrays (``global_arrays`` below it).
 - ``hardware``, ``topology``, ``model_specs``, ``cost``, ``recommend``: hardware-aware
   planning (catalog with sources, JAX's TPU/GPU device order, step estimates, meshes).
-- ``typing``: shared type aliases.
+- ``typing``: the shared type aliases, re-exported from :mod:`datarax.tree_types`.
 
 Importing this package never touches devices.
 
@@ -69,7 +70,7 @@ _SUBMODULE_OF: dict[str, str] = {
     "model_state_shardings": "datarax.distributed.data_parallel",
     "param_partition_spec": "datarax.distributed.sharding",
     "partition_spec_for_names": "datarax.distributed.sharding",
-    "place_batch_on_shards": "datarax.distributed.data_parallel",
+    "place_batch_on_shards": "datarax.spmd.global_arrays",
     "place_model_state_on_shards": "datarax.distributed.data_parallel",
     "place_nnx_state_on_shards": "datarax.distributed.data_parallel",
     "place_on_device": "datarax.distributed.device_placement",
@@ -168,7 +169,6 @@ if TYPE_CHECKING:
     from datarax.distributed.data_parallel import (
         create_data_parallel_sharding,
         model_state_shardings,
-        place_batch_on_shards,
         place_model_state_on_shards,
         place_nnx_state_on_shards,
         reduce_gradient_tree,
@@ -183,7 +183,6 @@ if TYPE_CHECKING:
         place_on_device,
         prefetch_to_device,
     )
-    from datarax.errors import PlanError
     from datarax.distributed.metrics import (
         MetricsError,
         collect_from_devices,
@@ -205,9 +204,9 @@ if TYPE_CHECKING:
         param_partition_spec,
         partition_spec_for_names,
     )
+    from datarax.errors import PlanError
     from datarax.estimate.cost import estimate_step
     from datarax.estimate.memory import memory_estimate
-    from datarax.specs.model_specs import model_spec
     from datarax.estimate.recommend import recommend_meshes
     from datarax.hardware.chips import HARDWARE, AxisLink, Hardware, get_hardware
     from datarax.hardware.topology import HardwareLayout, plan_hardware_devices
@@ -216,12 +215,14 @@ if TYPE_CHECKING:
         resolve_axes,
         shard_index_ranges,
     )
+    from datarax.specs.model_specs import model_spec
     from datarax.spmd.collectives import (
         all_gather,
         reduce_gradients_across_devices,
         reduce_mean_collective,
         reduce_sum_collective,
     )
+    from datarax.spmd.global_arrays import place_batch_on_shards
     from datarax.spmd.train_step import (
         collective_pmap,
         data_parallel_train_step,

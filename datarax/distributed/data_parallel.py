@@ -2,10 +2,11 @@
 data-parallel training steps and gradient reductions, importable from here as in
 upstream datarax.
 
-Defined here: :func:`create_data_parallel_sharding`, :func:`place_batch_on_shards`,
-:func:`model_state_shardings`, :func:`place_model_state_on_shards`,
-:func:`place_nnx_state_on_shards`, :func:`reduce_gradient_tree`. Re-exported from the
-modules that own them: ``spmd_train_step`` and ``data_parallel_train_step``
+Defined here: :func:`create_data_parallel_sharding`, :func:`model_state_shardings`,
+:func:`place_model_state_on_shards`, :func:`place_nnx_state_on_shards`,
+:func:`reduce_gradient_tree`. Re-exported from the modules that own them:
+``place_batch_on_shards`` (:mod:`~datarax.spmd.global_arrays`, below
+:mod:`~datarax.spmd.multihost` too), ``spmd_train_step`` and ``data_parallel_train_step``
 (:mod:`~datarax.spmd.train_step`), ``reduce_gradients_across_devices``
 (:mod:`~datarax.spmd.collectives`).
 """
@@ -22,12 +23,11 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, Sharding
 from jax.sharding import PartitionSpec as P
 
-from datarax.distributed.sharding import dim0_shard_count, param_partition_spec, path_to_str
-from datarax.distributed.typing import GradientReduction, PyTree
-from datarax.plan.layout import nearest_valid_sizes
+from datarax.plan.param_sharding import param_partition_spec
 from datarax.spmd.collectives import reduce_gradients_across_devices
-from datarax.spmd.global_arrays import global_array_from_host
+from datarax.spmd.global_arrays import global_array_from_host, path_to_str, place_batch_on_shards
 from datarax.spmd.train_step import data_parallel_train_step, spmd_train_step
+from datarax.tree_types import GradientReduction, PyTree
 
 __all__ = [
     "create_data_parallel_sharding",
@@ -54,73 +54,6 @@ def create_data_parallel_sharding(mesh: Mesh, data_axis: str = "data") -> NamedS
             f"pass one of {list(mesh.axis_names)}"
         )
     return NamedSharding(mesh, P(data_axis))
-
-
-def _is_array(x: Any) -> bool:
-    return isinstance(x, np.ndarray | jax.Array)
-
-
-def _local_dim0_blocks(sharding: NamedSharding, shards: int) -> int:
-    """How many distinct dimension-0 shards this process's devices hold."""
-    index_map = sharding.addressable_devices_indices_map((shards,))
-    # None: the device holds the whole array, i.e. the block that starts at 0
-    return len({0 if idx is None else idx[0].start or 0 for idx in index_map.values()})
-
-
-def place_batch_on_shards(batch: PyTree, sharding: NamedSharding) -> PyTree:
-    """Places every array leaf of ``batch`` with ``sharding``.
-
-    Leaves that are ``np.ndarray`` or ``jax.Array`` are placed; other leaves (strings,
-    ints, None) pass through. 0-d arrays are replicated. In a multi-process runtime
-    (``sharding`` spans devices of other processes) each process passes its own rows of
-    the batch (the rows its devices hold, in order) and the leaves become global arrays
-    through ``jax.make_array_from_process_local_data``: the global leading dimension is
-    the local one times ``shards / shards held here``, so a replicated batch stays whole.
-    To give every process the whole batch instead, use
-    ``datarax.spmd.multihost.place_global_batch``.
-
-    Args:
-      batch: a pytree, e.g. ``{"inputs": [B, F] float32, "targets": [B] int32}``.
-      sharding: usually ``create_data_parallel_sharding(mesh)``.
-
-    Returns:
-      The same pytree with array leaves as ``jax.Array``s, e.g. ``inputs: [B, F] sharded
-      over 'data'``.
-
-    Raises:
-      ValueError: a leaf whose leading dimension does not split into the shard count
-        (the message names the leaf, its shape, the count and the nearest valid sizes).
-    """
-    shards = dim0_shard_count(sharding)
-    multi_process = not sharding.is_fully_addressable
-    local_blocks = _local_dim0_blocks(sharding, shards) if multi_process else shards
-    replicated = NamedSharding(sharding.mesh, P())
-
-    def place(path: Any, leaf: Any) -> Any:
-        if not _is_array(leaf):
-            return leaf
-        if leaf.ndim == 0:
-            return jax.device_put(leaf, replicated)
-        rows = leaf.shape[0]
-        if rows % local_blocks:
-            low, high = nearest_valid_sizes(rows, local_blocks)
-            where = "process-local " if multi_process else ""
-            raise ValueError(
-                f"batch leaf {path_to_str(path) or '<root>'!r} has shape {tuple(leaf.shape)}: "
-                f"{where}leading dimension {rows} is not divisible by {local_blocks} shards; "
-                + (
-                    f"nearest valid size: {low}"
-                    if low == high
-                    else f"nearest valid sizes: {low} or {high}"
-                )
-            )
-        if multi_process:
-            global_shape = (rows // local_blocks * shards, *leaf.shape[1:])
-            return jax.make_array_from_process_local_data(sharding, np.asarray(leaf), global_shape)
-        return jax.device_put(leaf, sharding)
-
-    placed: PyTree = jax.tree_util.tree_map_with_path(place, batch)
-    return placed
 
 
 def model_state_shardings(

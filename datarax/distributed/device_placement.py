@@ -26,9 +26,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
-from datarax.distributed.typing import PyTree
 from datarax.hardware.chips import Hardware, get_hardware
 from datarax.spmd.global_arrays import global_array_from_host
+from datarax.tree_types import PyTree
 
 __all__ = [
     "BatchSizeRecommendation",

@@ -73,7 +73,6 @@ import jax
 import numpy as np
 
 from datarax.errors import MetricsError, UnboundAxisError
-from datarax.distributed.typing import NanPolicy, PyTree, ReduceOp
 from datarax.metrics._reduce_kernels import JAX_REDUCER
 from datarax.metrics.reductions import (
     NAN_POLICIES,
@@ -87,6 +86,7 @@ from datarax.spmd.collectives import (
     reduce_mean_collective,
     reduce_sum_collective,
 )
+from datarax.tree_types import NanPolicy, PyTree, ReduceOp
 
 __all__ = [
     "NAN_POLICIES",

@@ -10,21 +10,22 @@ Two vocabularies:
   :func:`create_named_sharding` builds the ``NamedSharding``.
 - Named parameter rules (the service's ``param_sharding``): :func:`param_partition_spec`
   in :mod:`datarax.plan.param_sharding` (no JAX there), re-exported here.
+
+Also re-exported here, from :mod:`datarax.spmd.global_arrays` where batch placement uses
+them: :func:`dim0_shard_count` (how many blocks a sharding splits dimension 0 into) and
+:func:`path_to_str` (a pytree key path as ``'layers/0/kernel'``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
 
-import jax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 # The named parameter rules need no JAX (the HTTP process plans with them): their own module.
 from datarax.plan.param_sharding import PARAM_SHARDING_RULES, param_partition_spec
+from datarax.spmd.global_arrays import dim0_shard_count, path_to_str
 
 __all__ = [
     "PARAM_SHARDING_RULES",
@@ -38,46 +39,6 @@ __all__ = [
     "partition_spec_for_names",
     "path_to_str",
 ]
-
-
-def path_to_str(path: Sequence[Any]) -> str:
-    """``(DictKey('layers'), DictKey(0), DictKey('kernel'), GetAttrKey('value'))`` ->
-    ``'layers/0/kernel'``: NNX's ``.value`` hop is not part of a parameter's name."""
-    parts: list[str] = []
-    for key in path:
-        if isinstance(key, jax.tree_util.DictKey):
-            parts.append(str(key.key))
-        elif isinstance(key, jax.tree_util.SequenceKey):
-            parts.append(str(key.idx))
-        elif isinstance(key, jax.tree_util.GetAttrKey):
-            if key.name != "value":
-                parts.append(key.name)
-        elif isinstance(key, jax.tree_util.FlattenedIndexKey):
-            parts.append(str(key.key))
-        else:
-            parts.append(str(key))
-    return "/".join(parts)
-
-
-def dim0_shard_count(sharding: NamedSharding) -> int:
-    """How many blocks dimension 0 is split into under ``sharding``.
-
-    ``P("data")`` on ``{"data": 4, "model": 2}`` gives 4, ``P(("data", "model"))`` gives 8,
-    ``P()`` or ``P(None, "model")`` gives 1.
-
-    Raises:
-      ValueError: ``sharding`` is not a ``NamedSharding``.
-    """
-    if not isinstance(sharding, NamedSharding):
-        raise ValueError(
-            f"dim0_shard_count needs a NamedSharding, got {type(sharding).__name__}; "
-            "build one with NamedSharding(mesh, P('data'))"
-        )
-    spec = sharding.spec
-    if len(spec) == 0 or spec[0] is None:
-        return 1
-    names = spec[0] if isinstance(spec[0], tuple) else (spec[0],)
-    return math.prod(int(sharding.mesh.shape[name]) for name in names)
 
 
 # ------------------------------------------------------------------ logical axis rules

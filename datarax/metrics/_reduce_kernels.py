@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from datarax.errors import MetricsError
-from datarax.distributed.typing import NamedLeaves, PyTree
 from datarax.metrics._exact_reductions import int_sum_exact, int_sum_may_overflow
 from datarax.metrics._numpy_kernels import (
     integer_overflow,
@@ -32,6 +31,7 @@ from datarax.metrics.reductions import (
     count_non_finite,
     flat_numpy_dict,
 )
+from datarax.tree_types import NamedLeaves, PyTree
 
 __all__ = ["JAX_REDUCER", "JaxReducer"]
 

@@ -28,8 +28,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from datarax.errors import MetricsError
-from datarax.distributed.typing import NanPolicy, ReduceOp
 from datarax.metrics.reductions import reduce_custom
+from datarax.tree_types import NanPolicy, ReduceOp
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:

@@ -28,7 +28,6 @@ import numpy.typing as npt
 from numpy.typing import NDArray
 
 from datarax.errors import MetricsError
-from datarax.distributed.typing import MetricOp, NamedLeaves, NanPolicy, PyTree, ReduceOp
 from datarax.metrics._numpy_kernels import (
     is_inexact,
     named_error,
@@ -36,6 +35,7 @@ from datarax.metrics._numpy_kernels import (
     reduce_numpy_dict,
 )
 from datarax.names import did_you_mean
+from datarax.tree_types import MetricOp, NamedLeaves, NanPolicy, PyTree, ReduceOp
 
 __all__ = ["NAN_POLICIES", "REDUCE_OPS", "MetricsError", "reduce_custom", "split_by_device"]
 

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 
 from datarax.errors import UnboundAxisError
-from datarax.distributed.typing import GradientReduction, PyTree
+from datarax.tree_types import GradientReduction, PyTree
 
 __all__ = [
     "all_gather",

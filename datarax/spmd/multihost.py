@@ -11,8 +11,9 @@ its own (addressable) devices. This module covers the three things a program the
 - Host data in: :func:`global_array_from_host` (a value identical on every process, such
   as freshly initialised parameters) and :func:`place_global_batch` (a global batch; each
   process keeps only the rows its devices hold, :func:`process_local_rows`). The row and
-  array helpers live in :mod:`datarax.spmd.global_arrays` (below this module and
-  ``data_parallel``, which both use them) and are re-exported here.
+  array helpers, and ``place_batch_on_shards`` below ``place_global_batch``, live in
+  :mod:`datarax.spmd.global_arrays` (below this module and ``data_parallel``, which both
+  use them); the helpers are re-exported here.
 - Results out: :func:`fetch_global` reads a global array back to numpy without touching
   non-addressable shards where it can.
 - Meshes over some of the processes: only processes that hold a device of the mesh
@@ -42,13 +43,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from datarax.distributed.data_parallel import place_batch_on_shards
-from datarax.distributed.typing import PyTree
 from datarax.spmd.global_arrays import (
     global_array_from_host,
+    place_batch_on_shards,
     process_local_rows,
     process_local_slice,
 )
+from datarax.tree_types import PyTree
 
 __all__ = [
     "coordination_client",

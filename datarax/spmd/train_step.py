@@ -25,7 +25,7 @@ from flax import nnx
 from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
 
-from datarax.distributed.typing import PyTree
+from datarax.tree_types import PyTree
 
 __all__ = [
     "collective_pmap",

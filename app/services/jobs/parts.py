@@ -44,9 +44,9 @@ from app.storage.parts import (
     source_order,
 )
 from app.storage.reduced_text import object_texts, scalar_floats
-from datarax.distributed.typing import NanPolicy, ReduceOp
 from datarax.errors import MetricsError
 from datarax.metrics.merge import merge_steps
+from datarax.tree_types import NanPolicy, ReduceOp
 
 type PartsOfSteps = list[tuple[str, dict[str, np.ndarray]]]
 """The parts of k steps, ``[(source, {name: [k, n_devices, ...]})]``, in source order."""

@@ -11,6 +11,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+import datarax.distributed as dd
 from datarax.distributed import data_parallel
 from datarax.distributed.data_parallel import (
     create_data_parallel_sharding,
@@ -22,7 +23,7 @@ from datarax.distributed.data_parallel import (
 from datarax.distributed.device_mesh import DeviceMeshManager
 from datarax.distributed.sharding import param_partition_spec
 from datarax.models import MLP
-from datarax.spmd import collectives, train_step
+from datarax.spmd import collectives, global_arrays, multihost, train_step
 from tests.conftest import require_devices
 from tests.datarax.support import placed_blocks
 
@@ -175,7 +176,11 @@ def test_reduce_gradient_tree_on_sharded_arrays_under_jit():
 
 
 def test_steps_and_gradient_reduction_are_importable_from_data_parallel():
-    # Upstream keeps these in data_parallel; ours live in train_step and collectives.
+    # Upstream keeps these in data_parallel; ours live in global_arrays, train_step and
+    # collectives (below datarax.spmd.multihost, which places batches too).
+    assert data_parallel.place_batch_on_shards is global_arrays.place_batch_on_shards
+    assert multihost.place_batch_on_shards is global_arrays.place_batch_on_shards
+    assert dd.place_batch_on_shards is global_arrays.place_batch_on_shards
     assert data_parallel.spmd_train_step is train_step.spmd_train_step
     assert data_parallel.data_parallel_train_step is train_step.data_parallel_train_step
     assert (

@@ -9,6 +9,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from datarax.distributed import sharding as distributed_sharding
 from datarax.distributed.device_mesh import DeviceMeshManager
 from datarax.distributed.sharding import (
     MeshRules,
@@ -20,6 +21,7 @@ from datarax.distributed.sharding import (
     param_partition_spec,
     partition_spec_for_names,
 )
+from datarax.spmd import global_arrays
 from tests.conftest import require_devices
 from tests.datarax.support import placed_blocks
 
@@ -88,6 +90,12 @@ def test_dim0_shard_count():
     assert dim0_shard_count(NamedSharding(mesh, P(None, "model"))) == 1
     with pytest.raises(ValueError, match="NamedSharding, got SingleDeviceSharding"):
         dim0_shard_count(jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+
+
+def test_placement_helpers_are_re_exported_from_global_arrays():
+    # Defined below datarax.distributed, where batch placement uses them.
+    assert distributed_sharding.dim0_shard_count is global_arrays.dim0_shard_count
+    assert distributed_sharding.path_to_str is global_arrays.path_to_str
 
 
 # ---------------------------------------------------------------- named parameter rules

@@ -1,8 +1,10 @@
-"""datarax.distributed.typing: every alias is a real ``type`` alias (never ``Any``), the
-Literal aliases list exactly the values the run-time checks accept (one source of truth:
-``reductions.NAN_POLICIES`` / ``REDUCE_OPS``, ``collectives._GRADIENT_REDUCTIONS``), the
-module stays free of JAX and NumPy at run time, and mypy accepts a nested pytree where a
-``PyTree`` is expected while rejecting what is not one."""
+"""The type aliases (defined in datarax.tree_types, re-exported at upstream's path
+datarax.distributed.typing): every alias is a real ``type`` alias (never ``Any``), the
+same object under both paths, the Literal aliases list exactly the values the run-time
+checks accept (one source of truth: ``reductions.NAN_POLICIES`` / ``REDUCE_OPS``,
+``collectives._GRADIENT_REDUCTIONS``), both modules stay free of JAX and NumPy at run
+time, and mypy accepts a nested pytree where a ``PyTree`` is expected while rejecting what
+is not one."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from typing import Any, Literal, TypeAliasType, get_args, get_origin
 
 import pytest
 
-import datarax.distributed.typing as dt
+import datarax.distributed.typing as upstream_typing
+import datarax.tree_types as dt
 from datarax.distributed import metrics
 from datarax.metrics import reductions
 from datarax.spmd import collectives
@@ -37,8 +40,14 @@ ALIASES = [
 ]
 
 
-def test_all_lists_exactly_the_aliases():
-    assert sorted(dt.__all__) == ALIASES
+@pytest.mark.parametrize("module", [dt, upstream_typing], ids=lambda m: m.__name__)
+def test_all_lists_exactly_the_aliases(module):
+    assert sorted(module.__all__) == ALIASES
+
+
+@pytest.mark.parametrize("name", ALIASES)
+def test_upstreams_path_re_exports_the_same_alias(name):
+    assert getattr(upstream_typing, name) is getattr(dt, name)
 
 
 @pytest.mark.parametrize("name", ALIASES)
@@ -47,7 +56,7 @@ def test_each_name_is_a_type_alias_not_any(name):
     assert isinstance(alias, TypeAliasType)
     assert alias is not Any
     assert alias.__name__ == name
-    assert alias.__module__ == "datarax.distributed.typing"
+    assert alias.__module__ == "datarax.tree_types"
     assert alias.__type_params__ == ()
 
 
@@ -126,11 +135,12 @@ def test_leaf_and_scalar_aliases_name_arrays_and_scalars(monkeypatch):
     assert isinstance(dt.PyTreeLeaf.__value__, types.UnionType)
 
 
-def test_the_module_imports_neither_jax_nor_numpy_at_run_time():
+@pytest.mark.parametrize("module", ["datarax.tree_types", "datarax.distributed.typing"])
+def test_the_module_imports_neither_jax_nor_numpy_at_run_time(module):
     code = textwrap.dedent(
-        """
+        f"""
         import sys
-        import datarax.distributed.typing as t
+        import {module} as t
         assert "jax" not in sys.modules and "numpy" not in sys.modules, "imported"
         t.ReduceOp.__value__, t.NanPolicy.__value__, t.PyTree.__value__
         try:
