@@ -42,14 +42,11 @@ __all__ = [
     "ParamSharding",
     "axis_roles",
     "batch_axes",
-    "batch_shards",
     "batch_split_axes",
     "check_expert_split",
     "check_kinds_apply",
     "check_named_kinds",
-    "layer_shards",
     "repeat_per_device",
-    "sequence_shards",
     "gather_axes",
     "check_tensor_split",
     "param_specs",
@@ -200,12 +197,6 @@ def batch_axes(axes: Mapping[str, int], roles: Mapping[str, str]) -> tuple[str, 
     return tuple(name for name in axes if KINDS[roles[name]].splits_batch)
 
 
-def batch_shards(sizes: Mapping[str, int]) -> int:
-    """How many shards the batch splits into: the product of the sizes of the priced
-    kinds that split it (``data`` x ``fsdp`` today), from :func:`role_sizes`."""
-    return math.prod(sizes[k] for k in PRICED_KINDS if KINDS[k].splits_batch)
-
-
 def batch_split_axes(axes: Mapping[str, int], roles: Mapping[str, str]) -> tuple[str, ...]:
     """The axes over 1 that split the batch, kind by kind in the registry's order (all
     ``data`` axes, then all ``fsdp`` axes): the order a batch's partition spec takes."""
@@ -291,18 +282,6 @@ def param_specs(
                     break
         out.append((group, tuple(spec), tuple(shard), fsdp_split))
     return out
-
-
-def layer_shards(sizes: Mapping[str, int]) -> int:
-    """How many pipeline stages the layers split into: the product of the sizes of the
-    priced kinds that split the layers (``stage``), from :func:`role_sizes`."""
-    return math.prod(sizes[k] for k in PRICED_KINDS if KINDS[k].param_split == "layer_dim")
-
-
-def sequence_shards(sizes: Mapping[str, int]) -> int:
-    """How many shards each sequence splits into: the product of the sizes of the
-    priced kinds that split it (``context``), from :func:`role_sizes`."""
-    return math.prod(sizes[k] for k in PRICED_KINDS if KINDS[k].splits_sequence)
 
 
 def tokens_per_device(

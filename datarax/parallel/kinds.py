@@ -125,6 +125,13 @@ class ParallelismKind:
         return self.param_split == "expert_dim"
 
     @property
+    def gathers_params(self) -> bool:
+        """Whether the axis splits every parameter's first dimension it divides, gathered
+        where the parameter is used (fsdp; context, whose weights MaxText's rules shard as
+        fsdp's)."""
+        return self.param_split == "first_divisible"
+
+    @property
     def splits_layers(self) -> bool:
         """Whether the axis splits the stacked layers into pipeline stages."""
         return self.param_split == "layer_dim"

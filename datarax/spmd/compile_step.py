@@ -51,6 +51,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import jax
@@ -69,9 +70,8 @@ from datarax.parallel.axis_roles import (
     batch_split_axes,
     param_specs,
     replica_axes,
-    split_axes,
 )
-from datarax.parallel.kinds import KINDS, check_compiled
+from datarax.parallel.kinds import axes_where, check_compiled
 from datarax.parallel.options import Pipeline, check_program_builds, pipeline_shape
 from datarax.specs.model_specs import MLPSpec, ModelSpec, TransformerSpec, model_spec
 
@@ -196,7 +196,7 @@ def _param_tree(spec: ModelSpec, mesh: Mesh, roles: Mapping[str, str]) -> dict[s
     # weights (and so gradients and optimizer moments) in the transformer's param_dtype
     dtype = _JNP_DTYPES[getattr(spec, "param_dtype", spec.dtype)]
     # a pipeline's stacked layers split over the stage axes in contiguous blocks
-    stages = _entry(split_axes(axes, roles, "layer_dim"))
+    stages = _entry(axes_where(axes, _SPLITS_LAYERS, roles))
     tree = {}
     for group, entries, _, _ in param_specs(spec, axes, roles):
         shape, pspec = group.shape, entries
@@ -271,8 +271,11 @@ def _entry(axes: Sequence[str]) -> str | tuple[str, ...] | None:
     return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
 
 
+_SPLITS_LAYERS = attrgetter("splits_layers")
+
+
 def _sequence_axes(axes: Mapping[str, int], roles: Mapping[str, str]) -> tuple[str, ...]:
-    return tuple(n for n, size in axes.items() if KINDS[roles[n]].splits_sequence and size > 1)
+    return axes_where(axes, attrgetter("splits_sequence"), roles)
 
 
 def _batch_tree(
@@ -322,9 +325,9 @@ def _activation_layout(
     return ActivationLayout(
         mesh,
         batch_split_axes(axes, roles),
-        split_axes(axes, roles, "tensor_dim"),
-        split_axes(axes, roles, "expert_dim"),
-        split_axes(axes, roles, "first_divisible"),
+        axes_where(axes, attrgetter("splits_width"), roles),
+        axes_where(axes, attrgetter("splits_experts"), roles),
+        axes_where(axes, attrgetter("gathers_params"), roles),
         sequence_axes=_sequence_axes(axes, roles),
         load_balance=load_balance,
         pipeline=pipeline,
@@ -347,7 +350,7 @@ def stage_plan(
         :func:`~datarax.parallel.options.pipeline_shape` refuses (what the program does
         not build is refused before it: :func:`~datarax.parallel.options.check_program_builds`).
     """
-    names = split_axes(axes, roles, "layer_dim")
+    names = axes_where(axes, _SPLITS_LAYERS, roles)
     stages = math.prod(axes[a] for a in names)
     if stages <= 1 or not isinstance(spec, TransformerSpec):
         return None
@@ -453,7 +456,7 @@ def abstract_train_step(
     context = dict(context or {})
     sizes = dict(mesh.shape)
     check_program_builds(
-        stages=math.prod(sizes[a] for a in split_axes(sizes, roles, "layer_dim")),
+        stages=math.prod(sizes[a] for a in axes_where(sizes, _SPLITS_LAYERS, roles)),
         context=math.prod(sizes[a] for a in _sequence_axes(sizes, roles)),
         schedule=(pipeline or {}).get("schedule"),
         strategy=context.get("strategy"),
