@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from app.codecs.json_arrays import decode_json_arrays, parse_json_model
@@ -56,7 +57,9 @@ from app.storage import sessions as stored_sessions
 from app.storage.db import Store
 from app.workers.runtime_client import RuntimeClient
 from datarax.errors import PlanError
-from datarax.specs.model_specs import model_spec
+from datarax.parallel.axis_roles import check_kinds_apply
+from datarax.parallel.kinds import check_compiled, kinds_of
+from datarax.specs.model_specs import ModelSpec, model_spec
 
 log = logging.getLogger("datarax.app")
 
@@ -111,6 +114,23 @@ def _batch_axes(plan: dict[str, Any]) -> list[str] | None:
     if first is None:
         return []
     return list(first) if isinstance(first, list) else [first]
+
+
+def _check_kinds(model: ModelSpec, axes: Mapping[str, int]) -> None:
+    """Refuse, before anything is placed, what a plan of the same model and axes refuses
+    and what the library's program does not build: an axis of a kind the model gives
+    nothing to split (an expert axis on a dense model or over experts it does not divide,
+    stages the layers do not divide, a context or sequence axis the sequence does not
+    divide) or of a kind the program leaves out (``sequence``). The axes' kinds are the
+    registry's, by name; names no kind claims are the plan's own and pass.
+
+    Raises:
+      PlanError: ``invalid_parallelism``.
+    """
+    kinds = kinds_of(axes)
+    named = {name: int(axes[name]) for name in kinds}
+    check_compiled(named, {name: kind.name for name, kind in kinds.items()})
+    check_kinds_apply(model, named)
 
 
 def _check_steps(steps: int, maximum: int, loc: tuple[str, ...]) -> None:
@@ -348,13 +368,14 @@ class SessionService:
     ) -> dict[str, Any]:
         session_id = new_session_id()
         spec = body.model_dump()
-        if spec["model"].get("kind") != "mlp":
+        try:
             # a transformer's unset fields take the spec's defaults (model_spec); a named
             # model is resolved once, so the record says what was trained
-            try:
-                resolved = model_spec(body.model.model_dump(exclude_none=True))
-            except PlanError as error:
-                raise from_library(error) from None
+            resolved = model_spec(body.model.model_dump(exclude_none=True))
+            _check_kinds(resolved, plan["axes"])
+        except PlanError as error:
+            raise from_library(error) from None
+        if spec["model"].get("kind") != "mlp":
             spec["model"] = resolved.to_json()
             spec["loss"] = "next_token"
         payload = {

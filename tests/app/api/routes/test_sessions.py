@@ -348,6 +348,32 @@ def test_a_session_trains_the_transformer(api):
     api.delete(f"/v1/sessions/{session['id']}")
 
 
+@pytest.mark.parametrize(
+    ("axes", "model", "says"),
+    [
+        ({"data": 2, "expert": 4}, TINY_TRANSFORMER, "needs a mixture-of-experts model"),
+        ({"expert": 8}, {**TINY_TRANSFORMER, "num_experts": 3, "experts_per_token": 1,
+                         "moe_d_ff": 32}, "do not divide the model's 3 experts"),
+        ({"data": 1, "context": 8}, {**TINY_TRANSFORMER, "seq_len": 24}, "context"),
+        ({"stage": 8}, TINY_TRANSFORMER, "stage"),
+        ({"data": 2, "sequence": 4}, TINY_TRANSFORMER, "sequence parallelism"),
+        ({"data": 2, "expert": 4}, {"kind": "mlp", "features": FEATURES},
+         "needs a mixture-of-experts model"),
+    ],
+    ids=["expert-on-dense", "experts-not-divided", "context-not-dividing", "stages-over-2-layers",
+         "sequence-not-built", "expert-on-mlp"],
+)  # fmt: skip
+def test_a_session_refuses_what_a_plan_of_it_refuses(api, axes, model, says):
+    # issue 58 (9): sessions take the kinds' checks of plans, before anything is placed
+    mesh = _plan(api, axes)
+    response = api.post(f"/v1/meshes/{mesh['id']}/sessions", json={"model": model})
+    assert_problem(response, 422, "invalid_parallelism")
+    assert says in response.json()["detail"], response.json()["detail"]
+    assert api.get("/v1/sessions").json()["items"] == [] or all(
+        item["mesh_id"] != mesh["id"] for item in api.get("/v1/sessions").json()["items"]
+    )
+
+
 def test_a_session_trains_a_mixture_of_experts_transformer_over_an_expert_axis(api):
     # issue 38: a small MoE transformer, its dispatched tokens over the expert axis
     mesh = api.post(
