@@ -260,7 +260,11 @@ class ContextParallelSpec(Strict):
 
 class HardwarePlanRequest(Strict):
     """A plan over all the devices of a hardware cluster (``POST /v1/meshes`` with
-    ``hardware``): an abstract plan in JAX's device order for that hardware."""
+    ``hardware``): an abstract plan in JAX's device order for that hardware.
+
+    What the services plan: :class:`app.schemas.meshes.HardwarePlanBody` is this request
+    as ``POST /v1/meshes`` sends it (a subclass), and MaxText's keys are validated into
+    it (:func:`app.services.hardware.maxtext_plan_request`); neither is copied."""
 
     hardware: str = _HARDWARE
     topology: str | None = _TOPOLOGY

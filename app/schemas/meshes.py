@@ -27,10 +27,8 @@ from app.schemas.hardware import (
     AxisName,
     BatchAxes,
     BatchDim,
-    ContextParallelSpec,
     HardwarePlanRequest,
     NamedModel,
-    PipelineSpec,
     Remat,
     TransformerModel,
 )
@@ -268,9 +266,14 @@ PlainPlanBody = LivePlanBody | AbstractPlanBody
 """A plan over ``axes``: live or abstract."""
 
 
-class HardwarePlanBody(Strict):
+class HardwarePlanBody(HardwarePlanRequest):
     """A hardware plan: all the devices of a catalog cluster, in JAX's device order for
     it (DESIGN "Contract v1.1"; see :mod:`app.schemas.hardware`)."""
+
+    # The service's HardwarePlanRequest as it arrives over HTTP, nothing copied: the
+    # request's fields (those not redeclared here are its own), the members of other
+    # modes tolerated at their default, the plain plans' MLP as its model, and the checks
+    # across members below. (The docstring is the OpenAPI description, so this is not.)
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_tolerating(_HARDWARE_TOLERATED))
 
@@ -279,14 +282,6 @@ class HardwarePlanBody(Strict):
         description="plan over all devices of this catalog hardware (GET /v1/hardware) in "
         "JAX's device order; then give ici (not axes or num_devices)",
     )
-    topology: str | None = _hardware_field("topology")
-    slices: JsonInt = _hardware_field("slices")
-    hosts: JsonInt | None = _hardware_field("hosts")
-    ici: dict[AxisName, JsonInt] = Field(
-        description=HardwarePlanRequest.model_fields["ici"].description
-    )
-    dcn: dict[AxisName, JsonInt] | None = _hardware_field("dcn")
-    allow_split_physical_axes: StrictBool = _hardware_field("allow_split_physical_axes")
     batch_shape: list[BatchDim] | None = Field(
         None,
         min_length=1,
@@ -294,25 +289,15 @@ class HardwarePlanBody(Strict):
         description="global batch shape; dimension 0 is split over batch_axes (default: "
         "the axes whose role is data or fsdp). Needed with a model",
     )
-    batch_axes: BatchAxes | None = Field(None, description="mesh axes splitting dimension 0")
-    model: PlanModel | None = Field(
+    # The plain plans' MLP (param_sharding and optimizer refused non-null below): its
+    # JSON is the hardware MLP's, which is all the services read of it.
+    model: PlanModel | None = Field(  # type: ignore[assignment]
         None, description="adds step_estimate and memory_per_device (needs batch_shape)"
     )
     optimizer: OptimizerName | OptimizerSpec = Field(
         "adam", description="optimizer whose state is estimated"
     )
     name: str | None = Field(None, max_length=200, description="free-form label")
-    pipeline: PipelineSpec | None = Field(
-        None, description=HardwarePlanRequest.model_fields["pipeline"].description
-    )
-    context_parallel: ContextParallelSpec | None = Field(
-        None, description=HardwarePlanRequest.model_fields["context_parallel"].description
-    )
-    calibration: str | None = Field(
-        None,
-        max_length=128,
-        description=HardwarePlanRequest.model_fields["calibration"].description,
-    )
 
     @model_validator(mode="before")
     @classmethod

@@ -11,7 +11,7 @@ order for that hardware; its JSON is :func:`app.services.plans.render_plan`'s wi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,25 +20,14 @@ from pydantic import ValidationError
 
 from app.core.errors import InvalidRequest, ServiceError, from_library
 from app.schemas.base import optimizer_name, shards_over_data
-from app.schemas.hardware import (
-    HardwareMlpModel,
-    HardwareModel,
-    HardwarePlanRequest,
-    RecommendationRequest,
-)
-from app.schemas.meshes import (
-    MAX_PLAN_DEVICES,
-    HardwarePlanBody,
-    MaxTextPlanBody,
-    MeshPlanRequest,
-    MlpModel,
-)
+from app.schemas.hardware import HardwarePlanRequest, RecommendationRequest
+from app.schemas.meshes import MAX_PLAN_DEVICES, HardwarePlanBody, MaxTextPlanBody, MeshPlanRequest
 from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
 from datarax.errors import PlanError
 from datarax.estimate.calibrations import CalibrationProfile
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.recommend import SearchSpaceTooLarge, default_axes, recommend_meshes
-from datarax.estimate.results import Recommendations
+from datarax.estimate.results import Recommendations, StepEstimate
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.topology import (
     HardwareLayout,
@@ -46,18 +35,13 @@ from datarax.hardware.topology import (
     plan_hardware_devices,
 )
 from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
-from datarax.parallel.axis_roles import (
-    axis_roles,
-    batch_axes,
-    check_kinds_apply,
-    check_named_kinds,
-)
-from datarax.parallel.context import mesh_context
+from datarax.parallel.axis_roles import batch_axes, check_kinds_apply, check_named_kinds
+from datarax.parallel.context import MeshContext, mesh_context
 from datarax.parallel.kinds import kinds_by_alias
 from datarax.parallel.options import ParallelOptions
 from datarax.parallel.terms import repeat_per_device
 from datarax.plan.layout import PlanCancelled, check_batch_shape
-from datarax.specs.model_specs import DTYPE_BYTES, model_spec
+from datarax.specs.model_specs import DTYPE_BYTES, ModelSpec, model_spec
 from datarax.specs.named_models import MODELS, models_json
 
 # ------------------------------------------------------------------------------ catalog
@@ -104,76 +88,18 @@ def model_entry(name: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- plans
 
 
-def _ici_roles(ici: Mapping[str, int]) -> dict[str, str] | None:
-    """Each mesh axis's role (``data``, ``fsdp``, ``tensor``, ...), worked out once per
-    plan; ``None`` when an axis has none (the step estimate then refuses the plan)."""
-    try:
-        return axis_roles(list(ici))
-    except PlanError:
-        return None
-
-
-def _role_batch_axes(body: HardwarePlanBody, roles: Mapping[str, str] | None) -> list[str] | None:
-    """The axes a hardware plan's batch splits over when the request names none: those
-    whose role is ``data`` or ``fsdp`` (what the step estimate assumes), in mesh order;
-    ``None`` (the plain default) when an axis has no role."""
-    if body.model is None or body.batch_shape is None or not body.ici or roles is None:
-        return None
-    return list(batch_axes(body.ici, roles))
-
-
-def _hardware_body(body: HardwarePlanBody | MeshPlanRequest) -> HardwarePlanBody:
-    found = body.root if isinstance(body, MeshPlanRequest) else body
-    if not isinstance(found, HardwarePlanBody):
-        raise InvalidRequest("a hardware plan needs hardware and ici")
-    return found
-
-
-def _from_body(body: HardwarePlanBody, roles: Mapping[str, str] | None) -> HardwarePlanRequest:
-    """The service's request of a hardware-mode body: the MLP as hardware plans take it,
-    the batch axes from ``roles`` when the body names none."""
-    model: HardwareModel | None
-    if isinstance(body.model, MlpModel):
-        model = HardwareMlpModel(
-            kind="mlp",
-            features=body.model.features,
-            dtype=body.model.dtype,
-            remat=body.model.remat,
-            loss=body.model.loss,
-        )
-    else:
-        model = body.model
-    return HardwarePlanRequest(
-        hardware=body.hardware,
-        topology=body.topology,
-        slices=body.slices,
-        hosts=body.hosts,
-        ici=body.ici,
-        dcn=body.dcn,
-        allow_split_physical_axes=body.allow_split_physical_axes,
-        batch_shape=body.batch_shape,
-        batch_axes=body.batch_axes
-        if body.batch_axes is not None
-        else _role_batch_axes(body, roles),
-        model=model,
-        optimizer=body.optimizer
-        if shards_over_data(body.optimizer)
-        else optimizer_name(body.optimizer),
-        name=body.name,
-        pipeline=body.pipeline,
-        context_parallel=body.context_parallel,
-        calibration=body.calibration,
-    )
-
-
 def hardware_plan_request(body: HardwarePlanBody | MeshPlanRequest) -> HardwarePlanRequest:
-    """A ``POST /v1/meshes`` hardware-mode body as a :class:`HardwarePlanRequest`.
+    """A ``POST /v1/meshes`` hardware-mode body as the service's hardware plan request:
+    the body itself (a :class:`~app.schemas.meshes.HardwarePlanBody` is a
+    :class:`HardwarePlanRequest`), nothing copied.
 
     Raises:
       InvalidRequest: the body is of another mode.
     """
-    body = _hardware_body(body)
-    return _from_body(body, _ici_roles(body.ici))
+    found = body.root if isinstance(body, MeshPlanRequest) else body
+    if not isinstance(found, HardwarePlanBody):
+        raise InvalidRequest("a hardware plan needs hardware and ici")
+    return found
 
 
 def maxtext_plan_request(body: MaxTextPlanBody) -> HardwarePlanRequest:
@@ -211,13 +137,16 @@ def maxtext_plan_request(body: MaxTextPlanBody) -> HardwarePlanRequest:
 
 @dataclass(frozen=True)
 class HardwarePlan:
-    """A hardware plan request with what is worked out once, before its layout.
+    """A hardware plan request with what is worked out once for it, before its layout
+    (the layout's facts are the library's :class:`~datarax.parallel.context.MeshContext`,
+    built once after it by :func:`render_hardware_plan`).
 
     Attributes:
-      request: the request.
+      request: the request (a hardware-mode body as parsed, or MaxText's keys typed).
       devices: the cluster's devices (``None``: malformed, the planner refuses it), at
         most :data:`~app.schemas.meshes.MAX_PLAN_DEVICES` (:func:`check_cluster_size`).
-      roles: each ``ici`` axis's role, or ``None`` when an axis has none.
+      options: the request's ``pipeline``, ``context_parallel`` and ``shard_over_data``
+        (:func:`parallel_options`).
       profile: the request's ``calibration`` resolved (a stored profile read back by
         :func:`app.services.calibrations.resolve`, or without one the newest host
         profile of the hardware's devices); ``None``: the request's own.
@@ -225,23 +154,23 @@ class HardwarePlan:
 
     request: HardwarePlanRequest
     devices: int | None
-    roles: dict[str, str] | None
+    options: ParallelOptions
     profile: str | CalibrationProfile | None = None
 
 
 def check_hardware_plan(request: HardwarePlanRequest) -> HardwarePlan:
-    """``request`` with its cluster size checked and its axis roles, for
+    """``request`` with its cluster size checked and its options read, for
     :func:`render_hardware_plan`.
 
     Raises:
       ServiceError: 422 ``too_many_devices``.
     """
-    return HardwarePlan(request, check_cluster_size(request), _ici_roles(request.ici))
+    return HardwarePlan(request, check_cluster_size(request), parallel_options(request))
 
 
 def hardware_plan(body: HardwarePlanBody | MaxTextPlanBody) -> HardwarePlan:
-    """The checked hardware plan of a hardware-mode or MaxText-mode body: converted once,
-    axis roles and cluster size worked out once each.
+    """The checked hardware plan of a hardware-mode body (its own request) or a
+    MaxText-mode body (typed once from MaxText's keys).
 
     Raises:
       ServiceError: ``invalid_maxtext_config``, ``too_many_devices`` and the planner's
@@ -249,9 +178,7 @@ def hardware_plan(body: HardwarePlanBody | MaxTextPlanBody) -> HardwarePlan:
     """
     if isinstance(body, MaxTextPlanBody):
         return check_hardware_plan(maxtext_plan_request(body))
-    roles = _ici_roles(body.ici)
-    request = _from_body(body, roles)
-    return HardwarePlan(request, check_cluster_size(request), roles)
+    return check_hardware_plan(body)
 
 
 def cluster_devices(request: HardwarePlanRequest | RecommendationRequest) -> int | None:
@@ -324,19 +251,44 @@ def _stop_if(should_stop: Callable[[], bool] | None) -> None:
         raise PlanCancelled("the plan was abandoned")
 
 
-def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
-    """The devices of the request's cluster in mesh order (the library's planner).
+@dataclass(frozen=True)
+class LaidOut:
+    """A hardware plan's devices in mesh order, and its model's spec.
+
+    Attributes:
+      layout: the library's layout of the cluster (``layout.axes``: sizes resolved).
+      model: the request's model as the library's spec, built once before the layout
+        for its checks and then the context's (``None``: no model).
+    """
+
+    layout: HardwareLayout
+    model: ModelSpec | None
+
+
+def lay_out(plan: HardwarePlan) -> LaidOut:
+    """The devices of the plan's cluster in mesh order (the library's planner), after the
+    checks that need no layout.
+
+    The axes whose size the request gives (``ici`` times ``dcn``, no ``-1``) are checked
+    before the layout, so the planner's own refusals do not hide theirs: the kinds their
+    names say (:func:`~datarax.parallel.axis_roles.check_named_kinds`), the kinds against
+    the model (:func:`~datarax.parallel.axis_roles.check_kinds_apply`) and the options
+    against the kinds. After the layout only the axes it sized (``-1``) are checked by
+    name; the model's checks over every axis are the request's
+    :class:`~datarax.parallel.context.MeshContext`'s.
 
     Raises:
-      PlanError: the planner's codes (``unknown_hardware``, ``invalid_topology``, ...).
+      PlanError: ``invalid_parallelism``, ``invalid_model``, ``unknown_model`` and the
+        planner's codes (``unknown_hardware``, ``invalid_topology``, ...).
     """
+    request = plan.request
     dcn = request.dcn or {}
-    # before the layout, so its own refusals do not hide these; -1 sizes after it
     named = {a: n * dcn.get(a, 1) for a, n in request.ici.items() if n > 0}
     check_named_kinds(named)
-    model = None if request.model is None else request.model.model_dump(exclude_none=True)
-    options = parallel_options(request)
-    check_kinds_apply(None if model is None else model_spec(model), named, None, options.context)
+    spec = None
+    if request.model is not None:
+        spec = model_spec(request.model.model_dump(exclude_none=True))
+        check_kinds_apply(spec, named, None, plan.options.context)
     kinds = kinds_by_alias()
     present = {kinds[a].name for a, n in named.items() if a in kinds and n > 1}
     _check_options_apply(
@@ -353,8 +305,10 @@ def lay_out(request: HardwarePlanRequest) -> HardwareLayout:
         hosts=request.hosts,
         allow_split_physical_axes=request.allow_split_physical_axes,
     )
-    check_named_kinds(layout.axes)  # stage/context over 1: invalid_parallelism
-    return layout
+    sized = {a: n for a, n in layout.axes.items() if named.get(a) != n}
+    if sized:
+        check_named_kinds(sized)  # stage/context over 1 that a -1 became: invalid_parallelism
+    return LaidOut(layout, spec)
 
 
 def layout_devices(layout: HardwareLayout) -> Devices:
@@ -373,49 +327,84 @@ def layout_devices(layout: HardwareLayout) -> Devices:
     )
 
 
-def _step_parts(
-    request: HardwarePlanRequest,
-    layout: HardwareLayout,
-    roles: Mapping[str, str] | None = None,
-    profile: str | CalibrationProfile | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    """``(params, memory_per_device, step_estimate)`` of the request's model; ``roles``
-    (the plan's, worked out once) or the axes' own; ``profile`` the resolved
-    calibration (else the request's)."""
-    if request.model is None or request.batch_shape is None:
+@dataclass(frozen=True)
+class StepParts:
+    """What a model adds to a hardware plan, from one context and one estimate.
+
+    Attributes:
+      context: the request's :class:`~datarax.parallel.context.MeshContext` (roles,
+        shard counts, parameter shardings, ``context.model`` the resolved model).
+      estimate: the step estimate priced on that context.
+    """
+
+    context: MeshContext
+    estimate: StepEstimate
+
+    def params(self) -> list[dict[str, Any]]:
+        """The ``params`` entries: every parameter group's layout and bytes per device."""
+        spec = self.context.model
+        itemsize = DTYPE_BYTES[getattr(spec, "param_dtype", spec.dtype)]
+        stages = self.context.layer_shards
+        return [
+            {
+                "path": group.path,
+                "shape": list(group.shape),
+                "spec": [list(e) if isinstance(e, tuple) else e for e in entry_spec],
+                "shard_shape": list(shard),
+                "bytes_per_device": math.prod(shard) * itemsize * repeat_per_device(group, stages),
+                "repeat": group.repeat,
+            }
+            for group, entry_spec, shard, _ in self.estimate.param_shardings
+        ]
+
+
+def estimate_plan(plan: HardwarePlan, laid_out: LaidOut) -> StepParts | None:
+    """The plan's context and step estimate, each built once (``None`` without a model).
+
+    Raises:
+      InvalidRequest: a model without ``batch_shape``.
+      PlanError: the context's and the estimate's codes (``unknown_axis_role``,
+        ``tensor_not_divisible``, ``batch_not_divisible``, ``unknown_calibration``, ...).
+    """
+    request, layout = plan.request, laid_out.layout
+    if laid_out.model is None:
+        return None
+    if request.batch_shape is None:
         raise InvalidRequest("a step estimate needs a model and batch_shape")
     ctx = mesh_context(
-        request.model.model_dump(exclude_none=True),
-        layout.axes,
-        int(request.batch_shape[0]),
-        roles=roles,
-        options=parallel_options(request),
+        laid_out.model, layout.axes, int(request.batch_shape[0]), options=plan.options
     )
-    spec = ctx.model
     estimate = estimate_step(
         layout.hardware,
         layout.axes_detail,
-        spec,
+        ctx.model,
         ctx.global_batch,
         optimizer=optimizer_name(request.optimizer),
-        calibration=profile if profile is not None else request.calibration,
+        calibration=plan.profile if plan.profile is not None else request.calibration,
         context=ctx,
     )
-    itemsize = DTYPE_BYTES[getattr(spec, "param_dtype", spec.dtype)]
-    stages = ctx.layer_shards
-    params = [
-        {
-            "path": group.path,
-            "shape": list(group.shape),
-            "spec": [list(e) if isinstance(e, tuple) else e for e in entry_spec],
-            "shard_shape": list(shard),
-            "bytes_per_device": math.prod(shard) * itemsize * repeat_per_device(group, stages),
-            "repeat": group.repeat,
+    return StepParts(ctx, estimate)
+
+
+def _options_members(plan: HardwarePlan) -> dict[str, Any]:
+    """The options the plan echoes: ``pipeline`` and ``context_parallel`` where the
+    request sent them, ``shard_over_data`` where it is on."""
+    options = plan.options
+    members: dict[str, Any] = {}
+    if plan.request.pipeline is not None:
+        members["pipeline"] = {
+            "microbatches": options.pipeline.microbatches,
+            "layers_per_stage": options.pipeline.layers_per_stage,
+            "schedule": options.pipeline.schedule,
         }
-        for group, entry_spec, shard, _ in estimate.param_shardings
-    ]
-    step = {**estimate.to_json(), "model": spec.to_json()}
-    return params, estimate.memory_per_device.to_json(), step
+    if plan.request.context_parallel is not None:
+        members["context_parallel"] = {
+            "strategy": options.context.strategy,
+            "load_balance": options.context.load_balance,
+        }
+    if options.shard_over_data:
+        members["shard_over_data"] = True
+    return members
 
 
 def render_hardware_plan(
@@ -429,13 +418,18 @@ def render_hardware_plan(
     """A hardware plan's JSON text (abstract, over all the cluster's devices).
 
     ``plan`` is a request that :func:`hardware_plan` (a body) or
-    :func:`check_hardware_plan` (a typed request) checked once: its cluster size and axis
-    roles are not worked out again.
+    :func:`check_hardware_plan` (a typed request) checked once: its cluster size and
+    options are not worked out again. The model's spec, the
+    :class:`~datarax.parallel.context.MeshContext` (roles, shard counts, parameter
+    shardings) and the step estimate are built once each here and the answer is written
+    from them.
 
     Adds to a plain plan's members ``hardware``, ``topology``, ``slices``, ``hosts``,
-    ``ici``, ``dcn`` and ``axes_detail``; with a model ``step_estimate``, and
-    ``memory_per_device`` and ``params`` from the step estimate (model dtype, axis
-    roles). Shards add ``slice``, ``host``, ``physical`` (and ``core`` on TPU).
+    ``ici``, ``dcn`` and ``axes_detail``; with a model ``step_estimate`` and ``model``,
+    and ``memory_per_device`` and ``params`` from the step estimate (model dtype, axis
+    roles); the batch then splits over the axes whose role splits it unless
+    ``batch_axes`` says otherwise. Shards add ``slice``, ``host``, ``physical`` (and
+    ``core`` on TPU).
 
     ``should_stop`` (see :func:`app.services.plans.render_plan`) is checked before and
     after the layout and while the shards are written; ``max_bytes`` refuses a plan whose
@@ -452,7 +446,8 @@ def render_hardware_plan(
     if request.batch_shape is not None:
         check_batch_shape(request.batch_shape)
     _stop_if(should_stop)
-    layout = lay_out(request)
+    laid_out = lay_out(plan)
+    layout = laid_out.layout
     _stop_if(should_stop)
     devices = layout_devices(layout)
     if layout.split_physical_axes:
@@ -466,41 +461,33 @@ def render_hardware_plan(
         "dcn": layout.dcn,
         "axes_detail": [link.to_json() for link in layout.axes_detail],
     }
-    params = memory = None
-    if request.model is not None:
-        params, memory, members["step_estimate"] = _step_parts(
-            request, layout, plan.roles, plan.profile
-        )
+    step = estimate_plan(plan, laid_out)
+    batch = request.batch_axes
+    if step is not None:
+        members["step_estimate"] = step.estimate.to_json()
         # the plan stores its model (resolved: a named model's figures with its overrides)
-        members["model"] = members["step_estimate"].pop("model")
-    options = parallel_options(request)
-    if request.pipeline is not None:
-        members["pipeline"] = {
-            "microbatches": options.pipeline.microbatches,
-            "layers_per_stage": options.pipeline.layers_per_stage,
-            "schedule": options.pipeline.schedule,
-        }
-    if request.context_parallel is not None:
-        members["context_parallel"] = {
-            "strategy": options.context.strategy,
-            "load_balance": options.context.load_balance,
-        }
-    if options.shard_over_data:
-        members["shard_over_data"] = True
-    plain = PlanRequest(
-        axes=layout.axes,
-        batch_shape=request.batch_shape,
-        batch_axes=request.batch_axes,
-        optimizer=optimizer_name(request.optimizer),
-        name=request.name,
-    )
+        members["model"] = step.context.model.to_json()
+        if batch is None:
+            # what the step estimate assumes: the axes whose role splits the batch
+            batch = list(batch_axes(layout.axes, step.context.roles))
+    members.update(_options_members(plan))
     return render_plan(
-        plain,
+        PlanRequest(
+            axes=layout.axes,
+            batch_shape=request.batch_shape,
+            batch_axes=batch,
+            optimizer=optimizer_name(request.optimizer),
+            name=request.name,
+        ),
         layout.axes,
         devices,
         plan_id=plan_id,
         created_at=created_at,
-        hardware=HardwareParts(members=members, params=params, memory=memory),
+        hardware=HardwareParts(
+            members=members,
+            params=None if step is None else step.params(),
+            memory=None if step is None else step.estimate.memory_per_device.to_json(),
+        ),
         should_stop=should_stop,
         max_bytes=max_bytes,
     )
@@ -584,17 +571,21 @@ def _recommend(
 
 __all__ = [
     "HardwarePlan",
+    "LaidOut",
+    "StepParts",
     "check_cluster_size",
     "check_hardware_plan",
     "cluster_devices",
+    "estimate_plan",
     "hardware_entry",
     "hardware_plan",
-    "list_models",
-    "maxtext_plan_request",
-    "model_entry",
     "hardware_plan_request",
     "lay_out",
     "list_hardware",
+    "list_models",
+    "maxtext_plan_request",
+    "model_entry",
+    "parallel_options",
     "recommend",
     "render_hardware_plan",
 ]

@@ -71,34 +71,32 @@ def test_recommend_raises_no_plan_fits_with_hints():
     assert info.value.code == "no_plan_fits" and "GiB" in info.value.message
 
 
-def test_a_hardware_body_works_out_roles_and_cluster_size_once(monkeypatch):
-    """The hardware path converts the body once, and its axis roles and cluster size are
-    worked out once each and passed on to the render (which does not redo them)."""
-    calls = {"roles": 0, "cluster": 0}
-    roles, cluster = hardware_service.axis_roles, hardware_service.cluster_devices
-
-    def counted_roles(*args, **kwargs):
-        calls["roles"] += 1
-        return roles(*args, **kwargs)
+def test_a_hardware_body_is_its_own_request_and_its_cluster_is_sized_once(monkeypatch):
+    """The hardware path takes the body as it was parsed (nothing copied), sizes its
+    cluster once and passes the plan on to the render (which does not redo it); the batch
+    splits over the axes whose role splits it (tests/app/services/test_plan_path.py
+    counts the rest of the path)."""
+    calls = {"cluster": 0}
+    cluster = hardware_service.cluster_devices
 
     def counted_cluster(*args, **kwargs):
         calls["cluster"] += 1
         return cluster(*args, **kwargs)
 
-    monkeypatch.setattr(hardware_service, "axis_roles", counted_roles)
     monkeypatch.setattr(hardware_service, "cluster_devices", counted_cluster)
     body = MeshPlanRequest.model_validate(
         {"hardware": "tpu-v5e", "topology": "4x4", "ici": {"data": 4, "fsdp": -1},
          "batch_shape": [32, 128], "model": {"name": "llama2-7b"}}
     ).root  # fmt: skip
-    assert isinstance(body, HardwarePlanBody)
+    assert isinstance(body, HardwarePlanBody) and isinstance(body, HardwarePlanRequest)
+    assert hardware_plan_request(body) is body
     plan = hardware_plan(body)
-    assert isinstance(plan, HardwarePlan) and plan.devices == 16
-    assert plan.roles == {"data": "data", "fsdp": "fsdp"}
-    assert plan.request.batch_axes == ["data", "fsdp"]  # from the roles
+    assert isinstance(plan, HardwarePlan) and plan.devices == 16 and plan.request is body
     rendered = json.loads(render_hardware_plan(plan, plan_id="m_1", created_at="t").body)
     assert rendered["step_estimate"]["step_s"] > 0
-    assert calls == {"roles": 1, "cluster": 1}
+    assert rendered["batch"]["spec"] == [["data", "fsdp"], None]  # from the roles
+    assert body.batch_axes is None  # the request stays as sent
+    assert calls == {"cluster": 1}
 
 
 def test_a_maxtext_body_becomes_a_typed_hardware_request_once():
