@@ -11,8 +11,8 @@ order for that hardware; its JSON is :func:`app.services.plans.render_plan`'s wi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -259,10 +259,13 @@ class LaidOut:
       layout: the library's layout of the cluster (``layout.axes``: sizes resolved).
       model: the request's model as the library's spec, built once before the layout
         for its checks and then the context's (``None``: no model).
+      checked_axes: the axes checked against the model before the layout (those whose
+        size the request gives); the context does not check them again.
     """
 
     layout: HardwareLayout
     model: ModelSpec | None
+    checked_axes: Mapping[str, int] = field(default_factory=dict)
 
 
 def lay_out(plan: HardwarePlan) -> LaidOut:
@@ -308,7 +311,7 @@ def lay_out(plan: HardwarePlan) -> LaidOut:
     sized = {a: n for a, n in layout.axes.items() if named.get(a) != n}
     if sized:
         check_named_kinds(sized)  # stage/context over 1 that a -1 became: invalid_parallelism
-    return LaidOut(layout, spec)
+    return LaidOut(layout, spec, named if spec is not None else {})
 
 
 def layout_devices(layout: HardwareLayout) -> Devices:
@@ -372,7 +375,11 @@ def estimate_plan(plan: HardwarePlan, laid_out: LaidOut) -> StepParts | None:
     if request.batch_shape is None:
         raise InvalidRequest("a step estimate needs a model and batch_shape")
     ctx = mesh_context(
-        laid_out.model, layout.axes, int(request.batch_shape[0]), options=plan.options
+        laid_out.model,
+        layout.axes,
+        int(request.batch_shape[0]),
+        options=plan.options,
+        checked_axes=laid_out.checked_axes,
     )
     estimate = estimate_step(
         layout.hardware,

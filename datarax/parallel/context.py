@@ -42,7 +42,13 @@ from datarax.parallel.axis_roles import (
 from datarax.parallel.kinds import KINDS, ParallelismKind
 from datarax.parallel.options import ParallelOptions, PipelineShape, pipeline_shape
 from datarax.parallel.terms import Traffic
-from datarax.specs.model_specs import ModelSpec, ParamGroup, TransformerSpec, model_spec
+from datarax.specs.model_specs import (
+    MLPSpec,
+    ModelSpec,
+    ParamGroup,
+    TransformerSpec,
+    model_spec,
+)
 
 __all__ = ["MeshContext", "mesh_context"]
 
@@ -187,6 +193,7 @@ def mesh_context(
     roles: Mapping[str, str] | None = None,
     options: ParallelOptions | None = None,
     specs: tuple[ParamSharding, ...] | None = None,
+    checked_axes: Mapping[str, int] | None = None,
 ) -> MeshContext:
     """Build a request's :class:`MeshContext`, checking that every axis's kind applies.
 
@@ -197,20 +204,26 @@ def mesh_context(
       roles: ``{axis: kind}`` where the names do not say it.
       options: the pipeline, context-parallel and ZeRO-1 options.
       specs: the parameter shardings, where the caller has them already.
+      checked_axes: axes the caller already passed through
+        :func:`~datarax.parallel.axis_roles.check_kinds_apply` with this model and
+        options (a plan checks the axes it is given before laying out its devices); the
+        check is not run again when they are these axes.
 
     Raises:
       PlanError: ``invalid_model``, ``unknown_axis_role``, ``invalid_parallelism`` (an
         unpriced kind over 1, or a kind the model gives nothing to split),
         ``tensor_not_divisible``, ``invalid_batch_shape``, ``batch_not_divisible``.
     """
-    model = model_spec(model)
+    if not isinstance(model, MLPSpec | TransformerSpec):
+        model = model_spec(model)
     axes = {name: int(size) for name, size in axes.items()}
     roles = axis_roles(list(axes), roles)
     options = options or ParallelOptions()
     sizes = role_sizes(axes, roles)  # refuses unpriced kinds over 1
     width = _product(axes, roles, lambda k: k.splits_width)
     check_tensor_split(model, width)
-    check_kinds_apply(model, axes, roles, options.context)
+    if checked_axes is None or {a: int(n) for a, n in checked_axes.items()} != axes:
+        check_kinds_apply(model, axes, roles, options.context)
     batch = _product(axes, roles, lambda k: k.splits_batch)
     cp = _product(axes, roles, lambda k: k.splits_sequence)
     stages = _product(axes, roles, lambda k: k.splits_layers)

@@ -8,15 +8,12 @@ and keeps their inputs and results, so a test says not only how often each ran b
 what: the context the estimate prices is the one ``mesh_context`` built, the spec it
 holds is the one ``model_spec`` built.
 
-Two functions run twice on a plan with a model, by design, and the tests pin both calls:
-
-- ``check_kinds_apply``: before the layout on the axes whose size the request gives
-  (so the planner's own refusals do not hide an expert axis on a dense model), and
-  inside ``mesh_context`` on the layout's axes (the ``-1`` axes sized). The second is
-  the library's own; without a ``-1`` axis it repeats the first on the same axes.
-- ``model_spec``: the service builds the spec once (the pre-layout check needs it); the
-  library's ``mesh_context`` passes it through ``model_spec`` again, which returns it as
-  it is (the identity for a spec: nothing is rebuilt).
+One function may run twice on a plan with a model, and the tests pin both calls:
+``check_kinds_apply``, before the layout on the axes whose size the request gives (so the
+planner's own refusals do not hide an expert axis on a dense model), and inside
+``mesh_context`` only when the layout sized more axes (a ``-1``); on the same axes the
+context takes them as checked (``checked_axes``) and runs it once. ``model_spec`` runs
+once: the context takes the spec the service built.
 
 ``check_named_kinds`` runs once per axis: before the layout on the sized axes, after it
 only on the axes the layout sized (none: no second call).
@@ -128,16 +125,17 @@ def _check_model_path(recorder: Recorder, plan: dict[str, Any], model: dict[str,
     assert estimate.kwargs["context"] is ctx
     # the options read once are the ones the context holds
     assert ctx.options is _the_one(recorder, "parallel_options").result
-    # one spec: built from the request's model, then passed through mesh_context as is
-    built, passed = recorder.of("model_spec")
+    # one spec: built from the request's model, the context's as it is
+    built = _the_one(recorder, "model_spec")
     assert built.args == (model,) and isinstance(built.result, MLPSpec | TransformerSpec)
-    assert passed.args == (built.result,) and passed.result is built.result is ctx.model
-    # the kinds against the model: the request's sized axes before the layout, the
-    # layout's axes (all sized) in the context
-    before, inside = recorder.of("check_kinds_apply")
-    assert before.args[0] is inside.args[0] is ctx.model
-    assert dict(inside.args[1]) == plan["axes"] == dict(ctx.axes)
-    assert set(before.args[1]) <= set(plan["axes"])
+    assert built.result is ctx.model
+    # the kinds against the model: the request's sized axes before the layout, and the
+    # layout's axes in the context only where the layout sized more (a -1)
+    calls = recorder.of("check_kinds_apply")
+    assert all(call.args[0] is ctx.model for call in calls)
+    assert set(calls[0].args[1]) <= set(plan["axes"])
+    if len(calls) == 2:
+        assert dict(calls[1].args[1]) == plan["axes"] == dict(ctx.axes) != dict(calls[0].args[1])
     # the roles, sizes and shardings: the context's, not worked out again
     assert _the_one(recorder, "axis_roles").result == ctx.roles
     assert _the_one(recorder, "role_sizes").result == ctx.sizes
@@ -165,11 +163,11 @@ def test_a_hardware_plan_with_a_model_works_out_each_fact_once(api, path):
     plan = response.json()
     assert plan["axes"] == {"fsdp": 4, "tensor": 4}
     assert path.count() == {
-        "model_spec": 2,  # built once, passed through mesh_context (module doc)
+        "model_spec": 1,
         "axis_roles": 1,
         "role_sizes": 1,
         "param_specs": 1,
-        "check_kinds_apply": 2,  # the request's axes before the layout, all after (doc)
+        "check_kinds_apply": 2,  # the request's axes before the layout, the -1 sized after
         "check_named_kinds": 2,  # tensor before the layout, fsdp (a -1) after it
         "batch_axes": 1,
         "mesh_context": 1,
@@ -200,16 +198,15 @@ def test_a_pipelined_plan_works_out_its_pipeline_once(path):
     assert {name: counts[name] for name in MODEL_PATH} == dict.fromkeys(MODEL_PATH, 1)
     # no -1: every axis is checked by name before the layout, and only then
     assert (counts["check_named_kinds"], counts["parallel_options"]) == (1, 1)
-    assert (counts["model_spec"], counts["check_kinds_apply"]) == (2, 2)
+    assert (counts["model_spec"], counts["check_kinds_apply"]) == (1, 1)
     _check_model_path(path, plan, {"name": "llama3.1-70b", "remat": "full"})
     _check_named_kinds_once_per_axis(path, plan)
     ctx = _the_one(path, "mesh_context").result
     assert ctx.pipeline is not None and ctx.layer_shards == 8
     assert plan["step_estimate"]["pipeline"] == ctx.pipeline.to_json()
     assert plan["pipeline"] == {"microbatches": 4, "layers_per_stage": None, "schedule": "1f1b"}
-    # the same axes before the layout and in the context: the library's check repeats
-    before, inside = path.of("check_kinds_apply")
-    assert dict(before.args[1]) == dict(inside.args[1]) == {"stage": 8, "fsdp": 64}
+    # the same axes before the layout and in the context: checked once
+    assert dict(_the_one(path, "check_kinds_apply").args[1]) == {"stage": 8, "fsdp": 64}
 
 
 @pytest.mark.parametrize(
