@@ -60,7 +60,9 @@ output of ``col`` matmuls, the input of ``row`` ones: Megatron's tensor parallel
 the experts dimension of the routed experts' stacked kernels (expert parallelism; the
 other parameters are split over the axis as fsdp splits them, as MaxText's sharding
 rules do), or the layers of the stacked per-layer groups (pipeline stages: MaxText's
-``layers`` logical axis is ``stage``)."""
+``layers`` logical axis is ``stage``). Code outside the registry asks the kind's
+predicates (:attr:`ParallelismKind.splits_width`, ``splits_experts``, ``gathers_params``,
+``splits_layers``), never these values."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,6 @@ class ParallelismKind:
     splits_sequence: bool = False
     splits_stream: bool = False
     compiled: bool = False
-
     searched: Literal["always", "moe", "never"] = "never"
 
     def names(self) -> tuple[str, ...]:
