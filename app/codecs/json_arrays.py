@@ -432,15 +432,18 @@ _ORJSON_SCALARS = frozenset(
     {np.float64, np.float32, np.int64, np.int32, np.int16, np.int8}
     | {np.uint64, np.uint32, np.uint16, np.uint8, np.bool_}
 )
+# What _json_ready hands back unchanged: those, and the Python scalars (an answer's
+# counts), checked first so a reduce answer's values take one set lookup each.
+_AS_THEY_ARE = _ORJSON_SCALARS | {int, float, str, bool, type(None)}
 
 
 def _json_ready(value: Any) -> Any:
     """What orjson writes as intended: float16 as its own shortest decimal, native byte
     order, 0-d arrays as scalars; containers walked."""
-    if type(value) in _ORJSON_SCALARS:
+    if type(value) in _AS_THEY_ARE:
         return value
-    if type(value) is dict:
-        return {key: _json_ready(v) for key, v in value.items()}
+    if type(value) is dict:  # its scalars without a call each (an answer's common case)
+        return {k: v if type(v) in _AS_THEY_ARE else _json_ready(v) for k, v in value.items()}
     if isinstance(value, np.generic):  # numpy scalars are always in native byte order
         kind = value.dtype.kind
         if kind not in "biuf":

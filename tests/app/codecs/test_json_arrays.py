@@ -60,6 +60,35 @@ def test_encode_json_writes_null_for_non_finite_and_shortest_decimals():
     assert encoded == b'{"x":[0.65,null,null],"h":0.1}'
 
 
+def test_encode_json_writes_each_kind_of_value_in_a_dict_as_before():
+    # Python and numpy scalars pass through unchanged; everything else is still made ready
+    # (0-d arrays, float16, byte-swapped arrays, nested dicts and lists).
+    value = {
+        "reduced": {
+            "f64": np.float64(0.5),
+            "f32": np.float32(0.65),
+            "i64": np.int64(-3),
+            "u8": np.uint8(7),
+            "b": np.bool_(True),
+            "nan": np.float64("nan"),
+            "h": np.float16(0.1),
+            "zero_d": np.array(2.5, np.float32),
+            "swapped": np.array([1.5, 2.5], ">f8"),
+            "nested": {"list": [np.float16(0.2), 1, None], "t": (True, "s")},
+        },
+        "num_devices": 8,
+        "ratio": 0.25,
+        "name": "x",
+        "flag": False,
+        "none": None,
+    }
+    assert encode_json(value) == (
+        b'{"reduced":{"f64":0.5,"f32":0.65,"i64":-3,"u8":7,"b":true,"nan":null,"h":0.1,'
+        b'"zero_d":2.5,"swapped":[1.5,2.5],"nested":{"list":[0.2,1,null],"t":[true,"s"]}},'
+        b'"num_devices":8,"ratio":0.25,"name":"x","flag":false,"none":null}'
+    )
+
+
 def test_loads_body_refuses_empty_and_malformed():
     with pytest.raises(ServiceError) as empty:
         loads_body(b"")

@@ -47,3 +47,30 @@ def test_checked_sum_and_mean_equal_numpy_where_nothing_overflows(dtype, shape):
         out = checked(x)
         assert type(out) is type(ref) and np.asarray(out).dtype == np.asarray(ref).dtype
         assert np.asarray(out).tobytes() == np.asarray(ref).tobytes(), (checked, dtype, shape)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("devices", [1, 3, 7, 8, 13, 255, 4097], ids=lambda n: f"{n}dev")
+def test_float32_division_equals_np_means_float64_division(dtype, devices):
+    # _numpy_mean divides a float32 total by a float32 count where np.mean divides in
+    # float64 and rounds: every bit pattern (NaN payloads, inf, subnormals, the largest
+    # values) must come out the same.
+    rng = np.random.default_rng(devices)
+    width = np.dtype(dtype).itemsize * 8
+    bits = rng.integers(0, 2**width, size=(devices, 4096), dtype=np.uint64)
+    x = bits.astype(f"uint{width}").view(dtype)
+    with np.errstate(all="ignore"):
+        ref = np.mean(x, axis=0)
+        out = _numpy_mean(x)
+    assert out.dtype == ref.dtype
+    assert out.tobytes() == ref.tobytes()
+
+
+def test_mean_of_an_unaligned_view_equals_np_mean():
+    # The service reads npz bodies in place: np.savez's float32 data starts 166 bytes into
+    # the body, off a 4-byte boundary, so the kernels see unaligned views.
+    x = np.random.default_rng(0).standard_normal((N, 10_001), dtype=np.float32)
+    body = b"\0\0" + x.tobytes()
+    view = np.frombuffer(body, dtype=np.float32, offset=2).reshape(x.shape)
+    assert not view.flags.aligned
+    assert _safe_mean(view).tobytes() == np.mean(x, axis=0).tobytes()
