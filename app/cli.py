@@ -31,8 +31,8 @@ from app.core.database_url import redact
 from app.core.logs import configure_logging, log_config
 from app.core.settings import Settings
 from app.core.version import version_line
-from app.storage.db import StoreUnusable
-from app.storage.postgres import StoreUnreachable, store_at
+from app.storage.engines import store_at
+from app.storage.errors import StoreUnreachable, StoreUnusable
 from app.workers.follower import is_leader, run_follower
 
 EXIT_BAD_SETTINGS = 2

@@ -52,7 +52,7 @@ from app.services.host_calibration import HostCalibrations
 from app.services.jobs.retention import retention_loop
 from app.services.jobs.summaries import job_gauges
 from app.services.sessions import SessionService
-from app.storage.postgres import store_at
+from app.storage.engines import store_at
 from app.workers.runtime_client import RuntimeClient
 
 log = logging.getLogger("datarax.app")

@@ -104,7 +104,7 @@ def _executemany_seconds(batches: list[list[tuple]], rollups: list[list[tuple]] 
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany("INSERT INTO job_points VALUES (?, ?, ?, ?, ?, ?, ?)", batch)
             if rollups is not None:
-                conn.executemany(store_jobs.ROLLUP_UPSERT, rollups[i])
+                conn.executemany(store_jobs.ROLLUP_UPSERT.sqlite, rollups[i])
             conn.execute("COMMIT")
         seconds = time.perf_counter() - start
         store.close()

@@ -19,7 +19,7 @@ from app.api.routing import DOC_ONLY, require_json
 from app.core.settings import Settings
 from app.core.telemetry import Telemetry
 from app.services.sessions import SessionService
-from app.storage.db import Store
+from app.storage.store import Store
 from app.workers.runtime_client import RuntimeClient
 
 

@@ -32,7 +32,7 @@ from app.storage import calibrations as stored
 from app.storage import history as store_history
 from app.storage import job_links
 from app.storage import plans as stored_plans
-from app.storage.db import Store
+from app.storage.store import Store
 from datarax.errors import PlanError
 from datarax.estimate.calibrations import (
     CalibrationProfile,

@@ -30,7 +30,7 @@ import orjson
 
 from app.core.errors import CalibrationRunning, ServiceError, from_library
 from app.storage import calibrations as stored
-from app.storage.db import Store
+from app.storage.store import Store
 from app.workers.runtime_client import RuntimeClient
 from datarax.errors import PlanError
 from datarax.estimate.host_fit import STAGES, fit_host_profile

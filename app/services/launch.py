@@ -10,7 +10,7 @@ import orjson
 from app.core.errors import MeshNotFound, from_library
 from app.schemas.launch import LaunchRequest
 from app.storage import plans as stored_plans
-from app.storage.db import Store
+from app.storage.store import Store
 from datarax.errors import PlanError
 from datarax.launch.config import launch_config, plan_summary
 

@@ -49,7 +49,7 @@ from app.services.plans import (
     render_plan,
 )
 from app.storage import plans as stored_plans
-from app.storage.db import Store
+from app.storage.store import Store
 from app.workers.runtime_client import RuntimeClient
 from datarax.plan.layout import resolve_axes
 

@@ -54,7 +54,7 @@ from app.schemas.sessions import SessionCreateRequest, StepRequest
 from app.services.layout_cells import plural
 from app.storage import plans as stored_plans
 from app.storage import sessions as stored_sessions
-from app.storage.db import Store
+from app.storage.store import Store
 from app.workers.runtime_client import RuntimeClient
 from datarax.errors import PlanError
 from datarax.parallel.axis_roles import check_kinds_apply

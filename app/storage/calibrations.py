@@ -7,24 +7,26 @@ profile is owned by the process measuring it (:mod:`app.storage.owners`)."""
 
 from __future__ import annotations
 
-import sqlite3
-
 import orjson
 
 from app.storage import owners
-from app.storage.db import Store
+from app.storage.store import Connection, Statement, Store
 
 
-def _insert(conn: sqlite3.Connection, row: tuple[str, str, str, str, str | None, str]) -> None:
+def _insert(conn: Connection, row: tuple[str, str, str, str, str | None, str]) -> None:
     conn.execute(
-        "INSERT INTO calibrations (id, created_at, kind, hardware_kind, device_kind, body) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
+        Statement(
+            "INSERT INTO calibrations (id, created_at, kind, hardware_kind, device_kind, body) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO calibrations (id, created_at, kind, hardware_kind, device_kind, body) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+        ),
         row,
     )
     _own(conn, row[0], row[-1])
 
 
-def _own(conn: sqlite3.Connection, profile_id: str, body: str) -> None:
+def _own(conn: Connection, profile_id: str, body: str) -> None:
     """Claims a running profile for this process; releases one that ended."""
     if orjson.loads(body).get("status") == "running":
         owners.claim(conn, owners.CALIBRATION, profile_id)
@@ -49,8 +51,14 @@ async def insert_profile(
 async def get_profile(store: Store, profile_id: str) -> str | None:
     """The profile's JSON text, or ``None``."""
 
-    def run(conn: sqlite3.Connection) -> str | None:
-        row = conn.execute("SELECT body FROM calibrations WHERE id = ?", (profile_id,)).fetchone()
+    def run(conn: Connection) -> str | None:
+        row = conn.execute(
+            Statement(
+                "SELECT body FROM calibrations WHERE id = ?",
+                "SELECT body FROM calibrations WHERE id = %s",
+            ),
+            (profile_id,),
+        ).fetchone()
         return None if row is None else str(row[0])
 
     return await store.read(run)
@@ -59,9 +67,13 @@ async def get_profile(store: Store, profile_id: str) -> str | None:
 async def list_profiles(store: Store, limit: int = 1000) -> list[str]:
     """The stored profiles' JSON texts, newest first (``limit`` at most)."""
 
-    def run(conn: sqlite3.Connection) -> list[str]:
+    def run(conn: Connection) -> list[str]:
         rows = conn.execute(
-            "SELECT body FROM calibrations ORDER BY created_at DESC, id DESC LIMIT ?", (limit,)
+            Statement(
+                "SELECT body FROM calibrations ORDER BY created_at DESC, id DESC LIMIT ?",
+                "SELECT body FROM calibrations ORDER BY created_at DESC, id DESC LIMIT %s",
+            ),
+            (limit,),
         ).fetchall()
         return [str(row[0]) for row in rows]
 
@@ -71,8 +83,14 @@ async def list_profiles(store: Store, limit: int = 1000) -> list[str]:
 async def update_profile(store: Store, profile_id: str, body: str) -> None:
     """Rewrites a profile's JSON text (a host profile's progress and its result)."""
 
-    def run(conn: sqlite3.Connection) -> None:
-        conn.execute("UPDATE calibrations SET body = ? WHERE id = ?", (body, profile_id))
+    def run(conn: Connection) -> None:
+        conn.execute(
+            Statement(
+                "UPDATE calibrations SET body = ? WHERE id = ?",
+                "UPDATE calibrations SET body = %s WHERE id = %s",
+            ),
+            (body, profile_id),
+        )
         _own(conn, profile_id, body)
 
     await store.write(run)
@@ -82,10 +100,14 @@ async def newest_host_profile(store: Store, device_kind: str) -> str | None:
     """The newest ``host`` profile measured on ``device_kind`` that finished
     (``status`` ``done``), as JSON text; ``None`` without one."""
 
-    def run(conn: sqlite3.Connection) -> str | None:
+    def run(conn: Connection) -> str | None:
         rows = conn.execute(
-            "SELECT body FROM calibrations WHERE kind = 'host' AND device_kind = ? "
-            "ORDER BY created_at DESC, id DESC",
+            Statement(
+                "SELECT body FROM calibrations WHERE kind = 'host' AND device_kind = ? "
+                "ORDER BY created_at DESC, id DESC",
+                "SELECT body FROM calibrations WHERE kind = 'host' AND device_kind = %s "
+                "ORDER BY created_at DESC, id DESC",
+            ),
             (device_kind,),
         )
         for (body,) in rows:
@@ -100,13 +122,18 @@ async def running_profiles(store: Store) -> list[str]:
     """The JSON texts of profiles still ``running`` whose process stopped mid-way (not
     those a running replica measures)."""
 
-    def running(conn: sqlite3.Connection) -> dict[str, str]:
-        rows = conn.execute("SELECT id, body FROM calibrations WHERE kind = 'host'").fetchall()
+    def running(conn: Connection) -> dict[str, str]:
+        rows = conn.execute(
+            Statement(
+                "SELECT id, body FROM calibrations WHERE kind = 'host'",
+                "SELECT id, body FROM calibrations WHERE kind = 'host'",
+            )
+        ).fetchall()
         return {str(r[0]): str(r[1]) for r in rows if orjson.loads(r[1]).get("status") == "running"}
 
     await owners.settle(store, owners.CALIBRATION, lambda c: list(running(c)))
 
-    def run(conn: sqlite3.Connection) -> list[str]:
+    def run(conn: Connection) -> list[str]:
         texts = running(conn)
         stale = owners.orphaned(conn, owners.CALIBRATION, texts, store.live_owners(conn))
         return [texts[pid] for pid in stale]

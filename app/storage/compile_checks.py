@@ -23,22 +23,25 @@ answer as the service store's do, and the file closes with the last of them.
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
-from app.storage import owners
-from app.storage.db import Store
+from app.storage import owners, postgres_schema
+from app.storage.engines import store_at
 from app.storage.migrations import COMPILE_CHECKS_SCHEMA
-from app.storage.postgres import store_at
+from app.storage.store import Connection, Statement, Store
 
 UNFINISHED = ("queued", "compiling")
 """The states of a check that has not ended."""
 
 
+COMPILE_TABLES = Statement(COMPILE_CHECKS_SCHEMA, ";\n".join(postgres_schema.COMPILE_CHECKS_SCHEMA))
+"""The two tables and their index, each engine's (idempotent)."""
+
+
 def create_tables(store: Store) -> None:
     """Creates the two tables when missing (blocking: at startup or in a worker thread)."""
-    store.execute_here(lambda c: c.executescript(COMPILE_CHECKS_SCHEMA))
+    store.execute_here(lambda c: c.executescript(COMPILE_TABLES))
 
 
 async def fail_unfinished(store: Store, reason: str) -> int:
@@ -47,15 +50,21 @@ async def fail_unfinished(store: Store, reason: str) -> int:
     running (a replica on the same PostgreSQL database) stay theirs
     (:mod:`app.storage.owners`)."""
 
-    def unfinished_ids(conn: sqlite3.Connection) -> list[str]:
-        sql = "SELECT id FROM compile_checks WHERE status IN (?, ?)"
+    def unfinished_ids(conn: Connection) -> list[str]:
+        sql = Statement(
+            "SELECT id FROM compile_checks WHERE status IN (?, ?)",
+            "SELECT id FROM compile_checks WHERE status IN (%s, %s)",
+        )
         return [str(row[0]) for row in conn.execute(sql, UNFINISHED)]
 
     await owners.settle(store, owners.COMPILE_CHECK, unfinished_ids)
 
-    def fix(conn: sqlite3.Connection) -> int:
+    def fix(conn: Connection) -> int:
         unfinished = dict(conn.execute(
-            "SELECT id, body FROM compile_checks WHERE status IN (?, ?)", UNFINISHED
+            Statement(
+"SELECT id, body FROM compile_checks WHERE status IN (?, ?)",
+"SELECT id, body FROM compile_checks WHERE status IN (%s, %s)",
+), UNFINISHED
         ).fetchall())  # fmt: skip
         stale = owners.orphaned(conn, owners.COMPILE_CHECK, unfinished, store.live_owners(conn))
         rows = [(cid, unfinished[cid]) for cid in stale]
@@ -65,7 +74,10 @@ async def fail_unfinished(store: Store, reason: str) -> int:
             check.pop("position", None)
             check.pop("phase", None)
             conn.execute(
-                "UPDATE compile_checks SET status = 'failed', body = ? WHERE id = ?",
+                Statement(
+                    "UPDATE compile_checks SET status = 'failed', body = ? WHERE id = ?",
+                    "UPDATE compile_checks SET status = 'failed', body = %s WHERE id = %s",
+                ),
                 (json.dumps(check), cid),
             )
             owners.release(conn, owners.COMPILE_CHECK, cid)
@@ -74,11 +86,16 @@ async def fail_unfinished(store: Store, reason: str) -> int:
     return await store.execute(fix)
 
 
-def _upsert_check(conn: sqlite3.Connection, check: dict[str, Any]) -> None:
+def _upsert_check(conn: Connection, check: dict[str, Any]) -> None:
     conn.execute(
-        "INSERT INTO compile_checks (id, mesh_id, created_at, status, body) "
-        "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-        "status = excluded.status, body = excluded.body",
+        Statement(
+            "INSERT INTO compile_checks (id, mesh_id, created_at, status, body) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+            "status = excluded.status, body = excluded.body",
+            "INSERT INTO compile_checks (id, mesh_id, created_at, status, body) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT(id) DO UPDATE SET "
+            "status = excluded.status, body = excluded.body",
+        ),
         (check["id"], check["mesh_id"], check["created_at"], check["status"], json.dumps(check)),
     )
     if check["status"] in UNFINISHED:
@@ -101,7 +118,13 @@ async def put_cancelled(store: Store, check: dict[str, Any]) -> None:
 async def get_check(store: Store, cid: str) -> dict[str, Any] | None:
     """The check's JSON as last stored, or None."""
     row = await store.execute(
-        lambda c: c.execute("SELECT body FROM compile_checks WHERE id = ?", (cid,)).fetchone()
+        lambda c: c.execute(
+            Statement(
+                "SELECT body FROM compile_checks WHERE id = ?",
+                "SELECT body FROM compile_checks WHERE id = %s",
+            ),
+            (cid,),
+        ).fetchone()
     )
     return None if row is None else json.loads(row[0])
 
@@ -111,13 +134,22 @@ async def list_checks(
 ) -> tuple[list[dict[str, Any]], int]:
     """A page of one plan's checks, newest first (ids sort by time), and how many it has."""
 
-    def read(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
+    def read(conn: Connection) -> tuple[list[dict[str, Any]], int]:
         rows = conn.execute(
-            "SELECT body FROM compile_checks WHERE mesh_id = ? ORDER BY id DESC LIMIT ? OFFSET ?",
+            Statement(
+                "SELECT body FROM compile_checks WHERE mesh_id = ? ORDER BY id DESC LIMIT ? "
+                "OFFSET ?",
+                "SELECT body FROM compile_checks WHERE mesh_id = %s ORDER BY id DESC LIMIT %s "
+                "OFFSET %s",
+            ),
             (mesh_id, limit, offset),
         ).fetchall()
         total = conn.execute(
-            "SELECT count(*) FROM compile_checks WHERE mesh_id = ?", (mesh_id,)
+            Statement(
+                "SELECT count(*) FROM compile_checks WHERE mesh_id = ?",
+                "SELECT count(*) FROM compile_checks WHERE mesh_id = %s",
+            ),
+            (mesh_id,),
         ).fetchone()[0]
         return [json.loads(r[0]) for r in rows], int(total)
 
@@ -127,7 +159,13 @@ async def list_checks(
 async def get_result(store: Store, key: str) -> dict[str, Any] | None:
     """The cached compile result of ``key``, or None."""
     row = await store.execute(
-        lambda c: c.execute("SELECT result FROM compile_results WHERE key = ?", (key,)).fetchone()
+        lambda c: c.execute(
+            Statement(
+                "SELECT result FROM compile_results WHERE key = ?",
+                "SELECT result FROM compile_results WHERE key = %s",
+            ),
+            (key,),
+        ).fetchone()
     )
     return None if row is None else json.loads(row[0])
 
@@ -137,9 +175,14 @@ async def put_result(store: Store, key: str, created_at: str, result: dict[str, 
     row = (key, created_at, json.dumps(result))
     await store.execute(
         lambda c: c.execute(
-            "INSERT INTO compile_results (key, created_at, result) VALUES (?, ?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET created_at = excluded.created_at, "
-            "result = excluded.result",
+            Statement(
+                "INSERT INTO compile_results (key, created_at, result) VALUES (?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET created_at = excluded.created_at, "
+                "result = excluded.result",
+                "INSERT INTO compile_results (key, created_at, result) VALUES (%s, %s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET created_at = excluded.created_at, "
+                "result = excluded.result",
+            ),
             row,
         )
     )

@@ -1,10 +1,14 @@
-"""The storage engine: one SQLite file, its connection, its faults and its transactions.
+"""The SQLite engine of the store: one SQLite file, its connection, its faults and its
+transactions.
 
-The tables' statements live beside this module, one module per table family (see
-:mod:`app.storage`); every schema and migration in :mod:`app.storage.migrations`. The
-methods here that take a function over the raw ``sqlite3.Connection``
-(:meth:`Store.write`, :meth:`Store.read`, ...) are for those modules only: callers
-outside :mod:`app.storage` use the typed per-table functions.
+:class:`SQLiteStore` is one implementation of the store interface
+(:class:`app.storage.store.Store`, whose group commit and fault bookkeeping it shares), beside
+:class:`app.storage.postgres.PostgresStore`; neither knows the other. It translates
+``sqlite3``'s errors at its edge: a constraint violation is
+:class:`~app.storage.errors.Conflict`, a storage failure its problem
+(:func:`storage_error`). The tables' statements live beside this module, one module per
+table family (see :mod:`app.storage`); every schema and migration in
+:mod:`app.storage.migrations`.
 
 Durability: the database runs in WAL mode with ``synchronous=FULL``, so every commit
 fsyncs the WAL before ``commit()`` returns. The service answers 2xx only after the
@@ -58,17 +62,24 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TypeVar, cast
-
-import anyio.to_thread
+from typing import Any, TypeVar
 
 from app.core.errors import ServiceError, StorageFull, StorageUnavailable
+from app.storage.errors import Conflict, StoreClosed, StoreUnusable
 from app.storage.migrations import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from app.storage.owners import OWNER
 from app.storage.reserve import DiskRoom, disk_free
+from app.storage.store import (
+    PROBE_INTERVAL_S,
+    RETRY_AFTER_S,
+    Connection,
+    Statement,
+    _Database,
+    _now,
+)
+from app.storage.store import Store as StoreInterface
 
 log = logging.getLogger("datarax.store")
 
@@ -126,75 +137,45 @@ def storage_error(err: BaseException, path: Path | str) -> ServiceError | None:
     return None
 
 
-RETRY_AFTER_S = 5  # ``Retry-After`` of a 503 ``storage_unavailable``
+class SQLiteConnection:
+    """The connection as the table modules see it (:class:`~app.storage.store.Connection`):
+    each :class:`~app.storage.store.Statement` runs its SQLite text. A plain string is a
+    statement in SQLite's own words (this engine's internals, its tests)."""
 
-_PROBE = "INSERT INTO store_probe (id, at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at = ?"
-PROBE_INTERVAL_S = 2.0
-""":meth:`Store.health` writes a probe row when no write succeeded or failed for this long:
-readiness notices a fault (and its end) without client writes, one tiny write at most."""
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: sqlite3.Connection) -> None:
+        self.raw = raw
+
+    def execute(self, statement: Statement | str, parameters: Sequence[Any] = ()) -> sqlite3.Cursor:
+        sql = statement if isinstance(statement, str) else statement.sqlite
+        return self.raw.execute(sql, parameters)
+
+    def executemany(
+        self, statement: Statement | str, parameters: Iterable[Sequence[Any]]
+    ) -> sqlite3.Cursor:
+        sql = statement if isinstance(statement, str) else statement.sqlite
+        return self.raw.executemany(sql, parameters)
+
+    def executescript(self, script: Statement | str) -> sqlite3.Cursor:
+        return self.raw.executescript(script if isinstance(script, str) else script.sqlite)
 
 
-@dataclasses.dataclass(frozen=True)
-class StorageFault:
-    """Why the store cannot take writes: ``kind`` is ``full`` or ``unavailable`` (the
-    problem code's tail), ``reason`` SQLite's error, ``since`` when it began and
-    ``checked_at`` when a write (a client's or the probe) last found it (UTC, ISO 8601
-    with microseconds: later times sort later)."""
+class _SQLiteDatabase(_Database):
+    """One connection of this process on one database file, shared by every
+    :class:`SQLiteStore` on that file, with the file's space reserve and fence."""
 
-    kind: str
-    reason: str
-    since: str
-    checked_at: str = ""
-
-    @property
-    def code(self) -> str:
-        return f"storage_{self.kind}"
-
-
-class _Database:
-    """One connection of this process on one database file, and what every
-    :class:`Store` on that file shares: its lock and its fault state."""
+    conn: sqlite3.Connection
 
     def __init__(self, key: str, conn: sqlite3.Connection) -> None:
-        self.key = key
-        self.conn = conn
-        self.lock = threading.Lock()
-        self.users = 1
-        self.fault: StorageFault | None = None
-        self.outcome_at = time.monotonic()  # when a write last succeeded or failed
+        super().__init__(key, conn)
+        self.view = SQLiteConnection(conn)  # what the table modules are handed
         self.room: DiskRoom | None = None  # the space reserve and fence (files only)
 
 
-_DATABASES: dict[str, _Database] = {}
+_DATABASES: dict[str, _SQLiteDatabase] = {}
 """Open connections by the database file's real path (``:memory:`` ones are not shared)."""
 _DATABASES_LOCK = threading.Lock()
-
-
-class StoreClosed(RuntimeError):
-    """The store was used before ``open()`` or after ``close()``."""
-
-
-class StoreUnusable(RuntimeError):
-    """The database file exists but SQLite cannot use it (corrupt, truncated, not a
-    database, unreadable). The file is left exactly as it was."""
-
-
-MAX_GROUP = 64
-"""Most writes one group commit takes (:meth:`Store.write_grouped`)."""
-
-
-class _GroupedWrite:
-    """One caller's write waiting for a group commit, and its outcome."""
-
-    __slots__ = ("error", "finished", "fn", "key", "result")
-
-    def __init__(self, fn: Callable[[sqlite3.Connection], object], key: str | None) -> None:
-        self.fn, self.key, self.finished = fn, key, False
-        self.result: object = None
-        self.error: BaseException | None = None
-
-    def finish(self, *, result: object = None, error: BaseException | None = None) -> None:
-        self.result, self.error, self.finished = result, error, True
 
 
 FREE_BYTES_TO_RECOVER = 8 * 1024 * 1024
@@ -202,26 +183,19 @@ FREE_BYTES_TO_RECOVER = 8 * 1024 * 1024
 in its file, plus the free disk unless the file is fenced (:mod:`app.storage.reserve`)."""
 
 
-class Store:
+class SQLiteStore(StoreInterface):
     """The service's SQLite database. ``open()`` creates the file and the schema."""
 
     dynamic_types = True  # a column holds text or bytes alike (PostgreSQL's do not)
 
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5000):
+        super().__init__(str(path))
         self.path = Path(path)
-        self.where = str(path)  # the store's location in messages
         self.busy_timeout_ms = busy_timeout_ms
-        self._db: _Database | None = None
+        self._db: _SQLiteDatabase | None = None
         self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()  # the shared connection's lock once open
-        self._group: list[_GroupedWrite] = []  # job writes waiting for a group commit
-        self._group_mutex = threading.Lock()
 
     # ------------------------------------------------------------------------ lifecycle
-
-    @property
-    def is_open(self) -> bool:
-        return self._conn is not None
 
     def open(self) -> None:
         """Opens (creating if needed) the database and its schema. Idempotent.
@@ -243,7 +217,7 @@ class Store:
             if db is not None:
                 db.users += 1
             else:
-                db = _Database(key, self._connect())
+                db = _SQLiteDatabase(key, self._connect())
                 if not memory:
                     self._start_room(db)
                     _DATABASES[key] = db
@@ -251,7 +225,7 @@ class Store:
         with db.lock:
             self._db, self._conn = db, db.conn
 
-    def _start_room(self, db: _Database) -> None:
+    def _start_room(self, db: _SQLiteDatabase) -> None:
         """Keeps the space reserve beside an accepted file (never before: a file that is
         not the service's gets no reserve)."""
         try:
@@ -408,7 +382,7 @@ class Store:
     def schema_version(self) -> int:
         return self._run(lambda c: c.execute("PRAGMA user_version").fetchone()[0])
 
-    def live_owners(self, conn: sqlite3.Connection) -> set[int]:  # noqa: ARG002 (PostgreSQL's reads it)
+    def live_owners(self, conn: Connection) -> set[int]:  # noqa: ARG002 (PostgreSQL's reads it)
         """The processes alive on this database (:mod:`app.storage.owners`): this one."""
         return {OWNER}
 
@@ -430,61 +404,23 @@ class Store:
 
     # ------------------------------------------------------------------ faults, health
 
-    @property
-    def fault(self) -> StorageFault | None:
-        """Why writes fail now (set by a failed write, cleared by a successful one), or
-        None."""
-        return None if self._db is None else self._db.fault
-
-    @property
-    def full(self) -> bool:
-        """True while the last storage fault is a full disk."""
-        fault = self.fault
-        return fault is not None and fault.kind == "full"
-
-    def health(self) -> StorageFault | None:
-        """The storage fault readiness reports, or None when writes work.
-
-        Blocking (call it from a worker thread): when no write succeeded or failed within
-        :data:`PROBE_INTERVAL_S`, it first commits a one-row probe write, so a fault
-        that began (or ended) while nobody wrote is seen. A full disk stays a fault
-        until a write succeeds *and* the disk has ``FREE_BYTES_TO_RECOVER`` free.
-        """
-        db = self._db
-        if db is None:
-            now = _now()
-            return StorageFault("unavailable", "the database is not open", now, now)
-        if time.monotonic() - db.outcome_at >= PROBE_INTERVAL_S:
-            try:
-                self._write(lambda c: c.execute(_PROBE, (_now(), _now())))
-            except (ServiceError, StoreClosed):
-                pass  # recorded as the fault (or the store closed meanwhile)
-        return db.fault
-
-    def ping(self) -> bool:
-        """True when the store is open and :meth:`health` finds no fault."""
-        return self._db is not None and self.health() is None
+    def _probe_interval_s(self) -> float:
+        return PROBE_INTERVAL_S  # this module's (the tests make it 0)
 
     def _problem(self, err: BaseException) -> tuple[ServiceError | None, str]:
         """The problem a failure answers with (None: not a storage one), and its reason."""
         name = getattr(err, "sqlite_errorname", None) or type(err).__name__
         return storage_error(err, self.path), f"{name}: {err}"
 
-    def _failed(self, err: BaseException) -> ServiceError | None:
-        """Records a storage failure as the fault; returns its problem (None: not one)."""
-        problem, reason = self._problem(err)
-        db = self._db
-        if problem is None or db is None:
+    def _translated(self, err: BaseException) -> BaseException:
+        """What a failure raises at the store's edge: a storage one its problem (the fault),
+        a constraint violation :class:`Conflict`, anything else itself (a bug)."""
+        problem = self._failed(err)
+        if problem is not None:
             return problem
-        kind = "full" if problem.code == "storage_full" else "unavailable"
-        now = _now()
-        if db.fault is None or db.fault.kind != kind:
-            log.warning("database %s cannot take writes: %s", self.where, reason)
-            db.fault = StorageFault(kind, reason, now, now)
-        else:
-            db.fault = dataclasses.replace(db.fault, reason=reason, checked_at=now)
-        db.outcome_at = time.monotonic()
-        return problem
+        if isinstance(err, sqlite3.IntegrityError):
+            return Conflict(str(err))
+        return err
 
     def _succeeded(self) -> None:
         """A write committed: clears the fault (a full disk needs free space too)."""
@@ -507,9 +443,18 @@ class Store:
         log.warning("database %s takes writes again (fault since %s)", self.path, fault.since)
         db.fault = None
 
+    def _leave_transaction(self, conn: SQLiteConnection) -> None:
+        _rollback(conn.raw)
+
+    def _writer_view(self) -> SQLiteConnection:
+        db = self._db
+        if db is None:
+            raise StoreClosed("the store is not open")
+        return db.view
+
     # ------------------------------------------------------------------------ plumbing
 
-    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _run(self, fn: Callable[[SQLiteConnection], T]) -> T:
         """Runs ``fn`` under the lock in autocommit mode (each statement its own
         transaction); a storage failure becomes its problem (and the fault)."""
         with self._lock:
@@ -518,23 +463,17 @@ class Store:
                 raise StoreClosed("the store is not open")
             before = conn.total_changes
             try:
-                result = fn(conn)
+                result = fn(self._writer_view())
             except sqlite3.Error as err:
                 _rollback(conn)
-                problem = self._failed(err)
-                if problem is not None:
-                    raise problem from err
+                if (translated := self._translated(err)) is not err:
+                    raise translated from err
                 raise
             if conn.total_changes != before:
                 self._succeeded()
             return result
 
-    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Runs ``fn`` in one transaction; returns after the durable commit."""
-        with self._lock:
-            return self._write_locked(fn)
-
-    def _write_locked(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _write_locked(self, fn: Callable[[SQLiteConnection], T]) -> T:
         """:meth:`_write` with the lock already held."""
         conn = self._conn
         if conn is None:
@@ -542,140 +481,31 @@ class Store:
         before = conn.total_changes
         try:
             conn.execute("BEGIN IMMEDIATE")
-            result = fn(conn)
+            result = fn(self._writer_view())
             conn.execute("COMMIT")
         except BaseException as err:
             # Also after a failed COMMIT (disk full, I/O error): never leave the shared
             # connection inside a transaction.
             _rollback(conn)
-            problem = self._failed(err)
-            if problem is not None:
-                raise problem from err
+            if (translated := self._translated(err)) is not err:
+                raise translated from err
             raise
         if conn.total_changes != before:  # a transaction that wrote nothing proves nothing
             self._succeeded()
         return result
 
-    def write_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """:meth:`write` for a caller already in a worker thread (or at startup): blocks
-        until the durable commit."""
-        return self._write(fn)
-
-    async def _in_thread(self, fn: Callable[[], T]) -> T:
-        return await anyio.to_thread.run_sync(fn)
-
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Runs ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction in a worker thread;
-        returns after the durable commit (all or nothing: an exception rolls back)."""
-        return await self._in_thread(lambda: self._write(fn))
-
-    async def write_grouped(
-        self, fn: Callable[[sqlite3.Connection], T], *, key: str | None = None
-    ) -> T:
-        """As :meth:`write`, but writes that wait at the same time share one transaction
-        and one fsync (group commit), each in its own savepoint: a write that raises is
-        rolled back alone and gets its error; the others commit together, and every
-        caller returns only after that durable commit. For job pushes: 64 hosts pushing
-        at once cost a few commits, not 64. ``key`` names what the write changes (a job):
-        writes of one key from several processes on a shared database queue for it."""
-        return await self._in_thread(lambda: self._write_grouped(fn, key))
-
-    def write_grouped_here(
-        self, fn: Callable[[sqlite3.Connection], T], *, key: str | None = None
-    ) -> T:
-        """:meth:`write_grouped` for a caller already in a worker thread (never on the
-        event loop: it blocks until the durable commit)."""
-        return self._write_grouped(fn, key)
-
-    def _write_grouped(self, fn: Callable[[sqlite3.Connection], T], key: str | None = None) -> T:
-        mine = _GroupedWrite(fn, key)
-        with self._group_mutex:
-            self._group.append(mine)
-        with self._lock:
-            if not mine.finished:
-                # Leader: commit every write waiting now (its own among them).
-                with self._group_mutex:
-                    group, self._group = self._group[:MAX_GROUP], self._group[MAX_GROUP:]
-                if self._conn is None:
-                    for write in group:
-                        write.finish(error=StoreClosed("the store is not open"))
-                else:
-                    self._commit_group(self._conn, group)
-        if mine.error is not None:
-            raise mine.error
-        return cast(T, mine.result)  # the result of ``fn``, set by the group's commit
-
-    def _commit_group(self, conn: sqlite3.Connection, group: list[_GroupedWrite]) -> None:
-        """One transaction for ``group`` (the lock held). A write that raises a
-        ``ServiceError`` is rolled back to its savepoint; any other failure (an SQLite
-        error may have rolled back the whole transaction) rolls back everything and runs
-        each write alone, as :meth:`write` would."""
-        if len(group) == 1:
-            self._alone(group[0])
-            return
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for write in group:
-                conn.execute("SAVEPOINT grouped_write")
-                try:
-                    write.result = write.fn(conn)
-                except ServiceError as err:
-                    conn.execute("ROLLBACK TO grouped_write")
-                    write.error = err
-                conn.execute("RELEASE grouped_write")
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            for write in group:
-                write.result = write.error = None
-                self._alone(write)
-            return
-        self._succeeded()
-        for write in group:
-            write.finished = True
-
-    def _alone(self, write: _GroupedWrite) -> None:
-        try:
-            write.finish(result=self._write_locked(write.fn))
-        except BaseException as err:
-            write.finish(error=err)
-
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def read(self, fn: Callable[[Connection], T]) -> T:
         """Runs ``fn(conn)`` in a worker thread (reads only)."""
         return await self._in_thread(lambda: self._run(fn))
 
-    async def execute(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Runs ``fn(conn)`` in a worker thread in autocommit mode: each statement is its
-        own transaction (for callers whose statements stand alone, such as the compile
-        store's). Storage failures answer as for :meth:`write`."""
-        return await self._in_thread(lambda: self._run(fn))
-
-    def execute_here(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """:meth:`execute` for a caller already in a worker thread (or at startup)."""
-        return self._run(fn)
-
-    async def delete(
-        self,
-        fn: Callable[[sqlite3.Connection], T],
-        *,
-        piece: Callable[[sqlite3.Connection, int], int] | None = None,
-    ) -> T:
-        """:meth:`write` for what a ``DELETE`` removes, which works on a full disk too: it
-        then uses the space reserve, and a delete too big for that room runs in pieces
-        when ``piece(conn, rows)`` is given (see :meth:`DiskRoom.delete`).
-
-        Raises:
-          StorageFull: not even the reserve's room was enough, or there is no reserve.
-        """
-        return await self._in_thread(lambda: self.delete_here(fn, piece=piece))
-
     def delete_here(
         self,
-        fn: Callable[[sqlite3.Connection], T],
+        fn: Callable[[Connection], T],
         *,
-        piece: Callable[[sqlite3.Connection, int], int] | None = None,
+        piece: Callable[[Connection, int], int] | None = None,
     ) -> T:
-        """:meth:`delete` for a caller already in a worker thread."""
+        """:meth:`delete` for a caller already in a worker thread: on a full disk, the
+        delete uses the space reserve (:meth:`DiskRoom.delete`)."""
         with self._lock:
             try:
                 return self._write_locked(fn)
@@ -686,10 +516,6 @@ class Store:
                 return db.room.delete(db.conn, self._write_locked, fn, piece, self.path)
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _rollback(conn: sqlite3.Connection) -> None:
     """Leaves ``conn`` outside any transaction; a failing ROLLBACK (the disk gone) is
     ignored: SQLite then rolled the transaction back itself or will on the next one."""
@@ -698,3 +524,8 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
         except sqlite3.Error:
             log.warning("ROLLBACK failed on the database", exc_info=True)
+
+
+Store = SQLiteStore
+"""The SQLite engine's former name, for the tests and benchmarks that build one by it; the
+interface every engine implements is :class:`app.storage.store.Store`."""

@@ -1,7 +1,7 @@
 """Reads of job history: the jobs list, pages of stored points, downsampled buckets
 (from the rollups of :mod:`app.storage.rollups`), and the job gauges.
 
-Plain functions over an open ``sqlite3.Connection`` (for the store's tests and
+Plain functions over an open ``Connection`` (for the store's tests and
 benchmarks), and the typed async functions the services call, which run them in
 :meth:`app.storage.db.Store.read`.
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,9 +22,10 @@ import numpy as np
 from app.storage.parts import PendingStep, incomplete_jobs, newest_incomplete, pending_steps
 from app.storage.rollups import FANOUT_BITS, LEVELS, scalar_values
 from app.storage.spreads import spread_blocks, spread_text, spreads_between
+from app.storage.store import Connection, Statement
 
 if TYPE_CHECKING:
-    from app.storage.db import Store
+    from app.storage.store import Store
 
 MAX_PAGE = 10_000
 MAX_BUCKETS = 10_000
@@ -45,7 +45,7 @@ class JobRow:
     received_sources: list[str] = field(default_factory=list)
 
 
-def _job_row(conn: sqlite3.Connection, row: tuple) -> JobRow:
+def _job_row(conn: Connection, row: tuple) -> JobRow:
     job = row[0]
     found = newest_incomplete(conn, job)
     return JobRow(
@@ -65,18 +65,32 @@ def _job_row(conn: sqlite3.Connection, row: tuple) -> JobRow:
 _JOB_COLUMNS = "job, points, first_step, last_step, last_push_at, finished, created_at"
 
 
-def list_jobs(conn: sqlite3.Connection, limit: int, offset: int) -> tuple[list[JobRow], int]:
+def list_jobs(conn: Connection, limit: int, offset: int) -> tuple[list[JobRow], int]:
     """Jobs, most recently pushed first, and the total."""
-    total = conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+    total = conn.execute(
+        Statement(
+            "SELECT COUNT(*) FROM jobs",
+            "SELECT COUNT(*) FROM jobs",
+        )
+    ).fetchone()[0]
     rows = conn.execute(
-        f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY last_push_at DESC, job LIMIT ? OFFSET ?",
+        Statement(
+            f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY last_push_at DESC, job LIMIT ? OFFSET ?",
+            f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY last_push_at DESC, job LIMIT %s OFFSET %s",
+        ),
         (limit, offset),
     ).fetchall()
     return [_job_row(conn, row) for row in rows], int(total)
 
 
-def get_job(conn: sqlite3.Connection, job: str) -> JobRow | None:
-    row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job = ?", (job,)).fetchone()
+def get_job(conn: Connection, job: str) -> JobRow | None:
+    row = conn.execute(
+        Statement(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job = ?",
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job = %s",
+        ),
+        (job,),
+    ).fetchone()
     return None if row is None else _job_row(conn, row)
 
 
@@ -95,7 +109,7 @@ most: what :func:`history_page` counts against its byte budget."""
 
 
 def history_page(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job: str,
     low: int,
     high: int,
@@ -117,9 +131,14 @@ def history_page(
     boundary: int | None = None  # first complete step left out for the byte budget
     used = 0
     for s, r, t, n, d in conn.execute(
-        "SELECT p.step, p.reduced, p.received_at, p.sources, d.spread FROM job_points p "
-        "LEFT JOIN job_spreads d ON d.job = p.job AND d.step = p.step "
-        "WHERE p.job = ? AND p.step BETWEEN ? AND ? ORDER BY p.step LIMIT ?",
+        Statement(
+            "SELECT p.step, p.reduced, p.received_at, p.sources, d.spread FROM job_points p "
+            "LEFT JOIN job_spreads d ON d.job = p.job AND d.step = p.step "
+            "WHERE p.job = ? AND p.step BETWEEN ? AND ? ORDER BY p.step LIMIT ?",
+            "SELECT p.step, p.reduced, p.received_at, p.sources, d.spread FROM job_points p "
+            "LEFT JOIN job_spreads d ON d.job = p.job AND d.step = p.step "
+            "WHERE p.job = %s AND p.step BETWEEN %s AND %s ORDER BY p.step LIMIT %s",
+        ),
         (job, low, high, limit + 1),
     ):
         text = spread_text(d) if d else None
@@ -142,7 +161,7 @@ def history_page(
     return entries[:limit], more
 
 
-def metric_names(conn: sqlite3.Connection, job: str, low: int, high: int) -> list[str]:
+def metric_names(conn: Connection, job: str, low: int, high: int) -> list[str]:
     """The scalar metrics with a value in ``[low, high]`` (or in the 65,536-step blocks
     around it): what a downsampled read of the range answers, for sizing it first. Reads
     the top rollup level: a row per metric and 65,536 steps."""
@@ -150,18 +169,27 @@ def metric_names(conn: sqlite3.Connection, job: str, low: int, high: int) -> lis
     return [
         row[0]
         for row in conn.execute(
-            "SELECT DISTINCT metric FROM job_rollups WHERE job = ? AND level = ? "
-            "AND block BETWEEN ? AND ?",
+            Statement(
+                "SELECT DISTINCT metric FROM job_rollups WHERE job = ? AND level = ? "
+                "AND block BETWEEN ? AND ?",
+                "SELECT DISTINCT metric FROM job_rollups WHERE job = %s AND level = %s "
+                "AND block BETWEEN %s AND %s",
+            ),
             (job, LEVELS[-1], low >> shift, high >> shift),
         )
     ]
 
 
-def count_points(conn: sqlite3.Connection, job: str, low: int, high: int, cap: int) -> int:
+def count_points(conn: Connection, job: str, low: int, high: int, cap: int) -> int:
     """Complete points in ``[low, high]``, counted up to ``cap``."""
     return conn.execute(
-        "SELECT COUNT(*) FROM (SELECT 1 FROM job_points WHERE job = ? AND step BETWEEN ? AND ? "
-        "LIMIT ?) AS counted",
+        Statement(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM job_points WHERE job = ? AND step BETWEEN ? AND ? "
+            "LIMIT ?) AS counted",
+            "SELECT COUNT(*) FROM (SELECT 1 FROM job_points WHERE job = %s AND step BETWEEN %s "
+            "AND %s "
+            "LIMIT %s) AS counted",
+        ),
         (job, low, high, cap),
     ).fetchone()[0]
 
@@ -261,7 +289,7 @@ def _add_blocks(rows, metric, base, per_bucket, origin, width, bucket) -> None: 
 
 
 def downsample(
-    conn: sqlite3.Connection, job: str, low: int, high: int, max_points: int
+    conn: Connection, job: str, low: int, high: int, max_points: int
 ) -> tuple[int, list[Bucket]]:
     """At most ``max_points`` buckets over ``[low, high]``; returns (bucket width, buckets).
 
@@ -292,7 +320,11 @@ def downsample(
     for level, first, last in _segments(low, high, top):
         if level == 0:
             for step, reduced in conn.execute(
-                "SELECT step, reduced FROM job_points WHERE job = ? AND step BETWEEN ? AND ?",
+                Statement(
+                    "SELECT step, reduced FROM job_points WHERE job = ? AND step BETWEEN ? AND ?",
+                    "SELECT step, reduced FROM job_points WHERE job = %s AND step BETWEEN %s AND "
+                    "%s",
+                ),
                 (job, first, last),
             ):
                 target = bucket(step)
@@ -327,8 +359,12 @@ def downsample(
         # In primary-key order (metric, then block): no sort; aggregated with numpy, one
         # pass (two GROUP BY queries, for min/max/sum and for the last value, cost ~3x).
         rows = conn.execute(
-            "SELECT metric, block, n, total, low, high, last_step, last FROM job_rollups "
-            "WHERE job = ? AND level = ? AND block BETWEEN ? AND ?",
+            Statement(
+                "SELECT metric, block, n, total, low, high, last_step, last FROM job_rollups "
+                "WHERE job = ? AND level = ? AND block BETWEEN ? AND ?",
+                "SELECT metric, block, n, total, low, high, last_step, last FROM job_rollups "
+                "WHERE job = %s AND level = %s AND block BETWEEN %s AND %s",
+            ),
             (job, level, first, last),
         ).fetchall()
         start = 0
@@ -342,17 +378,27 @@ def downsample(
     return width, [buckets[i] for i in sorted(buckets)]
 
 
-def gauges(conn: sqlite3.Connection, top: int) -> tuple[list[tuple[str, str]], list[tuple]]:
+def gauges(conn: Connection, top: int) -> tuple[list[tuple[str, str]], list[tuple]]:
     """Unfinished jobs with their last push (most recent first, ``top + 1`` at most, the
     extra one marking "more"), and pending multi-source steps per job."""
     stale = conn.execute(
-        "SELECT job, last_push_at FROM jobs WHERE finished = 0 ORDER BY last_push_at DESC LIMIT ?",
+        Statement(
+            "SELECT job, last_push_at FROM jobs WHERE finished = 0 ORDER BY last_push_at DESC "
+            "LIMIT ?",
+            "SELECT job, last_push_at FROM jobs WHERE finished = 0 ORDER BY last_push_at DESC "
+            "LIMIT %s",
+        ),
         (top + 1,),
     ).fetchall()
     oldest_rest = conn.execute(
-        "SELECT MIN(last_push_at), COUNT(*) FROM (SELECT last_push_at FROM jobs "
-        "WHERE finished = 0 ORDER BY last_push_at DESC LIMIT 9223372036854775807 OFFSET ?) "
-        "AS rest",
+        Statement(
+            "SELECT MIN(last_push_at), COUNT(*) FROM (SELECT last_push_at FROM jobs "
+            "WHERE finished = 0 ORDER BY last_push_at DESC LIMIT 9223372036854775807 OFFSET ?) "
+            "AS rest",
+            "SELECT MIN(last_push_at), COUNT(*) FROM (SELECT last_push_at FROM jobs "
+            "WHERE finished = 0 ORDER BY last_push_at DESC LIMIT 9223372036854775807 OFFSET %s) "
+            "AS rest",
+        ),
         (top,),
     ).fetchone()
     pending = incomplete_jobs(conn)
@@ -396,7 +442,7 @@ async def read_history(
         before it runs); None: ``max_points``.
     """
 
-    def read(conn: sqlite3.Connection) -> HistoryRead:
+    def read(conn: Connection) -> HistoryRead:
         info = get_job(conn, job)
         lo, hi = low, high
         if info is not None and info.first_step is not None:

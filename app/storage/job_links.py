@@ -9,12 +9,11 @@ A link is one row per job, replaced by a later link; deleting the job deletes it
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 import orjson
 
-from app.storage.db import Store
+from app.storage.store import Connection, Statement, Store
 
 MEASURED_STEPS = 10_000
 """The newest points whose step-time metric a fidelity reads, at most (about 1 MB of
@@ -29,28 +28,50 @@ class JobLink:
     linked_at: str
 
 
-def _link(conn: sqlite3.Connection, job: str) -> JobLink | None:
+def _link(conn: Connection, job: str) -> JobLink | None:
     row = conn.execute(
-        "SELECT job, plan, step_time_metric, linked_at FROM job_links WHERE job = ?", (job,)
+        Statement(
+            "SELECT job, plan, step_time_metric, linked_at FROM job_links WHERE job = ?",
+            "SELECT job, plan, step_time_metric, linked_at FROM job_links WHERE job = %s",
+        ),
+        (job,),
     ).fetchone()
     return None if row is None else JobLink(*row)
 
 
-def _write(conn: sqlite3.Connection, link: JobLink) -> bool:
-    if conn.execute("SELECT 1 FROM jobs WHERE job = ?", (link.job,)).fetchone() is None:
+def _write(conn: Connection, link: JobLink) -> bool:
+    if (
+        conn.execute(
+            Statement(
+                "SELECT 1 FROM jobs WHERE job = ?",
+                "SELECT 1 FROM jobs WHERE job = %s",
+            ),
+            (link.job,),
+        ).fetchone()
+        is None
+    ):
         return False
     conn.execute(
-        "INSERT INTO job_links (job, plan, step_time_metric, linked_at) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (job) DO UPDATE SET plan = excluded.plan, "
-        "step_time_metric = excluded.step_time_metric, linked_at = excluded.linked_at",
+        Statement(
+            "INSERT INTO job_links (job, plan, step_time_metric, linked_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (job) DO UPDATE SET plan = excluded.plan, "
+            "step_time_metric = excluded.step_time_metric, linked_at = excluded.linked_at",
+            "INSERT INTO job_links (job, plan, step_time_metric, linked_at) VALUES (%s, %s, %s, "
+            "%s) "
+            "ON CONFLICT (job) DO UPDATE SET plan = excluded.plan, "
+            "step_time_metric = excluded.step_time_metric, linked_at = excluded.linked_at",
+        ),
         (link.job, link.plan, link.step_time_metric, link.linked_at),
     )
     return True
 
 
-def _measured(conn: sqlite3.Connection, job: str, metric: str, limit: int) -> list[float]:
+def _measured(conn: Connection, job: str, metric: str, limit: int) -> list[float]:
     rows = conn.execute(
-        "SELECT reduced FROM job_points WHERE job = ? ORDER BY step DESC LIMIT ?",
+        Statement(
+            "SELECT reduced FROM job_points WHERE job = ? ORDER BY step DESC LIMIT ?",
+            "SELECT reduced FROM job_points WHERE job = %s ORDER BY step DESC LIMIT %s",
+        ),
         (job, limit),
     ).fetchall()
     out = []
@@ -74,7 +95,7 @@ async def read_link(store: Store, job: str) -> JobLink | None:
 async def read_links(store: Store, jobs: list[str]) -> dict[str, JobLink]:
     """The links of ``jobs`` (a page of the jobs list), by job."""
 
-    def run(conn: sqlite3.Connection) -> dict[str, JobLink]:
+    def run(conn: Connection) -> dict[str, JobLink]:
         found = (_link(conn, job) for job in jobs)
         return {link.job: link for link in found if link is not None}
 

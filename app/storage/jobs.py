@@ -3,7 +3,7 @@
 The services call the typed async functions at the end (:func:`store_points`,
 :func:`store_batch_here`, :func:`mark_finished`, :func:`remove_job`,
 :func:`expire_pushed_before`); they run the plain functions over an open
-``sqlite3.Connection`` above them inside :class:`app.storage.db.Store`'s transactions
+``Connection`` above them inside :class:`app.storage.db.Store`'s transactions
 (writes inside ``BEGIN IMMEDIATE``, so SQLite's write lock serialises every
 read-check-write below: no two pushes can interleave, in this process or another one on
 the same file). Reads are :mod:`app.storage.history`; rollups :mod:`app.storage.rollups`;
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -61,9 +60,10 @@ from app.storage.spreads import (
     write_spread_columns,
     write_spreads,
 )
+from app.storage.store import ArrayInsert, Connection, Statement
 
 if TYPE_CHECKING:
-    from app.storage.db import Store
+    from app.storage.store import Store
 
 _IN_CHUNK = 500  # variables per IN (...) list, far below SQLite's limit
 
@@ -102,18 +102,26 @@ def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
 
 
 def _select_in(
-    conn: sqlite3.Connection, sql: str, job: str, steps: Sequence[int]
+    conn: Connection, sql: Statement, job: str, steps: Sequence[int]
 ) -> list[tuple[Any, ...]]:
+    """``sql`` (its ``{where}`` the steps' condition, in each engine's text) at ``steps``."""
     rows: list[tuple[Any, ...]] = []
     if not steps:
         return rows
     low, high = min(steps), max(steps)
     if high - low < 2 * len(steps) + 64:
         # Mostly consecutive steps (the usual batch): one range seek.
-        return conn.execute(sql.format(where="step BETWEEN ? AND ?"), (job, low, high)).fetchall()
+        between = Statement(
+            sql.sqlite.format(where="step BETWEEN ? AND ?"),
+            sql.postgres.format(where="step BETWEEN %s AND %s"),
+        )
+        return conn.execute(between, (job, low, high)).fetchall()
     for chunk in _chunks(sorted(set(steps))):
-        marks = ",".join("?" * len(chunk))
-        rows += conn.execute(sql.format(where=f"step IN ({marks})"), (job, *chunk)).fetchall()
+        listed = Statement(
+            sql.sqlite.format(where=f"step IN ({','.join(['?'] * len(chunk))})"),
+            sql.postgres.format(where=f"step IN ({','.join(['%s'] * len(chunk))})"),
+        )
+        rows += conn.execute(listed, (job, *chunk)).fetchall()
     return rows
 
 
@@ -126,16 +134,47 @@ def _where(index: int, item: PushItem) -> str:
     return f"points[{index}] (step {item.step}, source {item.source!r})"
 
 
-def _stored_points(
-    conn: sqlite3.Connection, job: str, steps: Sequence[int]
-) -> dict[int, tuple[Any, ...]]:
+_NEW_POINTS = Statement(
+    "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, num_devices) "
+    "VALUES (?, ?, ?, ?, ?, 1, ?)",
+    "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, num_devices) "
+    "VALUES (%s, %s, %s, %s, %s, 1, %s)",
+    ArrayInsert(
+        "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, num_devices) "
+        "SELECT u.c0, u.c1, u.c2, u.c3, u.c4, 1, u.c5 FROM unnest(%b::text[], %b::bigint[], "
+        "%b::text[], %b::text[], %b::text[], %b::bigint[]) AS u(c0, c1, c2, c3, c4, c5)",
+        ("text", "bigint", "text", "text", "text", "bigint"),
+    ),
+)
+"""New points of one source each (their ``sources`` is 1)."""
+_COMPLETED_POINTS = Statement(
+    "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, num_devices) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+    "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, num_devices) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+    ArrayInsert(
+        "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, num_devices) "
+        "SELECT u.c0, u.c1, u.c2, u.c3, u.c4, u.c5, u.c6 FROM unnest(%b::text[], %b::bigint[], "
+        "%b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[]) "
+        "AS u(c0, c1, c2, c3, c4, c5, c6)",
+        ("text", "bigint", "text", "text", "text", "bigint", "bigint"),
+    ),
+)
+"""Points that parts of several sources completed."""
+
+
+def _stored_points(conn: Connection, job: str, steps: Sequence[int]) -> dict[int, tuple[Any, ...]]:
     """``step -> (step, digest, sources, reduced, received_at)`` of the stored points."""
     return {
         row[0]: row
         for row in _select_in(
             conn,
-            "SELECT step, digest, sources, reduced, received_at FROM job_points "
-            "WHERE job = ? AND {where}",
+            Statement(
+                "SELECT step, digest, sources, reduced, received_at FROM job_points "
+                "WHERE job = ? AND {where}",
+                "SELECT step, digest, sources, reduced, received_at FROM job_points "
+                "WHERE job = %s AND {where}",
+            ),
             job,
             steps,
         )
@@ -173,7 +212,7 @@ def _segments_of(items: Sequence[tuple[int, PushItem]]) -> list[tuple[PartSegmen
 
 
 def push(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job: str,
     items: list[PushItem],
     now: str,
@@ -239,8 +278,7 @@ def push(
         new_points[item.step] = item
     if new_points:
         conn.executemany(
-            "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
-            "num_devices) VALUES (?, ?, ?, ?, ?, 1, ?)",
+            _NEW_POINTS,
             [(job, i.step, i.reduced, now, i.digest, i.num_devices) for i in new_points.values()],
         )
     rollup = [(i.step, i.values) for i in new_points.values()]
@@ -276,7 +314,7 @@ def push(
 
 
 def push_segments(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job: str,
     segments: Sequence[PartSegment],
     now: str,
@@ -310,8 +348,7 @@ def push_segments(
         ]
         if point_rows:
             conn.executemany(
-                "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
-                "num_devices) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                _COMPLETED_POINTS,
                 point_rows,
             )
             if stored is not None:
@@ -324,7 +361,7 @@ def push_segments(
 
 
 def push_part_columns(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job: str,
     segment: PartSegment,
     now: str,
@@ -391,20 +428,25 @@ class PointColumns:
         ]
 
 
-def _any_in(conn: sqlite3.Connection, table: str, job: str, steps: Sequence[int]) -> bool:
+def _any_in(conn: Connection, table: str, job: str, steps: Sequence[int]) -> bool:
     """Whether ``table`` holds a row of ``job`` at any of ``steps`` (one range seek for
     mostly consecutive steps)."""
     low, high = min(steps), max(steps)
     if high - low < 2 * len(steps) + 64:
-        sql = f"SELECT 1 FROM {table} WHERE job = ? AND step BETWEEN ? AND ? LIMIT 1"
+        sql = Statement(
+            f"SELECT 1 FROM {table} WHERE job = ? AND step BETWEEN ? AND ? LIMIT 1",
+            f"SELECT 1 FROM {table} WHERE job = %s AND step BETWEEN %s AND %s LIMIT 1",
+        )
         return conn.execute(sql, (job, low, high)).fetchone() is not None
-    return bool(
-        _select_in(conn, f"SELECT step FROM {table} WHERE job = ? AND {{where}}", job, steps)
+    listed = Statement(
+        f"SELECT step FROM {table} WHERE job = ? AND {{where}}",
+        f"SELECT step FROM {table} WHERE job = %s AND {{where}}",
     )
+    return bool(_select_in(conn, listed, job, steps))
 
 
 def push_columns(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job: str,
     batch: PointColumns,
     now: str,
@@ -434,8 +476,7 @@ def push_columns(
         return sum(1 for item in items if item.created), items
     count = len(steps)
     conn.executemany(
-        "INSERT INTO job_points (job, step, reduced, received_at, digest, sources, "
-        "num_devices) VALUES (?, ?, ?, ?, ?, 1, ?)",
+        _NEW_POINTS,
         zip(
             itertools.repeat(job, count),
             steps,
@@ -456,27 +497,39 @@ def push_columns(
 
 
 def _count_points(
-    conn: sqlite3.Connection, job: str, now: str, added: int, low: int | None, high: int | None
+    conn: Connection, job: str, now: str, added: int, low: int | None, high: int | None
 ) -> None:
     """The job row: created on its first push, then its point count, step range and last
     push time."""
-    conn.execute(
-        "INSERT INTO jobs (job, created_at, last_push_at, points, first_step, last_step) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job) DO UPDATE SET "
-        "last_push_at = excluded.last_push_at, points = jobs.points + excluded.points, "
-        "first_step = coalesce(min(jobs.first_step, excluded.first_step), jobs.first_step, "
-        "excluded.first_step), "
-        "last_step = coalesce(max(jobs.last_step, excluded.last_step), jobs.last_step, "
-        "excluded.last_step)",
-        (job, now, now, added, low, high),
-    )
+    conn.execute(_COUNT_POINTS, (job, now, now, added, low, high))
 
 
-def delete_job(conn: sqlite3.Connection, job: str) -> bool:
+_COUNT_POINTS = Statement(
+    "INSERT INTO jobs (job, created_at, last_push_at, points, first_step, last_step) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job) DO UPDATE SET "
+    "last_push_at = excluded.last_push_at, points = jobs.points + excluded.points, "
+    "first_step = coalesce(min(jobs.first_step, excluded.first_step), jobs.first_step, "
+    "excluded.first_step), "
+    "last_step = coalesce(max(jobs.last_step, excluded.last_step), jobs.last_step, "
+    "excluded.last_step)",
+    # PostgreSQL's scalar extremes are least/greatest (which skip a NULL: the coalesce
+    # then means the same in both)
+    "INSERT INTO jobs (job, created_at, last_push_at, points, first_step, last_step) "
+    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (job) DO UPDATE SET "
+    "last_push_at = excluded.last_push_at, points = jobs.points + excluded.points, "
+    "first_step = coalesce(least(jobs.first_step, excluded.first_step), jobs.first_step, "
+    "excluded.first_step), "
+    "last_step = coalesce(greatest(jobs.last_step, excluded.last_step), jobs.last_step, "
+    "excluded.last_step)",
+)
+
+
+def delete_job(conn: Connection, job: str) -> bool:
     """Deletes a job and all its rows; False when there was no such job."""
-    found = conn.execute("DELETE FROM jobs WHERE job = ?", (job,)).rowcount > 0
-    for table in (*_HISTORY_KEYS, "job_links"):
-        found = conn.execute(f"DELETE FROM {table} WHERE job = ?", (job,)).rowcount > 0 or found
+    found = False
+    for table in ("jobs", *_HISTORY_KEYS, "job_links"):
+        sql = Statement(f"DELETE FROM {table} WHERE job = ?", f"DELETE FROM {table} WHERE job = %s")
+        found = conn.execute(sql, (job,)).rowcount > 0 or found
     return found
 
 
@@ -492,7 +545,7 @@ _HISTORY_KEYS = {
 that name one of its rows within the job."""
 
 
-def delete_job_piece(conn: sqlite3.Connection, job: str, rows: int) -> int:
+def delete_job_piece(conn: Connection, job: str, rows: int) -> int:
     """Deletes at most ``rows`` rows of each of the job's history tables, its points'
     lowest steps first (not its ``jobs`` row or link: :func:`delete_job` removes those with
     the rest); answers how many. A job deleted in pieces on a full disk
@@ -500,29 +553,31 @@ def delete_job_piece(conn: sqlite3.Connection, job: str, rows: int) -> int:
     removed = 0
     for table, key in _HISTORY_KEYS.items():
         removed += conn.execute(
-            f"DELETE FROM {table} WHERE job = ?1 AND ({key}) IN "
-            f"(SELECT {key} FROM {table} WHERE job = ?1 ORDER BY {key} LIMIT ?2)",
-            (job, rows),
+            Statement(
+                f"DELETE FROM {table} WHERE job = ? AND ({key}) IN "
+                f"(SELECT {key} FROM {table} WHERE job = ? ORDER BY {key} LIMIT ?)",
+                f"DELETE FROM {table} WHERE job = %s AND ({key}) IN "
+                f"(SELECT {key} FROM {table} WHERE job = %s ORDER BY {key} LIMIT %s)",
+            ),
+            (job, job, rows),
         ).rowcount
     return removed
 
 
-def set_finished(conn: sqlite3.Connection, job: str, finished: bool) -> bool:
-    return (
-        conn.execute("UPDATE jobs SET finished = ? WHERE job = ?", (int(finished), job)).rowcount
-        > 0
+def set_finished(conn: Connection, job: str, finished: bool) -> bool:
+    sql = Statement(
+        "UPDATE jobs SET finished = ? WHERE job = ?", "UPDATE jobs SET finished = %s WHERE job = %s"
     )
+    return conn.execute(sql, (int(finished), job)).rowcount > 0
 
 
-def expire_jobs(conn: sqlite3.Connection, pushed_before: str, limit: int = 100) -> list[str]:
+def expire_jobs(conn: Connection, pushed_before: str, limit: int = 100) -> list[str]:
     """Deletes up to ``limit`` jobs whose last push is older than ``pushed_before``."""
-    jobs = [
-        row[0]
-        for row in conn.execute(
-            "SELECT job FROM jobs WHERE last_push_at < ? ORDER BY last_push_at LIMIT ?",
-            (pushed_before, limit),
-        )
-    ]
+    sql = Statement(
+        "SELECT job FROM jobs WHERE last_push_at < ? ORDER BY last_push_at LIMIT ?",
+        "SELECT job FROM jobs WHERE last_push_at < %s ORDER BY last_push_at LIMIT %s",
+    )
+    jobs = [row[0] for row in conn.execute(sql, (pushed_before, limit))]
     for job in jobs:
         delete_job(conn, job)
     return jobs

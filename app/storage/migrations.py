@@ -30,7 +30,7 @@ import numpy as np
 
 from app.storage.part_blobs import decode_part, encode_part, row_hashes
 from app.storage.parts import COVERAGE_BITS, _steps_of, encode_coverage
-from app.storage.rollups import scalar_values, write_rollups
+from app.storage.rollups import ROLLUP_UPSERT, rollup_rows, scalar_values
 
 SCHEMA_VERSION = 4
 """``PRAGMA user_version`` of a current file. 1 (written as 0 by SQLite): plans,
@@ -211,7 +211,7 @@ def migrate_to_v2(conn: sqlite3.Connection) -> None:
             for job, step, reduced in rows:
                 by_job.setdefault(job, []).append((int(step), scalar_values(json.loads(reduced))))
             for job, points in by_job.items():
-                write_rollups(conn, job, points)
+                conn.executemany(ROLLUP_UPSERT.sqlite, rollup_rows(job, points))
 
 
 def migrate_to_v3(conn: sqlite3.Connection) -> None:

@@ -20,11 +20,12 @@ finds work without a live owner waits that store's ``owner_grace_s`` and looks a
 from __future__ import annotations
 
 import secrets
-import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from anyio import sleep
+
+from app.storage.store import Connection, Statement
 
 OWNER = secrets.randbits(31) | 1
 """This process's owner key (random, positive, fits PostgreSQL's int4 advisory key)."""
@@ -36,36 +37,48 @@ CALIBRATION = "calibration"
 SESSION = "session"
 
 
-def claim(conn: sqlite3.Connection, kind: str, item_id: str) -> None:
+def claim(conn: Connection, kind: str, item_id: str) -> None:
     """Records this process as the owner of unfinished work ``item_id``."""
     conn.execute(
-        "INSERT INTO work_owners (kind, id, owner) VALUES (?, ?, ?) "
-        "ON CONFLICT (kind, id) DO UPDATE SET owner = excluded.owner",
+        Statement(
+            "INSERT INTO work_owners (kind, id, owner) VALUES (?, ?, ?) "
+            "ON CONFLICT (kind, id) DO UPDATE SET owner = excluded.owner",
+            "INSERT INTO work_owners (kind, id, owner) VALUES (%s, %s, %s) "
+            "ON CONFLICT (kind, id) DO UPDATE SET owner = excluded.owner",
+        ),
         (kind, item_id, OWNER),
     )
 
 
-def release(conn: sqlite3.Connection, kind: str, item_id: str) -> None:
+def release(conn: Connection, kind: str, item_id: str) -> None:
     """Forgets the owner of work that has ended."""
-    conn.execute("DELETE FROM work_owners WHERE kind = ? AND id = ?", (kind, item_id))
+    conn.execute(
+        Statement(
+            "DELETE FROM work_owners WHERE kind = ? AND id = ?",
+            "DELETE FROM work_owners WHERE kind = %s AND id = %s",
+        ),
+        (kind, item_id),
+    )
 
 
-def orphaned(conn: sqlite3.Connection, kind: str, ids: Iterable[str], alive: set[int]) -> list[str]:
+def orphaned(conn: Connection, kind: str, ids: Iterable[str], alive: set[int]) -> list[str]:
     """Those of ``ids`` whose owner is not among ``alive`` (or was never recorded: work
     stored before owners were)."""
     out = []
     for item_id in ids:
         row = conn.execute(
-            "SELECT owner FROM work_owners WHERE kind = ? AND id = ?", (kind, item_id)
+            Statement(
+                "SELECT owner FROM work_owners WHERE kind = ? AND id = ?",
+                "SELECT owner FROM work_owners WHERE kind = %s AND id = %s",
+            ),
+            (kind, item_id),
         ).fetchone()
         if row is None or int(row[0]) not in alive:
             out.append(item_id)
     return out
 
 
-async def settle(
-    store: Any, kind: str, unfinished: Callable[[sqlite3.Connection], Iterable[str]]
-) -> None:
+async def settle(store: Any, kind: str, unfinished: Callable[[Connection], Iterable[str]]) -> None:
     """Before ``store``'s unfinished work of ``kind`` is judged orphaned: when some of it
     has no live owner now and the store lets owners reconnect (``owner_grace_s``:
     PostgreSQL's replicas; SQLite has one process a file), waits that long, so that an
@@ -74,7 +87,7 @@ async def settle(
     if grace <= 0:
         return
 
-    def candidates(conn: sqlite3.Connection) -> list[str]:
+    def candidates(conn: Connection) -> list[str]:
         return orphaned(conn, kind, unfinished(conn), store.live_owners(conn))
 
     if await store.read(candidates):

@@ -50,7 +50,6 @@ serialises pushes, so two hosts completing the same step cannot both merge it.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -58,6 +57,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from app.storage.part_blobs import decode_part, encode_part
+from app.storage.store import ArrayInsert, Connection, Statement
 
 WEIGHTS_ARRAY = "_weights"
 """A part's weights, stored beside its metrics (``[n_devices]``; stacked ``[P, n_devices]``)."""
@@ -209,13 +209,17 @@ def _steps_of(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype="<i8")
 
 
-def step_sources(conn: sqlite3.Connection, job: str, step: int) -> list[str]:
+def step_sources(conn: Connection, job: str, step: int) -> list[str]:
     """The sources holding a part of ``step``, in natural order."""
     names = [
         source
         for source, steps in conn.execute(
-            "SELECT source, steps FROM job_segments WHERE job = ? AND last_step >= ? "
-            "AND first_step <= ?",
+            Statement(
+                "SELECT source, steps FROM job_segments WHERE job = ? AND last_step >= ? "
+                "AND first_step <= ?",
+                "SELECT source, steps FROM job_segments WHERE job = %s AND last_step >= %s "
+                "AND first_step <= %s",
+            ),
             (job, step, step),
         )
         if np.isin(step, _steps_of(steps))
@@ -223,7 +227,7 @@ def step_sources(conn: sqlite3.Connection, job: str, step: int) -> list[str]:
     return sorted(names, key=source_order)
 
 
-def open_sources(conn: sqlite3.Connection, job: str, steps: Sequence[int]) -> dict[int, int]:
+def open_sources(conn: Connection, job: str, steps: Sequence[int]) -> dict[int, int]:
     """``step -> sources`` of the given steps that an open segment holds (parts waiting
     for their step to complete, or parts of its completed steps)."""
     if not len(steps):
@@ -231,8 +235,12 @@ def open_sources(conn: sqlite3.Connection, job: str, steps: Sequence[int]) -> di
     wanted = np.unique(np.asarray(steps, dtype=np.int64))
     out: dict[int, int] = {}
     for blob, sources in conn.execute(
-        "SELECT steps, sources FROM job_segments WHERE job = ? AND pending > 0 "
-        "AND first_step <= ? AND last_step >= ?",
+        Statement(
+            "SELECT steps, sources FROM job_segments WHERE job = ? AND pending > 0 "
+            "AND first_step <= ? AND last_step >= ?",
+            "SELECT steps, sources FROM job_segments WHERE job = %s AND pending > 0 "
+            "AND first_step <= %s AND last_step >= %s",
+        ),
         (job, int(wanted[-1]), int(wanted[0])),
     ):
         for step in np.intersect1d(wanted, _steps_of(blob), assume_unique=True).tolist():
@@ -240,21 +248,31 @@ def open_sources(conn: sqlite3.Connection, job: str, steps: Sequence[int]) -> di
     return out
 
 
-def _segment_steps_blob(conn: sqlite3.Connection, seg_id: int) -> bytes:
-    return conn.execute("SELECT steps FROM job_segments WHERE id = ?", (seg_id,)).fetchone()[0]
+def _segment_steps_blob(conn: Connection, seg_id: int) -> bytes:
+    return conn.execute(
+        Statement(
+            "SELECT steps FROM job_segments WHERE id = ?",
+            "SELECT steps FROM job_segments WHERE id = %s",
+        ),
+        (seg_id,),
+    ).fetchone()[0]
 
 
-def _coverage_block(conn: sqlite3.Connection, job: str, chunk: int) -> np.ndarray:
+def _coverage_block(conn: Connection, job: str, chunk: int) -> np.ndarray:
     """One ``job_coverage`` block (read-only; zeros where none is stored yet)."""
     found = conn.execute(
-        "SELECT counts FROM job_coverage WHERE job = ? AND chunk = ?", (job, chunk)
+        Statement(
+            "SELECT counts FROM job_coverage WHERE job = ? AND chunk = ?",
+            "SELECT counts FROM job_coverage WHERE job = %s AND chunk = %s",
+        ),
+        (job, chunk),
     ).fetchone()
     if found is None:
         return np.zeros(1 << COVERAGE_BITS, dtype="<u2")
     return decode_coverage(bytes(found[0]))
 
 
-def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.ndarray:
+def _add_coverage(conn: Connection, job: str, steps: np.ndarray) -> np.ndarray:
     """Adds one source to each of ``steps`` (new to it, ascending) in ``job_coverage``;
     returns how many sources hold each step now."""
     chunks = steps >> COVERAGE_BITS
@@ -270,8 +288,19 @@ def _add_coverage(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.n
         out[start:end] = counts[at]
         rows.append((job, chunk, encode_coverage(counts)))
     conn.executemany(
-        "INSERT INTO job_coverage (job, chunk, counts) VALUES (?, ?, ?) "
-        "ON CONFLICT (job, chunk) DO UPDATE SET counts = excluded.counts",
+        Statement(
+            "INSERT INTO job_coverage (job, chunk, counts) VALUES (?, ?, ?) "
+            "ON CONFLICT (job, chunk) DO UPDATE SET counts = excluded.counts",
+            "INSERT INTO job_coverage (job, chunk, counts) VALUES (%s, %s, %s) "
+            "ON CONFLICT (job, chunk) DO UPDATE SET counts = excluded.counts",
+            ArrayInsert(
+                "INSERT INTO job_coverage (job, chunk, counts) SELECT u.c0, u.c1, u.c2 FROM "
+                "unnest(%b::text[], %b::bigint[], %b::bytea[]) AS u(c0, c1, c2) ON CONFLICT "
+                "(job, chunk) DO UPDATE SET counts = excluded.counts",
+                ("text", "bigint", "bytea"),
+                (0, 1),
+            ),
+        ),
         rows,
     )
     return out
@@ -327,15 +356,19 @@ class SegmentTable:
     (:data:`SegmentRules`) read and write them inside a push's transaction: typed reads
     and writes, no connection handed out."""
 
-    def __init__(self, conn: sqlite3.Connection, job: str) -> None:
+    def __init__(self, conn: Connection, job: str) -> None:
         self._conn = conn
         self.job = job
 
     def own_segments(self, source: str, low: int, high: int) -> Iterator[OwnSegment]:
         """``source``'s segments (open or not) overlapping ``[low, high]``."""
         for blob, hash_blob, signature, sources in self._conn.execute(
-            "SELECT steps, hashes, signature, sources FROM job_segments "
-            "WHERE job = ? AND source = ? AND last_step >= ? AND first_step <= ?",
+            Statement(
+                "SELECT steps, hashes, signature, sources FROM job_segments "
+                "WHERE job = ? AND source = ? AND last_step >= ? AND first_step <= ?",
+                "SELECT steps, hashes, signature, sources FROM job_segments "
+                "WHERE job = %s AND source = %s AND last_step >= %s AND first_step <= %s",
+            ),
             (self.job, source, low, high),
         ):
             yield OwnSegment(
@@ -348,9 +381,14 @@ class SegmentTable:
         """Other sources' open segments overlapping ``[low, high]`` whose ``sources``,
         signature or device count differ from ``segment``'s."""
         for blob, sources, signature, num_devices in self._conn.execute(
-            "SELECT steps, sources, signature, num_devices FROM job_segments "
-            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
-            "AND source != ? AND (sources != ? OR signature != ? OR num_devices != ?)",
+            Statement(
+                "SELECT steps, sources, signature, num_devices FROM job_segments "
+                "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
+                "AND source != ? AND (sources != ? OR signature != ? OR num_devices != ?)",
+                "SELECT steps, sources, signature, num_devices FROM job_segments "
+                "WHERE job = %s AND pending > 0 AND first_step <= %s AND last_step >= %s "
+                "AND source != %s AND (sources != %s OR signature != %s OR num_devices != %s)",
+            ),
             (
                 self.job,
                 high,
@@ -366,8 +404,14 @@ class SegmentTable:
     def open_holders(self, source: str, low: int, high: int) -> list[OpenHolder]:
         """Other sources' open segments overlapping ``[low, high]``."""
         rows = self._conn.execute(
-            "SELECT id, source FROM job_segments "
-            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? AND source != ?",
+            Statement(
+                "SELECT id, source FROM job_segments "
+                "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? AND source "
+                "!= ?",
+                "SELECT id, source FROM job_segments "
+                "WHERE job = %s AND pending > 0 AND first_step <= %s AND last_step >= %s AND "
+                "source != %s",
+            ),
             (self.job, high, low, source),
         ).fetchall()
         return [
@@ -381,10 +425,12 @@ class SegmentTable:
         loaded: dict[int, dict[str, np.ndarray]] = {}
         for start in range(0, len(wanted), _IN_CHUNK):
             chunk = wanted[start : start + _IN_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            for seg_id, blob in self._conn.execute(
-                f"SELECT id, arrays FROM job_segments WHERE id IN ({marks})", chunk
-            ):
+            sql = Statement(
+                f"SELECT id, arrays FROM job_segments WHERE id IN ({','.join(['?'] * len(chunk))})",
+                f"SELECT id, arrays FROM job_segments WHERE id IN "
+                f"({','.join(['%s'] * len(chunk))})",
+            )
+            for seg_id, blob in self._conn.execute(sql, chunk):
                 loaded[seg_id] = decode_part(bytes(blob))
         return loaded
 
@@ -410,9 +456,14 @@ class SegmentTable:
         their ``hashes`` and arrays (``columns``, ``[len(steps), n_devices, ...]``), of
         which ``pending`` steps are not complete yet (0: the arrays are not kept)."""
         self._conn.execute(
-            "INSERT INTO job_segments (job, source, first_step, last_step, sources, signature, "
-            "num_devices, steps, hashes, arrays, pending, received_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            Statement(
+                "INSERT INTO job_segments (job, source, first_step, last_step, sources, signature, "
+                "num_devices, steps, hashes, arrays, pending, received_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO job_segments (job, source, first_step, last_step, sources, signature, "
+                "num_devices, steps, hashes, arrays, pending, received_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            ),
             (
                 self.job,
                 segment.source,
@@ -433,8 +484,12 @@ class SegmentTable:
         """Counts completed steps down in the segments holding them (``seg_id -> steps``);
         a segment with nothing pending drops its arrays (its steps and hashes stay)."""
         self._conn.executemany(
-            "UPDATE job_segments SET pending = pending - ?, "
-            "arrays = CASE WHEN pending - ? > 0 THEN arrays END WHERE id = ?",
+            Statement(
+                "UPDATE job_segments SET pending = pending - ?, "
+                "arrays = CASE WHEN pending - ? > 0 THEN arrays END WHERE id = ?",
+                "UPDATE job_segments SET pending = pending - %s, "
+                "arrays = CASE WHEN pending - %s > 0 THEN arrays END WHERE id = %s",
+            ),
             [(n, n, seg_id) for seg_id, n in counts.items()],
         )
 
@@ -450,7 +505,7 @@ the push's transaction; it never imports the service."""
 
 
 def push_segment(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job: str,
     segment: PartSegment,
     now: str,
@@ -488,17 +543,21 @@ class PendingStep:
 
 
 def _open_segments(
-    conn: sqlite3.Connection, job: str, low: int, high: int, with_arrays: bool
+    conn: Connection, job: str, low: int, high: int, with_arrays: bool
 ) -> list[tuple]:
     arrays = "arrays" if with_arrays else "NULL"
     return conn.execute(
-        f"SELECT source, steps, sources, signature, received_at, {arrays} FROM job_segments "
-        "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ?",
+        Statement(
+            f"SELECT source, steps, sources, signature, received_at, {arrays} FROM job_segments "
+            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ?",
+            f"SELECT source, steps, sources, signature, received_at, {arrays} FROM job_segments "
+            "WHERE job = %s AND pending > 0 AND first_step <= %s AND last_step >= %s",
+        ),
         (job, high, low),
     ).fetchall()
 
 
-def _coverage_of(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.ndarray:
+def _coverage_of(conn: Connection, job: str, steps: np.ndarray) -> np.ndarray:
     """How many sources hold each of ``steps`` (ascending), from ``job_coverage``: one
     read per 4,096-step block the steps touch."""
     out = np.zeros(steps.size, dtype=np.int64)
@@ -510,7 +569,7 @@ def _coverage_of(conn: sqlite3.Connection, job: str, steps: np.ndarray) -> np.nd
 
 
 def _incomplete(
-    conn: sqlite3.Connection, job: str, segments: list[tuple], low: int, high: int
+    conn: Connection, job: str, segments: list[tuple], low: int, high: int
 ) -> np.ndarray:
     """The steps in ``[low, high]`` that open segments hold and fewer than their
     ``sources`` hold yet (``job_coverage``; never a scan of ``job_points``, which may hold
@@ -531,7 +590,7 @@ def _incomplete(
 
 
 def pending_steps(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job: str,
     low: int,
     high: int,
@@ -553,9 +612,14 @@ def pending_steps(
     dropped: int | None = None
     if max_bytes is not None:
         sizes = conn.execute(
-            "SELECT first_step, coalesce(length(arrays), 0) FROM job_segments "
-            "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
-            "ORDER BY first_step",
+            Statement(
+                "SELECT first_step, coalesce(length(arrays), 0) FROM job_segments "
+                "WHERE job = ? AND pending > 0 AND first_step <= ? AND last_step >= ? "
+                "ORDER BY first_step",
+                "SELECT first_step, coalesce(length(arrays), 0) FROM job_segments "
+                "WHERE job = %s AND pending > 0 AND first_step <= %s AND last_step >= %s "
+                "ORDER BY first_step",
+            ),
             (job, int(steps[-1]), int(steps[0])),
         ).fetchall()
         starts = np.asarray([row[0] for row in sizes], dtype=np.int64)
@@ -595,10 +659,13 @@ def pending_steps(
     return found, dropped
 
 
-def newest_incomplete(conn: sqlite3.Connection, job: str) -> tuple[int, int, list[str]] | None:
+def newest_incomplete(conn: Connection, job: str) -> tuple[int, int, list[str]] | None:
     """The job's newest incomplete step: ``(step, sources, received sources)``."""
     segments = conn.execute(
-        "SELECT source, steps, sources FROM job_segments WHERE job = ? AND pending > 0",
+        Statement(
+            "SELECT source, steps, sources FROM job_segments WHERE job = ? AND pending > 0",
+            "SELECT source, steps, sources FROM job_segments WHERE job = %s AND pending > 0",
+        ),
         (job,),
     ).fetchall()
     steps = _incomplete(conn, job, segments, 0, 2**63 - 1)
@@ -609,11 +676,16 @@ def newest_incomplete(conn: sqlite3.Connection, job: str) -> tuple[int, int, lis
     return step, int(holding[0][2]), sorted((row[0] for row in holding), key=source_order)
 
 
-def incomplete_jobs(conn: sqlite3.Connection) -> list[tuple[str, int, int, int]]:
+def incomplete_jobs(conn: Connection) -> list[tuple[str, int, int, int]]:
     """Per job with an incomplete step: ``(job, newest incomplete step, sources,
     received)``."""
     out = []
-    for (job,) in conn.execute("SELECT DISTINCT job FROM job_segments WHERE pending > 0"):
+    for (job,) in conn.execute(
+        Statement(
+            "SELECT DISTINCT job FROM job_segments WHERE pending > 0",
+            "SELECT DISTINCT job FROM job_segments WHERE pending > 0",
+        )
+    ):
         found = newest_incomplete(conn, job)
         if found is not None:
             out.append((job, found[0], found[1], len(found[2])))

@@ -1,7 +1,7 @@
 """One column of rows as a PostgreSQL array in its binary wire format, packed at once.
 
 The PostgreSQL store writes a many-row insert as one statement over arrays
-(:func:`~app.storage.dialect.unnest_insert`). psycopg dumps a Python list element by
+(:attr:`app.storage.store.Statement.many`). psycopg dumps a Python list element by
 element (about 1.3 us an element, most of a 1,000-step push's Python time); the columns
 the store writes are of four types, which pack faster here: ``bigint`` and ``double
 precision`` with numpy in one pass, ``text`` and ``bytea`` as one join. The format

@@ -13,10 +13,9 @@ in the writer's thread, 25 ms to read back).
 
 from __future__ import annotations
 
-import sqlite3
 import zlib
 
-from app.storage.db import Store
+from app.storage.store import Connection, Statement, Store
 
 COMPRESS_OVER = 64 * 1024
 """Bodies longer than this (in bytes of UTF-8) are stored zlib-compressed."""
@@ -28,7 +27,7 @@ _PLAIN = b"\x00"
 
 def _stored(body: str, store: Store) -> str | bytes:
     """``body`` as the ``body`` column holds it (see the module docstring). PostgreSQL's
-    column is ``BYTEA`` (:data:`app.storage.dialect.BINARY_COLUMNS`): a small body goes
+    column is ``BYTEA`` (:mod:`app.storage.postgres_schema`): a small body goes
     there as a zero byte and its UTF-8 text, told from a zlib stream by that first byte
     (a zlib stream's first byte is never 0)."""
     data = body.encode()
@@ -51,7 +50,10 @@ def _text(value: str | bytes) -> str:
     return zlib.decompress(value).decode() if isinstance(value, bytes) else str(value)
 
 
-_INSERT = "INSERT INTO plans (id, created_at, name, live, body, summary) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT = Statement(
+    "INSERT INTO plans (id, created_at, name, live, body, summary) VALUES (?, ?, ?, ?, ?, ?)",
+    "INSERT INTO plans (id, created_at, name, live, body, summary) VALUES (%s, %s, %s, %s, %s, %s)",
+)
 
 
 def insert_plan_sync(
@@ -75,7 +77,7 @@ def insert_plan_sync(
       summary: its JSON text without the per-device members; None stores ``body``.
 
     Raises:
-      sqlite3.IntegrityError: ``plan_id`` is taken.
+      Conflict: ``plan_id`` is taken.
       ServiceError: a storage fault (``storage_full``, ``storage_unavailable``).
     """
     row = (
@@ -108,8 +110,14 @@ async def insert_plan(
     )  # fmt: skip
 
 
-def _column(c: sqlite3.Connection, column: str, plan_id: str) -> str | None:
-    row = c.execute(f"SELECT {column} FROM plans WHERE id = ?", (plan_id,)).fetchone()
+def _column(c: Connection, column: str, plan_id: str) -> str | None:
+    row = c.execute(
+        Statement(
+            f"SELECT {column} FROM plans WHERE id = ?",
+            f"SELECT {column} FROM plans WHERE id = %s",
+        ),
+        (plan_id,),
+    ).fetchone()
     return None if row is None else _text(row[0])
 
 
@@ -122,8 +130,14 @@ async def get_plan_stored(store: Store, plan_id: str) -> str | bytes | None:
     """The stored plan as its column holds it: JSON text, or a zlib stream of it (bytes)
     when the text is over :data:`COMPRESS_OVER`; None when there is no such plan."""
 
-    def read(conn: sqlite3.Connection) -> str | bytes | None:
-        row = conn.execute("SELECT body FROM plans WHERE id = ?", (plan_id,)).fetchone()
+    def read(conn: Connection) -> str | bytes | None:
+        row = conn.execute(
+            Statement(
+                "SELECT body FROM plans WHERE id = ?",
+                "SELECT body FROM plans WHERE id = %s",
+            ),
+            (plan_id,),
+        ).fetchone()
         return None if row is None else _as_stored(row[0])
 
     return await store.read(read)
@@ -152,10 +166,19 @@ async def list_plans(
     """
     column = "summary" if summary else "body"
 
-    def read(c: sqlite3.Connection) -> tuple[list[str] | None, int]:
-        total = c.execute("SELECT COUNT(*) FROM plans").fetchone()[0]
+    def read(c: Connection) -> tuple[list[str] | None, int]:
+        total = c.execute(
+            Statement(
+                "SELECT COUNT(*) FROM plans",
+                "SELECT COUNT(*) FROM plans",
+            )
+        ).fetchone()[0]
         cursor = c.execute(
-            f"SELECT {column} FROM plans ORDER BY rowid DESC LIMIT ? OFFSET ?", (limit, offset)
+            Statement(
+                f"SELECT {column} FROM plans ORDER BY rowid DESC LIMIT ? OFFSET ?",
+                f"SELECT {column} FROM plans ORDER BY rowid DESC LIMIT %s OFFSET %s",
+            ),
+            (limit, offset),
         )
         texts: list[str] = []
         size = 0
@@ -174,7 +197,16 @@ async def list_plans(
 async def delete_plan(store: Store, plan_id: str) -> bool:
     """Deletes a plan; False when there was none. Works on a full disk (:meth:`Store.delete`)."""
     return await store.delete(
-        lambda c: c.execute("DELETE FROM plans WHERE id = ?", (plan_id,)).rowcount > 0
+        lambda c: (
+            c.execute(
+                Statement(
+                    "DELETE FROM plans WHERE id = ?",
+                    "DELETE FROM plans WHERE id = %s",
+                ),
+                (plan_id,),
+            ).rowcount
+            > 0
+        )
     )
 
 
@@ -182,17 +214,28 @@ async def expire_made_before(store: Store, stamp: str, limit: int = 100) -> list
     """Deletes at most ``limit`` plans made before ``stamp`` (ISO 8601 UTC) that no
     training session is placed on; answers their ids (retention: call until empty)."""
 
-    def run(c: sqlite3.Connection) -> list[str]:
+    def run(c: Connection) -> list[str]:
         ids = [
             str(row[0])
             for row in c.execute(
-                "SELECT id FROM plans WHERE created_at < ? AND id NOT IN "
-                "(SELECT mesh_id FROM sessions WHERE mesh_id IS NOT NULL) "
-                "ORDER BY created_at LIMIT ?",
+                Statement(
+                    "SELECT id FROM plans WHERE created_at < ? AND id NOT IN "
+                    "(SELECT mesh_id FROM sessions WHERE mesh_id IS NOT NULL) "
+                    "ORDER BY created_at LIMIT ?",
+                    "SELECT id FROM plans WHERE created_at < %s AND id NOT IN "
+                    "(SELECT mesh_id FROM sessions WHERE mesh_id IS NOT NULL) "
+                    "ORDER BY created_at LIMIT %s",
+                ),
                 (stamp, limit),
             )
         ]
-        c.executemany("DELETE FROM plans WHERE id = ?", [(i,) for i in ids])
+        c.executemany(
+            Statement(
+                "DELETE FROM plans WHERE id = ?",
+                "DELETE FROM plans WHERE id = %s",
+            ),
+            [(i,) for i in ids],
+        )
         return ids
 
     return await store.write(run)

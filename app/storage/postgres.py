@@ -1,10 +1,14 @@
 """The PostgreSQL engine of the store: several service processes on one database.
 
-:class:`PostgresStore` is a :class:`~app.storage.db.Store`: the table modules hand it the
-same functions over a connection, written once in the SQL both engines share
-(:mod:`app.storage.dialect` turns what differs into PostgreSQL's), so nothing above the
-storage package knows which engine holds the data (:func:`store_at` picks it from the
-setting).
+:class:`PostgresStore` is one implementation of the store interface
+(:class:`app.storage.store.Store`, whose group commit and fault bookkeeping it shares),
+beside SQLite's :class:`~app.storage.db.SQLiteStore`; neither knows the other. The table
+modules hand it the same functions over a connection; each statement they state carries
+PostgreSQL's own text (:class:`~app.storage.store.Statement`), which this engine runs
+as it is. It translates psycopg's errors at its edge: a constraint violation is
+:class:`~app.storage.errors.Conflict`, a lost server or a full disk its storage problem
+(:func:`storage_problem`). Nothing above the storage package knows which engine holds
+the data (:func:`app.storage.engines.store_at` picks it from the setting).
 
 Connections (psycopg 3): one writer connection per process, under the store's lock, as
 SQLite's; job pushes that wait at the same time share one transaction (the same group
@@ -30,11 +34,12 @@ Faults: a database that cannot be reached, restarts or shuts down is 503
 ``storage_full``; readiness reports either until a write succeeds. Connections are made
 again on the next use (the pool checks its own), so the service recovers by itself.
 
-Schema: the tables are SQLite's current schema in PostgreSQL's types (read from a fresh
-in-memory SQLite store, so both engines always hold the same tables), created (those
-missing) under a session advisory lock (:data:`MIGRATION_LOCK`) at every start, and the
-version kept in ``datarax_schema``: replicas starting together create them once; a database of a
-newer version, or one holding other tables, is refused and left as it is.
+Schema: the tables are SQLite's current schema in PostgreSQL's types, stated in
+:mod:`app.storage.postgres_schema` (a test checks that both engines hold the same tables
+and columns), created (those missing) under a session advisory lock
+(:data:`MIGRATION_LOCK`) at every start, and the version kept in ``datarax_schema``:
+replicas starting together create them once; a database of a newer version, or one
+holding other tables, is refused and left as it is.
 """
 
 from __future__ import annotations
@@ -42,29 +47,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import re
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from app.core.database_url import is_postgres_url, redact
+from app.core.database_url import redact
 from app.core.errors import ServiceError, StorageFull, StorageUnavailable
-from app.storage.db import (
-    RETRY_AFTER_S,
-    Store,
-    StoreClosed,
-    StoreUnusable,
-    _Database,
-    _GroupedWrite,
-)
-from app.storage.dialect import postgres_sql, statements, unnest_insert
-from app.storage.migrations import COMPILE_CHECKS_SCHEMA, SCHEMA_VERSION
+from app.storage.errors import Conflict, StoreClosed, StoreUnreachable, StoreUnusable
+from app.storage.migrations import SCHEMA_VERSION
 from app.storage.owners import OWNER, OWNER_CLASS
 from app.storage.pg_arrays import packed
 from app.storage.pg_arrays import register as register_packed
+from app.storage.postgres_schema import SCHEMA
+from app.storage.store import (
+    RETRY_AFTER_S,
+    Connection,
+    Statement,
+    Store,
+    _Database,
+    _GroupedWrite,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -89,8 +92,8 @@ POOL_WAIT_S = 5
 pool reconnecting) before it is a 503."""
 UNNEST_ROWS = 8
 """From this many rows, an insert's ``executemany`` is one statement over arrays
-(:func:`~app.storage.dialect.unnest_insert`; an upsert's when no key repeats); fewer go
-row by row in one pipeline."""
+(the statement's :attr:`~app.storage.store.Statement.many`; an upsert's when no key
+repeats); fewer go row by row in one pipeline."""
 KEEPALIVE_S = 1.0
 """How often an idle writer connection is checked (``SELECT 1``) and made again when it
 was lost: after a database restart, a replica holds its owner lock again within about
@@ -99,56 +102,48 @@ OWNER_GRACE_S = 3 * KEEPALIVE_S
 """How long a starting process waits before it fails work whose owner holds no lock: an
 owner that lost its connection takes it again within :data:`KEEPALIVE_S`."""
 MIGRATION_LOCK = 0x6461_7461_7261_7800  # "datarax\0": the advisory lock key of schema work
+_BEGIN = "BEGIN ISOLATION LEVEL SERIALIZABLE"
+"""A write transaction: see the module docstring."""
 _RETRY = frozenset({"40001", "40P01"})
 """SQLSTATEs of a transaction that lost to a concurrent one: a serialization failure (also
 what a unique key inserted first by a concurrent transaction is reported as, when this one
 had read that the key was absent) or a deadlock."""
 
 
-class StoreUnreachable(StoreUnusable):
-    """The PostgreSQL server cannot be reached at start (it may come up later: unlike a
-    file that is not a database, a restart can help)."""
-
-
-def store_at(location: str | Path, *, read_pool: int = READ_POOL) -> Store:
-    """The store at ``location``: a :class:`PostgresStore` (reading on at most
-    ``read_pool`` connections) for a PostgreSQL URL, else the SQLite file's
-    :class:`Store` (not opened yet)."""
-    if is_postgres_url(location):
-        return PostgresStore(str(location), read_pool=read_pool)
-    return Store(location)
-
-
 class _Connection:
-    """A psycopg connection with the face the table modules use of ``sqlite3``'s:
-    ``execute``, ``executemany``, ``executescript``, ``in_transaction``; statements are
-    read through :func:`~app.storage.dialect.postgres_sql`."""
+    """A psycopg connection as the table modules see it (:class:`Connection`): each
+    :class:`~app.storage.store.Statement` runs its PostgreSQL text, and many rows of an
+    insert its array form (:attr:`~app.storage.store.Statement.many`); a constraint
+    violation is :class:`Conflict`. A plain string is a statement in PostgreSQL's own
+    words (this engine's internals, its tests)."""
 
-    def __init__(
-        self, conn: psycopg.Connection[Any], types: Mapping[str, Mapping[str, str]] | None = None
-    ) -> None:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
         self.changes = 0  # rows written through this wrapper (tells a write from a read)
-        # the tables' column types (plain inserts over arrays): the store's own mapping,
-        # filled once the schema is there
-        self.types = {} if types is None else types
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+    def execute(
+        self, statement: Statement | str, params: Sequence[Any] = ()
+    ) -> psycopg.Cursor[Any]:
+        sql = statement if isinstance(statement, str) else statement.postgres
         if sql == "ROLLBACK":  # as sqlite3's: leaves the transaction, whatever happened
             _rollback(self)
             return self.raw.cursor()
         try:
-            cursor = self.raw.execute(postgres_sql(sql), tuple(params))
+            cursor = self.raw.execute(sql, tuple(params))
         except psycopg_errors().IntegrityError as err:
             raise _integrity(err) from err
         if cursor.rowcount > 0 and cursor.description is None:
             self.changes += cursor.rowcount
         return cursor
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
+    def executemany(
+        self, statement: Statement | str, rows: Iterable[Sequence[Any]]
+    ) -> psycopg.Cursor[Any]:
         cursor = self.raw.cursor()
         rows = [tuple(row) for row in rows]
-        arrays = unnest_insert(sql, self.types) if len(rows) >= UNNEST_ROWS else None
+        sql = statement if isinstance(statement, str) else statement.postgres
+        many = None if isinstance(statement, str) else statement.many
+        arrays = many if len(rows) >= UNNEST_ROWS else None
         if arrays is not None and arrays.keys:  # an upsert may not touch one row twice
             keys = {tuple(row[i] for i in arrays.keys) for row in rows}
             arrays = arrays if len(keys) == len(rows) else None
@@ -160,15 +155,17 @@ class _Connection:
                 ]
                 cursor.execute(arrays.sql, columns)
             else:
-                cursor.executemany(postgres_sql(sql), rows)
+                cursor.executemany(sql, rows)
         except psycopg_errors().IntegrityError as err:
             raise _integrity(err) from err
         self.changes += max(cursor.rowcount, 0)
         return cursor
 
-    def executescript(self, script: str) -> None:
-        for statement in statements(script):
-            self.execute(statement)
+    def executescript(self, script: Statement | str) -> None:
+        text = script if isinstance(script, str) else script.postgres
+        for statement in text.split(";"):  # the schema holds no ";" in literals
+            if statement.strip():
+                self.execute(statement.strip())
 
     @property
     def in_transaction(self) -> bool:
@@ -186,10 +183,10 @@ def psycopg_errors() -> Any:
     return psycopg
 
 
-def _integrity(err: BaseException) -> sqlite3.IntegrityError:
-    """A constraint violation as the table modules know it (``sqlite3.IntegrityError``:
-    a taken id), whichever engine raised it."""
-    return sqlite3.IntegrityError(str(err).strip().splitlines()[0])
+def _integrity(err: BaseException) -> Conflict:
+    """A constraint violation as the store interface names it (:class:`Conflict`: a
+    taken id)."""
+    return Conflict(str(err).strip().splitlines()[0])
 
 
 def _sqlstate(err: BaseException) -> str | None:
@@ -247,42 +244,18 @@ def _bool_dumper() -> type:
     return BoolAsInt
 
 
-def current_schema() -> list[str]:
-    """SQLite's current tables and indexes (a fresh in-memory store, every migration
-    run), as PostgreSQL statements."""
-    sqlite_store = Store(":memory:")
-    sqlite_store.open()
-    try:
-        sqlite_store.execute_here(lambda c: c.executescript(COMPILE_CHECKS_SCHEMA))
-        rows = sqlite_store.execute_here(
-            lambda c: c.execute(
-                "SELECT type, sql FROM sqlite_master WHERE sql IS NOT NULL "
-                "AND name NOT LIKE 'sqlite_%' ORDER BY type = 'index', rowid"
-            ).fetchall()
-        )
-    finally:
-        sqlite_store.close()
-    out = []
-    for _, sql in rows:
-        text = re.sub(r"(?i)^CREATE (UNIQUE )?(TABLE|INDEX) ", r"CREATE \1\2 IF NOT EXISTS ", sql)
-        out.append(postgres_sql(text))
-    return out
-
-
 class PostgresStore(Store):
     """The service's store in a PostgreSQL database (see the module docstring)."""
 
     dynamic_types = False
 
     def __init__(self, url: str, *, read_pool: int = READ_POOL) -> None:
-        super().__init__(Path("postgresql"))
+        super().__init__(redact(url))
         self.contended = 0  # write transactions run again after losing to a concurrent one
         self.url = url
-        self.where = redact(url)
         self.read_pool = read_pool
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._adapters: Any = None
-        self._types: dict[str, dict[str, str]] = {}  # filled when the schema is there
         self._stop_keepalive = threading.Event()
         self._keepalive: threading.Thread | None = None
         self.owner_grace_s = OWNER_GRACE_S  # read by app.storage.owners.settle
@@ -324,10 +297,10 @@ class PostgresStore(Store):
             name="datarax-reads",
             open=True,
         )
-        db = _Database(self.where, cast(sqlite3.Connection, writer))
+        db = _Database(self.where, writer)
         self._lock = db.lock
         with db.lock:
-            self._db, self._conn = db, cast(sqlite3.Connection, writer)
+            self._db, self._conn = db, writer
         self._stop_keepalive = threading.Event()
         self._keepalive = threading.Thread(
             target=self._keep_alive,
@@ -355,7 +328,7 @@ class PostgresStore(Store):
             with db.lock:
                 current = cast(_Connection, db.conn)
                 if self._db is db and (current.raw.closed or current.raw.broken):
-                    db.conn = self._conn = cast(sqlite3.Connection, fresh)
+                    db.conn = self._conn = fresh
                     fresh = None
             if fresh is not None:  # a write made one meanwhile, or the store closed
                 fresh.raw.close()
@@ -387,13 +360,14 @@ class PostgresStore(Store):
             self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, context=self._adapters
         )
         raw.execute("SELECT pg_advisory_lock_shared(%s, %s)", (OWNER_CLASS, OWNER))
-        return _Connection(raw, self._types)
+        return _Connection(raw)
 
-    def live_owners(self, conn: sqlite3.Connection) -> set[int]:
+    def live_owners(self, conn: Connection) -> set[int]:
         """The service processes alive on this database: those holding their owner lock."""
-        rows = conn.execute(
+        raw = cast(_Connection, conn).raw  # this engine's own statement: no SQLite text
+        rows = raw.execute(
             "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND classid::bigint = ? AND objsubid = 2",
+            "AND classid::bigint = %s AND objsubid = 2",
             (OWNER_CLASS,),
         ).fetchall()
         return {int(row[0]) for row in rows} | {OWNER}
@@ -421,7 +395,7 @@ class PostgresStore(Store):
                 )
             # Every open, as SQLite's: tables added to the schema since are created too.
             with conn.raw.transaction():
-                for statement in current_schema():
+                for statement in SCHEMA:
                     conn.raw.execute(statement)
                 if version != SCHEMA_VERSION:
                     conn.raw.execute(
@@ -433,17 +407,11 @@ class PostgresStore(Store):
                     )
         finally:
             conn.raw.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
-        for table, column, data_type in conn.raw.execute(
-            "SELECT table_name, column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = current_schema()"
-        ):
-            self._types.setdefault(table, {})[column] = data_type
 
     @property
     def schema_version(self) -> int:
-        return self._run(
-            lambda c: c.execute("SELECT max(version) FROM datarax_schema").fetchone()[0]
-        )
+        row = self._run(lambda c: c.execute("SELECT max(version) FROM datarax_schema").fetchone())
+        return int(row[0]) if row is not None else 0
 
     def close(self) -> None:
         """Closes the writer and the read pool."""
@@ -491,10 +459,10 @@ class PostgresStore(Store):
         conn = cast(_Connection, db.conn)
         if conn.raw.closed or conn.raw.broken:
             conn = self._writer_connection()
-            db.conn = self._conn = cast(sqlite3.Connection, conn)
+            db.conn = self._conn = conn
         return conn
 
-    def _write_locked(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _write_locked(self, fn: Callable[[_Connection], T]) -> T:
         """``fn`` in one SERIALIZABLE transaction, run again when it loses to a concurrent
         one; returns after the durable commit (the lock held)."""
         for attempt in range(1, ATTEMPTS + 1):
@@ -504,7 +472,7 @@ class PostgresStore(Store):
                 raise self._fault_or(err) from err
             before = conn.changes
             try:
-                conn.execute("BEGIN")
+                conn.execute(_BEGIN)
             except Exception as err:
                 # Nothing was sent of this transaction: a connection lost while idle (a
                 # restarted server, a terminated backend) is made again once, at once.
@@ -513,7 +481,7 @@ class PostgresStore(Store):
                     continue
                 raise self._fault_or(err) from err
             try:
-                result = fn(cast(sqlite3.Connection, conn))
+                result = fn(conn)
                 conn.execute("COMMIT")
             except BaseException as err:
                 _rollback(conn)
@@ -529,7 +497,10 @@ class PostgresStore(Store):
             return result
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
-    def _commit_group(self, conn: sqlite3.Connection, group: list[_GroupedWrite]) -> None:  # noqa: ARG002 (the writer, made again if lost)
+    def _writer_view(self) -> _Connection:
+        return self._writer()
+
+    def _commit_group(self, group: list[_GroupedWrite]) -> None:
         """The group commit, with the group's keys (jobs) locked first across processes:
         pushes of one job from several replicas then queue instead of failing each other's
         serializable transactions. Session advisory locks, taken in key order before
@@ -552,38 +523,41 @@ class PostgresStore(Store):
                 write.finish(error=problem)
             return
         try:
-            super()._commit_group(cast(sqlite3.Connection, writer), group)
+            self._commit_on(writer, group)
         finally:
             with contextlib.suppress(Exception):  # a lost connection released them
                 for key in keys:
                     writer.raw.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
 
+    def _leave_transaction(self, conn: _Connection) -> None:
+        _rollback(conn)
+
     def _fault_or(self, err: BaseException) -> BaseException:
         problem = self._failed(err)
         return err if problem is None else problem
 
-    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _run(self, fn: Callable[[_Connection], T]) -> T:
         """``fn`` on a pooled connection in autocommit mode (each statement its own
         transaction): the compile store's statements that stand alone."""
         return self._pooled(fn, snapshot=False)
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def read(self, fn: Callable[[_Connection], T]) -> T:
         """``fn`` in one read-only snapshot on a pooled connection, in a worker thread."""
         return await self._in_thread(lambda: self._pooled(fn, snapshot=True))
 
-    def _pooled(self, fn: Callable[[sqlite3.Connection], T], *, snapshot: bool) -> T:
+    def _pooled(self, fn: Callable[[_Connection], T], *, snapshot: bool) -> T:
         pool = self._pool
         if pool is None:
             raise StoreClosed("the store is not open")
         try:
             with pool.connection() as raw:
-                conn = _Connection(raw, self._types)
+                conn = _Connection(raw)
                 if not snapshot:
-                    result = fn(cast(sqlite3.Connection, conn))
+                    result = fn(conn)
                 else:
                     raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     try:
-                        result = fn(cast(sqlite3.Connection, conn))
+                        result = fn(conn)
                     finally:
                         _rollback(conn)
         except ServiceError:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.core.errors import StorageFull
+from app.storage.store import Connection
 
 log = logging.getLogger("datarax.store")
 
@@ -49,7 +50,7 @@ log = logging.getLogger("datarax.store")
 class Writer(Protocol):
     """Runs a function in one durable transaction and answers its result (the store's)."""
 
-    def __call__[U](self, fn: Callable[[sqlite3.Connection], U], /) -> U: ...
+    def __call__[U](self, fn: Callable[[Connection], U], /) -> U: ...
 
 
 RESERVE_BYTES = 8 * 1024 * 1024
@@ -324,8 +325,8 @@ class DiskRoom:
         self,
         conn: sqlite3.Connection,
         write: Writer,
-        fn: Callable[[sqlite3.Connection], T],
-        piece: Callable[[sqlite3.Connection, int], int] | None,
+        fn: Callable[[Connection], T],
+        piece: Callable[[Connection, int], int] | None,
         path: Path,
     ) -> T:
         """A delete that found the disk full, again with the reserve's room (see
@@ -382,8 +383,8 @@ class DiskRoom:
 def _in_pieces[T](
     conn: sqlite3.Connection,
     write: Writer,
-    fn: Callable[[sqlite3.Connection], T],
-    piece: Callable[[sqlite3.Connection, int], int],
+    fn: Callable[[Connection], T],
+    piece: Callable[[Connection, int], int],
     pieces: list[int],
 ) -> T:
     """A delete too big for the room, in pieces of at most :data:`PIECE_ROWS` rows per
@@ -405,9 +406,7 @@ def _in_pieces[T](
         checkpoint(conn, "TRUNCATE")
 
 
-def _one_piece(
-    piece: Callable[[sqlite3.Connection, int], int], rows: int
-) -> Callable[[sqlite3.Connection], int]:
+def _one_piece(piece: Callable[[Connection, int], int], rows: int) -> Callable[[Connection], int]:
     return lambda conn: piece(conn, rows)
 
 

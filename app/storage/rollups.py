@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from app.storage.store import ArrayInsert, Connection, Statement
 
 FANOUT_BITS = 4
 """Rollup blocks grow 16x per level."""
@@ -127,7 +128,7 @@ def rollup_rows_of_columns(
     return rows
 
 
-ROLLUP_UPSERT = (
+ROLLUP_UPSERT = Statement(
     "INSERT INTO job_rollups (job, level, metric, block, n, total, low, high, last_step, "
     "last) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (job, level, metric, block) DO UPDATE SET "
@@ -136,13 +137,49 @@ ROLLUP_UPSERT = (
     "high = coalesce(max(job_rollups.high, excluded.high), job_rollups.high, excluded.high), "
     "last = CASE WHEN excluded.last_step > job_rollups.last_step THEN excluded.last "
     "ELSE job_rollups.last END, "
-    "last_step = max(job_rollups.last_step, excluded.last_step)"
+    "last_step = max(job_rollups.last_step, excluded.last_step)",
+    "INSERT INTO job_rollups (job, level, metric, block, n, total, low, high, "
+    "last_step, last) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT "
+    "(job, level, metric, block) DO UPDATE SET n = job_rollups.n + excluded.n, "
+    "total = job_rollups.total + excluded.total, low = "
+    "coalesce(least(job_rollups.low, excluded.low), job_rollups.low, excluded.low), "
+    "high = coalesce(greatest(job_rollups.high, excluded.high), job_rollups.high, "
+    "excluded.high), last = CASE WHEN excluded.last_step > job_rollups.last_step "
+    "THEN excluded.last ELSE job_rollups.last END, last_step = "
+    "greatest(job_rollups.last_step, excluded.last_step)",
+    ArrayInsert(
+        "INSERT INTO job_rollups (job, level, metric, block, n, total, low, high, "
+        "last_step, last) SELECT u.c0, u.c1, u.c2, u.c3, u.c4, u.c5, u.c6, u.c7, u.c8, "
+        "u.c9 FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::bigint[], "
+        "%b::bigint[], %b::double precision[], %b::double precision[], %b::double "
+        "precision[], %b::bigint[], %b::double precision[]) AS u(c0, c1, c2, c3, c4, "
+        "c5, c6, c7, c8, c9) ON CONFLICT (job, level, metric, block) DO UPDATE SET n = "
+        "job_rollups.n + excluded.n, total = job_rollups.total + excluded.total, low = "
+        "coalesce(least(job_rollups.low, excluded.low), job_rollups.low, excluded.low), "
+        "high = coalesce(greatest(job_rollups.high, excluded.high), job_rollups.high, "
+        "excluded.high), last = CASE WHEN excluded.last_step > job_rollups.last_step "
+        "THEN excluded.last ELSE job_rollups.last END, last_step = "
+        "greatest(job_rollups.last_step, excluded.last_step)",
+        (
+            "text",
+            "bigint",
+            "text",
+            "bigint",
+            "bigint",
+            "double precision",
+            "double precision",
+            "double precision",
+            "bigint",
+            "double precision",
+        ),
+        (0, 1, 2, 3),
+    ),
 )
 """Adds a block's aggregate to what the block holds, in one statement."""
 
 
 def write_rollups(
-    conn: sqlite3.Connection, job: str, points: Sequence[tuple[int, dict[str, float]]]
+    conn: Connection, job: str, points: Sequence[tuple[int, dict[str, float]]]
 ) -> None:
     """Adds points to their blocks, merging with what the blocks hold, in one statement
     per row (``ON CONFLICT DO UPDATE``: SQLite's own atomicity, no read-modify-write)."""

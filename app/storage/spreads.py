@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,11 +22,12 @@ import numpy as np
 import orjson
 
 from app.storage.rollups import FANOUT_BITS, LEVELS
+from app.storage.store import ArrayInsert, Connection, Statement
 
 type SpreadOf = tuple[int, dict[str, dict[str, Any]]]
 """(step, spread) of a stored step."""
 
-SPREAD_UPSERT = (
+SPREAD_UPSERT = Statement(
     "INSERT INTO job_spread_blocks AS b (job, level, metric, block, low, low_device, low_step, "
     "high, high_device, high_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (job, level, metric, block) DO UPDATE SET "
@@ -39,7 +39,45 @@ SPREAD_UPSERT = (
     "ELSE b.high_device END, "
     "high_step = CASE WHEN excluded.high > b.high THEN excluded.high_step "
     "ELSE b.high_step END, "
-    "high = max(b.high, excluded.high)"
+    "high = max(b.high, excluded.high)",
+    "INSERT INTO job_spread_blocks AS b (job, level, metric, block, low, "
+    "low_device, low_step, high, high_device, high_step) VALUES (%s, %s, %s, %s, "
+    "%s, %s, %s, %s, %s, %s) ON CONFLICT (job, level, metric, block) DO UPDATE SET "
+    "low_device = CASE WHEN excluded.low < b.low THEN excluded.low_device ELSE "
+    "b.low_device END, low_step = CASE WHEN excluded.low < b.low THEN "
+    "excluded.low_step ELSE b.low_step END, low = least(b.low, excluded.low), "
+    "high_device = CASE WHEN excluded.high > b.high THEN excluded.high_device ELSE "
+    "b.high_device END, high_step = CASE WHEN excluded.high > b.high THEN "
+    "excluded.high_step ELSE b.high_step END, high = greatest(b.high, "
+    "excluded.high)",
+    ArrayInsert(
+        "INSERT INTO job_spread_blocks AS b (job, level, metric, block, low, "
+        "low_device, low_step, high, high_device, high_step) SELECT u.c0, u.c1, u.c2, "
+        "u.c3, u.c4, u.c5, u.c6, u.c7, u.c8, u.c9 FROM unnest(%b::text[], %b::bigint[], "
+        "%b::text[], %b::bigint[], %b::double precision[], %b::bigint[], %b::bigint[], "
+        "%b::double precision[], %b::bigint[], %b::bigint[]) AS u(c0, c1, c2, c3, c4, "
+        "c5, c6, c7, c8, c9) ON CONFLICT (job, level, metric, block) DO UPDATE SET "
+        "low_device = CASE WHEN excluded.low < b.low THEN excluded.low_device ELSE "
+        "b.low_device END, low_step = CASE WHEN excluded.low < b.low THEN "
+        "excluded.low_step ELSE b.low_step END, low = least(b.low, excluded.low), "
+        "high_device = CASE WHEN excluded.high > b.high THEN excluded.high_device ELSE "
+        "b.high_device END, high_step = CASE WHEN excluded.high > b.high THEN "
+        "excluded.high_step ELSE b.high_step END, high = greatest(b.high, "
+        "excluded.high)",
+        (
+            "text",
+            "bigint",
+            "text",
+            "bigint",
+            "double precision",
+            "bigint",
+            "bigint",
+            "double precision",
+            "bigint",
+            "bigint",
+        ),
+        (0, 1, 2, 3),
+    ),
 )
 
 
@@ -183,7 +221,7 @@ def _columns_of(spreads: Sequence[SpreadOf]) -> tuple[list[int], dict[str, Sprea
     return [step for step, _ in spreads], columns
 
 
-def write_spreads(conn: sqlite3.Connection, job: str, spreads: Sequence[SpreadOf]) -> None:
+def write_spreads(conn: Connection, job: str, spreads: Sequence[SpreadOf]) -> None:
     """Stores new steps' spreads and merges them into their blocks (inside the push's
     transaction; the steps are new, so no row exists for them)."""
     if not spreads:
@@ -193,7 +231,7 @@ def write_spreads(conn: sqlite3.Connection, job: str, spreads: Sequence[SpreadOf
 
 
 def write_spread_columns(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job: str,
     steps: Sequence[int],
     columns: dict[str, SpreadColumn],
@@ -202,7 +240,16 @@ def write_spread_columns(
     """:func:`write_spreads` of a batch given as columns (no mapping per step): each
     step's stored spread (:func:`encode_rows`; None: none) and, per metric, its columns."""
     conn.executemany(
-        "INSERT INTO job_spreads (job, step, spread) VALUES (?, ?, ?)",
+        Statement(
+            "INSERT INTO job_spreads (job, step, spread) VALUES (?, ?, ?)",
+            "INSERT INTO job_spreads (job, step, spread) VALUES (%s, %s, %s)",
+            ArrayInsert(
+                "INSERT INTO job_spreads (job, step, spread) SELECT u.c0, u.c1, u.c2 FROM "
+                "unnest(%b::text[], %b::bigint[], %b::bytea[]) AS u(c0, c1, c2)",
+                ("text", "bigint", "bytea"),
+                (),
+            ),
+        ),
         [(job, step, row) for step, row in zip(steps, stored, strict=True) if row],
     )
     step_array = np.asarray(steps, dtype=np.int64)
@@ -224,25 +271,30 @@ def write_spread_columns(
 
 
 def spreads_between(
-    conn: sqlite3.Connection, job: str, low: int, high: int
+    conn: Connection, job: str, low: int, high: int
 ) -> dict[int, dict[str, dict[str, Any]]]:
     """step -> spread of the job's steps in ``[low, high]`` that have one."""
     return {
         step: decode_row(stored)
         for step, stored in conn.execute(
-            "SELECT step, spread FROM job_spreads WHERE job = ? AND step BETWEEN ? AND ?",
+            Statement(
+                "SELECT step, spread FROM job_spreads WHERE job = ? AND step BETWEEN ? AND ?",
+                "SELECT step, spread FROM job_spreads WHERE job = %s AND step BETWEEN %s AND %s",
+            ),
             (job, low, high),
         )
     }
 
 
-def spread_blocks(
-    conn: sqlite3.Connection, job: str, level: int, first: int, last: int
-) -> list[tuple]:
+def spread_blocks(conn: Connection, job: str, level: int, first: int, last: int) -> list[tuple]:
     """``(metric, block, low, low_device, low_step, high, high_device, high_step)`` of the
     job's blocks of ``level`` numbered ``first`` to ``last``."""
     return conn.execute(
-        "SELECT metric, block, low, low_device, low_step, high, high_device, high_step "
-        "FROM job_spread_blocks WHERE job = ? AND level = ? AND block BETWEEN ? AND ?",
+        Statement(
+            "SELECT metric, block, low, low_device, low_step, high, high_device, high_step "
+            "FROM job_spread_blocks WHERE job = ? AND level = ? AND block BETWEEN ? AND ?",
+            "SELECT metric, block, low, low_device, low_step, high, high_device, high_step "
+            "FROM job_spread_blocks WHERE job = %s AND level = %s AND block BETWEEN %s AND %s",
+        ),
         (job, level, first, last),
     ).fetchall()

@@ -19,7 +19,7 @@ import orjson
 from app.core.errors import InvalidRequest, JobNotFound, MeshNotFound
 from app.storage import job_links
 from app.storage import plans as stored_plans
-from app.storage.db import Store
+from app.storage.store import Store
 
 DEFAULT_METRIC = "step_time"
 LIST_MEASURED_STEPS = 1_000

@@ -20,8 +20,8 @@ from app.core.threads import run_for_body
 from app.schemas.jobs import MAX_STEP
 from app.services.jobs.parts import signature_options
 from app.storage import history as store_history
-from app.storage.db import Store
 from app.storage.parts import WEIGHTS_ARRAY, PendingStep, missing_sources
+from app.storage.store import Store
 from datarax.errors import MetricsError
 from datarax.metrics.merge import PartialMetrics, merge_parts
 

@@ -31,7 +31,7 @@ from app.services.jobs.limits import DEFAULT_LIMITS, PointLimits
 from app.services.jobs.parts import PART_RULES
 from app.services.jobs.rows import rows_of
 from app.storage import jobs as store_jobs
-from app.storage.db import Store
+from app.storage.store import Store
 
 _POLICY_SAYS = {
     "propagate": "stored as null where they reach a reduced value (nan_policy propagate)",

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from app.storage import jobs as store_jobs
 from app.storage import plans as store_plans
-from app.storage.db import Store
+from app.storage.store import Store
 
 log = logging.getLogger("datarax.jobs")
 

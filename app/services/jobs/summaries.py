@@ -13,8 +13,8 @@ from app.services.jobs import fidelity as job_fidelity
 from app.storage import history as store_history
 from app.storage import job_links
 from app.storage import jobs as store_jobs
-from app.storage.db import Store
 from app.storage.parts import missing_sources
+from app.storage.store import Store
 
 
 def _summary(row: store_history.JobRow, fidelity: dict[str, Any] | None = None) -> dict[str, Any]:

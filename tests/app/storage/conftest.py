@@ -37,8 +37,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 @contextlib.contextmanager
 def statements_sent(store: Store) -> Iterator[list[str]]:
-    """The statements ``store`` sends while the block runs, as the table modules wrote
-    them (before :func:`~app.storage.dialect.postgres_sql` reads them for PostgreSQL).
+    """The statements ``store`` sends while the block runs, in the engine's own words.
 
     SQLite: its trace callback on the store's one connection. PostgreSQL: every statement
     that passes the store's connection wrapper, on the writer and the read pool alike
@@ -49,12 +48,12 @@ def statements_sent(store: Store) -> Iterator[list[str]]:
     if isinstance(store, PostgresStore):
         execute, executemany = postgres._Connection.execute, postgres._Connection.executemany
 
-        def recorded(self: Any, sql: str, params: Any = ()) -> Any:
-            sent.append(sql)
+        def recorded(self: Any, sql: Any, params: Any = ()) -> Any:
+            sent.append(sql if isinstance(sql, str) else sql.postgres)
             return execute(self, sql, params)
 
-        def recorded_many(self: Any, sql: str, rows: Any) -> Any:
-            sent.append(sql)
+        def recorded_many(self: Any, sql: Any, rows: Any) -> Any:
+            sent.append(sql if isinstance(sql, str) else sql.postgres)
             return executemany(self, sql, rows)
 
         with pytest.MonkeyPatch.context() as patch:

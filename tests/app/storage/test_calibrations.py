@@ -3,13 +3,12 @@ id, listed newest first; an id is never written twice."""
 
 from __future__ import annotations
 
-import sqlite3
-
 import anyio
 import pytest
 
 from app.storage import calibrations
 from app.storage.db import Store
+from app.storage.errors import Conflict
 
 
 @pytest.fixture
@@ -31,5 +30,5 @@ def test_profiles_round_trip_newest_first(store):
     listed = anyio.run(calibrations.list_profiles, store)
     assert listed == ['{"id": "jobs-1"}', '{"id": "jobs-2"}', '{"id": "jobs-0"}']
     assert anyio.run(calibrations.list_profiles, store, 1) == ['{"id": "jobs-1"}']
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(Conflict):
         anyio.run(calibrations.insert_profile, store, "jobs-0", "x", "jobs", "tpu", None, "{}")

@@ -17,6 +17,7 @@ from app.core.errors import StepConflict, StorageUnavailable
 from app.storage import jobs as store_jobs
 from app.storage import plans, sessions
 from app.storage.db import Store, StoreClosed
+from app.storage.errors import Conflict
 
 
 @pytest.fixture
@@ -255,7 +256,7 @@ def test_an_unwritable_wal_is_storage_unavailable_until_a_write_succeeds(
     assert store.health() is None  # the probe write succeeds: the fault is over
     plans.insert_plan_sync(store, "m_3", "t", None, False, "{}")
     # A constraint violation is the caller's error, not a storage fault.
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(Conflict):
         plans.insert_plan_sync(store, "m_3", "t", None, False, "{}")
     assert store.fault is None
     bodies, total = anyio.run(plans.list_plans, store, 10, 0)

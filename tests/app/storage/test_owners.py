@@ -14,6 +14,7 @@ import pytest
 from app.storage import calibrations, compile_checks, owners, sessions
 from app.storage.db import Store
 from app.storage.postgres import PostgresStore
+from app.storage.store import Statement
 
 REPLICA = 12345  # the owner key of a replica simulated by a connection holding its lock
 
@@ -54,7 +55,10 @@ def _until_gone(store, owner: int) -> None:
 
 
 def _set_owner(store, kind: str, item_id: str, owner: int) -> None:
-    sql = "UPDATE work_owners SET owner = ? WHERE kind = ? AND id = ?"
+    sql = Statement(
+        "UPDATE work_owners SET owner = ? WHERE kind = ? AND id = ?",
+        "UPDATE work_owners SET owner = %s WHERE kind = %s AND id = %s",
+    )
     store.write_here(lambda c: c.execute(sql, (owner, kind, item_id)))
 
 

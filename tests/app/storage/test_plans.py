@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import anyio
 import pytest
 
 from app.storage import plans
+from app.storage.errors import Conflict
 
 
 def test_plans_round_trip_and_order(store):
@@ -31,7 +30,7 @@ def test_plans_round_trip_and_order(store):
 
 def test_duplicate_plan_id_is_refused(store):
     plans.insert_plan_sync(store, "m_1", "t", None, False, "{}")
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(Conflict):
         plans.insert_plan_sync(store, "m_1", "t", None, False, "{}")
 
 

@@ -4,7 +4,6 @@ across stores, idempotency and conflicts across them, lost connections and fault
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 
 import anyio
@@ -15,9 +14,11 @@ from app.core.database_url import redact
 from app.core.errors import StepConflict, StorageUnavailable
 from app.storage import calibrations, plans, postgres
 from app.storage import jobs as store_jobs
-from app.storage.db import StoreUnusable
+from app.storage.engines import store_at
+from app.storage.errors import Conflict, StoreUnusable
 from app.storage.migrations import SCHEMA_VERSION
-from app.storage.postgres import PostgresStore, store_at
+from app.storage.postgres import PostgresStore
+from app.storage.store import ArrayInsert, Statement
 
 
 def _point(step: int, reduced: str) -> store_jobs.PushItem:
@@ -100,10 +101,10 @@ def test_what_one_replica_acknowledges_the_other_reads(replicas):
     b.write_here(lambda c: store_jobs.push(c, "j", [_point(1, '{"loss":0.5}')], "t1", None))
     for store in replicas:
         got = _all(
-            store, "SELECT step, reduced FROM job_points WHERE job = ? ORDER BY step", ("j",)
+            store, "SELECT step, reduced FROM job_points WHERE job = %s ORDER BY step", ("j",)
         )
         assert got == [(0, '{"loss":1.0}'), (1, '{"loss":0.5}')]
-        job = _one(store, "SELECT points, first_step, last_step FROM jobs WHERE job = ?", ("j",))
+        job = _one(store, "SELECT points, first_step, last_step FROM jobs WHERE job = %s", ("j",))
         assert job == (2, 0, 1)
 
 
@@ -195,7 +196,7 @@ def test_a_taken_id_is_an_integrity_error_as_with_sqlite(replicas):
     a, b = replicas
     args = ("p1", "2026-01-01T00:00:00Z", "jobs", "tpu", None, "{}")
     anyio.run(calibrations.insert_profile, a, *args)
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(Conflict):
         anyio.run(calibrations.insert_profile, b, *args)
     # the failed write left b's writer usable
     anyio.run(calibrations.insert_profile, b, "p2", *args[1:])
@@ -286,7 +287,7 @@ def test_many_rows_of_an_insert_or_upsert_are_one_statement_and_store_the_same(p
     key is still an integrity error, and a push of many steps goes over arrays too and
     reads back whole."""
     first = PostgresStore(postgres_url)
-    first.open()  # the service's tables, then one more (its types are read at open)
+    first.open()  # the service's tables, then one more
     first.close()
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(
@@ -303,7 +304,16 @@ def test_many_rows_of_an_insert_or_upsert_are_one_statement_and_store_the_same(p
         return plain_execute(self, query, params, **kwargs)
 
     try:
-        insert = "INSERT INTO many_rows (k, n, x, b, fixed) VALUES (?, ?, ?, ?, 7)"
+        insert = Statement(
+            "INSERT INTO many_rows (k, n, x, b, fixed) VALUES (?, ?, ?, ?, 7)",
+            "INSERT INTO many_rows (k, n, x, b, fixed) VALUES (%s, %s, %s, %s, 7)",
+            ArrayInsert(
+                "INSERT INTO many_rows (k, n, x, b, fixed) SELECT u.c0, u.c1, u.c2, u.c3, 7 "
+                "FROM unnest(%b::text[], %b::bigint[], %b::double precision[], %b::bytea[]) "
+                "AS u(c0, c1, c2, c3)",
+                ("text", "bigint", "double precision", "bytea"),
+            ),
+        )
         rows = [
             (key, n, None if n % 3 else n / 4, None if n % 2 else bytes([n, 0, 255]))
             for key, count in (("arrays", postgres.UNNEST_ROWS + 5), ("rows", 3))
@@ -318,12 +328,23 @@ def test_many_rows_of_an_insert_or_upsert_are_one_statement_and_store_the_same(p
             assert sum("unnest(" in q for q in sent) == 1
             got = _all(store, "SELECT k, n, x, b, fixed FROM many_rows ORDER BY k, n")
             assert got == [(k, n, x, b, 7) for k, n, x, b in sorted(rows)]
-            with pytest.raises(sqlite3.IntegrityError):
+            with pytest.raises(Conflict):
                 store.write_here(lambda c: c.executemany(insert, arrays))
             # an upsert: over arrays when its keys are distinct, row by row when one repeats
-            upsert = (
-                "INSERT INTO many_rows AS m (k, n, x, b, fixed) VALUES (?, ?, ?, ?, 7) "
-                "ON CONFLICT (k, n) DO UPDATE SET fixed = m.fixed + 1, x = max(m.x, excluded.x)"
+            conflict = (
+                "ON CONFLICT (k, n) DO UPDATE SET fixed = m.fixed + 1, x = {}(m.x, excluded.x)"
+            )
+            into = "INSERT INTO many_rows AS m (k, n, x, b, fixed)"
+            upsert = Statement(
+                f"{into} VALUES (?, ?, ?, ?, 7) {conflict.format('max')}",
+                f"{into} VALUES (%s, %s, %s, %s, 7) {conflict.format('greatest')}",
+                ArrayInsert(
+                    f"{into} SELECT u.c0, u.c1, u.c2, u.c3, 7 FROM unnest(%b::text[], "
+                    "%b::bigint[], %b::double precision[], %b::bytea[]) AS u(c0, c1, c2, c3) "
+                    + conflict.format("greatest"),
+                    ("text", "bigint", "double precision", "bytea"),
+                    (0, 1),
+                ),
             )
             sent.clear()
             store.write_here(lambda c: c.executemany(upsert, arrays))
@@ -336,7 +357,7 @@ def test_many_rows_of_an_insert_or_upsert_are_one_statement_and_store_the_same(p
             store.write_here(lambda c: store_jobs.push(c, "many", items, "t0", None))
             assert any("unnest(" in q and "job_points" in q for q in sent)
         got = _all(
-            store, "SELECT step, reduced FROM job_points WHERE job = ? ORDER BY step", ("many",)
+            store, "SELECT step, reduced FROM job_points WHERE job = %s ORDER BY step", ("many",)
         )
         assert got == [(i.step, i.reduced) for i in items]
     finally:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import anyio
 import pytest
 
 from app.storage import sessions
 from app.storage.db import Store
+from app.storage.errors import Conflict
 
 
 @pytest.fixture
@@ -39,7 +38,7 @@ def test_sessions_are_listed_newest_first_of_all_plans_or_of_one(store):
         assert await sessions.list_sessions(store, 10, 0, "m_none") == ([], 0)
         assert await sessions.get_session(store, "s_missing") is None
         assert await sessions.delete_session(store, "s_missing") is False
-        with pytest.raises(sqlite3.IntegrityError):  # an id is taken once
+        with pytest.raises(Conflict):  # an id is taken once
             await sessions.insert_session(store, "s_1", "m_a", "t", "{}")
         assert await sessions.get_session(store, "s_1") == '{"i":1}'
 

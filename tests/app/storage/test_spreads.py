@@ -8,15 +8,16 @@ import sqlite3
 import numpy as np
 import pytest
 
+from app.storage.db import SQLiteConnection
 from app.storage.migrations import SCHEMA
 from app.storage.rollups import FANOUT_BITS, LEVELS
 from app.storage.spreads import spread_blocks, spreads_between, write_spreads
 
 
-def _conn() -> sqlite3.Connection:
+def _conn() -> SQLiteConnection:
     conn = sqlite3.connect(":memory:")
     conn.executescript(SCHEMA)
-    return conn
+    return SQLiteConnection(conn)
 
 
 def _spread(low: float, low_device: int, high: float, high_device: int) -> dict:
