@@ -6,18 +6,23 @@ summary is the same JSON without the per-device members (``device_grid``, ``shar
 a few KB where a 65,536-device plan is about 12 MB.
 
 A body over :data:`COMPRESS_OVER` bytes is stored zlib-compressed (a BLOB; smaller ones stay
-TEXT, readable with ``sqlite3``), so a plan takes space in proportion to what it says: a
-262,144-device abstract plan's 27 MB answer is stored in about 2.8 MB (0.2 s to compress
-in the writer's thread, 25 ms to read back).
+TEXT, readable with ``sqlite3``), so a plan takes space in proportion to what it says. The
+stream is ISA-L's at its level 1 (``isal_zlib``, a zlib stream any inflater reads): the
+write is on the plan request's path, and a 65,536-chip hardware plan's 12.5 MB answer
+compresses to 1.22 MB in 7 ms, where zlib's level 6 took 146 ms for 1.05 MB (12 ms to
+read back either way; measured on this project's 2-core host).
 """
 
 from __future__ import annotations
 
 import zlib
 
+from isal import isal_zlib
+
 from app.storage.store import Connection, Statement, Store
 
 COMPRESS_OVER = 64 * 1024
+_LEVEL = 1  # ISA-L's fastest; its ratio is zlib's level 3 or so (module docstring)
 """Bodies longer than this (in bytes of UTF-8) are stored zlib-compressed."""
 
 
@@ -32,7 +37,7 @@ def _stored(body: str, store: Store) -> str | bytes:
     (a zlib stream's first byte is never 0)."""
     data = body.encode()
     if len(data) > COMPRESS_OVER:
-        return zlib.compress(data, 6)
+        return isal_zlib.compress(data, _LEVEL)
     return body if store.dynamic_types else _PLAIN + data
 
 
