@@ -438,17 +438,6 @@ class PostgresStore(Store):
         reason = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
         return storage_problem(err, self.where), reason
 
-    def _succeeded(self) -> None:
-        db = self._db
-        if db is None:
-            return
-        db.outcome_at = time.monotonic()
-        if db.fault is not None:
-            log.warning(
-                "database %s takes writes again (fault since %s)", self.where, db.fault.since
-            )
-            db.fault = None
-
     # ------------------------------------------------------------------------ plumbing
 
     def _writer(self) -> _Connection:
