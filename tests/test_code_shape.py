@@ -13,7 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION_LINES = 120
 MAX_MODULE_LINES = 700
 MAX_DISTRIBUTED_MODULES = 12
-MAX_LOOSE_DICT_RETURNS = 25
+MAX_LOOSE_DICT_RETURNS = 53
+"""Library functions annotated to return a loose dict: ``dict[str, Any]`` or ``JSONObject``
+(the same thing under an alias). 53 at the fourth redesign step (24 and 29; most of the
+``JSONObject`` ones are ``to_json`` methods and launch-config builders): the count may
+only fall, as answers become one typed definition each."""
 
 
 def _modules(*packages: str) -> list[Path]:
@@ -26,7 +30,10 @@ def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
 
 
 def _loose_dict(returns: ast.expr | None) -> bool:
-    return returns is not None and "dict[str,Any]" in ast.unparse(returns).replace(" ", "")
+    if returns is None:
+        return False
+    text = ast.unparse(returns).replace(" ", "")
+    return "dict[str,Any]" in text or "JSONObject" in text
 
 
 def test_no_function_is_over_120_lines():
@@ -68,6 +75,7 @@ def test_few_library_functions_return_loose_dicts():
 @pytest.mark.parametrize(
     ("source", "loose"),
     [("def f() -> dict[str, Any]: ...", True), ("def f() -> list[dict[str, Any]]: ...", True),
+     ("def f() -> JSONObject: ...", True), ("def f() -> list[JSONObject]: ...", True),
      ("def f() -> StepEstimate: ...", False), ("def f(): ...", False)],
 )  # fmt: skip
 def test_the_loose_dict_count_reads_annotations(source, loose):
