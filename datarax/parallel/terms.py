@@ -88,12 +88,12 @@ def _itemsizes(model: ModelSpec) -> tuple[int, int]:
     return DTYPE_BYTES[model.dtype], DTYPE_BYTES[getattr(model, "param_dtype", model.dtype)]
 
 
-def _param_shards(ctx: MeshContext) -> Iterator[tuple[bool, float, int, bool]]:
-    """``(stacked, bytes this device keeps, layers it holds, fsdp_split)`` per group."""
+def _param_shards(ctx: MeshContext) -> Iterator[tuple[ParamGroup, float, int, bool]]:
+    """``(group, bytes this device keeps, layers it holds, fsdp_split)`` per group."""
     _, param_itemsize = _itemsizes(ctx.model)
     for group, _, shard, fsdp_split in ctx.specs:
         whole = math.prod(shard) * param_itemsize
-        yield "*" in group.path, whole, repeat_per_device(group, ctx.layer_shards), fsdp_split
+        yield group, whole, repeat_per_device(group, ctx.layer_shards), fsdp_split
 
 
 def gathered_param_traffic(ctx: MeshContext, axis: str) -> Iterator[Traffic]:
@@ -103,9 +103,7 @@ def gathered_param_traffic(ctx: MeshContext, axis: str) -> Iterator[Traffic]:
     reduce-scattered; a group it leaves whole (no dimension divides) has its gradient
     all-reduced over it instead."""
     size = ctx.axes[axis]
-    for (group, _, _, _), (_, whole, repeat, fsdp_split) in zip(
-        ctx.specs, _param_shards(ctx), strict=True
-    ):
+    for group, whole, repeat, fsdp_split in _param_shards(ctx):
         if axis not in ctx.gather_axes(group):
             continue
         if fsdp_split:
@@ -212,8 +210,8 @@ def stage_traffic(ctx: MeshContext, _axis: str) -> Iterator[Traffic]:
     are whole on every stage and their gradients all-reduced over it, as over data; each
     microbatch's activations pass to the next stage forward and their gradients back
     (``send-recv``, one per microbatch and repeat)."""
-    for stacked, whole, repeat, _ in _param_shards(ctx):
-        if not stacked:
+    for group, whole, repeat, _ in _param_shards(ctx):
+        if "*" not in group.path:  # outside the stacked layers
             yield Traffic("all-reduce", "backward", "grads", whole, repeat)
     shape, model = ctx.pipeline, ctx.model
     if shape is not None and isinstance(model, TransformerSpec):
