@@ -111,26 +111,6 @@ class MeshContext:
         return self.axes_where(lambda k: k.splits_batch and k.param_split == "none")
 
     @functools.cached_property
-    def stage_axes(self) -> tuple[str, ...]:
-        """Axes that split the layers into pipeline stages."""
-        return self.axes_where(lambda k: k.splits_layers)
-
-    @functools.cached_property
-    def width_axes(self) -> tuple[str, ...]:
-        """Axes that split the parameters' tensor dimension (tensor, sequence)."""
-        return self.axes_where(lambda k: k.splits_width)
-
-    @functools.cached_property
-    def expert_axes(self) -> tuple[str, ...]:
-        """Axes that split the routed experts."""
-        return self.axes_where(lambda k: k.splits_experts)
-
-    @functools.cached_property
-    def context_axes(self) -> tuple[str, ...]:
-        """Axes that split each sequence for compute (context parallelism)."""
-        return self.axes_where(lambda k: k.splits_sequence)
-
-    @functools.cached_property
     def _gathered(self) -> dict[str, tuple[str, ...]]:
         return {g.path: gather_axes(g, self.axes, self.roles) for g, _, _, _ in self.specs}
 

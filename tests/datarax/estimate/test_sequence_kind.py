@@ -65,7 +65,7 @@ def test_a_sequence_axis_splits_the_weights_activations_and_work_as_tensor_does(
 def test_sequence_beside_tensor_divides_the_stream_both_split():
     ctx = mesh_context(SMALL, {"data": 2, "tensor": 2, "sequence": 2}, global_batch=4)
     assert (ctx.width_shards, ctx.activation_sequence_shards, ctx.compute_shards) == (4, 2, 4)
-    assert ctx.width_axes == ("tensor", "sequence")
+    assert ctx.axes_where(lambda kind: kind.splits_width) == ("tensor", "sequence")
     moved = {
         (axis, t.op): t.bytes_per_device for axis, t in ctx.traffic() if t.what == "activations"
     }
