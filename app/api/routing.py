@@ -31,6 +31,7 @@ import typing
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import orjson
 from fastapi.dependencies.utils import request_params_to_args
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -43,6 +44,7 @@ from app.codecs.json_arrays import TooManyJsonValues, loads_json
 from app.codecs.media import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE, is_json_media
 from app.core.errors import InvalidJson, UnsupportedMediaType
 from app.core.threads import run_for_body
+from datarax.answers.base import Answer
 
 
 def _check_request_only(endpoint: Callable[..., Any]) -> None:
@@ -217,6 +219,18 @@ def json_response(
 ) -> Response:
     """An ``application/json`` answer of already-encoded JSON."""
     return Response(content, status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)
+
+
+def answer_response(
+    answer: Answer, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """An ``application/json`` answer of one answer type (:mod:`datarax.answers`), as its
+    :meth:`~datarax.answers.base.Answer.to_json` gives it."""
+    content = orjson.dumps(answer.to_json())
+    extra = tuple(
+        (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()
+    )
+    return BytesResponse(content, JSON_MEDIA_TYPE, status, extra)
 
 
 def json_text(value: object) -> str:

@@ -11,12 +11,14 @@ import asyncio
 import functools
 import time
 import types
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Concatenate, Self, overload
+from typing import Any, Concatenate, Self, get_args, overload
 
 import httpx
 import numpy as np
 
+from datarax.answers.base import decode as decode_answer
 from datarax.client._core import (
     RETRY_STATUSES,
     Call,
@@ -73,9 +75,11 @@ class _Operation[**P, T]:
     def __init__(self, build: Callable[Concatenate[Any, P], Call[T]]) -> None:
         self.build = build
         self.__doc__ = build.__doc__
+        # The answer's type, read from ``Call[T]``: the client parses the JSON into it.
+        answer = get_args(typing.get_type_hints(build)["return"])[0]
 
         def method(api: Any, /, *args: P.args, **kwargs: P.kwargs) -> Any:
-            return api._send(build(api, *args, **kwargs))
+            return api._send(build(api, *args, **kwargs), answer)
 
         self._method = functools.wraps(build)(method)
 
@@ -383,7 +387,7 @@ class Client(_Api):
             transport=transport,
         )
 
-    def _send[T](self, call: Call[T]) -> T:
+    def _send[T](self, call: Call[T], answer_type: Any = Any) -> T:
         content, headers = call.body()
         attempt = 0
         while True:
@@ -403,8 +407,11 @@ class Client(_Api):
                 attempt += 1
                 continue
             raise_for_problem(answer.status_code, answer.headers, answer.content)
-            decoded: T = decode(answer.headers, answer.content)  # the call's answer type
-            return decoded if call.member is None else decoded[call.member]  # type: ignore[index]
+            decoded = decode(answer.headers, answer.content)
+            if call.member is not None:
+                decoded = decoded[call.member]
+            parsed: T = decode_answer(answer_type, decoded)  # the call's answer type
+            return parsed
 
     def pusher(
         self,
@@ -468,7 +475,7 @@ class AsyncClient(_Api):
             transport=transport,
         )
 
-    async def _send[T](self, call: Call[T]) -> T:
+    async def _send[T](self, call: Call[T], answer_type: Any = Any) -> T:
         content, headers = call.body()
         attempt = 0
         while True:
@@ -489,8 +496,11 @@ class AsyncClient(_Api):
                 attempt += 1
                 continue
             raise_for_problem(answer.status_code, answer.headers, answer.content)
-            decoded: T = decode(answer.headers, answer.content)  # the call's answer type
-            return decoded if call.member is None else decoded[call.member]  # type: ignore[index]
+            decoded = decode(answer.headers, answer.content)
+            if call.member is not None:
+                decoded = decoded[call.member]
+            parsed: T = decode_answer(answer_type, decoded)  # the call's answer type
+            return parsed
 
     def pusher(
         self,

@@ -161,11 +161,11 @@ class Pusher(_Pusher):
         self._futures.append(future)
 
     def _send_then_link(self, call: Call[BatchResult]) -> BatchResult:
-        answer: BatchResult = self._client._send(call)
+        answer: BatchResult = self._client._send(call, BatchResult)
         link = self._link_call()
         if link is not None:
             try:
-                self.linked = self._client._send(link)
+                self.linked = self._client._send(link, JobSummary)
             except Exception as error:  # noqa: BLE001 (kept and warned: the pushes go on)
                 self._link_failed(error)
         return answer
@@ -239,13 +239,13 @@ class AsyncPusher(_Pusher):
 
         async def send() -> BatchResult:
             try:
-                answer: BatchResult = await self._client._send(call)
+                answer: BatchResult = await self._client._send(call, BatchResult)
             finally:
                 self._slots.release()
             link = self._link_call()
             if link is not None:
                 try:
-                    self.linked = await self._client._send(link)
+                    self.linked = await self._client._send(link, JobSummary)
                 except Exception as error:  # noqa: BLE001 (kept and warned: pushes go on)
                     self._link_failed(error)
             return answer

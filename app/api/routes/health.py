@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio.to_thread
+import orjson
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import choose_encoder
@@ -10,26 +11,31 @@ from starlette.responses import Response
 
 from app.api.deps import RuntimeDep, StoreDep, TelemetryDep
 from app.api.openapi import problem_responses
+from app.api.routing import BytesResponse, answer_response
+from app.codecs.media import JSON_MEDIA_TYPE
 from app.core.errors import NotReady, StorageFull, StorageUnavailable, WorkerLost
-from app.schemas.devices import Liveness, Readiness
 from app.storage.db import RETRY_AFTER_S
+from datarax.answers.health import Liveness, Readiness
 
 router = APIRouter(tags=["health"])
 
+_LIVE_BODY = orjson.dumps(Liveness().to_json())
 
-@router.get("/health/live", response_model=Liveness, summary="Liveness")
-async def check_liveness() -> dict:
+
+@router.get("/health/live", response_model=Liveness, response_class=Response, summary="Liveness")
+async def check_liveness() -> Response:
     """Always 200 while the HTTP process serves requests."""
-    return {"status": "ok"}
+    return BytesResponse(_LIVE_BODY, JSON_MEDIA_TYPE)
 
 
 @router.get(
     "/health/ready",
     response_model=Readiness,
+    response_class=Response,
     summary="Readiness",
     responses=problem_responses(503, 507),
 )
-async def check_readiness(store: StoreDep, runtime: RuntimeDep) -> dict:
+async def check_readiness(store: StoreDep, runtime: RuntimeDep) -> Response:
     """200 when the store takes writes and the device runtime (every process) is up.
 
     503 ``not_ready`` while the service is still starting, ``worker_lost`` after the
@@ -74,7 +80,9 @@ async def check_readiness(store: StoreDep, runtime: RuntimeDep) -> dict:
                 extra=extra,
             )
         raise NotReady("the device runtime is starting", extra=extra)
-    return {"status": "ready", "store": "ok", **extra}
+    return answer_response(
+        Readiness("ready", runtime_pid=runtime.pid, runtime_restarts=runtime.restarts, store="ok")
+    )
 
 
 @router.get(
