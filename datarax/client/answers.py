@@ -17,6 +17,16 @@ from datarax.answers.catalog import (
     NamedModel,
     NamedModelList,
 )
+from datarax.answers.estimates import (
+    AxisDetail,
+    Candidate,
+    Collective,
+    MemoryPerDevice,
+    PipelineEstimate,
+    Recommendations,
+    StepBreakdown,
+    StepEstimate,
+)
 from datarax.answers.health import Device, Devices, Liveness, MemoryBudget, Readiness
 from datarax.answers.jobs import (
     BatchResult,
@@ -32,21 +42,7 @@ from datarax.answers.jobs import (
 )
 from datarax.answers.launch import LaunchConfig
 from datarax.answers.metrics import CollectAnswer, DeviceMetrics, MetricValue, ReduceAnswer
-from datarax.answers.plans import (
-    AxisDetail,
-    BatchLayout,
-    Candidate,
-    Collective,
-    MemoryPerDevice,
-    MeshPlan,
-    MeshPlanList,
-    ParamLayout,
-    PipelineEstimate,
-    Recommendations,
-    Shard,
-    StepBreakdown,
-    StepEstimate,
-)
+from datarax.answers.plans import BatchLayout, MeshPlan, MeshPlanList, ParamLayout, Shard
 from datarax.answers.sessions import Session, SessionOptimizer, StepAnswer, StepTiming
 
 __all__ = [
