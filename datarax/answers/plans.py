@@ -84,18 +84,4 @@ class MeshPlanList(TypedDict):
     total: int
 
 
-__all__ = [
-    "Shard",
-    "BatchLayout",
-    "ParamLayout",
-    "MemoryPerDevice",
-    "AxisDetail",
-    "Collective",
-    "StepBreakdown",
-    "PipelineEstimate",
-    "StepEstimate",
-    "MeshPlan",
-    "MeshPlanList",
-    "Candidate",
-    "Recommendations",
-]
+__all__ = ["BatchLayout", "MeshPlan", "MeshPlanList", "ParamLayout", "Shard"]
