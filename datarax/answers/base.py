@@ -83,6 +83,18 @@ def _members(cls: type) -> tuple[_Member, ...]:
     )
 
 
+@functools.cache
+def _required(cls: type) -> frozenset[str]:
+    """The JSON members an answer class cannot do without (no default)."""
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if not f.metadata.get(_INTERNAL)
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    )
+
+
 def _to_json(value: Any) -> Any:
     if isinstance(value, Answer):
         return value.to_json()
@@ -173,9 +185,14 @@ def decode(hint: Any, value: Any) -> Any:
     origin = get_origin(hint)
     args = get_args(hint)
     if origin in (Union, types.UnionType):
-        for arm in args:
-            if isinstance(arm, type) and issubclass(arm, Answer) and isinstance(value, Mapping):
-                return arm.from_json(value)
+        answers = [a for a in args if isinstance(a, type) and issubclass(a, Answer)]
+        if answers and isinstance(value, Mapping):
+            # The first answer class whose required members are all there: a union lists
+            # the richer class first (``MemoryEstimate | MemoryPerDevice``).
+            for arm in answers:
+                if _required(arm) <= value.keys():
+                    return arm.from_json(value)
+            return answers[-1].from_json(value)
         arms = [a for a in args if a is not type(None)]
         return decode(arms[0], value) if len(arms) == 1 else value
     if origin is tuple and isinstance(value, list):
