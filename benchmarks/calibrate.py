@@ -100,10 +100,10 @@ def components(run: Mapping[str, Any]) -> dict[str, Any]:
         allow_split_physical_axes=True,
     )
     est = estimate_step(hw, layout.axes_detail, run["model"], int(run["global_batch"]))
-    mem = est["memory_per_device"]
+    mem = est.memory_per_device
     return {
         "kind": hw.kind,
-        "parts": est["predicted_components"],
+        "parts": est.predicted_components,
         "devices": int(layout.device_ids.size),
         "fits": mem["fits"],
         "total_gib": mem["total"] / 2**30,

@@ -141,7 +141,7 @@ def predicted(size: dict[str, Any], calibration: Any) -> tuple[float, float]:
         layout = plan_hardware_devices(hw, ici={"fsdp": n}, hosts=1)
     model = {**BASE, **{k: v for k, v in size.items() if k != "batch"}}
     est = estimate_step(hw, layout.axes_detail, model, size["batch"], calibration=calibration)
-    return float(est["step_s"]), float(est["memory_per_device"]["total"])
+    return float(est.step_s), float(est.memory_per_device.total)
 
 
 def study(sizes: Sequence[dict[str, Any]] = SIZES, quick: bool = True) -> dict[str, Any]:

@@ -60,7 +60,7 @@ def blocks() -> dict[str, str]:
     jobset = launch_config(tpu, "jobset", image=IMAGE, queue="tpu-queue")["manifest"]
     gpu_jobset = launch_config(gpu, "jobset", image=IMAGE)["manifest"]
     slurm = launch_config(gpu, "slurm", image=IMAGE)["script"]
-    env = launch_config(tpu, "env")
+    env = launch_config(tpu, "env").to_json()
     env.pop("notes", None)
     env.pop("warnings", None)
     return {

@@ -440,8 +440,10 @@ the answer types (``datarax.answers`` and its modules) too."""
 
 
 def _client_shared(module: str) -> bool:
-    return module in CLIENT_SHARED or module == "datarax.answers" or module.startswith(
-        "datarax.answers."
+    return (
+        module in CLIENT_SHARED
+        or module == "datarax.answers"
+        or module.startswith("datarax.answers.")
     )
 
 

@@ -564,7 +564,8 @@ def _readable(
     the schema does not have names the nearest one it does, and a value outside a fixed
     set the nearest value in it."""
     msg = str(err.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    if error_type == "extra_forbidden":
+    if error_type in ("extra_forbidden", "unexpected_keyword_argument"):
+        # (the second: a member a dataclass the body parses into does not have)
         name = field.rsplit(".", 1)[-1]
         return f"{name!r} is not a field here{did_you_mean(name, vocabulary)}"
     if error_type in ("literal_error", "enum"):

@@ -1,15 +1,17 @@
-"""Hardware catalog entries, hardware plan requests, recommendation requests and answers.
+"""Hardware plan requests and recommendation requests, with the ``model`` objects they
+take.
 
 Field names follow the contract's v1.1 additions (docs/API.md). This module imports only
 :mod:`app.schemas.base`; :mod:`app.schemas.meshes` builds on it (a ``POST /v1/meshes`` body
-may carry the hardware fields).
+may carry the hardware fields). The answers (catalog entries, step estimates,
+recommendations) are :mod:`datarax.answers.catalog` and :mod:`datarax.answers.estimates`.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, Tag
+from pydantic import ConfigDict, Discriminator, Field, StrictBool, StrictFloat, Tag
 from pydantic.config import JsonDict
 
 from app.schemas.base import JsonInt, OptimizerField, Strict
@@ -342,149 +344,3 @@ class RecommendationRequest(Strict):
         None, description="with context axes among axes: their strategy for every candidate"
     )
     calibration: str | None = _CALIBRATION
-
-
-# ------------------------------------------------------------------------------ answers
-
-
-class HardwareEntry(BaseModel):
-    """One catalog entry (DESIGN v1.1); every figure has a public source in ``sources``."""
-
-    name: str = Field(examples=["tpu-v5e"])
-    kind: Literal["tpu", "gpu", "cpu"]
-    device_kind: str
-    hbm_bytes: int
-    peak_bf16_flops: float
-    devices_per_host: int
-    fast_domain_devices: int
-    fast_link_bytes_per_s: float
-    slow_link_bytes_per_s: float
-    topologies: list[str]
-    sources: dict[str, str]
-
-
-class HardwareList(BaseModel):
-    items: list[HardwareEntry]
-
-
-class NamedModelEntry(BaseModel):
-    """A named model: a transformer ``model`` object with its ``source``."""
-
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(examples=["llama3.1-8b"])
-    kind: Literal["transformer"]
-    layers: int
-    d_model: int
-    d_ff: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    seq_len: int
-    mlp: Literal["gated", "plain"]
-    tied_embeddings: bool
-    source: str = Field(description="MaxText's configs/models/<name>.yml and the model card")
-    notes: str | None = None
-    # mixture-of-experts models and MLA attention only (DESIGN v1.3)
-    num_experts: int | None = None
-    experts_per_token: int | None = None
-    shared_experts: int | None = None
-    moe_d_ff: int | None = None
-    first_dense_layers: int | None = None
-    moe_every: int | None = None
-    attention_type: Literal["mha", "mla"] | None = None
-    q_lora_rank: int | None = None
-    kv_lora_rank: int | None = None
-    qk_nope_head_dim: int | None = None
-    qk_rope_head_dim: int | None = None
-    v_head_dim: int | None = None
-
-
-class NamedModelList(BaseModel):
-    items: list[NamedModelEntry]
-
-
-class AxisDetail(BaseModel):
-    name: str
-    size: int
-    ici: int
-    dcn: int
-    link: Literal["ici", "nvlink", "dcn", "infiniband", "host"] = Field(
-        description="the slowest network the axis crosses"
-    )
-    bytes_per_s: float = Field(description="one-way bandwidth a device drives on that link")
-
-
-class Collective(BaseModel):
-    axis: str
-    kind: str = Field(examples=["all-reduce"])
-    bytes_per_device: int
-    link: str
-    seconds: float
-
-
-class StepBreakdown(BaseModel):
-    matmul_s: float
-    attention_s: float
-    memory_bound_s: float
-    exposed_comm_s: float
-    offload_s: float
-    overhead_s: float
-    bubble_s: float = Field(0.0, description="the pipeline's bubble (stages idle)")
-
-
-class PipelineEstimate(BaseModel):
-    """``step_estimate.pipeline`` (DESIGN v1.3), with stage axes."""
-
-    stages: int
-    microbatches: int
-    repeats: int
-    layers_per_stage: int
-    schedule: Literal["gpipe", "circular", "1f1b", "interleaved_1f1b"]
-    bubble_fraction: float = Field(
-        description="(stages - 1) / (repeats * microbatches + stages - 1)"
-    )
-
-
-class StepEstimate(BaseModel):
-    flops: float
-    compute_s: float
-    comm_s: float
-    step_s: float = Field(description="predicted wall time of one step (calibrated)")
-    roofline_s: float | None = Field(
-        None, description="the ideal: model FLOPs at peak, collectives hidden behind compute"
-    )
-    mfu: float = Field(description="flops / (devices * peak of the compute dtype * step_s)")
-    bottleneck: Literal["compute", "communication"]
-    collectives: list[Collective]
-    breakdown: StepBreakdown | None = None
-    gap: str | None = Field(None, description="one line: what step_s - roofline_s is made of")
-    pipeline: PipelineEstimate | None = Field(None, description="with stage axes")
-    calibration: str | None = Field(
-        None,
-        description="the calibration profile whose constants priced step_s "
-        "(GET /v1/calibrations/{id})",
-        examples=["published-tpu-jax"],
-    )
-
-
-class Candidate(BaseModel):
-    rank: int
-    ici: dict[str, int]
-    dcn: dict[str, int]
-    step_estimate: StepEstimate
-    memory_per_device: dict[str, Any]
-    plan_request: dict[str, Any] = Field(description="a POST /v1/meshes body, as it is")
-    flags: list[str] | None = Field(
-        None,
-        description="tensor or expert axes across DCN or InfiniBand, and why the candidate "
-        "ranks where it does anyway",
-    )
-
-
-class Recommendations(BaseModel):
-    candidates: list[Candidate] = Field(description="best (fastest estimated step) first")
-    considered: int
-    rejected: dict[str, int] = Field(description="rejected factorisations by code")
-    ranked_by: str | None = Field(None, description="the order of candidates, ties included")
-    note: str | None = Field(None, description="why fewer than top_k candidates came back")

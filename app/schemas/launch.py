@@ -1,10 +1,11 @@
-"""Launching a plan (DESIGN v1.2 "Launching a plan"): the request and the answer."""
+"""Launching a plan (DESIGN v1.2 "Launching a plan"): the request. The answer is
+:mod:`datarax.answers.launch`'."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from app.schemas.base import Strict
@@ -73,23 +74,4 @@ class LaunchRequest(Strict):
         max_length=128,
         description="environment variables added after the generated ones (every target); "
         "one naming a generated variable replaces it, and the notes say so",
-    )
-
-
-class LaunchConfig(BaseModel):
-    """The answer: ``target`` and the target's members."""
-
-    model_config = ConfigDict(extra="allow")
-    target: str
-    args: list[str] | None = None
-    env: dict[str, str] | None = None
-    env_sources: dict[str, str] | None = None
-    command: list[str] | None = None
-    manifest: dict[str, Any] | None = None
-    script: str | None = None
-    notes: list[str] = []
-    warnings: list[str] = Field(
-        default=[],
-        description="what will not run as it comes out: a jobset or slurm target without "
-        "an image runs the placeholder 'maxtext:latest'",
     )

@@ -1,4 +1,4 @@
-"""Metric reduction requests and answers.
+"""Metric reduction requests (the answers are :mod:`datarax.answers.metrics`).
 
 JSON numbers: JSON has no NaN or infinity. In requests, ``NaN``, ``Infinity`` and
 ``-Infinity`` literals (what Python's ``json.dumps`` writes) and ``null`` are accepted in
@@ -130,21 +130,3 @@ class MetricsCollectRequest(BaseModel):
         description=_METRICS_DESCRIPTION,
         json_schema_extra={"minProperties": 1},  # {} is 422 empty_metrics
     )
-
-
-class ReduceResponse(BaseModel):
-    reduced: dict[str, Any] = Field(
-        description="name -> scalar (for [n_devices] input) or nested list; non-finite "
-        "values are null",
-        examples=[{"loss": 1.0, "per_class": [16, 20]}],
-    )
-    num_devices: int
-
-
-class DeviceMetrics(BaseModel):
-    device: int = Field(description="position on the leading (device) axis")
-    metrics: dict[str, Any]
-
-
-class CollectResponse(BaseModel):
-    devices: list[DeviceMetrics]

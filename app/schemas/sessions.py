@@ -1,15 +1,15 @@
-"""Training session requests and answers."""
+"""Training session requests. The answers are :mod:`datarax.answers.sessions`'."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, Tag
+from pydantic import AfterValidator, BeforeValidator, Field, Tag
 
-from app.schemas.base import JsonInt, OptimizerName, Strict
+from app.schemas.base import JsonInt, Strict
 from app.schemas.hardware import MODEL_DISCRIMINATOR, NamedModel, TransformerModel
-from app.schemas.meshes import ParamLayout
 from app.schemas.metrics import NumberList, Tensor
+from datarax.answers.sessions import LEARNING_RATE_BOUNDS, SessionOptimizer
 
 SESSION_REQUEST_EXAMPLE: dict[str, Any] = {
     "model": {"kind": "mlp", "features": [16, 64, 4]},
@@ -42,19 +42,27 @@ SessionModelField = Annotated[
 synthetic batches of token ids or ``inputs``/``targets`` ``[B, seq_len]`` ids."""
 
 
-class SessionOptimizer(Strict):
-    name: OptimizerName = "adam"
-    learning_rate: float = Field(1e-3, gt=0, le=10)
-
-
 def _optimizer_object(value: Any) -> Any:
     # DESIGN v1.2: a bare name is the same optimizer at its default learning rate.
     return {"name": value} if isinstance(value, str) else value
 
 
+def _learning_rate_in_bounds(value: SessionOptimizer) -> SessionOptimizer:
+    low, high = LEARNING_RATE_BOUNDS
+    if not low < value.learning_rate <= high:
+        raise ValueError(
+            f"learning_rate must be above {low:g} and at most {high:g}, got {value.learning_rate}"
+        )
+    return value
+
+
 class SessionCreateRequest(Strict):
     model: SessionModelField
-    optimizer: Annotated[SessionOptimizer, BeforeValidator(_optimizer_object)] = Field(
+    optimizer: Annotated[
+        SessionOptimizer,  # the answer's class: one type for the object in both directions
+        BeforeValidator(_optimizer_object),
+        AfterValidator(_learning_rate_in_bounds),
+    ] = Field(
         default_factory=SessionOptimizer,
         description="a name ('adam', 'adamw', 'sgd') or {'name', 'learning_rate'}",
     )
@@ -90,61 +98,3 @@ class StepRequest(Strict):
         description="one generated batch per step number; depends only on seed, "
         "batch size, model and step number",
     )
-
-
-class StepTiming(BaseModel):
-    compile_s: float
-    run_s: float
-    cache_hit: bool
-
-
-class StepResponse(BaseModel):
-    step: int
-    losses: list[float | None] = Field(
-        description="one per step; null where the loss is not finite (JSON has no NaN)"
-    )
-    timing: StepTiming
-    examples_per_s: float | None
-
-
-class SessionFields(BaseModel):
-    """What every answer about a session carries: its stored record without layouts."""
-
-    id: str
-    mesh_id: str
-    created_at: str
-    step: int
-    last_loss: float | None = None
-    model: SessionModelField
-    optimizer: SessionOptimizer
-    loss: str
-    seed: int
-    param_sharding: str
-    strategy: str
-
-
-class SessionOut(SessionFields):
-    params: list[ParamLayout]
-    loss_history: list[tuple[int, float | None]] | None = Field(
-        None,
-        description="[[step, loss], ...] by step, null where the loss is not finite: every "
-        "loss_history_stride-th step, at most 2,000 points (past them every other point is "
-        "dropped and the stride doubles)",
-    )
-    loss_history_stride: int | None = Field(
-        None, description="steps between two points of loss_history"
-    )
-
-
-class SessionSummary(SessionFields):
-    """A session in a list: its record without ``params``, and where its state is."""
-
-    state: Literal["live", "expired", "lost"] = Field(
-        description="live: the runtime holds it; expired: freed after DATARAX_SESSION_IDLE_S "
-        "without a step; lost: the runtime restarted since"
-    )
-
-
-class SessionList(BaseModel):
-    items: list[SessionSummary] = Field(description="newest first")
-    total: int = Field(description="number of stored sessions (of the plan, when listed by plan)")

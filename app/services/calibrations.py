@@ -33,10 +33,10 @@ from app.storage import history as store_history
 from app.storage import job_links
 from app.storage import plans as stored_plans
 from app.storage.store import Store
+from datarax.answers.calibrations import CalibrationProfile, CalibrationStack, JobsFitError
 from datarax.errors import PlanError
 from datarax.estimate.calibrations import (
-    CalibrationProfile,
-    default_profile,
+    default_constants,
     fit_constants,
     get_profile,
     is_published,
@@ -53,23 +53,31 @@ MAX_JOBS = 256
 """Jobs one fit takes at most (each re-prices its plan: ~1 s for a 65,536-chip one)."""
 
 
-async def list_profiles(store: Store) -> dict[str, Any]:
-    """``{"items": [...]}``: the published profiles, then the stored ones, newest first."""
+_PUBLISHED_JSON = [orjson.dumps(p.to_json()) for p in published_profiles()]
+"""The published profiles' JSON (:class:`CalibrationProfile`), encoded once: they never
+change."""
+
+
+async def list_profiles(store: Store) -> bytes:
+    """The JSON of :class:`~datarax.answers.calibrations.CalibrationList`: the published
+    profiles, then the stored ones, newest first, as they were stored."""
     texts = await stored.list_profiles(store)
-    return {"items": [p.to_json() for p in published_profiles()] + [orjson.loads(t) for t in texts]}
+    items = _PUBLISHED_JSON + [t.encode() for t in texts]
+    return b'{"items":[' + b",".join(items) + b"]}"
 
 
-async def read_profile(store: Store, profile_id: str) -> dict[str, Any]:
-    """One profile. Raises ServiceError: 404 ``calibration_not_found``."""
+async def read_profile(store: Store, profile_id: str) -> bytes:
+    """One profile's JSON (:class:`CalibrationProfile`): a published one's, or a stored
+    one as it was stored. Raises ServiceError: 404 ``calibration_not_found``."""
     if is_published(profile_id):
-        return get_profile(profile_id).to_json()
+        return orjson.dumps(get_profile(profile_id).to_json())
     text = await stored.get_profile(store, profile_id)
     if text is None:
         try:
             get_profile(profile_id)
         except PlanError as error:  # its message names the nearest id
             raise ServiceError(error.message, code="calibration_not_found") from None
-    return dict(orjson.loads(text or "{}"))
+    return (text or "{}").encode()
 
 
 async def resolve(
@@ -173,7 +181,9 @@ async def _job_row(store: Store, job: str) -> dict[str, Any]:
     }
 
 
-async def calibrate_jobs(store: Store, jobs: list[str], framework: str = "jax") -> dict[str, Any]:
+async def calibrate_jobs(
+    store: Store, jobs: list[str], framework: str = "jax"
+) -> CalibrationProfile:
     """Fits, stores and answers a ``jobs`` profile on the jobs' measured steps.
 
     Raises:
@@ -185,7 +195,7 @@ async def calibrate_jobs(store: Store, jobs: list[str], framework: str = "jax") 
     if len(kinds) != 1:
         raise InvalidRequest(f"the jobs' plans are on {kinds} hardware: fit one kind at a time")
     hardware = sorted({r["hardware"] for r in rows})
-    base = default_profile(get_hardware(hardware[0])).constants
+    base = default_constants(get_hardware(hardware[0]))
     pairs = [(r["parts"], r["measured_step_s"]) for r in rows]
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     profile_id = f"jobs-{uuid.uuid4().hex[:12]}"
@@ -195,14 +205,14 @@ async def calibrate_jobs(store: Store, jobs: list[str], framework: str = "jax") 
         id=profile_id,
         kind="jobs",
         hardware_kind=kinds[0],
-        stack={"framework": framework, "jax": None, "jaxlib": None, "backend": None},
+        stack=CalibrationStack(framework=framework),
         constants=constants,
-        error={
-            "training_mae": mean_error(pairs, constants),
-            "training_runs": len(pairs),
-            "leave_one_out_mae": leave_one_out(pairs, base),
-            "published_mae": mean_error(pairs, base),
-        },
+        error=JobsFitError(
+            training_mae=mean_error(pairs, constants),
+            training_runs=len(pairs),
+            leave_one_out_mae=leave_one_out(pairs, base),
+            published_mae=mean_error(pairs, base),
+        ),
         hardware=hardware[0] if len(hardware) == 1 else None,
         measurements=tuple(
             {k: r[k] for k in ("job", "plan", "hardware", "measured_step_s", "points")}
@@ -210,11 +220,10 @@ async def calibrate_jobs(store: Store, jobs: list[str], framework: str = "jax") 
         ),
         created_at=now,
     )
-    body = profile.to_json()
     await stored.insert_profile(
-        store, profile_id, now, "jobs", kinds[0], None, orjson.dumps(body).decode()
+        store, profile_id, now, "jobs", kinds[0], None, orjson.dumps(profile.to_json()).decode()
     )
-    return body
+    return profile
 
 
 __all__ = ["MAX_JOBS", "calibrate_jobs", "list_profiles", "read_profile", "resolve"]

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from pydantic import ValidationError
@@ -22,7 +21,10 @@ from app.core.errors import InvalidRequest, ServiceError, from_library
 from app.schemas.base import optimizer_name, shards_over_data
 from app.schemas.hardware import HardwarePlanRequest, RecommendationRequest
 from app.schemas.meshes import MAX_PLAN_DEVICES, HardwarePlanBody, MaxTextPlanBody, MeshPlanRequest
-from app.services.plans import Devices, HardwareParts, PlanRequest, RenderedPlan, render_plan
+from app.services.answer_json import NULL
+from app.services.plans import Devices, PlanRequest, RenderedPlan, plan_answer, render
+from datarax.answers.catalog import HardwareEntry, HardwareList, NamedModelEntry, NamedModelList
+from datarax.answers.plans import ParamLayout
 from datarax.errors import PlanError
 from datarax.estimate.calibrations import CalibrationProfile
 from datarax.estimate.cost import estimate_step
@@ -42,17 +44,17 @@ from datarax.parallel.options import ParallelOptions
 from datarax.parallel.terms import repeat_per_device
 from datarax.plan.layout import PlanCancelled, check_batch_shape
 from datarax.specs.model_specs import DTYPE_BYTES, ModelSpec, model_spec
-from datarax.specs.named_models import MODELS, models_json
+from datarax.specs.named_models import MODELS
 
 # ------------------------------------------------------------------------------ catalog
 
 
-def list_hardware() -> dict[str, list[dict[str, Any]]]:
+def list_hardware() -> HardwareList:
     """``{"items": [...]}``: every catalog entry, in catalog order."""
-    return {"items": [entry.to_json() for entry in HARDWARE.values()]}
+    return HardwareList(items=list(HARDWARE.values()))
 
 
-def hardware_entry(name: str) -> dict[str, Any]:
+def hardware_entry(name: str) -> HardwareEntry:
     """One catalog entry.
 
     Raises:
@@ -63,15 +65,15 @@ def hardware_entry(name: str) -> dict[str, Any]:
             f"no hardware named {name!r}; the catalog has {', '.join(HARDWARE)} (GET /v1/hardware)",
             code="hardware_not_found",
         )
-    return get_hardware(name).to_json()
+    return get_hardware(name)
 
 
-def list_models() -> dict[str, Any]:
+def list_models() -> NamedModelList:
     """``{"items": [...]}``: every named model (``GET /v1/models``)."""
-    return {"items": models_json()}
+    return NamedModelList(items=list(MODELS.values()))
 
 
-def model_entry(name: str) -> dict[str, Any]:
+def model_entry(name: str) -> NamedModelEntry:
     """One named model.
 
     Raises:
@@ -82,7 +84,7 @@ def model_entry(name: str) -> dict[str, Any]:
             f"no model named {name!r}; GET /v1/models lists {', '.join(MODELS)}",
             code="model_not_found",
         )
-    return {"name": name, **dict(MODELS[name])}
+    return MODELS[name]
 
 
 # ------------------------------------------------------------------------------- plans
@@ -320,7 +322,7 @@ def layout_devices(layout: HardwareLayout) -> Devices:
     return Devices(
         ids=ids,
         process_index=layout.host_index.astype(np.int64),
-        grid=layout.device_grid.tolist(),
+        grid=layout.device_grid,
         platform=layout.hardware.kind,
         live=False,
         slice_index=layout.slice_index,
@@ -343,20 +345,20 @@ class StepParts:
     context: MeshContext
     estimate: StepEstimate
 
-    def params(self) -> list[dict[str, Any]]:
-        """The ``params`` entries: every parameter group's layout and bytes per device."""
+    def params(self) -> list[ParamLayout]:
+        """The plan's ``params``: every parameter group's layout and bytes per device."""
         spec = self.context.model
         itemsize = DTYPE_BYTES[getattr(spec, "param_dtype", spec.dtype)]
         stages = self.context.layer_shards
         return [
-            {
-                "path": group.path,
-                "shape": list(group.shape),
-                "spec": [list(e) if isinstance(e, tuple) else e for e in entry_spec],
-                "shard_shape": list(shard),
-                "bytes_per_device": math.prod(shard) * itemsize * repeat_per_device(group, stages),
-                "repeat": group.repeat,
-            }
+            ParamLayout(
+                path=group.path,
+                shape=list(group.shape),
+                spec=[list(e) if isinstance(e, tuple) else e for e in entry_spec],
+                shard_shape=list(shard),
+                bytes_per_device=math.prod(shard) * itemsize * repeat_per_device(group, stages),
+                repeat=group.repeat,
+            )
             for group, entry_spec, shard, _ in self.estimate.param_shardings
         ]
 
@@ -391,27 +393,6 @@ def estimate_plan(plan: HardwarePlan, laid_out: LaidOut) -> StepParts | None:
         context=ctx,
     )
     return StepParts(ctx, estimate)
-
-
-def _options_members(plan: HardwarePlan) -> dict[str, Any]:
-    """The options the plan echoes: ``pipeline`` and ``context_parallel`` where the
-    request sent them, ``shard_over_data`` where it is on."""
-    options = plan.options
-    members: dict[str, Any] = {}
-    if plan.request.pipeline is not None:
-        members["pipeline"] = {
-            "microbatches": options.pipeline.microbatches,
-            "layers_per_stage": options.pipeline.layers_per_stage,
-            "schedule": options.pipeline.schedule,
-        }
-    if plan.request.context_parallel is not None:
-        members["context_parallel"] = {
-            "strategy": options.context.strategy,
-            "load_balance": options.context.load_balance,
-        }
-    if options.shard_over_data:
-        members["shard_over_data"] = True
-    return members
 
 
 def render_hardware_plan(
@@ -459,26 +440,12 @@ def render_hardware_plan(
     devices = layout_devices(layout)
     if layout.split_physical_axes:
         devices.notes.append("the device order splits physical axes (allow_split_physical_axes)")
-    members: dict[str, Any] = {
-        "hardware": layout.hardware.name,
-        "topology": layout.topology_name,
-        "slices": layout.slices,
-        "hosts": layout.hosts,
-        "ici": layout.ici,
-        "dcn": layout.dcn,
-        "axes_detail": [link.to_json() for link in layout.axes_detail],
-    }
     step = estimate_plan(plan, laid_out)
     batch = request.batch_axes
-    if step is not None:
-        members["step_estimate"] = step.estimate.to_json()
-        # the plan stores its model (resolved: a named model's figures with its overrides)
-        members["model"] = step.context.model.to_json()
-        if batch is None:
-            # what the step estimate assumes: the axes whose role splits the batch
-            batch = list(batch_axes(layout.axes, step.context.roles))
-    members.update(_options_members(plan))
-    return render_plan(
+    if step is not None and batch is None:
+        # what the step estimate assumes: the axes whose role splits the batch
+        batch = list(batch_axes(layout.axes, step.context.roles))
+    answer = plan_answer(
         PlanRequest(
             axes=layout.axes,
             batch_shape=request.batch_shape,
@@ -490,14 +457,32 @@ def render_hardware_plan(
         devices,
         plan_id=plan_id,
         created_at=created_at,
-        hardware=HardwareParts(
-            members=members,
-            params=None if step is None else step.params(),
-            memory=None if step is None else step.estimate.memory_per_device.to_json(),
-        ),
+        params=None if step is None else step.params(),
+        memory=None if step is None else step.estimate.memory_per_device,
         should_stop=should_stop,
         max_bytes=max_bytes,
     )
+    options = plan.options
+    answer = replace(
+        answer,
+        hardware=layout.hardware.name,
+        # a GPU or CPU cluster has no topology: sent as null, as it always was
+        topology=NULL if layout.topology_name is None else layout.topology_name,
+        slices=layout.slices,
+        hosts=layout.hosts,
+        ici=layout.ici,
+        dcn=layout.dcn,
+        axes_detail=list(layout.axes_detail),
+        step_estimate=None if step is None else step.estimate,
+        # the plan stores its model (resolved: a named model's figures with its overrides)
+        model=None if step is None else step.context.model.to_json(),
+        # the options it echoes, as the library resolved them: pipeline and
+        # context_parallel where the request sent them, shard_over_data where it is on
+        pipeline=None if request.pipeline is None else asdict(options.pipeline),
+        context_parallel=None if request.context_parallel is None else asdict(options.context),
+        shard_over_data=True if options.shard_over_data else None,
+    )
+    return render(answer, should_stop)
 
 
 # ------------------------------------------------------------------------ recommendations

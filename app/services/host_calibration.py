@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 import anyio.to_thread
 import orjson
@@ -32,6 +32,12 @@ from app.core.errors import CalibrationRunning, ServiceError, from_library
 from app.storage import calibrations as stored
 from app.storage.store import Store
 from app.workers.runtime_client import RuntimeClient
+from datarax.answers.calibrations import (
+    CalibrationProblem,
+    CalibrationProfile,
+    CalibrationProgress,
+    CalibrationStack,
+)
 from datarax.errors import PlanError
 from datarax.estimate.host_fit import STAGES, fit_host_profile
 from datarax.hardware.chips import HARDWARE, get_hardware
@@ -92,15 +98,19 @@ class HostCalibrations:
     async def recover(self) -> None:
         """Marks ``failed`` the profiles a stopped process left ``running``."""
         for text in await stored.running_profiles(self._store):
-            body = orjson.loads(text)
-            body["status"] = "failed"
-            body["problem"] = {
-                "code": "runtime_error",
-                "detail": "the service stopped while this calibration measured; run it again",
-            }
-            await stored.update_profile(self._store, body["id"], orjson.dumps(body).decode())
+            profile = CalibrationProfile.from_json(orjson.loads(text))
+            await self._save(
+                replace(
+                    profile,
+                    status="failed",
+                    problem=CalibrationProblem(
+                        code="runtime_error",
+                        detail="the service stopped while this calibration measured; run it again",
+                    ),
+                )
+            )
 
-    async def start(self, quick: bool, hardware: str | None) -> dict[str, Any]:
+    async def start(self, quick: bool, hardware: str | None) -> CalibrationProfile:
         """Stores a ``running`` profile and starts measuring; returns the profile.
 
         Raises:
@@ -116,28 +126,27 @@ class HostCalibrations:
         device_kind = str(devices["devices"][0]["kind"])
         platform = str(devices["platform"])
         hw = catalog_entry(device_kind, platform, hardware)
-        profile_id = f"host-{uuid.uuid4().hex[:12]}"
-        body: dict[str, Any] = {
-            "id": profile_id,
-            "kind": "host",
-            "status": "running",
-            "created_at": _now(),
-            "hardware": hw.name,
-            "hardware_kind": hw.kind,
-            "device_kind": device_kind,
-            "stack": {"framework": "jax", "jax": None, "jaxlib": None, "backend": platform},
-            "constants": None,
-            "measurements": [],
-            "error": None,
-            "progress": {"quick": quick, "stages": list(STAGES), "done": [], "stage": STAGES[0]},
-        }
-        text = orjson.dumps(body).decode()
-        await stored.insert_profile(
-            self._store, profile_id, body["created_at"], "host", hw.kind, device_kind, text
+        profile = CalibrationProfile(
+            id=f"host-{uuid.uuid4().hex[:12]}",
+            kind="host",
+            status="running",
+            created_at=_now(),
+            hardware=hw.name,
+            hardware_kind=hw.kind,
+            device_kind=device_kind,
+            stack=CalibrationStack(framework="jax", backend=platform),
+            constants=None,
+            measurements=(),
+            error=None,
+            progress=CalibrationProgress(quick=quick, stages=STAGES, done=(), stage=STAGES[0]),
         )
-        self._running = profile_id
-        self._task = asyncio.create_task(self._measure(body, hw), name="host-calibration")
-        return body
+        text = orjson.dumps(profile.to_json()).decode()
+        await stored.insert_profile(
+            self._store, profile.id, profile.created_at, "host", hw.kind, device_kind, text
+        )
+        self._running = profile.id
+        self._task = asyncio.create_task(self._measure(profile, hw), name="host-calibration")
+        return profile
 
     async def stop(self) -> None:
         """Cancels a calibration that is measuring (its profile is stored ``failed``)."""
@@ -153,53 +162,61 @@ class HostCalibrations:
         if self._task is not None:
             await asyncio.wait({self._task})
 
-    async def _save(self, body: dict[str, Any]) -> None:
-        await stored.update_profile(self._store, body["id"], orjson.dumps(body).decode())
+    async def _save(self, profile: CalibrationProfile) -> None:
+        text = orjson.dumps(profile.to_json()).decode()
+        await stored.update_profile(self._store, profile.id, text)
 
-    async def _measure(self, body: dict[str, Any], hw: Hardware) -> None:
-        quick = bool(body["progress"]["quick"])
+    async def _measure(self, profile: CalibrationProfile, hw: Hardware) -> None:
+        progress = profile.progress
+        assert progress is not None  # start() measures with it
         try:
             for stage in STAGES:
-                body["progress"]["stage"] = stage
-                await self._save(body)
+                progress = replace(progress, stage=stage)
+                profile = replace(profile, progress=progress)
+                await self._save(profile)
                 result, _ = await self._runtime.call(
-                    "calibration_measure", {"stage": stage, "quick": quick},
+                    "calibration_measure", {"stage": stage, "quick": progress.quick},
                     timeout=STAGE_TIMEOUT_S,
                 )  # fmt: skip
-                body["measurements"].extend(result["rows"])
-                body["stack"].update(jax=result["jax"], jaxlib=result["jaxlib"])
-                body["progress"]["done"].append(stage)
-            body["progress"]["stage"] = None
-            fitted = await anyio.to_thread.run_sync(lambda: _fit(body, hw))
-            body.update(fitted, progress=body["progress"], status="done")
-            await self._save(body)
-            log.info("host calibration %s done: %s", body["id"], body["constants"])
+                progress = replace(progress, done=(*progress.done, stage))
+                profile = replace(
+                    profile,
+                    measurements=(*profile.measurements, *result["rows"]),
+                    stack=replace(profile.stack, jax=result["jax"], jaxlib=result["jaxlib"]),
+                    progress=progress,
+                )
+            progress = replace(progress, stage=None)
+            measured = replace(profile, progress=progress)
+            fitted = await anyio.to_thread.run_sync(lambda: _fit(measured, hw))
+            profile = replace(fitted, progress=progress)
+            await self._save(profile)
+            log.info("host calibration %s done: %s", profile.id, profile.constants)
         except asyncio.CancelledError:
-            await self._failed(body, "shutting_down", "the service stopped while it measured")
+            await self._failed(profile, "shutting_down", "the service stopped while it measured")
             raise
         except ServiceError as error:
-            await self._failed(body, error.code, error.detail)
+            await self._failed(profile, error.code, error.detail)
         except Exception as error:  # a fault of ours: said in the profile, logged
-            log.exception("host calibration %s failed", body["id"])
-            await self._failed(body, "runtime_error", f"{type(error).__name__}: {error}")
+            log.exception("host calibration %s failed", profile.id)
+            await self._failed(profile, "runtime_error", f"{type(error).__name__}: {error}")
 
-    async def _failed(self, body: dict[str, Any], code: str, detail: str) -> None:
-        body["status"] = "failed"
-        body["problem"] = {"code": code, "detail": detail}
+    async def _failed(self, profile: CalibrationProfile, code: str, detail: str) -> None:
+        failed = replace(
+            profile, status="failed", problem=CalibrationProblem(code=code, detail=detail)
+        )
         try:
-            await self._save(body)
+            await self._save(failed)
         except Exception:  # the store is gone too: recover() marks it at the next start
-            log.exception("could not store host calibration %s as failed", body["id"])
+            log.exception("could not store host calibration %s as failed", profile.id)
 
 
-def _fit(body: dict[str, Any], hw: Hardware) -> dict[str, Any]:
-    """The fitted profile's JSON (:func:`~datarax.estimate.host_fit.fit_host_profile`)."""
-    profile = fit_host_profile(
-        body["measurements"],
+def _fit(profile: CalibrationProfile, hw: Hardware) -> CalibrationProfile:
+    """The fitted profile (:func:`~datarax.estimate.host_fit.fit_host_profile`)."""
+    return fit_host_profile(
+        profile.measurements,
         hw,
-        profile_id=body["id"],
-        created_at=body["created_at"],
-        stack=body["stack"],
-        device_kind=body["device_kind"],
+        profile_id=profile.id,
+        created_at=profile.created_at,
+        stack=profile.stack,
+        device_kind=profile.device_kind,
     )
-    return dict(profile.to_json())

@@ -11,6 +11,7 @@ from app.core.errors import MeshNotFound, from_library
 from app.schemas.launch import LaunchRequest
 from app.storage import plans as stored_plans
 from app.storage.store import Store
+from datarax.answers.launch import LaunchConfig
 from datarax.errors import PlanError
 from datarax.launch.config import launch_config, plan_summary
 
@@ -24,7 +25,7 @@ async def _summary(store: Store, mesh_id: str) -> dict[str, Any]:
     return plan_summary(orjson.loads(text))
 
 
-async def launch(store: Store, mesh_id: str, request: LaunchRequest) -> dict[str, Any]:
+async def launch(store: Store, mesh_id: str, request: LaunchRequest) -> LaunchConfig:
     """The plan's launch config for the request's target.
 
     Raises:

@@ -9,7 +9,7 @@ options, the device count) lives in :mod:`app.services.metric_inputs`, which bot
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -18,6 +18,7 @@ from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, 
 from app.codecs.media import NPZ_MEDIA_TYPE, is_json_media
 from app.core.errors import AnswerTooLarge, ReservedMetricName
 from app.schemas.metrics import MetricsCollectRequest, MetricsReduceRequest
+from app.services.answer_json import INT, TEXT, template
 
 # WEIGHTS_ARRAY, check_stackable, parse_reduce_query and split_npz_metrics lived here before
 # the job push stopped coming here: re-exported (``as``) so old imports keep working.
@@ -42,6 +43,7 @@ from app.services.metric_inputs import (
 from app.services.metric_inputs import (
     split_npz_metrics as split_npz_metrics,
 )
+from datarax.answers.metrics import CollectAnswer, DeviceMetrics, ReduceAnswer
 from datarax.metrics.reductions import reduce_custom, split_by_device
 
 NUM_DEVICES_ARRAY = "_num_devices"
@@ -124,6 +126,16 @@ def reduce_metrics(data: MetricsInput) -> tuple[dict[str, Any], int]:
     return reduced, num_devices_of(data.metrics)
 
 
+_REDUCED = template(ReduceAnswer(reduced=TEXT, num_devices=INT))
+
+
+def encode_reduced(reduced: dict[str, Any], num_devices: int) -> bytes:
+    """The JSON answer of a reduction (:class:`~datarax.answers.metrics.ReduceAnswer`, from
+    its template: see :mod:`app.services.answer_json`): ``reduced`` as
+    :func:`reduce_metrics` gives it (numpy values, written by ``encode_json``)."""
+    return _REDUCED % (encode_json(reduced), num_devices)
+
+
 def reduced_npz_arrays(reduced: dict[str, Any], num_devices: int) -> dict[str, Any]:
     """The arrays of an npz answer: the reduced values plus ``_num_devices``.
 
@@ -146,24 +158,31 @@ def reduced_npz_arrays(reduced: dict[str, Any], num_devices: int) -> dict[str, A
     return {**reduced, NUM_DEVICES_ARRAY: np.int64(num_devices)}
 
 
-def collect_metrics(data: MetricsInput) -> list[dict[str, Any]]:
+def collect_metrics(data: MetricsInput) -> list[DeviceMetrics]:
     """Splits stacked metrics into per-device values (numpy, for ``encode_json``)."""
     per_device = split_by_device(data.metrics)
-    return [{"device": i, "metrics": m} for i, m in enumerate(per_device)]
+    return [
+        DeviceMetrics(device=i, metrics=cast("dict[str, Any]", m)) for i, m in enumerate(per_device)
+    ]
 
 
 COLLECT_CHUNK_DEVICES = 1024
 """Devices encoded at a time by :func:`encode_collect`: Python objects for this many
 devices exist at once, never one per device of the whole answer."""
 
+# Written from templates of the answer classes (app.services.answer_json): an answer may
+# hold a million devices.
+_DEVICE = template(DeviceMetrics(device=INT, metrics=TEXT))
+_COLLECT = template(CollectAnswer(devices=TEXT))
+
 # Bytes every device entry takes at least: '{"device":0,"metrics":{}},'; and a value at
 # least one digit and a comma.
-_MIN_ENTRY_BYTES = 26
+_MIN_ENTRY_BYTES = len(_DEVICE % (0, b"{}")) + 1
 
 
 def encode_collect(data: MetricsInput, *, max_bytes: int) -> bytes:
-    """The collect answer ``{"devices": [...]}`` as JSON bytes, built a chunk of devices at
-    a time and refused before it passes ``max_bytes``.
+    """The collect answer (:class:`~datarax.answers.metrics.CollectAnswer`) as JSON bytes,
+    built a chunk of devices at a time and refused before it passes ``max_bytes``.
 
     Memory: the answer itself plus one chunk's objects (where building the whole list of
     per-device dicts first cost ~600 bytes of Python objects per device: 1M scalars in a
@@ -183,21 +202,21 @@ def encode_collect(data: MetricsInput, *, max_bytes: int) -> bytes:
     least = n * (_MIN_ENTRY_BYTES + per_device)
     if least > max_bytes:
         raise _answer_too_large(f"at least {least} bytes", max_bytes)
-    parts = [b'{"devices":[']
+    head, tail = _COLLECT.split(b"%s")
+    parts = [head + b"["]
     size = len(parts[0])
     for start in range(0, n, COLLECT_CHUNK_DEVICES):
         chunk = {name: v[start : start + COLLECT_CHUNK_DEVICES] for name, v in metrics.items()}
-        entries = [
-            {"device": start + i, "metrics": m} for i, m in enumerate(split_by_device(chunk))
-        ]
-        encoded = encode_json(entries)[1:-1]  # the entries without the list's brackets
+        encoded = b",".join(
+            [_DEVICE % (start + i, encode_json(m)) for i, m in enumerate(split_by_device(chunk))]
+        )
         size += len(encoded) + 1
         if size > max_bytes:
             raise _answer_too_large(f"more than {size} bytes", max_bytes)
         if start:
             parts.append(b",")
         parts.append(encoded)
-    parts.append(b"]}")
+    parts.append(b"]" + tail)
     return b"".join(parts)
 
 

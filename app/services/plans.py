@@ -1,18 +1,25 @@
-"""Mesh plans as plain functions: layout arithmetic in, plan JSON text out. No HTTP here.
+"""Mesh plans as plain functions: layout arithmetic in, the plan's answer and its JSON text
+out. No HTTP here.
 
-A plan is built in two steps:
+A plan is built in three steps:
 
 1. the caller resolves the axes and finds the devices: an *abstract* plan numbers
    ``num_devices`` devices ``0..n-1`` row-major (all in process 0); a *live* plan gets the
    device ids in JAX's mesh order and their process indices from the runtime;
-2. :func:`render_plan` computes the batch layout, every device's shard (vectorised over
+2. :func:`plan_answer` computes the batch layout, every device's shard (vectorised over
    devices with :mod:`datarax.plan.layout`), the parameter layouts and the memory
-   estimate, and writes the JSON text directly.
+   estimate, and builds the answer, a :class:`~datarax.answers.plans.MeshPlan`;
+3. :func:`render` writes its JSON text (and its summary's, which the store keeps beside
+   it).
 
-Speed: a 65,536-device plan has 65,536 shard objects. Building them as dicts and calling
-``json.dumps`` takes ~0.3 s; here each shard is one ``%``-format of a row of an int64
-matrix (~0.1 s), and the rest of the plan goes through ``json.dumps`` with the shards
-spliced in. The same text is stored and served again byte for byte.
+Speed: a 65,536-device plan has 65,536 shards. Building them as objects (or dicts) and
+serialising them takes ~0.3 s; here the plan's ``shards`` is a :class:`ShardColumns`, the
+shards as int64 columns (one per member of :class:`~datarax.answers.plans.Shard`), whose
+JSON is one ``%``-format per row of the column matrix (~0.1 s), the format derived from
+the ``Shard`` class; its ``device_grid`` is a :class:`DeviceGrid`, the ids as an array
+that orjson writes whole. :func:`render` splices both into the rest of the answer, which
+orjson writes from :meth:`~datarax.answers.base.Answer.to_json`. The same text is stored
+and served again byte for byte.
 
 Platform: a live plan reports the runtime's platform (``cpu``, ``gpu``, ``tpu``); an
 abstract plan echoes the request's optional ``platform`` (a cluster it is planned for)
@@ -21,15 +28,21 @@ or ``null``.
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
+import orjson
 
 from app.core.errors import AnswerTooLarge, RuntimeFailed
+from datarax.answers.estimates import MemoryEstimate, MemoryPerDevice
+from datarax.answers.plans import BatchLayout, MeshPlan, MeshPlanSummary, ParamLayout, Shard
 from datarax.plan.layout import (
     PlanCancelled,
     batch_partition_spec,
@@ -65,7 +78,7 @@ class Devices:
     Attributes:
       ids: int64 ``[n]`` device ids, ``mesh.devices.flat`` order.
       process_index: int64 ``[n]`` each device's JAX process.
-      grid: the ids nested like the mesh (``device_grid``).
+      grid: int64 ids shaped like the mesh (``device_grid``).
       platform: runtime platform, or ``None`` (abstract).
       live: whether these are the service's own devices.
       available: devices the host has (live plans), for a warning when fewer are used.
@@ -79,7 +92,7 @@ class Devices:
 
     ids: np.ndarray
     process_index: np.ndarray
-    grid: list[Any]
+    grid: np.ndarray
     platform: str | None
     live: bool
     available: int | None = None
@@ -98,7 +111,7 @@ def abstract_devices(axes: Mapping[str, int], platform: str | None = None) -> De
     return Devices(
         ids=ids,
         process_index=np.zeros(n, dtype=np.int64),
-        grid=ids.reshape(sizes).tolist(),
+        grid=ids.reshape(sizes),
         platform=platform,
         live=False,
     )
@@ -109,8 +122,7 @@ def live_devices(
 ) -> Devices:
     """Devices from the runtime's ``mesh_grid`` answer (ids in JAX's mesh order)."""
     sizes = tuple(int(s) for s in axes.values())
-    grid = grid_answer["device_grid"]
-    ids = np.asarray(grid, dtype=np.int64).reshape(-1)
+    ids = np.asarray(grid_answer["device_grid"], dtype=np.int64).reshape(-1)
     if ids.size != math.prod(sizes):
         raise RuntimeFailed(f"the runtime returned {ids.size} devices for mesh {dict(axes)}")
     index_of = {int(k): int(v) for k, v in (grid_answer.get("process_index") or {}).items()}
@@ -118,7 +130,7 @@ def live_devices(
     return Devices(
         ids=ids,
         process_index=process_index,
-        grid=np.asarray(grid, dtype=np.int64).reshape(sizes).tolist(),
+        grid=ids.reshape(sizes),
         platform=grid_answer.get("platform"),
         live=True,
         available=available,
@@ -129,26 +141,73 @@ def _json_spec(spec: Sequence[Any]) -> list[Any]:
     return [list(entry) if isinstance(entry, tuple) else entry for entry in spec]
 
 
-def _shard_template(
-    names: Sequence[str], ndim: int, physical: int | None = None, core: bool = False
-) -> str:
-    """A ``%``-format for one shard object: device, process_index, coords, index, replica,
-    and for hardware plans slice, host, physical (``physical`` coordinates) and core."""
+# ------------------------------------------------------------------------------ shards
 
-    def key(name: str) -> str:
-        return json.dumps(name).replace("%", "%%")
 
-    coords = ",".join(f"{key(name)}:%d" for name in names)
-    index = ",".join("[%d,%d]" for _ in range(ndim))
-    hardware = ""
-    if physical is not None:
-        hardware = ',"slice":%d,"host":%d,"physical":[' + ",".join(["%d"] * physical) + "]"
-        if core:
-            hardware += ',"core":%d'
-    return (
-        '{"device":%d,"process_index":%d,"coords":{' + coords + '},"index":[' + index + "]"
-        ',"replica":%d' + hardware + "}"
-    )
+def _json_key(name: str) -> str:
+    """``"name":`` as the shards' ``%``-format writes it (``%`` doubled)."""
+    return orjson.dumps(name).decode().replace("%", "%%") + ":"
+
+
+@dataclass(frozen=True)
+class _ColumnKind:
+    """How a shard member of one JSON type is held in int64 columns: its ``%``-format
+    from its ``width`` columns (and the mesh's axis names), its value from one row."""
+
+    format: Callable[[Sequence[str], int], str]
+    read: Callable[[Sequence[str], list[int]], Any]
+
+
+_COLUMN_KINDS: dict[Any, _ColumnKind] = {
+    int: _ColumnKind(lambda _axes, _width: "%d", lambda _axes, row: row[0]),
+    list[int]: _ColumnKind(
+        lambda _axes, width: "[" + ",".join(["%d"] * width) + "]", lambda _axes, row: row
+    ),
+    list[list[int]]: _ColumnKind(  # [start, stop) pairs
+        lambda _axes, width: "[" + ",".join(["[%d,%d]"] * (width // 2)) + "]",
+        lambda _axes, row: [row[k : k + 2] for k in range(0, len(row), 2)],
+    ),
+    dict[str, int]: _ColumnKind(  # one int per mesh axis, keyed by its name
+        lambda axes, _width: "{" + ",".join(_json_key(a) + "%d" for a in axes) + "}",
+        lambda axes, row: dict(zip(axes, row, strict=True)),
+    ),
+}
+"""The column kinds of the JSON types a :class:`~datarax.answers.plans.Shard` member has."""
+
+
+@functools.cache
+def _shard_members() -> tuple[tuple[str, _ColumnKind, bool], ...]:
+    """``(name, column kind, required)`` of every JSON member of a shard, in the class's
+    order (the kind of its type without ``| None``)."""
+    hints = typing.get_type_hints(Shard)
+    members = []
+    for f in dataclasses.fields(Shard):
+        hint = hints[f.name]
+        if isinstance(hint, types.UnionType):
+            (hint,) = (arm for arm in typing.get_args(hint) if arm is not type(None))
+        members.append((f.name, _COLUMN_KINDS[hint], f.default is dataclasses.MISSING))
+    return tuple(members)
+
+
+def shard_template(axes: Sequence[str], widths: Mapping[str, int]) -> str:
+    """The ``%``-format of one shard object whose members have these column ``widths``
+    (a member without columns is left out: hardware plans' ``slice``, ...), written in
+    :class:`~datarax.answers.plans.Shard`'s order.
+
+    Raises:
+      ValueError: a required member without columns, or columns of no member.
+    """
+    parts = []
+    for name, kind, required in _shard_members():
+        if name not in widths:
+            if required:
+                raise ValueError(f"a shard needs columns for its {name!r}")
+            continue
+        parts.append(_json_key(name) + kind.format(axes, widths[name]))
+    unknown = set(widths) - {name for name, _, _ in _shard_members()}
+    if unknown:
+        raise ValueError(f"a shard has no member {sorted(unknown)}")
+    return "{" + ",".join(parts) + "}"
 
 
 SHARD_ROWS_PER_CHECK = 16_384
@@ -160,71 +219,169 @@ def _stop_if(should_stop: Callable[[], bool] | None) -> None:
         raise PlanCancelled("the plan was abandoned")
 
 
-def plan_size_floor(
-    axes: Mapping[str, int], devices: Devices, ndim: int, name: str | None = None
-) -> int:
-    """Bytes a plan's text has at least: its shards' fixed characters (keys, the axis
-    names of ``coords``, punctuation; one digit per number) for every device, plus the
-    device grid. Cheap (no shard is written), so an oversized plan is refused before it
-    is built."""
-    physical = None if devices.physical is None else devices.physical.shape[1]
-    template = _shard_template(list(axes), ndim, physical, devices.core is not None)
-    per_shard = len(template.replace("%d", "0")) + 1
-    n = math.prod(int(s) for s in axes.values())
-    return n * (per_shard + 2) + len(name or "")
+class ShardColumns(Sequence[Shard]):
+    """A plan's shards as int64 columns: ``columns[name]`` holds member ``name`` of every
+    shard (``[n]``, or ``[n, width]`` for a list or an object), in mesh order. A
+    ``Sequence`` of :class:`~datarax.answers.plans.Shard` (indexing builds one), whose
+    JSON :meth:`write` makes with one ``%``-format per row (:func:`shard_template`).
 
-
-def shards_json(
-    axes: Mapping[str, int],
-    devices: Devices,
-    spec: Sequence[Any] | None,
-    batch_shape: Sequence[int] | None,
-    should_stop: Callable[[], bool] | None = None,
-) -> str:
-    """The ``shards`` JSON array: one object per device, in mesh order.
-
-    ``index`` equals ``NamedSharding(mesh, P(*spec)).devices_indices_map(batch_shape)`` for
-    each device; ``replica`` numbers the devices holding the same slice (mesh order).
-    ``should_stop`` is checked every :data:`SHARD_ROWS_PER_CHECK` shards.
+    Args:
+      axes: the mesh's axis names (the keys of ``coords``).
+      columns: member name -> its column(s), each with one row per device.
     """
-    names = list(axes)
+
+    def __init__(self, axes: Sequence[str], columns: Mapping[str, np.ndarray]) -> None:
+        self.axes = tuple(axes)
+        self.columns = {
+            name: np.asarray(column, np.int64).reshape(len(column), -1)
+            if column.ndim == 1
+            else np.asarray(column, np.int64)
+            for name, column in columns.items()
+        }
+        self.template = shard_template(
+            self.axes, {name: c.shape[1] for name, c in self.columns.items()}
+        )
+        self.text: str | None = None
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    @overload
+    def __getitem__(self, index: int) -> Shard: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Shard]: ...
+
+    def __getitem__(self, index: int | slice) -> Shard | Sequence[Shard]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        values = {
+            name: kind.read(self.axes, self.columns[name][index].tolist())
+            for name, kind, _ in _shard_members()
+            if name in self.columns
+        }
+        return Shard(**values)
+
+    def __iter__(self) -> Iterator[Shard]:
+        return (self[i] for i in range(len(self)))
+
+    def write(self, should_stop: Callable[[], bool] | None = None) -> str:
+        """The ``shards`` JSON array (written once, then kept). ``should_stop`` is checked
+        every :data:`SHARD_ROWS_PER_CHECK` shards.
+
+        Raises:
+          PlanCancelled: ``should_stop`` answered true.
+        """
+        if self.text is not None:
+            return self.text
+        order = [name for name, _, _ in _shard_members() if name in self.columns]
+        table = np.concatenate([self.columns[name] for name in order], axis=1)
+        template = self.template
+        parts: list[str] = []
+        for start in range(0, len(table), SHARD_ROWS_PER_CHECK):
+            _stop_if(should_stop)
+            rows = table[start : start + SHARD_ROWS_PER_CHECK].tolist()
+            parts.extend(template % tuple(row) for row in rows)
+        self.text = "[" + ",".join(parts) + "]"
+        return self.text
+
+
+class DeviceGrid(Sequence[Any]):
+    """A plan's ``device_grid``: the device ids shaped like the mesh (int64), read as the
+    nested lists of its JSON and written by orjson from the array."""
+
+    def __init__(self, grid: np.ndarray) -> None:
+        self.grid = np.ascontiguousarray(grid, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.grid)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Any]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self.grid[index].tolist()
+
+    def json(self) -> bytes:
+        """The JSON array."""
+        return orjson.dumps(self.grid, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _device_columns(devices: Devices, rows: int | None = None) -> dict[str, np.ndarray]:
+    """The shards' columns that the devices give (``rows``: the first ones only)."""
+    columns: dict[str, np.ndarray | None] = {
+        "device": devices.ids,
+        "process_index": devices.process_index,
+    }
+    if devices.physical is not None:
+        columns.update(
+            slice=devices.slice_index,
+            host=devices.host_index,
+            physical=devices.physical,
+            core=devices.core,
+        )
+    return {
+        name: np.asarray(column)[:rows] for name, column in columns.items() if column is not None
+    }
+
+
+def _batch_columns(
+    axes: Mapping[str, int], spec: Sequence[Any] | None, batch_shape: Sequence[int] | None
+) -> dict[str, np.ndarray]:
+    """The shards' columns that the mesh and the batch give: every device's coordinates,
+    its ``[start, stop)`` of every batch dimension (``index`` equals ``NamedSharding(mesh,
+    P(*spec)).devices_indices_map(batch_shape)``) and its ``replica`` (the devices holding
+    the same slice numbered in mesh order)."""
     coords = device_coords(axes)
     n = coords.shape[0]
     if batch_shape is None:
-        ndim = 0
         ranges = np.zeros((n, 0), dtype=np.int64)
         replicas = np.arange(n, dtype=np.int64)  # no batch: every device holds "the same" []
     else:
         if spec is None:
             raise ValueError("a batch shape needs its partition spec")
-        ndim = len(batch_shape)
-        ranges = shard_index_ranges(axes, spec, batch_shape).reshape(n, 2 * ndim)
+        ranges = shard_index_ranges(axes, spec, batch_shape).reshape(n, 2 * len(batch_shape))
         replicas = replica_ids(axes, spec, shape=batch_shape)
-    columns = [
-        devices.ids.reshape(n, 1),
-        devices.process_index.reshape(n, 1),
-        coords,
-        ranges,
-        replicas.reshape(n, 1),
-    ]
-    physical = None
-    if devices.physical is not None:
-        physical = devices.physical.shape[1]
-        columns += [
-            np.asarray(devices.slice_index, np.int64).reshape(n, 1),
-            np.asarray(devices.host_index, np.int64).reshape(n, 1),
-            np.asarray(devices.physical, np.int64).reshape(n, physical),
-        ]
-        if devices.core is not None:
-            columns.append(np.asarray(devices.core, np.int64).reshape(n, 1))
-    table = np.concatenate(columns, axis=1)
-    template = _shard_template(names, ndim, physical, devices.core is not None)
-    parts: list[str] = []
-    for start in range(0, n, SHARD_ROWS_PER_CHECK):
-        _stop_if(should_stop)
-        rows = table[start : start + SHARD_ROWS_PER_CHECK].tolist()
-        parts.extend(template % tuple(row) for row in rows)
-    return "[" + ",".join(parts) + "]"
+    return {"coords": coords, "index": ranges, "replica": replicas}
+
+
+def shard_columns(
+    axes: Mapping[str, int],
+    devices: Devices,
+    spec: Sequence[Any] | None,
+    batch_shape: Sequence[int] | None,
+) -> ShardColumns:
+    """The plan's shards, one per device in mesh order, as columns (nothing written)."""
+    return ShardColumns(
+        list(axes), {**_device_columns(devices), **_batch_columns(axes, spec, batch_shape)}
+    )
+
+
+def plan_size_floor(
+    axes: Mapping[str, int], devices: Devices, ndim: int, name: str | None = None
+) -> int:
+    """Bytes a plan's text has at least: its shards' fixed characters (keys, the axis
+    names of ``coords``, punctuation; one digit per number) for every device, plus the
+    device grid. Cheap (the shards' format is that of a one-device sample of the same
+    axes, batch rank and device members; no shard is written), so an oversized plan is
+    refused before it is built."""
+    one = dict.fromkeys(axes, 1)
+    sample = ShardColumns(
+        list(axes),
+        {
+            **_device_columns(devices, rows=1),
+            **_batch_columns(one, [None] * ndim if ndim else None, [1] * ndim if ndim else None),
+        },
+    )
+    per_shard = len(sample.template.replace("%d", "0")) + 1
+    n = math.prod(int(s) for s in axes.values())
+    return n * (per_shard + 2) + len(name or "")
+
+
+# ------------------------------------------------------------------------------ the plan
 
 
 def check_plan_request(request: PlanRequest, axes: Mapping[str, int]) -> None:
@@ -245,40 +402,27 @@ def check_plan_request(request: PlanRequest, axes: Mapping[str, int]) -> None:
 
 
 @dataclass(frozen=True)
-class HardwareParts:
-    """What a hardware plan adds to the plan JSON (see :func:`render_plan`).
-
-    Attributes:
-      members: JSON members appended after ``warnings``, in order (``axes_detail`` ...).
-      params: parameter layouts replacing the MLP ones, or ``None`` to keep them.
-      memory: ``memory_per_device`` replacing the MLP estimate, or ``None`` to keep it.
-    """
-
-    members: Mapping[str, Any]
-    params: Sequence[Mapping[str, Any]] | None = None
-    memory: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
 class RenderedPlan:
-    """A plan's JSON text, and its summary (every field but ``device_grid`` and ``shards``)."""
+    """A plan's JSON text, and its summary's (every member but ``device_grid`` and
+    ``shards``)."""
 
     body: str
     summary: str
 
 
-def render_plan(
+def plan_answer(
     request: PlanRequest,
     axes: Mapping[str, int],
     devices: Devices,
     *,
     plan_id: str,
     created_at: str,
-    hardware: HardwareParts | None = None,
+    params: list[ParamLayout] | None = None,
+    memory: MemoryEstimate | None = None,
     should_stop: Callable[[], bool] | None = None,
     max_bytes: int | None = None,
-) -> RenderedPlan:
-    """The plan as compact JSON text (see the module doc and docs/API.md for the fields).
+) -> MeshPlan:
+    """The plan (see docs/API.md for its members), its shards as columns not yet written.
 
     Args:
       request: what was asked for.
@@ -286,13 +430,15 @@ def render_plan(
       devices: the plan's devices in row-major mesh order.
       plan_id: the plan's id.
       created_at: RFC 3339 UTC timestamp.
-      hardware: hardware plans only: the parameter layouts and memory of the step
-        estimate (replacing the MLP ones) and the members added after ``warnings``
-        (``axes_detail``, ``step_estimate``, ...). ``None`` leaves the JSON as it was.
-      should_stop: checked between the steps and while the shards are written; when it
-        answers true the plan is abandoned (``PlanCancelled``).
+      params: hardware plans with a model: the step estimate's parameter layouts, in place
+        of the MLP's.
+      memory: hardware plans with a model: the step estimate's memory, in place of the
+        MLP's.
+      should_stop: checked first; when it answers true the plan is abandoned
+        (``PlanCancelled``).
       max_bytes: refuse a plan whose text would pass this many bytes
-        (:func:`plan_size_floor`) before writing its shards (``DATARAX_MAX_ANSWER_MB``).
+        (:func:`plan_size_floor`) before its shards are laid out
+        (``DATARAX_MAX_ANSWER_MB``).
 
     Raises:
       PlanError: ``batch_not_divisible``, ``unknown_batch_axis``, ``duplicate_batch_axis``,
@@ -328,7 +474,7 @@ def render_plan(
         shape = [int(d) for d in request.batch_shape]
         spec = batch_partition_spec(axes, request.batch_axes, len(shape))
         batch_block = list(shard_shape(axes, spec, shape))
-        batch = {"shape": shape, "spec": _json_spec(spec), "shard_shape": batch_block}
+        batch = BatchLayout(shape=shape, spec=_json_spec(spec), shard_shape=batch_block)
         if spec[0] is None and total > 1:
             warnings.append(
                 "no batch axes: the whole batch is replicated on every device "
@@ -338,35 +484,83 @@ def render_plan(
         # Validate the axes even without a batch, so typos surface.
         batch_partition_spec(axes, request.batch_axes, 1)
 
-    params: list[dict[str, Any]] = []
-    if request.features is not None:
-        params, param_warnings = param_layouts(request.features, axes, request.param_sharding)
-        warnings.extend(param_warnings)
-    if hardware is not None and hardware.params is not None:
-        params = [dict(layout) for layout in hardware.params]
-    memory: dict[str, Any] = memory_per_device(params, request.optimizer, batch_block)
-    if hardware is not None and hardware.memory is not None:
-        memory = dict(hardware.memory)
-
-    before = {
-        "id": plan_id,
-        "name": request.name,
-        "created_at": created_at,
-        "live": devices.live,
-        "platform": devices.platform,
-        "axes": axes,
-        "total_devices": total,
-        "device_grid": devices.grid,
-        "batch": batch,
-    }
-    after = {"params": params, "memory_per_device": memory, "warnings": warnings}
-    if hardware is not None:
-        after.update(hardware.members)
-    shards = shards_json(axes, devices, spec, request.batch_shape, should_stop)
-    body = "".join([_dumps(before)[:-1], ',"shards":', shards, ",", _dumps(after)[1:]])
-    summary = {k: v for k, v in before.items() if k != "device_grid"}
-    return RenderedPlan(body=body, summary=_dumps({**summary, **after}))
+    if params is None:
+        params = []
+        if request.features is not None:
+            params, param_warnings = param_layouts(request.features, axes, request.param_sharding)
+            warnings.extend(param_warnings)
+    plan_memory: MemoryEstimate | MemoryPerDevice = (
+        memory_per_device(params, request.optimizer, batch_block) if memory is None else memory
+    )
+    return MeshPlan(
+        id=plan_id,
+        name=request.name,
+        created_at=created_at,
+        live=devices.live,
+        platform=devices.platform,
+        axes=axes,
+        total_devices=total,
+        batch=batch,
+        params=params,
+        memory_per_device=plan_memory,
+        warnings=warnings,
+        device_grid=DeviceGrid(devices.grid),
+        shards=shard_columns(axes, devices, spec, request.batch_shape),
+    )
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def _columnar_json(value: object) -> orjson.Fragment:
+    """orjson's ``default``: the JSON of the columnar sequences a plan holds."""
+    if isinstance(value, ShardColumns):
+        return orjson.Fragment(value.write())
+    if isinstance(value, DeviceGrid):
+        return orjson.Fragment(value.json())
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def answer_text(answer: MeshPlanSummary) -> str:
+    """A plan's (or a summary's) JSON text: its :meth:`~datarax.answers.base.Answer.to_json`
+    through orjson, the columnar shards and grid spliced in."""
+    return orjson.dumps(answer.to_json(), default=_columnar_json).decode()
+
+
+def render(plan: MeshPlan, should_stop: Callable[[], bool] | None = None) -> RenderedPlan:
+    """The plan's JSON text and its summary's.
+
+    Raises:
+      PlanCancelled: ``should_stop`` answered true while the shards were written.
+    """
+    if isinstance(plan.shards, ShardColumns):
+        plan.shards.write(should_stop)  # checked between chunks; then kept for the text
+    return RenderedPlan(body=answer_text(plan), summary=answer_text(plan.summary()))
+
+
+def render_plan(
+    request: PlanRequest,
+    axes: Mapping[str, int],
+    devices: Devices,
+    *,
+    plan_id: str,
+    created_at: str,
+    should_stop: Callable[[], bool] | None = None,
+    max_bytes: int | None = None,
+) -> RenderedPlan:
+    """A live or abstract plan as compact JSON text: :func:`plan_answer`, then
+    :func:`render` (hardware plans: :func:`app.services.hardware.render_hardware_plan`).
+
+    Raises:
+      PlanError: ``batch_not_divisible``, ``unknown_batch_axis``, ``duplicate_batch_axis``,
+        ``invalid_batch_shape``.
+      AnswerTooLarge: the plan would pass ``max_bytes``.
+      PlanCancelled: ``should_stop`` answered true.
+    """
+    plan = plan_answer(
+        request,
+        axes,
+        devices,
+        plan_id=plan_id,
+        created_at=created_at,
+        should_stop=should_stop,
+        max_bytes=max_bytes,
+    )
+    return render(plan, should_stop)

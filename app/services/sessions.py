@@ -56,6 +56,13 @@ from app.storage import plans as stored_plans
 from app.storage import sessions as stored_sessions
 from app.storage.store import Store
 from app.workers.runtime_client import RuntimeClient
+from datarax.answers.sessions import (
+    Session,
+    SessionList,
+    SessionParam,
+    SessionSummary,
+    StepAnswer,
+)
 from datarax.errors import PlanError
 from datarax.parallel.axis_roles import check_kinds_apply
 from datarax.parallel.kinds import check_compiled, kinds_of
@@ -296,10 +303,9 @@ class SessionService:
 
     async def list_sessions(
         self, limit: int, offset: int, mesh_id: str | None = None
-    ) -> dict[str, Any]:
-        """``{"items": [summaries], "total": n}``, newest first, from the store: each
-        summary is the record without ``params``, plus ``state`` (``live``, ``expired``,
-        ``lost``).
+    ) -> SessionList:
+        """The stored sessions, newest first: each summary is the record without
+        ``params`` and loss history, plus ``state`` (``live``, ``expired``, ``lost``).
 
         Raises:
           MeshNotFound: ``mesh_id`` names no plan.
@@ -312,13 +318,10 @@ class SessionService:
         items = []
         for text in texts:
             record = json.loads(text)
-            record.pop("params", None)
-            record.pop("loss_history", None)
-            record.pop("loss_history_stride", None)
             record["last_loss"] = finite_or_none(record.get("last_loss"))
             record["state"] = self.state_of(record["id"])
-            items.append(record)
-        return {"items": items, "total": total}
+            items.append(SessionSummary.from_json(record))  # params and history left out
+        return SessionList(items=items, total=total)
 
     def _require_ready(self) -> None:
         if not self.runtime.ready:
@@ -331,7 +334,7 @@ class SessionService:
             raise SessionNotFound(f"no session with id {session_id!r}")
         return json.loads(text)
 
-    async def create(self, mesh_id: str, body: SessionCreateRequest) -> dict[str, Any]:
+    async def create(self, mesh_id: str, body: SessionCreateRequest) -> Session:
         """Places the model and optimizer on a live plan's devices; answers the record.
 
         Raises:
@@ -365,7 +368,7 @@ class SessionService:
 
     async def _create(
         self, mesh_id: str, plan: dict[str, Any], body: SessionCreateRequest
-    ) -> dict[str, Any]:
+    ) -> Session:
         session_id = new_session_id()
         spec = body.model_dump()
         try:
@@ -395,27 +398,32 @@ class SessionService:
             "session_create", payload, timeout=self.settings.runtime_start_timeout_s
         )
         created_at = utc_now()
-        record = {
-            "id": session_id,
-            "mesh_id": mesh_id,
-            "created_at": created_at,
-            "step": 0,
-            "last_loss": None,
-            **spec,
-            "params": result["params"],
-            "loss_history": [],
-            "loss_history_stride": 1,
-        }
+        session = Session(
+            id=session_id,
+            mesh_id=mesh_id,
+            created_at=created_at,
+            step=0,
+            last_loss=None,
+            model=spec["model"],
+            optimizer=body.optimizer,
+            loss=spec["loss"],
+            seed=body.seed,
+            param_sharding=body.param_sharding,
+            strategy=body.strategy,
+            params=[SessionParam.from_json(p) for p in result["params"]],
+            loss_history=[],
+            loss_history_stride=1,
+        )
         await stored_sessions.insert_session(
-            self.store, session_id, mesh_id, created_at, json.dumps(record)
+            self.store, session_id, mesh_id, created_at, json.dumps(session.to_json())
         )
         self._epochs[session_id] = self.runtime.restarts
         self._last_used[session_id] = time.monotonic()
         self._reserved[session_id] = dict(result.get("reserved") or {})
         log.info("session %s created on mesh %s", session_id, mesh_id)
-        return record
+        return session
 
-    async def read(self, session_id: str) -> dict[str, Any]:
+    async def read(self, session_id: str) -> Session:
         """The stored record: step and last loss as the last step left them, layouts as
         placed at creation (they never change).
 
@@ -444,7 +452,7 @@ class SessionService:
         record["last_loss"] = finite_or_none(record.get("last_loss"))
         record.setdefault("loss_history", [])  # records made before loss histories
         record.setdefault("loss_history_stride", 1)
-        return record
+        return Session.from_json(record)
 
     async def delete(self, session_id: str) -> None:
         """Forgets the session, cancels its steps still queued for the runtime (their calls
@@ -496,8 +504,9 @@ class SessionService:
         media: str | None,
         content_type: str | None,
         steps_query: int | None,
-    ) -> dict[str, Any]:
-        """Runs K steps; a refused request changes nothing."""
+    ) -> StepAnswer:
+        """Runs K steps; a refused request changes nothing. The answer is the runtime's,
+        read at this edge."""
         await self.record(session_id)
         self._refuse_expired(session_id)
         self._in_flight[session_id] = self._in_flight.get(session_id, 0) + 1
@@ -554,4 +563,4 @@ class SessionService:
             if result["step"] > record["step"]:
                 record.update(step=result["step"], last_loss=finite_or_none(losses[-1]))
             await stored_sessions.update_session(self.store, session_id, json.dumps(record))
-        return result
+        return StepAnswer.from_json(result)

@@ -42,7 +42,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
 from datarax.json_types import JSONObject
@@ -70,6 +70,26 @@ class _Member:
     name: str
     omitted: bool
     hint: Any
+    plain: bool
+    """The hint holds only JSON scalars, lists and string-keyed dicts of them: a value of
+    it is its own JSON (nothing to build on reading, nothing to convert on writing)."""
+
+
+_SCALARS = (int, float, str, bool, type(None))
+
+
+def _is_plain(hint: Any) -> bool:
+    if hint in _SCALARS:
+        return True
+    origin = get_origin(hint)
+    args = get_args(hint)
+    if origin in (Union, types.UnionType, Literal):
+        return origin is Literal or all(_is_plain(a) for a in args)
+    if origin is list:
+        return bool(args) and _is_plain(args[0])
+    if origin is dict:
+        return len(args) == 2 and args[0] is str and _is_plain(args[1])
+    return False
 
 
 @functools.cache
@@ -77,10 +97,13 @@ def _members(cls: type) -> tuple[_Member, ...]:
     """The JSON members of an answer class, in field order (internal fields left out)."""
     hints = typing.get_type_hints(cls)
     return tuple(
-        _Member(f.name, bool(f.metadata.get(_OMITTED)), hints[f.name])
+        _Member(f.name, bool(f.metadata.get(_OMITTED)), hints[f.name], _is_plain(hints[f.name]))
         for f in dataclasses.fields(cls)
         if not f.metadata.get(_INTERNAL)
     )
+
+
+_PLAIN_VALUES = (int, float, str, bool, type(None), list, dict)
 
 
 @functools.cache
@@ -107,7 +130,7 @@ def _to_json(value: Any) -> Any:
 
 class Answer(Mapping[str, Any]):
     """A frozen dataclass the service answers with (see the module docstring). Equal to any
-    mapping of the same members, as the dicts it replaces were."""
+    mapping with the same JSON (tuples read as lists), as the dicts it replaces were."""
 
     __pydantic_config__: ClassVar[dict[str, Any]] = {"use_attribute_docstrings": True}
     """Read by pydantic (the service's OpenAPI document): field docstrings describe fields."""
@@ -120,7 +143,10 @@ class Answer(Mapping[str, Any]):
             value = getattr(self, member.name)
             if value is None and member.omitted:
                 continue
-            out[member.name] = _to_json(value)
+            # A plain member's list or dict is JSON already (a tuple or a read-only
+            # mapping given for it is still converted).
+            plain = member.plain and type(value) in _PLAIN_VALUES
+            out[member.name] = value if plain else _to_json(value)
         return out
 
     @classmethod
@@ -132,7 +158,11 @@ class Answer(Mapping[str, Any]):
         """
         if not isinstance(data, Mapping):
             raise TypeError(f"{cls.__name__} is a JSON object, not {type(data).__name__}")
-        given = {m.name: decode(m.hint, data[m.name]) for m in _members(cls) if m.name in data}
+        given = {}
+        for name, read in _readers(cls):
+            if name in data:
+                value = data[name]
+                given[name] = value if read is None or value is None else read(value)
         return cls(**given)
 
     # ------------------------------------------------------------- the Mapping view
@@ -157,6 +187,16 @@ class Answer(Mapping[str, Any]):
     def __len__(self) -> int:
         return sum(1 for _ in self._present())
 
+    def __eq__(self, other: object) -> bool:
+        # Not Mapping's: it calls self.items(), which a list answer's ``items`` field hides.
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        # Compared as JSON: a tuple member equals the list the JSON has.
+        theirs = other.to_json() if isinstance(other, Answer) else _to_json(dict(other))
+        return bool(self.to_json() == theirs)
+
+    __hash__ = None  # type: ignore[assignment]
+
     # ------------------------------------------------------------- the OpenAPI schema
 
     @classmethod
@@ -165,11 +205,55 @@ class Answer(Mapping[str, Any]):
         schema = handler(core_schema)
         target = handler.resolve_ref_schema(schema)
         hidden = [f.name for f in dataclasses.fields(cls) if f.metadata.get(_INTERNAL)]  # type: ignore[arg-type]
+        # Omitted members are never required, even where the class's config asks the
+        # serialisation schema to require members with defaults.
+        omitted = [f.name for f in dataclasses.fields(cls) if f.metadata.get(_OMITTED)]  # type: ignore[arg-type]
         for name in hidden:
             target.get("properties", {}).pop(name, None)
-            if name in target.get("required", ()):
-                target["required"].remove(name)
+        required = target.get("required")
+        if required is not None:
+            target["required"] = [n for n in required if n not in hidden and n not in omitted]
+            if not target["required"]:
+                del target["required"]
         return schema
+
+
+@functools.cache
+def _readers(cls: type) -> tuple[tuple[str, Any], ...]:
+    """(name, reader) of each JSON member of an answer class (:func:`_reader`)."""
+    return tuple((m.name, _reader(m.hint)) for m in _members(cls))
+
+
+def _each(item: Any, kind: type) -> Any:
+    return lambda v: kind(x if x is None else item(x) for x in v)
+
+
+@functools.cache
+def _reader(hint: Any) -> Any:
+    """What :func:`decode` does for ``hint``, decided once per type: ``None`` where any
+    JSON value is its own reading (``int``, ``list[str]``, ``dict[str, Any]``, ...), else
+    a function of the (non-null) value."""
+    if hint is Any or hint in _SCALARS:
+        return None
+    if isinstance(hint, type):
+        return hint.from_json if issubclass(hint, Answer) else None
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        if any(isinstance(a, type) and issubclass(a, Answer) for a in args):
+            return functools.partial(decode, hint)
+        arms = [a for a in args if a is not type(None)]
+        return _reader(arms[0]) if len(arms) == 1 else None
+    item = _reader(args[0]) if args and origin in (tuple, list, Sequence) else None
+    if origin is tuple:
+        return tuple if item is None else _each(item, tuple)
+    if origin in (list, Sequence):
+        return None if item is None else _each(item, list)
+    if origin is dict and len(args) == 2:
+        value = _reader(args[1])
+        if value is None:
+            return None
+        return lambda v: {k: x if x is None else value(x) for k, x in v.items()}
+    return None
 
 
 def decode(hint: Any, value: Any) -> Any:
@@ -192,13 +276,15 @@ def decode(hint: Any, value: Any) -> Any:
             for arm in answers:
                 if _required(arm) <= value.keys():
                     return arm.from_json(value)
+            if len(answers) < len([a for a in args if a is not type(None)]):
+                return value  # another arm's (an npz answer: ``ReduceAnswer | NpzArrays``)
             return answers[-1].from_json(value)
         arms = [a for a in args if a is not type(None)]
         return decode(arms[0], value) if len(arms) == 1 else value
     if origin is tuple and isinstance(value, list):
         item = args[0] if args else Any
         return tuple(decode(item, v) for v in value)
-    if origin is list and isinstance(value, list):
+    if origin in (list, Sequence) and isinstance(value, list):
         return [decode(args[0], v) for v in value] if args else value
     if origin is dict and isinstance(value, Mapping):
         return {k: decode(args[1], v) for k, v in value.items()} if args else value

@@ -2,10 +2,12 @@
 (:class:`AsyncClient`), on httpx. It imports nothing of the service (no FastAPI, no
 pydantic), so a training job installs only ``httpx`` and ``numpy`` besides JAX.
 
-- Every method returns the service's decoded JSON answer (plain dicts and lists), typed:
-  each answer's :class:`~typing.TypedDict` is in :mod:`datarax.client.answers` (exported
-  here too), e.g. ``api.get_job("run-1")`` is a :class:`JobSummary`; on
-  :class:`AsyncClient` the same method returns an awaitable of the same type.
+- Every method returns the service's answer parsed into its class, the one the service
+  itself serialises (:mod:`datarax.answers`, re-exported by :mod:`datarax.client.answers`
+  and here), e.g. ``api.get_job("run-1")`` is a :class:`JobSummary`
+  (``summary.last_step``; ``summary["last_step"]`` reads it too: an answer is a read-only
+  mapping of its JSON members); on :class:`AsyncClient` the same method returns an
+  awaitable of the same type.
 - Every error answer raises :class:`ApiError` with the problem's ``code``, ``status`` and
   ``detail`` (and the whole ``problem``).
 - 503 and 429 answers, and connections refused or dropped, are retried with exponential
@@ -57,9 +59,10 @@ from datarax.client.answers import (
     MemoryPerDevice,
     MeshPlan,
     MeshPlanList,
+    MeshPlanSummary,
     MetricValue,
     ModelSpec,
-    NamedModel,
+    NamedModelEntry,
     NamedModelList,
     ParamLayout,
     PushResult,
@@ -102,9 +105,10 @@ __all__ = [
     "MemoryPerDevice",
     "MeshPlan",
     "MeshPlanList",
+    "MeshPlanSummary",
     "MetricValue",
     "ModelSpec",
-    "NamedModel",
+    "NamedModelEntry",
     "NamedModelList",
     "ParamLayout",
     "PushResult",

@@ -48,29 +48,35 @@ class ApiError(Exception):
 
 
 def history_points(page: Mapping[str, Any]) -> list[HistoryPoint]:
-    """The rows of a history answer, whichever kind it is: ``page["points"]``, or, from
-    a service older than ``kind`` whose downsampled answer had ``buckets`` only, one row
-    per bucket built the way the service builds them (``step``: the newest step with a
-    value, ``reduced``: each metric's mean)."""
+    """The rows of a history answer (a :class:`~datarax.client.History`, or its JSON
+    object), whichever kind it is: ``page["points"]``, or, from a service older than
+    ``kind`` whose downsampled answer had ``buckets`` only, one row per bucket built the
+    way the service builds them (``step``: the newest step with a value, ``reduced``: each
+    metric's mean)."""
     points = page.get("points")
     if points is not None:
-        return list(points)
+        return [p if isinstance(p, HistoryPoint) else HistoryPoint.from_json(p) for p in points]
     rows: list[HistoryPoint] = []
     for bucket in page.get("buckets") or []:
         metrics = bucket.get("metrics", {})
-        row: HistoryPoint = {
-            "step": max((m["last_step"] for m in metrics.values()), default=bucket["end_step"]),
-            "reduced": {name: m.get("mean") for name, m in metrics.items()},
-            "received_at": None,
-            "complete": True,
-            "sources": None,
-            "start_step": bucket["start_step"],
-            "end_step": bucket["end_step"],
-            "count": max((m.get("count", 0) for m in metrics.values()), default=0),
-        }
-        if bucket.get("spread"):
-            row["spread"] = bucket["spread"]
-        rows.append(row)
+        spread = bucket.get("spread")
+        rows.append(
+            HistoryPoint.from_json(
+                {
+                    "step": max(
+                        (m["last_step"] for m in metrics.values()), default=bucket["end_step"]
+                    ),
+                    "reduced": {name: m.get("mean") for name, m in metrics.items()},
+                    "received_at": None,
+                    "complete": True,
+                    "sources": None,
+                    "start_step": bucket["start_step"],
+                    "end_step": bucket["end_step"],
+                    "count": max((m.get("count", 0) for m in metrics.values()), default=0),
+                    "spread": spread or None,
+                }
+            )
+        )
     return rows
 
 

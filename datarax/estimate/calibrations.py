@@ -7,7 +7,8 @@ The ``published`` profiles ship with the library, read-only: the constants
 kind and stack (:data:`~datarax.estimate.step_time.PUBLISHED_CONSTANTS`). A plan names
 one with ``calibration``; without it, a plan on hardware of a kind uses that kind's
 ``jax`` profile (:func:`default_profile`), since the program it prices is a JAX one.
-Plain data; nothing touches a device.
+Plain data; nothing touches a device. A profile is
+:class:`~datarax.answers.calibrations.CalibrationProfile`, the service's answer itself.
 
 Example:
   >>> from datarax.hardware.chips import get_hardware
@@ -22,11 +23,11 @@ from __future__ import annotations
 import difflib
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
+from datarax.answers.calibrations import CalibrationProfile, CalibrationStack, PublishedFitError
 from datarax.errors import PlanError
 from datarax.estimate.step_time import (
     PUBLISHED_CONSTANTS,
@@ -35,10 +36,10 @@ from datarax.estimate.step_time import (
     combine,
 )
 from datarax.hardware.entry import Hardware
-from datarax.json_types import JSONObject
 
 __all__ = [
     "CalibrationProfile",
+    "default_constants",
     "default_profile",
     "fit_constants",
     "is_published",
@@ -51,97 +52,6 @@ __all__ = [
 
 _PUBLISHED_AT = "2026-12-06T00:00:00Z"
 """When the shipped tables were last fitted (the commit that wrote them)."""
-
-
-@dataclass(frozen=True)
-class CalibrationProfile:
-    """One profile: its constants, what they were fitted on and how well they fit.
-
-    Attributes:
-      id: ``published-<kind>-<framework>`` for the shipped ones.
-      kind: ``published`` (``host`` and ``jobs`` profiles are measured by a service).
-      hardware_kind: the accelerator kind the constants are for (``tpu``, ``gpu``,
-        ``cpu``).
-      stack: ``{"framework", "jax", "jaxlib", "backend"}`` (versions ``None`` where the
-        runs span several).
-      constants: the step-time constants.
-      error: how the constants fit their rows (``None`` where they are not fitted).
-      hardware: the catalog entry measured (``None``: any of the kind).
-      device_kind: JAX's ``device_kind`` measured (``None``: any).
-      measurements: the rows or raw measurements behind the fit.
-    """
-
-    id: str
-    kind: str
-    hardware_kind: str
-    stack: Mapping[str, str | None]
-    constants: Calibration
-    error: Mapping[str, Any] | None = None
-    hardware: str | None = None
-    device_kind: str | None = None
-    measurements: tuple[Mapping[str, Any], ...] = field(default=())
-    created_at: str = _PUBLISHED_AT
-    status: str = "done"
-
-    def to_json(self) -> JSONObject:
-        """The profile as ``GET /v1/calibrations/{id}`` answers it."""
-        c = self.constants
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "status": self.status,
-            "created_at": self.created_at,
-            "hardware": self.hardware,
-            "hardware_kind": self.hardware_kind,
-            "device_kind": self.device_kind,
-            "stack": dict(self.stack),
-            "constants": {
-                "matmul": c.matmul,
-                "attention": c.attention,
-                "hbm": c.hbm,
-                "overlap": c.overlap,
-                "overhead_s": c.overhead_s,
-                "grouped_matmul": c.grouped_matmul,
-                "all_to_all_overlap": c.all_to_all_overlap,
-                "link": c.link,
-                "collective_s": c.collective_s,
-                "layer_s": c.layer_s,
-                "source": c.source,
-            },
-            "measurements": [dict(m) for m in self.measurements],
-            "error": dict(self.error) if self.error is not None else None,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> CalibrationProfile:
-        """A profile :meth:`to_json` wrote (a stored ``host`` or ``jobs`` profile)."""
-        c = obj["constants"]
-        constants = Calibration(
-            matmul=float(c["matmul"]),
-            attention=float(c["attention"]),
-            hbm=float(c["hbm"]),
-            overlap=float(c["overlap"]),
-            overhead_s=float(c["overhead_s"]),
-            source=str(c["source"]),
-            grouped_matmul=c.get("grouped_matmul"),
-            all_to_all_overlap=c.get("all_to_all_overlap"),
-            link=float(c.get("link", 1.0)),
-            collective_s=float(c.get("collective_s", 0.0)),
-            layer_s=float(c.get("layer_s", 0.0)),
-        )
-        return cls(
-            id=str(obj["id"]),
-            kind=str(obj["kind"]),
-            hardware_kind=str(obj["hardware_kind"]),
-            stack=dict(obj["stack"]),
-            constants=constants,
-            error=obj.get("error"),
-            hardware=obj.get("hardware"),
-            device_kind=obj.get("device_kind"),
-            measurements=tuple(obj.get("measurements") or ()),
-            created_at=str(obj["created_at"]),
-            status=str(obj.get("status", "done")),
-        )
 
 
 MATMUL = [x / 100 for x in range(30, 101, 1)]
@@ -211,13 +121,15 @@ def leave_one_out(
 def _published(profile_id: str, constants: Calibration) -> CalibrationProfile:
     _, hardware_kind, framework = profile_id.split("-", 2)
     backend = {"tpu": "tpu", "gpu": "cuda", "cpu": "cpu"}[hardware_kind]
+    error = PUBLISHED_ERRORS.get(profile_id)
     return CalibrationProfile(
         id=profile_id,
         kind="published",
+        created_at=_PUBLISHED_AT,
         hardware_kind=hardware_kind,
-        stack={"framework": framework, "jax": None, "jaxlib": None, "backend": backend},
+        stack=CalibrationStack(framework=framework, backend=backend),
         constants=constants,
-        error=PUBLISHED_ERRORS.get(profile_id),
+        error=None if error is None else PublishedFitError.from_json(error),
     )
 
 
@@ -254,6 +166,12 @@ def default_profile(hw: Hardware) -> CalibrationProfile:
     """The profile a plan on ``hw`` uses without ``calibration``: the published one of
     its kind for the ``jax`` stack."""
     return _PUBLISHED[f"published-{hw.kind}-jax"]
+
+
+def default_constants(hw: Hardware) -> Calibration:
+    """The constants of :func:`default_profile` (a published profile's are always there;
+    a profile's ``constants`` are null only while a host profile measures)."""
+    return PUBLISHED_CONSTANTS[f"published-{hw.kind}-jax"]
 
 
 def profile_for(hw: Hardware, profile_id: str | CalibrationProfile | None) -> CalibrationProfile:

@@ -207,11 +207,11 @@ def estimate_step(
     parts = predicted.breakdown
     peak = hw.peak_flops(model.dtype)
     roof = predicted.roofline_phases
-    comm_bound = any(phase["comm_s"] > phase["compute_s"] for phase in roof.values())
+    comm_bound = any(phase.comm_s > phase.compute_s for phase in (roof.forward, roof.backward))
     slowest = max(collectives, key=lambda e: e.seconds, default=None)
     return StepEstimate(
         flops=float(flops),
-        compute_s=parts["matmul_s"] + parts["attention_s"] + parts["memory_bound_s"],
+        compute_s=parts.matmul_s + parts.attention_s + parts.memory_bound_s,
         comm_s=sum(e.seconds for e in collectives if e.phase == "forward")
         + sum(e.seconds for e in collectives if e.phase == "backward"),
         step_s=predicted.step_s,
@@ -226,7 +226,7 @@ def estimate_step(
         peak_flops=peak,
         breakdown=parts,
         gap=predicted.gap,
-        pipeline=shape.to_json() if shape else None,
+        pipeline=shape,
         calibration=profile.id,
         memory_per_device=memory,
         predicted_components=predicted.components,

@@ -34,7 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypedDict
 
-from datarax.estimate.calibrations import CalibrationProfile, default_profile
+from datarax.answers.calibrations import CalibrationStack
+from datarax.estimate.calibrations import CalibrationProfile, default_constants
 from datarax.estimate.cost import collective_seconds, estimate_step
 from datarax.estimate.step_time import Calibration, combine
 from datarax.hardware.entry import AxisLink, Hardware
@@ -106,7 +107,7 @@ def fit_host_profile(
     Raises:
       ValueError: a stage's rows are missing.
     """
-    base = default_profile(hw).constants
+    base = default_constants(hw)
     matmul = _median(
         [r["flops_per_s"] for r in measurements if r["stage"] == "matmul" and r["dtype"] == dtype],
         f"{dtype} matmul",
@@ -143,7 +144,7 @@ def fit_host_profile(
         id=profile_id,
         kind="host",
         hardware_kind=hw.kind,
-        stack=dict(stack),
+        stack=CalibrationStack.from_json(stack),
         constants=constants,
         hardware=hw.name,
         device_kind=device_kind,
@@ -208,7 +209,7 @@ def _fixed_costs(
             continue
         axis = _host_axis(hw, int(row["devices"]))
         parts = estimate_step(hw, [axis], row["model"], int(row["batch"]))
-        work = combine(parts["predicted_components"], priced).step_s
+        work = combine(parts.predicted_components, priced).step_s
         residual.setdefault(int(row["model"]["layers"]), []).append(row["seconds"] - work)
     if 1 not in residual or 2 not in residual:
         return None, None

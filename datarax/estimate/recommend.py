@@ -203,10 +203,12 @@ def recommend_meshes(
         hardware's, :func:`~datarax.estimate.calibrations.default_profile`).
 
     Returns:
-      ``{"candidates": [{"rank", "ici", "dcn", "step_estimate", "memory_per_device",
-      "plan_request"}], "considered": n, "rejected": {code: n}, "ranked_by", "note"?}``,
-      best first by :data:`RANKING`; ``note`` (only when fewer than ``top_k``
-      candidates survive) says how many did and why the others were rejected.
+      The :class:`~datarax.answers.estimates.Recommendations` answer: ``candidates``
+      (each ``rank``, ``ici``, ``dcn``, ``step_estimate``, ``memory_per_device``,
+      ``plan_request`` and, with tensor or expert axes on the slow network, ``flags``),
+      best first by :data:`RANKING`, ``considered``, ``rejected`` ``{code: n}``,
+      ``ranked_by`` and ``note`` (only when fewer than ``top_k`` candidates survive: how
+      many did and why the others were rejected).
 
     Raises:
       PlanError: bad inputs (``unknown_hardware``, ``invalid_topology``,
@@ -249,19 +251,20 @@ def recommend_meshes(
             cluster.explain(spec, global_batch, optimizer, rejected, smallest),
         )
     candidates = _candidates(cluster, spec, names, survivors[:top_k], global_batch, optimizer)
-    out: Recommendations = {
-        "candidates": candidates,
-        "considered": considered,
-        "rejected": rejected,
-        "ranked_by": RANKING,
-    }
+    note = None
     if len(candidates) < top_k:
-        out["note"] = (
+        note = (
             f"{len(candidates)} of the top_k {top_k} asked for: only {n_survivors} of the "
             f"{considered} factorisations survive"
             + (f" (rejected: {_counts(rejected)})" if rejected else "")
         )
-    return out
+    return Recommendations(
+        candidates=candidates,
+        considered=considered,
+        rejected=rejected,
+        ranked_by=RANKING,
+        note=note,
+    )
 
 
 def slow_model_axes(dcn: Mapping[str, int], roles: Mapping[str, str]) -> list[str]:
@@ -333,22 +336,19 @@ def _candidates(
     optimizer: str,
 ) -> list[Candidate]:
     """The answer's candidates, best first, each with its plan request and flags."""
-    candidates: list[Candidate] = []
     roles = axis_roles(list(names))
-    for rank, (_, ici, dcn, est) in enumerate(survivors, start=1):
-        candidate: Candidate = {
-            "rank": rank,
-            "ici": ici,
-            "dcn": dcn,
-            "step_estimate": est.to_json(),
-            "memory_per_device": est.memory_per_device.to_json(),
-            "plan_request": cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
-        }
-        flags = _slow_link_flags(dcn, roles, est, cluster.hw, cluster.best_on_fast)
-        if flags:
-            candidate["flags"] = flags
-        candidates.append(candidate)
-    return candidates
+    return [
+        Candidate(
+            rank=rank,
+            ici=ici,
+            dcn=dcn,
+            step_estimate=est,
+            memory_per_device=est.memory_per_device,
+            plan_request=cluster.plan_request(spec, ici, dcn, global_batch, optimizer),
+            flags=_slow_link_flags(dcn, roles, est, cluster.hw, cluster.best_on_fast) or None,
+        )
+        for rank, (_, ici, dcn, est) in enumerate(survivors, start=1)
+    ]
 
 
 @dataclass

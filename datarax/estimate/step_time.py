@@ -26,9 +26,10 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from datarax.answers.calibrations import CalibrationConstants
+from datarax.answers.estimates import RooflinePhase, RooflinePhases, StepBreakdown
 from datarax.estimate.results import StepPrediction
 from datarax.hardware.chips import Hardware
 from datarax.parallel.context import MeshContext
@@ -46,50 +47,11 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """Achieved fractions of peak and the overlap model of one accelerator kind.
-
-    Attributes:
-      matmul: fraction of the dtype's peak FLOP/s the projections and MLP matmuls reach.
-      attention: fraction of peak a fused (flash) attention kernel reaches on its FLOPs;
-        ``dot`` attention is priced as matmuls.
-      hbm: fraction of HBM bandwidth memory-bound work reaches.
-      overlap: fraction of a pass's compute time behind which its collectives (and
-        offload transfers) run; the rest of them is exposed.
-      overhead_s: fixed time per step (launch, host loop, the loss's reduction).
-      source: how the figures were obtained.
-      grouped_matmul: fraction of peak the routed experts' matmuls reach (the sparse
-        kernel's grouped matmuls, megablox / ``ragged_dot`` on TPU, grouped GEMMs on
-        GPU; the dense kernel's capacity-padded einsums over the experts); ``None``:
-        ``matmul``'s.
-      all_to_all_overlap: fraction of the experts' all-to-all (dispatch and combine over
-        the expert axes) that hides behind compute; the rest is exposed. ``None``: the
-        all-to-all is one more collective under ``overlap``.
-      link: fraction of the catalog's link figures (its ring model's time) the
-        collectives reach; 1: the catalog's.
-      collective_s: fixed time of each collective op on top of the ring model's (a
-        runtime's rendezvous and launch, which the catalog's per-step latencies leave
-        out); 0: none.
-      layer_s: fixed time of each transformer layer a device runs in a step, forward
-        and backward (its kernels' launches, whatever their size); 0: none.
-    """
-
-    matmul: float
-    attention: float
-    hbm: float
-    overlap: float
-    overhead_s: float
-    source: str
-    grouped_matmul: float | None = None
-    all_to_all_overlap: float | None = None
-    link: float = 1.0
-    collective_s: float = 0.0
-    layer_s: float = 0.0
-
-    @property
-    def grouped(self) -> float:
-        return self.matmul if self.grouped_matmul is None else self.grouped_matmul
+Calibration = CalibrationConstants
+"""Achieved fractions of peak and the overlap model of one accelerator kind: the
+constants of a calibration profile (:class:`datarax.answers.calibrations.
+CalibrationConstants`, one definition with the service's answer; its fields say what
+each constant is)."""
 
 
 _FIT = "fitted by benchmarks/calibrate.py on the training rows of benchmarks/calibration_runs.py"
@@ -391,48 +353,48 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
         + max(0.0, comm_bwd - cal.overlap * bwd)
         + a2a_exposed
     )
-    breakdown = {
-        "matmul_s": (parts["mm_fwd"] + parts["mm_bwd"] + parts["dot_fwd"] + parts["dot_bwd"])
+    breakdown = StepBreakdown(
+        matmul_s=(parts["mm_fwd"] + parts["mm_bwd"] + parts["dot_fwd"] + parts["dot_bwd"])
         / cal.matmul
         + gmm_fwd
         + gmm_bwd,
-        "attention_s": (parts["flash_fwd"] + parts["flash_bwd"]) / cal.attention,
-        "memory_bound_s": (parts["mem_fwd"] + parts["mem_bwd"]) / cal.hbm,
-        "exposed_comm_s": exposed_comm,
-        "offload_s": max(0.0, exposed_fwd + exposed_bwd - exposed_comm),
-        "overhead_s": fixed_s,
-        "bubble_s": bubble_s,
-    }
+        attention_s=(parts["flash_fwd"] + parts["flash_bwd"]) / cal.attention,
+        memory_bound_s=(parts["mem_fwd"] + parts["mem_bwd"]) / cal.hbm,
+        exposed_comm_s=exposed_comm,
+        offload_s=max(0.0, exposed_fwd + exposed_bwd - exposed_comm),
+        overhead_s=fixed_s,
+        bubble_s=bubble_s,
+    )
     return StepPrediction(
         step_s=step_s,
         roofline_s=roofline_s,
         breakdown=breakdown,
         model_flops_per_device=parts["model_flops"],
-        roofline_phases={
-            "forward": {"compute_s": roof_fwd, "comm_s": parts["comm_fwd"]},
-            "backward": {"compute_s": roof_bwd, "comm_s": parts["comm_bwd"]},
-        },
+        roofline_phases=RooflinePhases(
+            forward=RooflinePhase(compute_s=roof_fwd, comm_s=parts["comm_fwd"]),
+            backward=RooflinePhase(compute_s=roof_bwd, comm_s=parts["comm_bwd"]),
+        ),
         gap=_gap_line(roofline_s, step_s, breakdown, cal, parts["recompute"] > 0),
         components=dict(parts),
     )
 
 
 def _gap_line(
-    roofline_s: float, step_s: float, parts: Mapping[str, float], cal: Calibration, remat: bool
+    roofline_s: float, step_s: float, parts: StepBreakdown, cal: Calibration, remat: bool
 ) -> str:
     if roofline_s <= 0:
         return "no compute: nothing to compare"
     words = [
         f"matmuls at {cal.matmul:.0%} of peak",
         f"flash attention at {cal.attention:.0%}",
-        f"memory-bound work {parts['memory_bound_s']:.3g} s",
+        f"memory-bound work {parts.memory_bound_s:.3g} s",
     ]
     if remat:
         words.append("remat recompute")
-    if parts["exposed_comm_s"] > 0:
-        words.append(f"exposed collectives {parts['exposed_comm_s']:.3g} s")
-    if parts["offload_s"] > 0:
-        words.append(f"exposed offload {parts['offload_s']:.3g} s")
-    if parts.get("bubble_s", 0.0) > 0:
-        words.append(f"pipeline bubble {parts['bubble_s']:.3g} s")
+    if parts.exposed_comm_s > 0:
+        words.append(f"exposed collectives {parts.exposed_comm_s:.3g} s")
+    if parts.offload_s > 0:
+        words.append(f"exposed offload {parts.offload_s:.3g} s")
+    if parts.bubble_s > 0:
+        words.append(f"pipeline bubble {parts.bubble_s:.3g} s")
     return f"{step_s / roofline_s:.2f}x the roofline: " + ", ".join(words)

@@ -1,6 +1,10 @@
 """What one catalog entry holds: :class:`Hardware` (an accelerator type and the networks
 around it) and :class:`AxisLink` (how one mesh axis of a plan rides those networks).
 
+Each is its answer (:class:`~datarax.answers.catalog.HardwareEntry`, a plan's
+:class:`~datarax.answers.estimates.AxisDetail`) with the library's checks, its derived
+figures and the fields the answer leaves out.
+
 The meaning of every figure (per device, one direction, binary HBM sizes) is written in
 :mod:`datarax.hardware.chips`; the entries themselves live in
 :mod:`datarax.hardware.catalog`.
@@ -8,11 +12,12 @@ The meaning of every figure (per device, one direction, binary HBM sizes) is wri
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
-from datarax.json_types import JSONObject
+from datarax.answers.base import internal
+from datarax.answers.catalog import HardwareEntry
+from datarax.answers.estimates import AxisDetail
 
 __all__ = ["GIB", "LINK_CLASSES", "AxisLink", "Hardware"]
 
@@ -22,9 +27,11 @@ LINK_CLASSES: tuple[str, ...] = ("ici", "nvlink", "dcn", "infiniband", "host")
 GIB = 2**30
 
 
-@dataclass(frozen=True)
-class Hardware:
-    """One accelerator type and the networks around it.
+@dataclass(frozen=True, eq=False)
+class Hardware(HardwareEntry):
+    """One accelerator type and the networks around it: the catalog entry
+    (:class:`~datarax.answers.catalog.HardwareEntry`, whose ``to_json`` is the
+    ``GET /v1/hardware/{name}`` answer) with its checks and derived figures.
 
     Attributes:
       name: catalog name, e.g. ``"tpu-v5p"``.
@@ -50,7 +57,9 @@ class Hardware:
       slow_link: link class of the slow network: ``"dcn"``, ``"infiniband"`` or ``"host"``.
       fast_link_latency_s: per-hop latency of the fast network (the alpha of alpha-beta).
       slow_link_latency_s: per-step latency of the slow network.
-      max_slices: most slices (TPU) or hosts' domains a job may span, 0 when unbounded.
+      torus_dims: TPU: dimensions of the chips' physical coordinates (2 or 3), which
+        says where a slice's ICI wraps round (:func:`~datarax.hardware.chips.has_wraparound`);
+        0 elsewhere.
       vmem_bytes: on-chip vector memory (VMEM) of one TensorCore (TPU), bytes, where XLA's
         memory-space assignment may place a step's buffers instead of HBM; ``None``
         where the device has no such compiler-managed memory (GPU, CPU).
@@ -69,36 +78,11 @@ class Hardware:
       host_link_bytes_per_s: one direction of one device's link to host memory (PCIe /
         NVLink-C2C), which offload transfers use; 0: unknown.
       notes: one line a reader should know (e.g. nominal figures).
+      max_slices: most slices (TPU) or hosts' domains a job may span, 0 when unbounded
+        (internal: not in the answer).
     """
 
-    name: str
-    kind: str
-    device_kind: str
-    hbm_bytes: int
-    peak_bf16_flops: float
-    devices_per_host: int
-    fast_domain_devices: int
-    fast_link_bytes_per_s: float
-    slow_link_bytes_per_s: float
-    topologies: tuple[str, ...]
-    sources: Mapping[str, str]
-    hbm_bytes_per_s: float = 0.0
-    fast_links_per_device: int = 1
-    cores_per_chip: int = 1
-    devices_per_chip: int = 1
-    fast_link: str = "ici"
-    slow_link: str = "dcn"
-    fast_link_latency_s: float = 1e-6
-    slow_link_latency_s: float = 1e-5
-    max_slices: int = 0
-    vmem_bytes: int | None = None
-    usable_hbm_bytes: int | None = None
-    update_layout_copies: bool = False
-    peak_fp32_flops: float = 0.0
-    host_memory_bytes: int | None = None
-    host_link_bytes_per_s: float = 0.0
-    notes: str = ""
-    torus_dims: int = field(default=0)
+    max_slices: int = internal(0)
 
     def __post_init__(self) -> None:
         if self.kind not in ("tpu", "gpu", "cpu"):
@@ -127,42 +111,12 @@ class Hardware:
         """A device's share of its host's slow link when every device sends at once."""
         return self.slow_link_bytes_per_s / self.devices_per_host
 
-    def to_json(self) -> JSONObject:
-        """The catalog entry as ``GET /v1/hardware/{name}`` answers it (DESIGN v1.1)."""
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "device_kind": self.device_kind,
-            "hbm_bytes": self.hbm_bytes,
-            "peak_bf16_flops": self.peak_bf16_flops,
-            "devices_per_host": self.devices_per_host,
-            "fast_domain_devices": self.fast_domain_devices,
-            "fast_link_bytes_per_s": self.fast_link_bytes_per_s,
-            "slow_link_bytes_per_s": self.slow_link_bytes_per_s,
-            "topologies": list(self.topologies),
-            "sources": dict(self.sources),
-            "hbm_bytes_per_s": self.hbm_bytes_per_s,
-            "fast_links_per_device": self.fast_links_per_device,
-            "cores_per_chip": self.cores_per_chip,
-            "devices_per_chip": self.devices_per_chip,
-            "fast_link": self.fast_link,
-            "slow_link": self.slow_link,
-            "fast_link_latency_s": self.fast_link_latency_s,
-            "slow_link_latency_s": self.slow_link_latency_s,
-            "torus_dims": self.torus_dims,
-            "vmem_bytes": self.vmem_bytes,
-            "usable_hbm_bytes": self.usable_hbm_bytes,
-            "update_layout_copies": self.update_layout_copies,
-            "peak_fp32_flops": self.peak_fp32_flops,
-            "host_memory_bytes": self.host_memory_bytes,
-            "host_link_bytes_per_s": self.host_link_bytes_per_s,
-            "notes": self.notes,
-        }
 
-
-@dataclass(frozen=True)
-class AxisLink:
-    """How one mesh axis is networked (one entry of a plan's ``axes_detail``).
+@dataclass(frozen=True, eq=False)
+class AxisLink(AxisDetail):
+    """How one mesh axis is networked: a plan's ``axes_detail`` entry
+    (:class:`~datarax.answers.estimates.AxisDetail`) with its checks and the bandwidth of
+    its ICI part.
 
     Attributes:
       name: mesh axis name.
@@ -177,15 +131,10 @@ class AxisLink:
       ici_bytes_per_s: the same for the axis's ICI / NVLink part when ``dcn > 1`` (used
         by hierarchical collectives); ``None`` when the axis does not cross the fast
         network or when the caller did not compute it (``cost`` then derives it).
+        Internal: not in the answer.
     """
 
-    name: str
-    size: int
-    ici: int
-    dcn: int
-    link: str
-    bytes_per_s: float
-    ici_bytes_per_s: float | None = None
+    ici_bytes_per_s: float | None = internal(None)
 
     def __post_init__(self) -> None:
         if self.link not in LINK_CLASSES:
@@ -199,14 +148,3 @@ class AxisLink:
             )
         if not self.bytes_per_s > 0:
             raise ValueError(f"AxisLink {self.name!r}: bytes_per_s must be > 0")
-
-    def to_json(self) -> JSONObject:
-        """DESIGN's ``axes_detail`` entry."""
-        return {
-            "name": self.name,
-            "size": self.size,
-            "ici": self.ici,
-            "dcn": self.dcn,
-            "link": self.link,
-            "bytes_per_s": self.bytes_per_s,
-        }

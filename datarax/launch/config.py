@@ -23,8 +23,10 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from datarax.answers.launch import JobSetLaunch, LaunchConfig, MaxTextLaunch, SlurmLaunch
 from datarax.errors import PlanError
 from datarax.hardware.chips import get_hardware
 from datarax.json_types import JSONObject
@@ -106,7 +108,7 @@ def launch_config(
     extra_args: Sequence[str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     service_url: str | None = None,
-) -> JSONObject:
+) -> LaunchConfig:
     """The launch config of ``plan`` for ``target``.
 
     Args:
@@ -128,10 +130,12 @@ def launch_config(
         and links the job to its plan on its first push.
 
     Returns:
-      ``{"target", ...}``: ``maxtext``: ``args``, ``env``, ``env_sources``, ``command``,
-      ``notes``; ``jobset``: ``manifest``, ``notes``; ``slurm``: ``script``, ``notes``;
-      ``env``: ``processes`` (or the rule for many processes) and ``notes``. Every
-      target: ``warnings``, what will not run as it comes out (an image not given).
+      The target's answer (:mod:`datarax.answers.launch`): ``maxtext``
+      (:class:`~datarax.answers.launch.MaxTextLaunch`): ``args``, ``env``,
+      ``env_sources``, ``command``; ``jobset`` (``JobSetLaunch``): ``manifest``;
+      ``slurm`` (``SlurmLaunch``): ``script``; ``env`` (``EnvLaunch``): ``processes`` (or
+      the rule for many processes). Every target: ``notes``, and ``warnings``, what will
+      not run as it comes out (an image not given).
 
     Raises:
       PlanError: ``launch_target_unavailable`` for a target that does not apply (a plan
@@ -170,32 +174,31 @@ def launch_config(
             "published image: set image to your MaxText image"
         )
     command = list(command) if command else launch_slurm.default_command(args)
-    out: dict[str, Any] = {"target": target}
     if target == "maxtext":
-        out.update(
+        return MaxTextLaunch(
+            target="maxtext",
             args=args,
             env=env,
-            env_sources=maxtext.get("env_sources", {}),
+            env_sources=dict(maxtext.get("env_sources", {})),
             command=command,
+            notes=notes,
+            warnings=warnings,
         )
-    elif target == "jobset":
-        out["manifest"] = launch_k8s.jobset_manifest(
+    if target == "jobset":
+        manifest = launch_k8s.jobset_manifest(
             plan, args=args, env=env, image=image, command=command, name=name, queue=queue
         )
-    elif target == "slurm":
+        return JobSetLaunch(target="jobset", manifest=manifest, notes=notes, warnings=warnings)
+    if target == "slurm":
         if hw.kind != "gpu":
             raise _unavailable(
                 f"slurm scripts are for GPU clusters; {hw.name} is a TPU: use target "
                 "'jobset' (GKE) or 'maxtext' (the command line and LIBTPU_INIT_ARGS)"
             )
-        out["script"] = launch_slurm.slurm_script(
+        script = launch_slurm.slurm_script(
             plan, args=args, env=env, image=image, command=command, name=name
         )
-    else:
-        out.update(launch_slurm.process_env(plan, name=name))
-        every = {**_service_env(plan, service_url), **(extra_env or {})}
-        if every:
-            out["env"] = every
-    out["notes"] = notes + list(out.pop("notes", []))
-    out["warnings"] = warnings
-    return out
+        return SlurmLaunch(target="slurm", script=script, notes=notes, warnings=warnings)
+    processes = launch_slurm.process_env(plan, name=name)
+    every = {**_service_env(plan, service_url), **(extra_env or {})}
+    return replace(processes, env=every or None, notes=notes + processes.notes, warnings=warnings)

@@ -42,9 +42,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from datarax.answers.launch import EnvLaunch, LaunchProcess, ProcessRule
 from datarax.errors import PlanError
 from datarax.hardware.chips import get_hardware
-from datarax.json_types import JSONObject
 
 __all__ = [
     "COORDINATOR_PORTS",
@@ -263,7 +263,7 @@ def _hostname(name: str, layout: ProcessLayout, job: int | str, pod: int | str) 
     return f"{name}-{layout.replicated_job}-{job}-{pod}.{name}"
 
 
-def process_env(plan: Mapping[str, Any], *, name: str | None = None) -> JSONObject:
+def process_env(plan: Mapping[str, Any], *, name: str | None = None) -> EnvLaunch:
     """What ``jax.distributed.initialize`` needs in each process of ``plan``.
 
     Hostnames are those of the plan's JobSet (:func:`datarax.launch.k8s.
@@ -276,8 +276,10 @@ def process_env(plan: Mapping[str, Any], *, name: str | None = None) -> JSONObje
         :func:`job_name`).
 
     Returns:
-      ``{"process_model", "num_processes", "coordinator_address", "rule", "processes",
-      "process_list_limit", "notes"}``. ``processes``: one entry per process
+      The ``env`` target's answer (:class:`~datarax.answers.launch.EnvLaunch`, without
+      ``env`` and ``warnings``): ``process_model``, ``num_processes``,
+      ``coordinator_address``, ``rule``, ``processes``, ``process_list_limit`` and
+      ``notes``. ``processes``: one entry per process
       (``process_id``, ``coordinator_address``, ``num_processes``, ``local_device_ids``
       (``None`` on TPU: JAX takes all of the VM's chips), ``hostname``, ``slice`` and
       ``worker`` on TPU, ``host`` on GPU) when there are at most
@@ -295,12 +297,14 @@ def process_env(plan: Mapping[str, Any], *, name: str | None = None) -> JSONObje
     n = layout.hosts
     if layout.kind == "tpu":
         local_ids: list[int] | None = None
-        rule: dict[str, Any] = {
-            "process_id": f"slice * {layout.hosts_per_slice} + worker",
-            "ranges": {"slice": [0, layout.slices - 1], "worker": [0, layout.hosts_per_slice - 1]},
-            "hostname": _hostname(label, layout, "{slice}", "{worker}"),
-            "local_device_ids": None,
-        }
+        rule = ProcessRule(
+            process_id=f"slice * {layout.hosts_per_slice} + worker",
+            ranges={"slice": [0, layout.slices - 1], "worker": [0, layout.hosts_per_slice - 1]},
+            hostname=_hostname(label, layout, "{slice}", "{worker}"),
+            local_device_ids=None,
+            num_processes=n,
+            coordinator_address=coordinator,
+        )
         model = "one process per TPU VM, all of its chips"
         notes = [
             "TPU: jax.distributed.initialize() with no arguments finds these on GKE: "
@@ -310,12 +314,14 @@ def process_env(plan: Mapping[str, Any], *, name: str | None = None) -> JSONObje
         ]
     else:
         local_ids = list(range(layout.devices_per_host))
-        rule = {
-            "process_id": "host",
-            "ranges": {"host": [0, n - 1]},
-            "hostname": _hostname(label, layout, 0, "{host}"),
-            "local_device_ids": local_ids,
-        }
+        rule = ProcessRule(
+            process_id="host",
+            ranges={"host": [0, n - 1]},
+            hostname=_hostname(label, layout, 0, "{host}"),
+            local_device_ids=local_ids,
+            num_processes=n,
+            coordinator_address=coordinator,
+        )
         model = "one process per host, all of its GPUs"
         notes = [
             "GPU: one process per host (JAX's SLURM default is one per GPU; the SLURM "
@@ -324,41 +330,47 @@ def process_env(plan: Mapping[str, Any], *, name: str | None = None) -> JSONObje
             f"on SLURM the coordinator is the allocation's first node instead, port {port} "
             "(the script's JAX_COORDINATOR_ADDRESS); ids and counts are the same",
         ]
-    rule.update(num_processes=n, coordinator_address=coordinator)
-    processes: list[dict[str, Any]] | None = None
+    processes: list[LaunchProcess] | None = None
     if n <= PROCESS_LIST_LIMIT:
         processes = []
         for pid in range(n):
-            entry: dict[str, Any] = {
-                "process_id": pid,
-                "num_processes": n,
-                "coordinator_address": coordinator,
-                "local_device_ids": local_ids,
-            }
             if layout.kind == "tpu":
                 slice_id, worker = divmod(pid, layout.hosts_per_slice)
-                entry.update(
+                process = LaunchProcess(
+                    process_id=pid,
+                    num_processes=n,
+                    coordinator_address=coordinator,
+                    local_device_ids=local_ids,
                     slice=slice_id,
                     worker=worker,
                     hostname=_hostname(label, layout, slice_id, worker),
                 )
             else:
-                entry.update(host=pid, hostname=_hostname(label, layout, 0, pid))
-            processes.append(entry)
+                process = LaunchProcess(
+                    process_id=pid,
+                    num_processes=n,
+                    coordinator_address=coordinator,
+                    local_device_ids=local_ids,
+                    host=pid,
+                    hostname=_hostname(label, layout, 0, pid),
+                )
+            processes.append(process)
     else:
         notes.append(
             f"{n} processes: more than {PROCESS_LIST_LIMIT}, so 'processes' is null and "
             "'rule' gives each process's values"
         )
-    return {
-        "process_model": model,
-        "num_processes": n,
-        "coordinator_address": coordinator,
-        "rule": rule,
-        "processes": processes,
-        "process_list_limit": PROCESS_LIST_LIMIT,
-        "notes": notes,
-    }
+    return EnvLaunch(
+        target="env",
+        process_model=model,
+        num_processes=n,
+        coordinator_address=coordinator,
+        rule=rule,
+        processes=processes,
+        process_list_limit=PROCESS_LIST_LIMIT,
+        notes=notes,
+        warnings=[],
+    )
 
 
 # ------------------------------------------------------------------------------- SLURM

@@ -20,10 +20,11 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from datarax.answers.base import internal
+from datarax.answers.estimates import PipelineEstimate, Schedule
 from datarax.errors import PlanError
-from datarax.json_types import JSONObject
 
 __all__ = [
     "BUILT_SCHEDULES",
@@ -111,15 +112,17 @@ class ParallelOptions:
         return cls(pipe, ctx, bool(shard_over_data))
 
 
-@dataclass(frozen=True)
-class PipelineShape:
-    """A pipeline resolved against a model and a batch.
+@dataclass(frozen=True, eq=False)
+class PipelineShape(PipelineEstimate):
+    """A pipeline resolved against a model and a batch: a step estimate's ``pipeline``
+    (:class:`~datarax.answers.estimates.PipelineEstimate`) and the share of microbatches
+    in flight that the memory estimate reads.
 
     Attributes:
       stages: the stage axes' product.
       microbatches: microbatches a step runs through the pipeline.
-      layers_per_stage: layers a stage runs each time a microbatch passes it.
       repeats: passes round the stages (``layers / (stages * layers_per_stage)``).
+      layers_per_stage: layers a stage runs each time a microbatch passes it.
       schedule: one of :data:`SCHEDULES`.
       bubble_fraction: the share of the step the stages idle, ``(stages - 1) /
         (repeats * microbatches + stages - 1)``.
@@ -131,26 +134,11 @@ class PipelineShape:
         (MaxText's pipeline and :mod:`datarax.models.pipeline`); ``min(microbatches,
         stages) / microbatches`` under ``1f1b``; that times ``1 + (stages - 1) /
         (stages * repeats)`` under ``interleaved_1f1b`` (Narayanan et al. 2021,
-        https://arxiv.org/abs/2104.04473, section 2.2.2), at most 1.
+        https://arxiv.org/abs/2104.04473, section 2.2.2), at most 1. Internal: not in
+        the answer.
     """
 
-    stages: int
-    microbatches: int
-    layers_per_stage: int
-    repeats: int
-    schedule: str
-    bubble_fraction: float
-    in_flight: float
-
-    def to_json(self) -> JSONObject:
-        return {
-            "stages": self.stages,
-            "microbatches": self.microbatches,
-            "repeats": self.repeats,
-            "layers_per_stage": self.layers_per_stage,
-            "schedule": self.schedule,
-            "bubble_fraction": self.bubble_fraction,
-        }
+    in_flight: float = internal(1.0)
 
 
 def pipeline_shape(
@@ -193,7 +181,15 @@ def pipeline_shape(
         in_flight = min(micro, stages) / micro
         if pipeline.schedule == "interleaved_1f1b":
             in_flight = min(1.0, in_flight * (1 + (stages - 1) / (stages * repeats)))
-    return PipelineShape(stages, micro, per_stage, repeats, pipeline.schedule, bubble, in_flight)
+    return PipelineShape(
+        stages=stages,
+        microbatches=micro,
+        repeats=repeats,
+        layers_per_stage=per_stage,
+        schedule=cast(Schedule, pipeline.schedule),  # one of SCHEDULES (ParallelOptions)
+        bubble_fraction=bubble,
+        in_flight=in_flight,
+    )
 
 
 def check_stage_split(layers: int, stages: int) -> None:

@@ -4,18 +4,22 @@ process (plans) and the runtime process (memory admission).
 
 Example:
   >>> entries, warnings = param_layouts([16, 64, 4], {"data": 2, "model": 4}, "model")
-  >>> entries[0]["path"], entries[0]["spec"], entries[0]["shard_shape"]
+  >>> entries[0].path, entries[0].spec, entries[0].shard_shape
   ('layers/0/kernel', [None, 'model'], [16, 16])
-  >>> memory_per_device(entries, "adam", [8, 16])["optimizer"]
+  >>> memory_per_device(entries, "adam", [8, 16]).optimizer
   2696
+
+Both build the plan's answer parts (:class:`~datarax.answers.plans.ParamLayout`,
+:class:`~datarax.answers.estimates.MemoryPerDevice`) directly.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from datarax.answers.estimates import MemoryPerDevice
+from datarax.answers.plans import ParamLayout
 from datarax.plan.layout import shard_shape
 from datarax.plan.param_sharding import param_partition_spec
 
@@ -63,7 +67,7 @@ def mlp_param_shapes(features: Sequence[int]) -> list[tuple[str, tuple[int, ...]
 
 def param_layouts(
     features: Sequence[int], axes: Mapping[str, int], param_sharding: str
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[ParamLayout], list[str]]:
     """Layouts of the built-in MLP's parameters under a sharding rule.
 
     The rule table is :func:`datarax.distributed.sharding.param_partition_spec`, the one
@@ -77,13 +81,13 @@ def param_layouts(
       param_sharding: ``replicate``, ``model`` or ``fsdp``.
 
     Returns:
-      ``(entries, warnings)``; each entry is ``{"path", "shape", "spec", "shard_shape",
-      "bytes_per_device"}`` (float32 bytes of one device's block).
+      ``(entries, warnings)``: a plan's ``params`` (``bytes_per_device``: float32 bytes of
+      one device's block) and the warnings for its ``warnings``.
 
     Raises:
       ValueError: an unknown rule or bad ``features``.
     """
-    entries: list[dict[str, Any]] = []
+    entries: list[ParamLayout] = []
     warnings: list[str] = []
     for path, shape in mlp_param_shapes(features):
         spec, warning = param_partition_spec(shape, axes, param_sharding, path)
@@ -91,30 +95,31 @@ def param_layouts(
             warnings.append(warning)
         block = shard_shape(axes, spec, shape, what="parameter")
         entries.append(
-            {
-                "path": path,
-                "shape": list(shape),
-                "spec": list(spec),
-                "shard_shape": list(block),
-                "bytes_per_device": math.prod(block) * BYTES_PER_ELEMENT,
-            }
+            ParamLayout(
+                path=path,
+                shape=list(shape),
+                spec=list(spec),
+                shard_shape=list(block),
+                bytes_per_device=math.prod(block) * BYTES_PER_ELEMENT,
+            )
         )
     return entries, warnings
 
 
 def memory_per_device(
-    params: Sequence[Mapping[str, Any]], optimizer: str, batch_shard_shape: Sequence[int] | None
-) -> dict[str, int]:
+    params: Sequence[ParamLayout], optimizer: str, batch_shard_shape: Sequence[int] | None
+) -> MemoryPerDevice:
     """Bytes per device: parameters, optimizer state (a multiple of them) and one batch
     shard, all float32.
 
     Args:
-      params: entries of :func:`param_layouts` (only ``bytes_per_device`` is read).
+      params: a plan's parameters (:func:`param_layouts`; only ``bytes_per_device`` is
+        read).
       optimizer: a key of :data:`OPTIMIZER_STATE_FACTOR`.
       batch_shard_shape: one device's batch block, or ``None`` for no batch.
 
     Returns:
-      ``{"params", "optimizer", "batch", "total"}`` in bytes.
+      a plan's ``memory_per_device``: params, optimizer, batch and total, in bytes.
 
     Raises:
       ValueError: an unknown optimizer (the message lists the known ones).
@@ -123,14 +128,14 @@ def memory_per_device(
         raise ValueError(
             f"unknown optimizer {optimizer!r}; use one of {sorted(OPTIMIZER_STATE_FACTOR)}"
         )
-    param_bytes = sum(int(entry["bytes_per_device"]) for entry in params)
+    param_bytes = sum(int(entry.bytes_per_device) for entry in params)
     optimizer_bytes = param_bytes * OPTIMIZER_STATE_FACTOR[optimizer]
     batch_bytes = (
         0 if batch_shard_shape is None else math.prod(batch_shard_shape) * BYTES_PER_ELEMENT
     )
-    return {
-        "params": param_bytes,
-        "optimizer": optimizer_bytes,
-        "batch": batch_bytes,
-        "total": param_bytes + optimizer_bytes + batch_bytes,
-    }
+    return MemoryPerDevice(
+        params=param_bytes,
+        optimizer=optimizer_bytes,
+        batch=batch_bytes,
+        total=param_bytes + optimizer_bytes + batch_bytes,
+    )

@@ -33,6 +33,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
+from datarax.answers.catalog import NamedModelEntry
 from datarax.errors import PlanError
 from datarax.json_types import JSONObject
 from datarax.names import did_you_mean
@@ -342,17 +343,19 @@ _ENTRIES: dict[str, dict[str, Any]] = {
     },
 }
 
-MODELS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyType(
-    {name: MappingProxyType(entry) for name, entry in _ENTRIES.items()}
+MODELS: MappingProxyType[str, NamedModelEntry] = MappingProxyType(
+    {name: NamedModelEntry(name=name, **entry) for name, entry in _ENTRIES.items()}
 )
-"""``{name: entry}``: each entry a transformer ``model`` object plus ``source`` (and
+"""``{name: entry}``: each entry the :class:`~datarax.answers.catalog.NamedModelEntry` answer of
+``GET /v1/models/{name}``, a transformer ``model`` object plus ``name``, ``source`` (and
 ``notes`` where the model has parts this one does not)."""
 
-_DESCRIPTIVE = ("source", "notes")
+_DESCRIPTIVE = ("name", "source", "notes")
 
 
 def named_model(name: object) -> JSONObject:
-    """The ``model`` fields of a named model (without ``source``/``notes``).
+    """The ``model`` fields of a named model (without ``name``, ``source`` and
+    ``notes``).
 
     Raises:
       PlanError: ``unknown_model`` naming the catalog's models.
@@ -364,9 +367,9 @@ def named_model(name: object) -> JSONObject:
             f"model.name {name!r} is not a named model{did_you_mean(name, MODELS)}; "
             f"GET /v1/models lists {sorted(MODELS)}",
         )
-    return {k: v for k, v in entry.items() if k not in _DESCRIPTIVE}
+    return {k: v for k, v in entry.to_json().items() if k not in _DESCRIPTIVE}
 
 
 def models_json() -> list[JSONObject]:
-    """``GET /v1/models`` items: each entry with its ``name``."""
-    return [{"name": name, **dict(entry)} for name, entry in MODELS.items()]
+    """``GET /v1/models`` items: each entry's JSON (its ``name`` first)."""
+    return [entry.to_json() for entry in MODELS.values()]

@@ -12,15 +12,11 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import problem_responses
-from app.api.routing import JsonBodyRoute, json_response, json_text
-from app.schemas.calibrations import (
-    CalibrationList,
-    CalibrationProfileEntry,
-    CalibrationRequest,
-    HostCalibrationRequest,
-)
+from app.api.routing import JsonBodyRoute, answer_response, json_response
+from app.schemas.calibrations import CalibrationRequest, HostCalibrationRequest
 from app.services import calibrations
 from app.services.host_calibration import HostCalibrations
+from datarax.answers.calibrations import CalibrationList, CalibrationProfile
 from datarax.estimate.calibrations import get_profile
 
 router = APIRouter(tags=["hardware"], route_class=JsonBodyRoute)
@@ -50,7 +46,7 @@ async def list_calibrations(store: StoreDep) -> Response:
     published ones first, then those fitted here (newest first). Plans and
     recommendations name one as ``calibration``; without it, a plan uses its hardware
     kind's ``jax`` profile."""
-    return json_response(json_text(await calibrations.list_profiles(store)))
+    return json_response(await calibrations.list_profiles(store))
 
 
 @router.get(
@@ -59,7 +55,7 @@ async def list_calibrations(store: StoreDep) -> Response:
     response_class=Response,
     responses={
         200: {
-            "model": CalibrationProfileEntry,
+            "model": CalibrationProfile,
             "description": "the profile",
             "content": {"application/json": {"example": _EXAMPLE}},
         },
@@ -68,7 +64,7 @@ async def list_calibrations(store: StoreDep) -> Response:
 )
 async def get_calibration(profile_id: ProfileId, store: StoreDep) -> Response:
     """One profile. 404 ``calibration_not_found`` when there is no such id."""
-    return json_response(json_text(await calibrations.read_profile(store, profile_id)))
+    return json_response(await calibrations.read_profile(store, profile_id))
 
 
 @router.post(
@@ -79,11 +75,11 @@ async def get_calibration(profile_id: ProfileId, store: StoreDep) -> Response:
     dependencies=[BearerDoc, JsonBody],
     responses={
         201: {
-            "model": CalibrationProfileEntry,
+            "model": CalibrationProfile,
             "description": "kind jobs: the profile, stored; Location: /v1/calibrations/{id}",
         },
         202: {
-            "model": CalibrationProfileEntry,
+            "model": CalibrationProfile,
             "description": "kind host: the profile, measuring (status running); "
             "Location: /v1/calibrations/{id}, which shows its progress",
         },
@@ -132,5 +128,4 @@ async def create_calibration(
     else:
         answer = await calibrations.calibrate_jobs(store, body.jobs, body.framework)
         status = 201
-    location = {"location": f"/v1/calibrations/{answer['id']}"}
-    return json_response(json_text(answer), status, location)
+    return answer_response(answer, status, {"location": f"/v1/calibrations/{answer.id}"})

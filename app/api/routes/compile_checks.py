@@ -12,15 +12,11 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import MeshId, problem_responses
-from app.api.routing import JsonBodyRoute, json_response
-from app.schemas.compile_checks import (
-    COMPILE_CHECK_EXAMPLE,
-    CompileCheck,
-    CompileCheckList,
-    CompileCheckRequest,
-)
+from app.api.routing import JsonBodyRoute, answer_response
+from app.schemas.compile_checks import COMPILE_CHECK_EXAMPLE, CompileCheckRequest
 from app.services import meshes
 from app.services.compile_checks import CompileChecks
+from datarax.answers.compile_checks import CompileCheck, CompileCheckList
 
 router = APIRouter(tags=["meshes"], route_class=JsonBodyRoute)
 
@@ -39,10 +35,6 @@ async def _checks(request: Request) -> CompileChecks:
 
 
 ChecksDep = Annotated[CompileChecks, Depends(_checks)]
-
-
-def _answer(check: dict, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return json_response(json.dumps(check), status, headers)
 
 
 @router.post(
@@ -75,7 +67,7 @@ async def create_compile_check(
     ``compile_queue_full`` with ``Retry-After``."""
     plan = json.loads(await meshes.get_plan(store, mesh_id))
     check = await checks.submit(mesh_id, plan, body)
-    return _answer(check, 202, {"Location": f"/v1/compile-checks/{check['id']}"})
+    return answer_response(check, 202, {"Location": f"/v1/compile-checks/{check.id}"})
 
 
 @router.get(
@@ -93,7 +85,7 @@ async def list_compile_checks(
 ) -> Response:
     """The plan's checks, newest first: ``{"items", "total"}``. 404 ``mesh_not_found``."""
     await meshes.get_plan(store, mesh_id)
-    return _answer(await checks.list(mesh_id, limit, offset))
+    return answer_response(await checks.list(mesh_id, limit, offset))
 
 
 @router.get(
@@ -109,7 +101,7 @@ async def get_compile_check(check_id: CheckId, checks: ChecksDep) -> Response:
     ``result.fits`` is true or false against the target's memory, or null (unknown, with
     ``result.fits_reason``) where there is no memory figure to compare with. 404
     ``compile_check_not_found``."""
-    return _answer(await checks.get(check_id))
+    return answer_response(await checks.get(check_id))
 
 
 @router.delete(
@@ -123,4 +115,4 @@ async def cancel_compile_check(check_id: CheckId, checks: ChecksDep) -> Response
     """Cancels a check in any phase (queued, its worker starting, lowering, compiling) and
     answers it (``cancelled``); a finished check, or one whose answer was already in, is
     answered as it is. 404 ``compile_check_not_found``."""
-    return _answer(await checks.cancel(check_id))
+    return answer_response(await checks.cancel(check_id))

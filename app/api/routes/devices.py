@@ -16,10 +16,12 @@ router = APIRouter(tags=["devices"])
 
 @router.get(
     "/v1/devices",
-    response_model=Devices,
     response_class=Response,
     summary="List devices",
-    responses=problem_responses(503),
+    responses={
+        200: {"model": Devices, "description": "the runtime's devices"},
+        **problem_responses(503),
+    },
 )
 async def list_devices(runtime: RuntimeDep) -> Response:
     """Platform, process count and index, and every global device (id, kind, process

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Path
 from starlette.responses import Response
 
 from app.api.openapi import problem_responses
-from app.api.routing import json_response, json_text
-from app.schemas.hardware import HardwareEntry, HardwareList
+from app.api.routing import answer_response
 from app.services import hardware
+from datarax.answers.catalog import HardwareEntry, HardwareList
 
 router = APIRouter(tags=["hardware"])
 
@@ -31,7 +31,9 @@ HardwareName = Annotated[
             "description": "every catalog entry",
             # One real entry, read from the catalog.
             "content": {
-                "application/json": {"example": {"items": hardware.list_hardware()["items"][:1]}}
+                "application/json": {
+                    "example": {"items": [e.to_json() for e in hardware.list_hardware().items[:1]]}
+                }
             },
         }
     },
@@ -40,7 +42,7 @@ async def list_hardware() -> Response:
     """``{"items": [...]}``: each entry's HBM, peak bf16 FLOP/s, devices per host, fast
     (ICI / NVLink) and slow (DCN / InfiniBand) link bandwidths, TPU topologies, and the
     public source of every figure in ``sources``."""
-    return json_response(json_text(hardware.list_hardware()))
+    return answer_response(hardware.list_hardware())
 
 
 @router.get(
@@ -54,4 +56,4 @@ async def list_hardware() -> Response:
 )
 async def get_hardware(name: HardwareName) -> Response:
     """One catalog entry. 404 when the catalog has no such name."""
-    return json_response(json_text(hardware.hardware_entry(name)))
+    return answer_response(hardware.hardware_entry(name))

@@ -22,7 +22,12 @@ router = APIRouter(tags=["health"])
 _LIVE_BODY = orjson.dumps(Liveness().to_json())
 
 
-@router.get("/health/live", response_model=Liveness, response_class=Response, summary="Liveness")
+@router.get(
+    "/health/live",
+    response_class=Response,
+    summary="Liveness",
+    responses={200: {"model": Liveness, "description": "the HTTP process serves"}},
+)
 async def check_liveness() -> Response:
     """Always 200 while the HTTP process serves requests."""
     return BytesResponse(_LIVE_BODY, JSON_MEDIA_TYPE)
@@ -30,10 +35,12 @@ async def check_liveness() -> Response:
 
 @router.get(
     "/health/ready",
-    response_model=Readiness,
     response_class=Response,
     summary="Readiness",
-    responses=problem_responses(503, 507),
+    responses={
+        200: {"model": Readiness, "description": "ready"},
+        **problem_responses(503, 507),
+    },
 )
 async def check_readiness(store: StoreDep, runtime: RuntimeDep) -> Response:
     """200 when the store takes writes and the device runtime (every process) is up.

@@ -11,9 +11,10 @@ from starlette.responses import Response
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import NanPolicyQuery, ReduceQuery, problem_responses, request_body_openapi
 from app.api.routing import (
+    BytesResponse,
     JsonBodyRoute,
     ParamsRoute,
-    json_response,
+    answer_response,
     media_type,
     read_body,
     require_json,
@@ -29,16 +30,12 @@ from app.schemas.jobs import (
     MAX_STEP,
     SOURCE_PATTERN,
     JobBatchRequest,
-    JobBatchResult,
-    JobHistory,
-    JobList,
     JobPatchRequest,
-    JobPointCreated,
-    JobSummary,
 )
 from app.services.jobs import history, push, summaries
 from app.services.jobs.decode import decode_point
 from app.services.jobs.limits import PointLimits
+from datarax.answers.jobs import BatchResult, History, JobList, JobSummary, PushResult
 
 router = APIRouter(tags=["jobs"], route_class=JsonBodyRoute)
 Endpoint = Callable[..., Awaitable[Response]]
@@ -120,7 +117,7 @@ async def list_jobs(
     """Every job with its points, first and last step, ``last_push_at``, ``finished``, and
     the newest incomplete multi-source step with the sources that lag."""
     _only_query(request, "limit", "offset")
-    return json_response(await summaries.list_jobs(store, limit, offset))
+    return answer_response(await summaries.list_jobs(store, limit, offset))
 
 
 @router.get(
@@ -132,7 +129,7 @@ async def list_jobs(
 async def get_job(job: JobName, request: Request, store: StoreDep) -> Response:
     """The job's entry of ``GET /v1/jobs``; 404 ``job_not_found``."""
     _only_query(request)
-    return json_response(await summaries.get_job(store, job))
+    return answer_response(await summaries.get_job(store, job))
 
 
 @router.patch(
@@ -155,7 +152,7 @@ async def update_job(
     for no such plan; 422 for a plan without a step estimate; 409 ``job_not_linked`` for
     ``step_time_metric`` alone on a job linked to no plan)."""
     _only_query(request)
-    return json_response(
+    return answer_response(
         await summaries.update_job(
             store,
             job,
@@ -189,8 +186,8 @@ async def delete_job(job: JobName, request: Request, store: StoreDep) -> Respons
     dependencies=[BearerDoc],
     openapi_extra=request_body_openapi("JobMetricsRequest", JOB_POINT_EXAMPLE),
     responses={
-        201: {"model": JobPointCreated, "description": "a new step (or part), stored"},
-        200: {"model": JobPointCreated, "description": "the same content again: a no-op"},
+        201: {"model": PushResult, "description": "a new step (or part), stored"},
+        200: {"model": PushResult, "description": "the same content again: a no-op"},
         **problem_responses(401, 409, 413, 415, 422),
     },
 )
@@ -237,7 +234,7 @@ async def push_job_metrics(
     answer = await push.push_single(store, job, batch)
     telemetry.count_reduction("job")
     telemetry.job_points.inc(answer.stored)
-    return json_response(answer.body, 201 if answer.created else 200)
+    return BytesResponse(answer.body, JSON_MEDIA_TYPE, 201 if answer.created else 200)
 
 
 @_lean_post(
@@ -263,8 +260,8 @@ async def push_job_metrics(
         }
     },
     responses={
-        201: {"model": JobBatchResult, "description": "stored (at least one point was new)"},
-        200: {"model": JobBatchResult, "description": "every point was an identical retry"},
+        201: {"model": BatchResult, "description": "stored (at least one point was new)"},
+        200: {"model": BatchResult, "description": "every point was an identical retry"},
         **problem_responses(401, 409, 413, 415, 422),
     },
 )
@@ -307,7 +304,7 @@ async def push_job_metrics_batch(
         answer = await push.push_batch(store, job, await read_body(request), _limits(settings))
     telemetry.count_reduction("job")
     telemetry.job_points.inc(answer.stored)
-    return json_response(answer.body, 201 if answer.created else 200)
+    return BytesResponse(answer.body, JSON_MEDIA_TYPE, 201 if answer.created else 200)
 
 
 @router.get(
@@ -315,7 +312,7 @@ async def push_job_metrics_batch(
     summary="A job's metric history",
     response_class=Response,
     responses={
-        200: {"model": JobHistory, "description": "points in step order, or buckets"},
+        200: {"model": History, "description": "points in step order, or buckets"},
         **problem_responses(422),
     },
 )
@@ -355,7 +352,7 @@ async def get_job_metrics(
         "max_points",
         "include_partial",
     )
-    return json_response(
+    return BytesResponse(
         await history.history(
             store,
             job,
@@ -366,5 +363,6 @@ async def get_job_metrics(
             max_points=max_points,
             include_partial=include_partial,
             max_bytes=request.app.state.settings.max_answer_bytes,
-        )
+        ),
+        JSON_MEDIA_TYPE,
     )

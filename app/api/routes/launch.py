@@ -7,17 +7,24 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
+from pydantic import Field
 from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import MeshId, problem_responses
-from app.api.routing import JsonBodyRoute, json_response, json_text
-from app.schemas.launch import LAUNCH_EXAMPLE, LaunchConfig, LaunchRequest
+from app.api.routing import JsonBodyRoute, answer_response
+from app.schemas.launch import LAUNCH_EXAMPLE, LaunchRequest
 from app.services import launch as launching
+from datarax.answers.launch import EnvLaunch, JobSetLaunch, MaxTextLaunch, SlurmLaunch
 
 router = APIRouter(tags=["meshes"], route_class=JsonBodyRoute)
 
 YAML = "application/yaml"
+
+TargetConfig = Annotated[
+    MaxTextLaunch | JobSetLaunch | SlurmLaunch | EnvLaunch, Field(discriminator="target")
+]
+"""The answer: the config of the request's ``target`` (:mod:`datarax.answers.launch`)."""
 
 
 def _wants_yaml(request: Request) -> bool:
@@ -32,7 +39,7 @@ def _wants_yaml(request: Request) -> bool:
     dependencies=[JsonBody, BearerDoc],
     responses={
         200: {
-            "model": LaunchConfig,
+            "model": TargetConfig,
             "description": "the launch config; with Accept: application/yaml a jobset "
             "target answers the manifest as YAML",
             "content": {YAML: {"schema": {"type": "string"}}},
@@ -55,4 +62,4 @@ async def launch_plan(
         from datarax.launch.k8s import to_yaml  # noqa: PLC0415
 
         return Response(to_yaml(config["manifest"]), media_type=YAML)
-    return json_response(json_text(config))
+    return answer_response(config)

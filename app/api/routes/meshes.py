@@ -14,16 +14,11 @@ from app.api.openapi import MeshId, problem_responses
 from app.api.routing import JsonBodyRoute, json_response
 from app.api.streamed import CompressedAnswer, cached_facts
 from app.core.answer_limit import check_answer_size
-from app.schemas.meshes import (
-    PLAN_REQUEST_EXAMPLE,
-    MeshPlan,
-    MeshPlanList,
-    MeshPlanRequest,
-    MeshPlanSummary,
-)
+from app.schemas.meshes import PLAN_REQUEST_EXAMPLE, MeshPlanRequest
 from app.services import meshes
 from app.services.heavy_work import heavy_work
 from app.services.layout_scope import parse_scope
+from datarax.answers.plans import MeshPlan, MeshPlanList, MeshPlanSummary
 
 router = APIRouter(tags=["meshes"], route_class=JsonBodyRoute)
 

@@ -28,24 +28,23 @@ from app.api.openapi import (
     request_body_openapi,
 )
 from app.api.routing import BytesResponse, RequestOnlyRoute, accepts_npz, media_type, read_body
-from app.codecs.json_arrays import encode_json
 from app.codecs.media import JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE, is_json_media
 from app.codecs.npz import encode_npz
 from app.core.threads import run_for_body
 from app.schemas.metrics import (
     METRICS_REQUEST_EXAMPLE,
-    CollectResponse,
     MetricsCollectRequest,
     MetricsReduceRequest,
-    ReduceResponse,
 )
 from app.services.metrics import (
     NUM_DEVICES_ARRAY,
     decode_metrics_body,
     encode_collect,
+    encode_reduced,
     reduce_metrics,
     reduced_npz_arrays,
 )
+from datarax.answers.metrics import CollectAnswer, ReduceAnswer
 
 # Both routes take only the Request: see app.api.routing for what that saves.
 router = APIRouter(tags=["metrics"], route_class=RequestOnlyRoute)
@@ -84,7 +83,7 @@ _VARY_ACCEPT = ((b"vary", b"Accept"),)
     },
     responses={
         200: {
-            "model": ReduceResponse,
+            "model": ReduceAnswer,
             "description": "reduced values as JSON; with Accept: application/x-npz, an "
             "np.savez archive: one array per metric (0-d for scalars, NaN kept), plus "
             f"'{NUM_DEVICES_ARRAY}'",
@@ -134,7 +133,7 @@ async def reduce_endpoint(request: Request) -> Response:
         reduced, num_devices = reduce_metrics(data)
         if npz_answer:
             return encode_npz(reduced_npz_arrays(reduced, num_devices))
-        return encode_json({"reduced": reduced, "num_devices": num_devices})
+        return encode_reduced(reduced, num_devices)
 
     npz_answer = accepts_npz(request)
     content = await run_for_body(work, len(body))
@@ -156,7 +155,7 @@ async def reduce_endpoint(request: Request) -> Response:
         ),
     },
     responses={
-        200: {"model": CollectResponse, "description": "per-device values"},
+        200: {"model": CollectAnswer, "description": "per-device values"},
         **problem_responses(401, 413, 415, 422),
     },
 )

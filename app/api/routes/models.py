@@ -11,9 +11,9 @@ from fastapi import APIRouter, Path
 from starlette.responses import Response
 
 from app.api.openapi import problem_responses
-from app.api.routing import json_response, json_text
-from app.schemas.hardware import NamedModelEntry, NamedModelList
+from app.api.routing import answer_response
 from app.services import hardware
+from datarax.answers.catalog import NamedModelEntry, NamedModelList
 
 router = APIRouter(tags=["hardware"])
 
@@ -33,7 +33,9 @@ ModelName = Annotated[
             "description": "every named model",
             # One real entry, read from the catalog.
             "content": {
-                "application/json": {"example": {"items": hardware.list_models()["items"][:1]}}
+                "application/json": {
+                    "example": {"items": [e.to_json() for e in hardware.list_models().items[:1]]}
+                }
             },
         }
     },
@@ -42,7 +44,7 @@ async def list_models() -> Response:
     """``{"items": [...]}``: each named model's fields (a ``model`` object as plans,
     recommendations and compile checks take it) and its ``source``. A request names one
     as ``{"name": "llama3.1-8b", ...}``; the other fields override the entry's."""
-    return json_response(json_text(hardware.list_models()))
+    return answer_response(hardware.list_models())
 
 
 @router.get(
@@ -56,4 +58,4 @@ async def list_models() -> Response:
 )
 async def get_model(name: ModelName) -> Response:
     """One named model. 404 ``model_not_found`` when there is no such name."""
-    return json_response(json_text(hardware.model_entry(name)))
+    return answer_response(hardware.model_entry(name))

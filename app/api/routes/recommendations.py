@@ -4,7 +4,6 @@ HTTP only; :mod:`app.services.hardware` does the work."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
@@ -12,10 +11,11 @@ from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import problem_responses
-from app.api.routing import JsonBodyRoute, json_response
-from app.schemas.hardware import RECOMMENDATION_EXAMPLE, RecommendationRequest, Recommendations
+from app.api.routing import JsonBodyRoute, answer_response
+from app.schemas.hardware import RECOMMENDATION_EXAMPLE, RecommendationRequest
 from app.services import calibrations, hardware
 from app.services.heavy_work import heavy_work
+from datarax.answers.estimates import Recommendations
 
 router = APIRouter(tags=["hardware"], route_class=JsonBodyRoute)
 
@@ -74,4 +74,4 @@ async def recommend_meshes(
         ),
         request.is_disconnected,
     )
-    return json_response(json.dumps(answer, separators=(",", ":"), allow_nan=False))
+    return answer_response(answer)

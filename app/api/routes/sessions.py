@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request
 from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, SessionsDep
 from app.api.openapi import MeshId, problem_responses
-from app.api.routing import JsonBodyRoute, json_response, media_type
-from app.codecs.json_arrays import encode_json
+from app.api.routing import JsonBodyRoute, answer_response, media_type
 from app.codecs.media import NPZ_MEDIA_TYPE
-from app.schemas.sessions import (
-    SESSION_REQUEST_EXAMPLE,
-    STEP_REQUEST_EXAMPLE,
-    SessionCreateRequest,
-    SessionList,
-    SessionOut,
-    StepResponse,
-)
+from app.schemas.sessions import SESSION_REQUEST_EXAMPLE, STEP_REQUEST_EXAMPLE, SessionCreateRequest
 from app.services.sessions import MAX_LIST_LIMIT
+from datarax.answers.sessions import Session, SessionList, StepAnswer
 
 router = APIRouter(tags=["sessions"], route_class=JsonBodyRoute)
 
@@ -37,11 +30,6 @@ Limit = Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT, description="page size", e
 Offset = Annotated[int, Query(ge=0, le=2**63 - 1, description="sessions to skip")]
 
 
-def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    # orjson: non-finite floats (a NaN loss) are null, never a bare NaN (RFC 8259).
-    return json_response(encode_json(value), status, headers)
-
-
 @router.post(
     "/v1/meshes/{mesh_id}/sessions",
     status_code=201,
@@ -49,7 +37,7 @@ def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) 
     response_class=Response,
     dependencies=[JsonBody, BearerDoc],
     responses={
-        201: {"model": SessionOut, "description": "the session; Location: /v1/sessions/{id}"},
+        201: {"model": Session, "description": "the session; Location: /v1/sessions/{id}"},
         **problem_responses(401, 404, 409, 413, 415, 422, 429, 503, 504),
     },
 )
@@ -70,8 +58,8 @@ async def create_session(
     ``too_many_sessions`` (``DATARAX_MAX_SESSIONS`` are live); 503
     ``worker_lost`` while the runtime is down.
     """
-    record = await sessions.create(mesh_id, body)
-    return _json(record, 201, {"Location": f"/v1/sessions/{record['id']}"})
+    session = await sessions.create(mesh_id, body)
+    return answer_response(session, 201, {"Location": f"/v1/sessions/{session.id}"})
 
 
 @router.get(
@@ -85,7 +73,7 @@ async def list_sessions(sessions: SessionsDep, limit: Limit = 20, offset: Offset
     "total": n}``; each item's ``state`` is ``live``, ``expired`` or ``lost``. Read from the
     store (no device work); pages of at most 100.
     """
-    return _json(await sessions.list_sessions(limit, offset))
+    return answer_response(await sessions.list_sessions(limit, offset))
 
 
 @router.get(
@@ -101,14 +89,14 @@ async def list_plan_sessions(
 
     404 ``mesh_not_found``.
     """
-    return _json(await sessions.list_sessions(limit, offset, mesh_id))
+    return answer_response(await sessions.list_sessions(limit, offset, mesh_id))
 
 
 @router.get(
     "/v1/sessions/{session_id}",
     summary="Read a session",
     response_class=Response,
-    responses={200: {"model": SessionOut}, **problem_responses(404, 410, 503)},
+    responses={200: {"model": Session}, **problem_responses(404, 410, 503)},
 )
 async def get_session(session_id: SessionId, sessions: SessionsDep) -> Response:
     """Step count, last loss (``null`` when non-finite), parameter layouts and the loss
@@ -119,7 +107,7 @@ async def get_session(session_id: SessionId, sessions: SessionsDep) -> Response:
     ``session_expired`` after ``DATARAX_SESSION_IDLE_S`` without a step; 503
     ``worker_lost`` while the runtime is down.
     """
-    return _json(await sessions.read(session_id))
+    return answer_response(await sessions.read(session_id))
 
 
 @router.delete(
@@ -156,7 +144,7 @@ async def delete_session(session_id: SessionId, sessions: SessionsDep) -> Respon
         }
     },
     responses={
-        200: {"model": StepResponse, "description": "losses of the steps just run"},
+        200: {"model": StepAnswer, "description": "losses of the steps just run"},
         **problem_responses(401, 404, 410, 413, 415, 422, 503, 504),
     },
 )
@@ -183,4 +171,4 @@ async def run_steps(
         request.headers.get("content-type"),
         steps,
     )
-    return _json(result)
+    return answer_response(result)

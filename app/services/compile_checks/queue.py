@@ -16,6 +16,7 @@ from typing import Any
 
 from app.core.errors import CompileQueueFull
 from app.services.layout_cells import plural
+from datarax.answers.compile_checks import CompileCheck
 
 _TIMED_CHECKS = 20
 """How many of the last compile times the Retry-After is the mean of."""
@@ -25,10 +26,10 @@ _FIRST_GUESS_S = 10.0
 
 @dataclass(eq=False)
 class Job:
-    """One check not yet settled: its JSON as answered, what the worker compiles, and its
-    cache key."""
+    """One check not yet settled: its answer as it stands (replaced at each change), what
+    the worker compiles, and its cache key."""
 
-    check: dict[str, Any]
+    check: CompileCheck
     work: dict[str, Any]
     key: str
     cancelled: bool = False
@@ -39,7 +40,7 @@ class Job:
     @property
     def phase(self) -> str | None:
         """``starting``, ``lowering`` or ``compiling`` while it runs, else ``None``."""
-        return self.check.get("phase")
+        return self.check.phase
 
 
 class CheckQueue:
@@ -81,7 +82,7 @@ class CheckQueue:
                 f"{self.limit}); retry after the Retry-After seconds",
                 headers={"Retry-After": str(self.retry_after())},
             )
-        self._jobs[job.check["id"]] = job
+        self._jobs[job.check.id] = job
         self._waiting.append(job)
 
     def wake(self) -> None:
@@ -101,7 +102,7 @@ class CheckQueue:
 
     def settled(self, job: Job) -> None:
         """``job`` has its final state: it is no longer looked up here."""
-        self._jobs.pop(job.check["id"], None)
+        self._jobs.pop(job.check.id, None)
 
     def position(self, job: Job) -> int | None:
         """``job``'s place in the queue, from 1; ``None`` when it is not waiting."""

@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from app.core.errors import CompileCheckNotFound
@@ -49,6 +50,17 @@ from app.services.compile_checks.targets import (
 )
 from app.storage.compile_checks import CompileStore
 from app.workers.compile_worker import CompileWorker
+from datarax.answers.base import decode
+from datarax.answers.compile_checks import (
+    CompileCheck,
+    CompileCheckList,
+    CompileError,
+    CompileResult,
+    CompileStatus,
+    CompileTarget,
+    EstimateError,
+)
+from datarax.answers.estimates import MemoryEstimate
 
 log = logging.getLogger("datarax.compile")
 
@@ -135,8 +147,8 @@ class CompileChecks:
 
     async def submit(
         self, mesh_id: str, plan: dict[str, Any], request: CompileCheckRequest
-    ) -> dict[str, Any]:
-        """Queues a check (or answers it from the cache); returns its JSON.
+    ) -> CompileCheck:
+        """Queues a check (or answers it from the cache); returns it.
 
         Raises:
           CompileTargetUnavailable, CompileQueueFull, and the library's codes.
@@ -145,45 +157,45 @@ class CompileChecks:
         work = await asyncio.to_thread(check_target, plan, request, self.settings, gpus)
         estimate = work.pop("estimate")
         key = cache_key(work)
-        check: dict[str, Any] = {
-            "id": "c_" + new_ulid(),
-            "mesh_id": mesh_id,
-            "status": "queued",
-            "created_at": utc_now(),
-            "cached": False,
-            "request": request.model_dump(exclude_none=True),
-            "target": work["target"],
-            "estimate": estimate,
-        }
+        check = CompileCheck(
+            id="c_" + new_ulid(),
+            mesh_id=mesh_id,
+            status="queued",
+            created_at=utc_now(),
+            cached=False,
+            request=request.model_dump(exclude_none=True),
+            target=decode(CompileTarget, work["target"]),
+            estimate=None if estimate is None else MemoryEstimate.from_json(estimate),
+        )
         cached = await self.store.get_result(key)
         if cached is not None:
-            self._finish(check, estimate, result=cached, cached=True)
-            await self.store.put_check(check)
+            check = _finished(check, CompileResult.from_json(cached), cached=True)
+            await self.store.put_check(check.to_json())
             return check
         job = Job(check, work, key)
         self._queue.put(job)
-        await self.store.put_check(check)
+        await self.store.put_check(check.to_json())
         self._queue.wake()  # after the write: the runner's "compiling" comes second
         return self._view(job)
 
-    async def get(self, cid: str) -> dict[str, Any]:
+    async def get(self, cid: str) -> CompileCheck:
         job = self._queue.job(cid)
         if job is not None:
             return self._view(job)
         check = await self.store.get_check(cid)
         if check is None:
             raise CompileCheckNotFound(f"no compile check with id {cid!r}")
-        return check
+        return CompileCheck.from_json(check)
 
-    async def list(self, mesh_id: str, limit: int, offset: int) -> dict[str, Any]:
+    async def list(self, mesh_id: str, limit: int, offset: int) -> CompileCheckList:
         items, total = await self.store.list_checks(mesh_id, limit, offset)
         shown = []
         for check in items:
             job = self._queue.job(check["id"])
-            shown.append(check if job is None else self._view(job))
-        return {"items": shown, "total": total}
+            shown.append(CompileCheck.from_json(check) if job is None else self._view(job))
+        return CompileCheckList(items=shown, total=total)
 
-    async def cancel(self, cid: str) -> dict[str, Any]:
+    async def cancel(self, cid: str) -> CompileCheck:
         """Cancels a queued or running check; a finished one is answered as it is.
 
         Every phase: a queued check leaves the queue; a running one (its worker starting,
@@ -209,49 +221,39 @@ class CompileChecks:
 
     # ----------------------------------------------------------------------- runner
 
-    def _view(self, job: Job) -> dict[str, Any]:
-        check = dict(job.check)
+    def _view(self, job: Job) -> CompileCheck:
         position = self._queue.position(job)
-        if check["status"] == "queued" and position is not None:
-            check["position"] = position
-        return check
-
-    def _finish(
-        self,
-        check: dict[str, Any],
-        estimate: Any,
-        *,
-        result: dict[str, Any] | None = None,
-        cached: bool = False,
-    ) -> None:
-        check.update(status="done", result=result, cached=cached, finished_at=utc_now())
-        check["estimate_error"] = estimate_error(estimate, result or {})
-        check.pop("position", None)
-        check.pop("phase", None)
+        if job.check.status == "queued" and position is not None:
+            return replace(job.check, position=position)
+        return job.check
 
     async def _settle(
         self,
         job: Job,
         *,
-        status: str,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
+        status: CompileStatus,
+        result: CompileResult | None = None,
+        error: CompileError | None = None,
     ) -> None:
-        check = job.check
         try:
             if status == "done":
-                self._finish(check, check.get("estimate"), result=result)
-                await self.store.put_result(job.key, check["finished_at"], result or {})
+                assert result is not None  # a done check has XLA's result
+                job.check = _finished(job.check, result)
+                assert job.check.finished_at is not None
+                await self.store.put_result(job.key, job.check.finished_at, result.to_json())
             else:
-                check.update(status=status, finished_at=utc_now())
-                check.pop("phase", None)
-                check.pop("position", None)
-                if error is not None:
-                    check["error"] = error
+                job.check = replace(
+                    job.check,
+                    status=status,
+                    finished_at=utc_now(),
+                    phase=None,
+                    position=None,
+                    error=job.check.error if error is None else error,
+                )
             if status == "cancelled":  # DELETE's write: it works on a full disk too
-                await self.store.put_cancelled(check)
+                await self.store.put_cancelled(job.check.to_json())
             else:
-                await self.store.put_check(check)
+                await self.store.put_check(job.check.to_json())
             self._queue.settled(job)
         finally:
             # Ended even when the store refused the write (a storage fault): a cancel
@@ -268,23 +270,21 @@ class CompileChecks:
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # a bug here must not stop the queue
-                log.exception("compile check %s", job.check["id"])
+                log.exception("compile check %s", job.check.id)
                 if not job.done.is_set():
                     await self._settle(
-                        job,
-                        status="failed",
-                        error={"code": "compile_failed", "detail": f"internal error: {error}"},
+                        job, status="failed", error=_failure(f"internal error: {error}")
                     )
             finally:
                 self._running = None
 
     async def _run_one(self, job: Job) -> None:
-        job.check["status"] = "compiling"
-        job.check.pop("position", None)
         platform = worker_platform(job.work["target"], self.settings)
-        if not self.worker.alive(platform):
-            job.check["phase"] = "starting"
-        await self.store.put_check(job.check)
+        starting = not self.worker.alive(platform)
+        job.check = replace(
+            job.check, status="compiling", position=None, phase="starting" if starting else None
+        )
+        await self.store.put_check(job.check.to_json())
         if job.cancelled:  # cancelled while the store wrote: nothing to kill yet
             await self._settle(job, status="cancelled")
             return
@@ -295,19 +295,17 @@ class CompileChecks:
                 await self._settle(job, status="cancelled")
             else:
                 detail = str(error) or type(error).__name__
-                await self._settle(
-                    job, status="failed", error={"code": "compile_failed", "detail": detail}
-                )
+                await self._settle(job, status="failed", error=_failure(detail))
             return
         if job.cancelled:  # cancelled in a moment the kill could not reach (spawning)
             await self._kill_worker()
             await self.worker.reap()
             await self._settle(job, status="cancelled")
             return
-        if job.check.get("phase") == "starting":
-            job.check.pop("phase")
+        if job.check.phase == "starting":
+            job.check = replace(job.check, phase=None)
         assert proc.stdin is not None and proc.stdout is not None  # spawned with pipes
-        request = {"id": job.check["id"], **job.work}
+        request = {"id": job.check.id, **job.work}
         started = time.monotonic()
         deadline = started + self.settings.compile_timeout_s
         watchdog = None
@@ -323,10 +321,10 @@ class CompileChecks:
                 if not line:
                     raise ConnectionResetError("worker closed its output")
                 message = json.loads(line)
-                if message.get("id") != job.check["id"]:
+                if message.get("id") != job.check.id:
                     continue
                 if "phase" in message:
-                    job.check["phase"] = message["phase"]
+                    job.check = replace(job.check, phase=message["phase"])
                     continue
                 job.answered = True
                 break
@@ -335,11 +333,10 @@ class CompileChecks:
             await self._settle(
                 job,
                 status="failed",
-                error={
-                    "code": "compile_failed",
-                    "detail": f"the compile ran past DATARAX_COMPILE_TIMEOUT_S="
-                    f"{self.settings.compile_timeout_s:g} s; the worker was stopped",
-                },
+                error=_failure(
+                    f"the compile ran past DATARAX_COMPILE_TIMEOUT_S="
+                    f"{self.settings.compile_timeout_s:g} s; the worker was stopped"
+                ),
             )
             return
         except (ConnectionResetError, BrokenPipeError, ValueError):
@@ -348,9 +345,7 @@ class CompileChecks:
                 await self._settle(job, status="cancelled")
             else:
                 await self._settle(
-                    job,
-                    status="failed",
-                    error={"code": "compile_failed", "detail": self.worker.crash_reason(status)},
+                    job, status="failed", error=_failure(self.worker.crash_reason(status))
                 )
             return
         finally:
@@ -361,10 +356,33 @@ class CompileChecks:
         self._queue.timed(time.monotonic() - started)
         if "result" in message:
             work = job.work
-            result = judge_fits(message["result"], work["hbm_bytes"], hbm_source(work))
-            await self._settle(job, status="done", result=result)
+            judged = judge_fits(message["result"], work["hbm_bytes"], hbm_source(work))
+            await self._settle(job, status="done", result=CompileResult.from_json(judged))
         else:
-            await self._settle(job, status="failed", error=message.get("error"))
+            failure = message.get("error")
+            reason = None if failure is None else CompileError.from_json(failure)
+            await self._settle(job, status="failed", error=reason)
+
+
+def _failure(detail: str) -> CompileError:
+    """A check the service failed: ``compile_failed`` with ``detail``."""
+    return CompileError(code="compile_failed", detail=detail)
+
+
+def _finished(check: CompileCheck, result: CompileResult, *, cached: bool = False) -> CompileCheck:
+    """``check`` done with XLA's ``result``, and its estimate against it."""
+    estimate = None if check.estimate is None else check.estimate.to_json()
+    compared = estimate_error(estimate, result.to_json())
+    return replace(
+        check,
+        status="done",
+        result=result,
+        cached=cached,
+        finished_at=utc_now(),
+        estimate_error=None if compared is None else EstimateError.from_json(compared),
+        position=None,
+        phase=None,
+    )
 
 
 __all__ = ["CompileChecks"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import statistics
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 
@@ -20,6 +19,7 @@ from app.core.errors import InvalidRequest, JobNotFound, MeshNotFound
 from app.storage import job_links
 from app.storage import plans as stored_plans
 from app.storage.store import Store
+from datarax.answers.jobs import JobFidelity
 
 DEFAULT_METRIC = "step_time"
 LIST_MEASURED_STEPS = 1_000
@@ -60,20 +60,19 @@ async def link(store: Store, job: str, plan: str, metric: str | None) -> None:
 
 async def fidelity(
     store: Store, link: job_links.JobLink, limit: int = job_links.MEASURED_STEPS
-) -> dict[str, Any]:
-    """``{"plan", "step_time_metric", "predicted_step_s", "measured_step_s", "error",
-    "points"}``: ``error`` is ``predicted / measured - 1`` (positive: the plan predicted a
-    slower step than the job ran); ``None`` members where the plan is gone or no step
-    was measured yet."""
+) -> JobFidelity:
+    """The linked job's plan against its measured steps: ``error`` is ``predicted /
+    measured - 1`` (positive: the plan predicted a slower step than the job ran); ``None``
+    members where the plan is gone or no step was measured yet."""
     predicted = _predicted(await stored_plans.get_plan_summary(store, link.plan))
     measured = await job_links.measured_steps(store, link.job, link.step_time_metric, limit)
     median = statistics.median(measured) if measured else None
     error = predicted / median - 1 if predicted is not None and median else None
-    return {
-        "plan": link.plan,
-        "step_time_metric": link.step_time_metric,
-        "predicted_step_s": predicted,
-        "measured_step_s": median,
-        "error": error,
-        "points": len(measured),
-    }
+    return JobFidelity(
+        plan=link.plan,
+        step_time_metric=link.step_time_metric,
+        predicted_step_s=predicted,
+        measured_step_s=median,
+        error=error,
+        points=len(measured),
+    )

@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
-from app.codecs.json_arrays import encode_json
 from app.core.threads import run_for_body, thread_for_body
+from app.services.answer_json import dumps, stored
 from app.services.jobs.decode import JobBatch, decode_batch, decode_npz_batch
 from app.services.jobs.limits import DEFAULT_LIMITS, PointLimits
 from app.services.jobs.parts import PART_RULES
 from app.services.jobs.rows import rows_of
 from app.storage import jobs as store_jobs
 from app.storage.store import Store
+from datarax.answers.jobs import BatchResult, PushResult
 
 _POLICY_SAYS = {
     "propagate": "stored as null where they reach a reduced value (nan_policy propagate)",
@@ -66,8 +66,9 @@ def non_finite_warnings(batch: JobBatch) -> list[str]:
 
 @dataclass(frozen=True)
 class PushAnswer:
-    """A push's answer body, whether it stored anything new (201 or 200), and how many
-    points or parts it newly wrote."""
+    """A push's answer body (the JSON of a :class:`~datarax.answers.jobs.PushResult` or
+    :class:`~datarax.answers.jobs.BatchResult`), whether it stored anything new (201 or
+    200), and how many points or parts it newly wrote."""
 
     created: bool
     body: bytes
@@ -79,45 +80,35 @@ async def push_single(store: Store, job: str, batch: JobBatch) -> PushAnswer:
     rows = await run_for_body(lambda: rows_of(batch), 64 * 1024 + len(batch) * 1024)
     outcome = await store_jobs.store_points(store, job, rows.items, PART_RULES)
     (item,) = outcome.items
-    reduced = item.step_reduced.encode() if item.complete and item.step_reduced else b"null"
-    missing = b"null" if item.missing is None else encode_json(item.missing)
-    body = b"".join(
-        (
-            b'{"job":',
-            encode_json(job),
-            b',"step":%d,"source":' % item.step,
-            encode_json(item.source),
-            b',"sources":%d,"complete":%s,"reduced":'
-            % (item.sources, b"true" if item.complete else b"false"),
-            reduced,
-            b',"received_at":',
-            encode_json(item.received_at),
-            b',"num_devices":%d,"missing_sources":' % item.num_devices,
-            missing,
-            b',"warnings":',
-            encode_json(non_finite_warnings(batch)),
-            b"}",
-        )
+    answer = PushResult(
+        job=job,
+        step=item.step,
+        source=item.source,
+        sources=item.sources,
+        complete=item.complete,
+        reduced=stored(item.step_reduced) if item.complete and item.step_reduced else None,
+        received_at=item.received_at,
+        num_devices=item.num_devices,
+        missing_sources=item.missing,
+        warnings=non_finite_warnings(batch),
     )
-    return PushAnswer(created=item.created, body=body, stored=int(item.created))
+    return PushAnswer(created=item.created, body=dumps(answer), stored=int(item.created))
 
 
 def _store_batch(store: Store, job: str, batch: JobBatch) -> PushAnswer:
     """Reduces and stores a decoded batch in the calling worker thread; the answer counts
     what was new."""
     outcome = store_jobs.store_batch_here(store, job, rows_of(batch), PART_RULES)
-    answer = {
-        "job": job,
-        "points": outcome.points,
-        "created": outcome.created,
-        "unchanged": outcome.points - outcome.created,
-        "completed_steps": outcome.completed,
-        "received_at": outcome.received_at,
-        "warnings": non_finite_warnings(batch),
-    }
-    return PushAnswer(
-        created=outcome.created > 0, body=orjson.dumps(answer), stored=outcome.created
+    answer = BatchResult(
+        job=job,
+        points=outcome.points,
+        created=outcome.created,
+        unchanged=outcome.points - outcome.created,
+        completed_steps=outcome.completed,
+        received_at=outcome.received_at,
+        warnings=non_finite_warnings(batch),
     )
+    return PushAnswer(created=outcome.created > 0, body=dumps(answer), stored=outcome.created)
 
 
 async def push_batch(

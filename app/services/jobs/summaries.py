@@ -4,9 +4,6 @@ finished, the newest step still missing sources; and the gauges the telemetry sh
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
-
-import orjson
 
 from app.core.errors import JobNotFound, JobNotLinked
 from app.services.jobs import fidelity as job_fidelity
@@ -15,35 +12,36 @@ from app.storage import job_links
 from app.storage import jobs as store_jobs
 from app.storage.parts import missing_sources
 from app.storage.store import Store
+from datarax.answers.jobs import JobFidelity, JobList, JobSummary
 
 
-def _summary(row: store_history.JobRow, fidelity: dict[str, Any] | None = None) -> dict[str, Any]:
+def _summary(row: store_history.JobRow, fidelity: JobFidelity | None = None) -> JobSummary:
     missing: list[str] | None = None
     count = 0
     if row.incomplete_step is not None and row.incomplete_sources:
         missing = missing_sources(row.received_sources, row.incomplete_sources)
         count = row.incomplete_sources - len(row.received_sources)
-    return {
-        "job": row.job,
-        "points": row.points,
-        "first_step": row.first_step,
-        "last_step": row.last_step,
-        "last_push_at": row.last_push_at,
-        "finished": row.finished,
-        "created_at": row.created_at,
-        "incomplete_step": row.incomplete_step,
-        "lagging_sources": missing,
-        "missing_count": count,
-        "fidelity": fidelity,
-    }
+    return JobSummary(
+        job=row.job,
+        points=row.points,
+        first_step=row.first_step,
+        last_step=row.last_step,
+        last_push_at=row.last_push_at,
+        finished=row.finished,
+        created_at=row.created_at,
+        incomplete_step=row.incomplete_step,
+        lagging_sources=missing,
+        missing_count=count,
+        fidelity=fidelity,
+    )
 
 
 def _not_found(job: str) -> JobNotFound:
     return JobNotFound(f"no job named {job!r}; GET /v1/jobs lists them")
 
 
-async def list_jobs(store: Store, limit: int, offset: int) -> bytes:
-    """``{"items": [...], "total"}``, most recently pushed first; a job linked to a plan
+async def list_jobs(store: Store, limit: int, offset: int) -> JobList:
+    """The jobs, most recently pushed first, and how many there are; a job linked to a plan
     carries its ``fidelity`` over its newest
     :data:`~app.services.jobs.fidelity.LIST_MEASURED_STEPS` points."""
     rows, total = await store_history.read_jobs(store, limit, offset)
@@ -57,10 +55,10 @@ async def list_jobs(store: Store, limit: int, offset: int) -> bytes:
             else await job_fidelity.fidelity(store, found, job_fidelity.LIST_MEASURED_STEPS)
         )
         items.append(_summary(row, measured))
-    return orjson.dumps({"items": items, "total": total})
+    return JobList(items=items, total=total)
 
 
-async def get_job(store: Store, job: str) -> bytes:
+async def get_job(store: Store, job: str) -> JobSummary:
     """One job's summary (with its ``fidelity`` when it is linked to a plan); 404
     ``job_not_found``."""
     row = await store_history.read_job(store, job)
@@ -68,7 +66,7 @@ async def get_job(store: Store, job: str) -> bytes:
         raise _not_found(job)
     found = await job_links.read_link(store, job)
     measured = None if found is None else await job_fidelity.fidelity(store, found)
-    return orjson.dumps(_summary(row, measured))
+    return _summary(row, measured)
 
 
 async def update_job(
@@ -78,7 +76,7 @@ async def update_job(
     finished: bool | None = None,
     plan: str | None = None,
     step_time_metric: str | None = None,
-) -> bytes:
+) -> JobSummary:
     """Marks the job finished (or reopens it) and links it to a plan, as given; its
     summary after.
 

@@ -35,9 +35,10 @@ def test_requests_name_published_or_stored_profiles(store):
     with pytest.raises(ServiceError) as err:
         anyio.run(calibrations.resolve, store, "jobs-2")
     assert err.value.code == "unknown_calibration"
-    listed = anyio.run(calibrations.list_profiles, store)["items"]
+    listed = orjson.loads(anyio.run(calibrations.list_profiles, store))["items"]
     assert [p["id"] for p in listed][-1] == "jobs-1" and len(listed) == 5
-    assert anyio.run(calibrations.read_profile, store, "jobs-1") == body
+    assert listed[0] == get_profile(listed[0]["id"]).to_json()
+    assert orjson.loads(anyio.run(calibrations.read_profile, store, "jobs-1")) == body
     with pytest.raises(ServiceError) as err:
         anyio.run(calibrations.read_profile, store, "jobs-2")
     assert err.value.code == "calibration_not_found"

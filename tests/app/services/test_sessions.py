@@ -27,6 +27,8 @@ from app.workers.runtime_client import RuntimeClient
 from tests.helpers import make_settings
 
 LIVE_PLAN = {"id": "m_live", "live": True, "axes": {"data": 2}, "device_grid": [[0, 1]]}
+LAYOUT = {"path": "w", "shape": [4, 2], "dtype": "float32", "spec": [None, None],
+          "shard_shape": [4, 2], "bytes_per_device": 32}  # fmt: skip
 BODY = SessionCreateRequest.model_validate({"model": {"kind": "mlp", "features": [4, 2]}})
 
 
@@ -47,11 +49,13 @@ class Runtime:
         self.calls.append((command, payload))
         self.sent.append((arrays, timeout))
         if command == "session_create":
-            return {"params": {"w": "layout"}, "reserved": {"device:0": 64}}, {}
+            return {"params": [LAYOUT], "reserved": {"device:0": 64}}, {}
         if command == "session_step":
             losses = [float(self.step + i) for i in range(payload["steps"])]
             self.step += payload["steps"]
-            return {"step": self.step, "losses": losses, "timing": {}}, {}
+            timing = {"compile_s": 0.0, "run_s": 0.1, "cache_hit": True}
+            answer = {"step": self.step, "losses": losses, "timing": timing}
+            return {**answer, "examples_per_s": None}, {}
         return {}, {}
 
 
@@ -74,7 +78,7 @@ def test_a_session_is_created_stepped_read_listed_and_deleted(service):
         record = await sessions_.create("m_live", BODY)
         sid = record["id"]
         assert record["mesh_id"] == "m_live" and record["step"] == 0
-        assert record["params"] == {"w": "layout"}
+        assert record["params"] == [LAYOUT]
         assert sessions_.memory_reserved() == {"device:0": 64}
         create = runtime.calls[0][1]
         assert create["mesh"]["batch_axes"] is None and create["memory_budget"]
@@ -88,7 +92,8 @@ def test_a_session_is_created_stepped_read_listed_and_deleted(service):
         ]
         read = await sessions_.read(sid)
         assert (read["step"], read["last_loss"]) == (3, 2.0)
-        assert read["loss_history"] == [[1, 0.0], [2, 1.0], [3, 2.0]]
+        assert read.to_json()["loss_history"] == [[1, 0.0], [2, 1.0], [3, 2.0]]
+        assert read.loss_history == [(1, 0.0), (2, 1.0), (3, 2.0)]
         # The stored record is what the service answered.
         stored = json.loads(await sessions.get_session(sessions_.store, sid))
         assert stored["step"] == 3

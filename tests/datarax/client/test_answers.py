@@ -73,5 +73,3 @@ def test_iter_job_metrics_yields_history_points() -> None:
     for cls in (Client, AsyncClient):
         produced = _return_type(cls, "iter_job_metrics")
         assert get_args(produced) == (answers.HistoryPoint,)
-
-

@@ -21,8 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
+from datarax.answers.launch import MaxTextLaunch
 from datarax.client import ApiError, AsyncClient, Client, jax_sources
 from datarax.client._core import retry_delay
+from datarax.client.answers import JobList, PushResult
 
 
 class Scripted:
@@ -80,7 +82,8 @@ def test_503_and_429_are_retried_honouring_retry_after():
         OK,
     ]
     with Scripted(answers) as server, Client(server.url, backoff_s=0.01) as api:
-        assert api.list_jobs() == {"items": [], "total": 0}
+        listed = api.list_jobs()
+    assert isinstance(listed, JobList) and (listed.items, listed.total) == ([], 0)
     assert len(server.seen) == 3
     later = email.utils.formatdate(time.time() + 20, usegmt=True)
     assert 18 <= retry_delay(0, later, 5.0) <= 20
@@ -117,9 +120,21 @@ def test_async_client_retries_and_sends_arrays_and_sources(monkeypatch):
     fake_jax = types.SimpleNamespace(process_index=lambda: 3, process_count=lambda: 4)
     monkeypatch.setitem(sys.modules, "jax", fake_jax)
     assert jax_sources() == ("3", 4)
+    pushed = {
+        "job": "j",
+        "step": 5,
+        "source": "3",
+        "sources": 4,
+        "complete": False,
+        "reduced": None,
+        "received_at": "2026-12-01T08:00:00Z",
+        "num_devices": 2,
+        "missing_sources": ["0", "1", "2"],
+        "warnings": ["loss: 1 NaN or infinite value(s), stored as null"],
+    }
     answers = [
         _problem(503, "not_ready", **{"retry-after": "0"}),
-        (201, {"content-type": "application/json"}, b"{}"),
+        (201, {"content-type": "application/json"}, json.dumps(pushed).encode()),
     ]
 
     async def main():
@@ -127,18 +142,23 @@ def test_async_client_retries_and_sends_arrays_and_sources(monkeypatch):
             return await api.push_job_metrics("j", 5, {"loss": np.array([1.0, np.nan])})
 
     with Scripted(answers) as server:
-        assert asyncio.run(main()) == {}
+        answer = asyncio.run(main())
+    assert isinstance(answer, PushResult) and answer == pushed
+    assert answer.missing_sources == ["0", "1", "2"] and answer["step"] == 5
     sent = json.loads(server.seen[-1][3])
     assert sent["step"] == 5 and sent["source"] == "3" and sent["sources"] == 4
     assert sent["metrics"]["loss"] == [1.0, None]  # the service reads null as NaN
 
 
 def test_launch_sends_extra_args_and_env_as_the_contract_names_them():
-    answer = (200, {"content-type": "application/json"}, b'{"target": "maxtext", "notes": []}')
+    config = {"target": "maxtext", "args": ["run_name=a"], "env": {"WANDB_MODE": "offline"},
+              "env_sources": {}, "command": ["python3"], "notes": [], "warnings": []}  # fmt: skip
+    answer = (200, {"content-type": "application/json"}, json.dumps(config).encode())
     with Scripted([answer]) as server:
-        Client(server.url, retries=0).launch(
+        got = Client(server.url, retries=0).launch(
             "p1", "maxtext", extra_args=("run_name=a",), extra_env={"WANDB_MODE": "offline"}
         )
+    assert isinstance(got, MaxTextLaunch) and got.to_json() == config
     method, path, _, body = server.seen[0]
     assert (method, path) == ("POST", "/v1/meshes/p1/launch")
     assert json.loads(body) == {

@@ -4,6 +4,7 @@ first refusal raised at flush. Against real HTTP servers on free ports."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,7 +13,23 @@ import numpy as np
 import pytest
 
 from datarax.client import ApiError, AsyncClient, Client
+from datarax.client.answers import BatchResult
 from tests.datarax.client.test_clients import Scripted, _problem
+
+
+def _batch_answer(created: int) -> bytes:
+    """The JSON of a BatchResult that stored ``created`` points."""
+    return json.dumps(
+        {
+            "job": "j",
+            "points": created,
+            "created": created,
+            "unchanged": 0,
+            "completed_steps": created,
+            "received_at": "2026-12-01T08:00:00Z",
+            "warnings": [],
+        }
+    ).encode()
 
 
 def test_pusher_keeps_at_most_in_flight_batches_unanswered():
@@ -31,7 +48,7 @@ def test_pusher_keeps_at_most_in_flight_batches_unanswered():
             time.sleep(0.2)
             with lock:
                 held -= 1
-            body = b'{"created": 1}'
+            body = _batch_answer(1)
             self.send_response(201)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(body)))
@@ -49,13 +66,14 @@ def test_pusher_keeps_at_most_in_flight_batches_unanswered():
             for step in range(7):
                 pusher.push_arrays([step], {"loss": np.ones((1, 2))})
         assert peak == 3 and len(pusher.results) == 7
+        assert all(isinstance(r, BatchResult) and r.created == 1 for r in pusher.results)
     finally:
         server.shutdown()
         server.server_close()
 
 
 def test_async_pusher_raises_the_first_refusal_at_flush():
-    created = (201, {"content-type": "application/json"}, b'{"created": 2}')
+    created = (201, {"content-type": "application/json"}, _batch_answer(2))
     answers = [created, _problem(409, "step_conflict"), created]
 
     async def main():
@@ -69,5 +87,6 @@ def test_async_pusher_raises_the_first_refusal_at_flush():
 
     with Scripted(answers) as server:
         error, results = asyncio.run(main())
-    assert error.code == "step_conflict" and results == [{"created": 2}]
+    assert error.code == "step_conflict" and results == [json.loads(_batch_answer(2))]
+    assert isinstance(results[0], BatchResult) and results[0].created == 2
     assert len(server.seen) == 3  # the batch after the refused one was still sent

@@ -137,7 +137,7 @@ def test_the_tiny_steps_give_a_layers_and_a_steps_fixed_cost():
     steps = []
     for layers in (1, 2):
         model = {**TINY, "layers": layers}
-        parts = estimate_step(hw, [axis], model, 16)["predicted_components"]
+        parts = estimate_step(hw, [axis], model, 16).predicted_components
         seconds = combine(parts, priced).step_s + layers * 0.005 + 0.010
         steps.append({"stage": "step", "model": model, "batch": 16, "devices": 8,
                       "seconds": seconds})  # fmt: skip

@@ -34,7 +34,7 @@ def test_remat_trades_activation_memory_for_a_second_forward():
     tokens = 16 * spec.seq_len / 8
     assert roof["full"] - roof["none"] == pytest.approx(matmul * tokens / 1.97e14)
     assert full["step_s"] > none["step_s"]
-    assert full["memory_per_device"]["activations"] < none["memory_per_device"]["activations"] / 2
+    assert full.memory_per_device.activations < none.memory_per_device.activations / 2
 
 
 def test_activation_count_matches_korthikanti_without_dropout():
@@ -154,10 +154,10 @@ def test_gradients_reduced_over_dcn_stay_in_hbm():
 
 def test_estimate_step_applies_the_catalogs_vmem_on_tpu_only():
     layout = plan_hardware_devices("tpu-v5e", topology="2x4", ici={"data": 8})
-    est = estimate_step("tpu-v5e", layout.axes_detail, SMALL_MLP, 512)["memory_per_device"]
+    est = estimate_step("tpu-v5e", layout.axes_detail, SMALL_MLP, 512).memory_per_device
     assert est["vmem"] > 0 and est["activations"] == 0
     link = AxisLink("data", 8, 8, 1, "nvlink", 4.5e11)
-    gpu = estimate_step("h100-sxm", [link], SMALL_MLP, 512)["memory_per_device"]
+    gpu = estimate_step("h100-sxm", [link], SMALL_MLP, 512).memory_per_device
     assert gpu["vmem"] == 0 and gpu["activations"] > 0
 
 
@@ -232,7 +232,7 @@ def test_transposed_update_is_not_the_peak_everywhere():
     assert _v6e(tf, {"data": 8}, 8) == _v6e(tf, {"data": 8}, 8, copies=False)
     assert not get_hardware("tpu-v5e").update_layout_copies and V6E.update_layout_copies
     layout = plan_hardware_devices("tpu-v6e", topology="2x4", ici={"data": 8})
-    est = estimate_step("tpu-v6e", layout.axes_detail, _square(32768), 64)["memory_per_device"]
+    est = estimate_step("tpu-v6e", layout.axes_detail, _square(32768), 64).memory_per_device
     assert est["layout_copies"] == 3 * 32768 * 32768 * 2
 
 
@@ -248,5 +248,5 @@ def test_fits_is_judged_on_the_hbm_xla_makes_available():
     assert usable["usable_hbm_bytes"] == v5e.usable_hbm_bytes
     assert nominal["usable_hbm_bytes"] == nominal["hbm_bytes"] == v5e.hbm_bytes
     layout = plan_hardware_devices("tpu-v5e", topology="2x2", ici={"data": 4})
-    est = estimate_step("tpu-v5e", layout.axes_detail, model, 64)["memory_per_device"]
+    est = estimate_step("tpu-v5e", layout.axes_detail, model, 64).memory_per_device
     assert est["fits"] is False and est["usable_hbm_bytes"] == v5e.usable_hbm_bytes

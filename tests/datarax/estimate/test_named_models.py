@@ -169,8 +169,8 @@ def test_offload_transfers_are_priced_on_the_host_link():
     layout = plan_hardware_devices("tpu-v6e", topology="2x4", ici={"fsdp": 8})
     est = estimate_step("tpu-v6e", layout.axes_detail, OFFLOADED_8B, 24)
     hw = HARDWARE["tpu-v6e"]
-    host = est["memory_per_device"]["host_offload_bytes"]
-    assert est["predicted_components"]["offload"] == pytest.approx(host / hw.host_link_bytes_per_s)
+    host = est.memory_per_device.host_offload_bytes
+    assert est.predicted_components["offload"] == pytest.approx(host / hw.host_link_bytes_per_s)
     narrow = dataclasses.replace(hw, host_link_bytes_per_s=hw.host_link_bytes_per_s / 100)
     slow = estimate_step(narrow, layout.axes_detail, OFFLOADED_8B, 24)
     assert slow["breakdown"]["offload_s"] > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from datarax.answers.estimates import Recommendations
 from datarax.errors import PlanError
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.recommend import factorisations, recommend_meshes
@@ -152,6 +153,11 @@ def test_tensor_or_expert_across_dcn_is_flagged_with_why_it_ranks_anyway():
     slow = [c for c in out["candidates"] if c["dcn"]["tensor"] > 1]
     assert on_fast and slow
     assert not any("flags" in c for c in on_fast)
+    assert all(c.flags is None for c in on_fast) and all(c.flags for c in slow)
+    # the answer as the service sends it: flags only where there are some, a note (fewer
+    # than top_k came back), read back whole
+    assert isinstance(out, Recommendations) and "of the top_k 10000" in out.to_json()["note"]
+    assert Recommendations.from_json(out.to_json()).to_json() == out.to_json()
     best = on_fast[0]["step_estimate"]["step_s"]
     for c in slow:
         (flag,) = c["flags"]

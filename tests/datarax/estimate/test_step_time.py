@@ -65,7 +65,7 @@ def test_a_profiles_link_share_and_per_op_cost_price_the_collectives():
     layout = plan_hardware_devices("h100-sxm", hosts=2, ici={"fsdp": 8}, dcn={"fsdp": 2})
     model = {"kind": "transformer", "layers": 4, "d_model": 1024, "d_ff": 4096, "heads": 8,
              "kv_heads": 8, "vocab": 32000, "seq_len": 2048}  # fmt: skip
-    parts = estimate_step("h100-sxm", layout.axes_detail, model, 32)["predicted_components"]
+    parts = estimate_step("h100-sxm", layout.axes_detail, model, 32).predicted_components
     calls = sum(c.count for c in estimate_step(
         "h100-sxm", layout.axes_detail, model, 32)["collectives"])  # fmt: skip
     assert parts["calls_fwd"] + parts["calls_bwd"] == calls > 0

@@ -1,10 +1,15 @@
 """A catalog entry's types (datarax.hardware.entry): Hardware's checks, its JSON and
-its per-dtype peak, and AxisLink's checks and JSON."""
+its per-dtype peak, and AxisLink's checks and JSON; each is its answer class
+(HardwareEntry, AxisDetail) with internal fields the JSON leaves out."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from datarax.answers.catalog import HardwareEntry
+from datarax.answers.estimates import AxisDetail
 from datarax.hardware.entry import LINK_CLASSES, AxisLink, Hardware
 
 
@@ -53,3 +58,20 @@ def test_peak_flops_per_dtype_and_derived_figures():
     assert _entry().peak_flops("float32") == 1e14  # no fp32 figure: the bf16 peak
     assert entry.hosts_per_domain == 4
     assert entry.slow_link_bytes_per_s_per_device == 1e10 / 4
+
+
+def test_an_entry_is_its_answer_and_keeps_its_internal_fields_out():
+    entry = _entry(max_slices=4, torus_dims=0)
+    assert isinstance(entry, HardwareEntry)
+    doc = entry.to_json()
+    assert "max_slices" not in doc and "max_slices" not in entry
+    assert list(doc) == [f.name for f in dataclasses.fields(HardwareEntry)]
+    parsed = HardwareEntry.from_json(doc)
+    assert parsed.to_json() == doc and parsed == entry
+
+
+def test_an_axis_link_is_its_axes_detail_answer():
+    link = AxisLink("data", 16, 8, 2, "dcn", 3.125e9, ici_bytes_per_s=9e10)
+    assert isinstance(link, AxisDetail) and "ici_bytes_per_s" not in link
+    parsed = AxisDetail.from_json(link.to_json())
+    assert parsed == link and parsed.to_json() == link.to_json()

@@ -10,6 +10,8 @@ import jax
 import numpy as np
 import pytest
 
+from datarax.answers.estimates import MemoryPerDevice
+from datarax.answers.plans import ParamLayout
 from datarax.distributed.data_parallel import place_model_state_on_shards
 from datarax.distributed.device_mesh import DeviceMeshManager
 from datarax.distributed.sharding import path_to_str
@@ -87,6 +89,25 @@ def test_memory_per_device_adds_params_optimizer_and_batch():
     assert memory_per_device([], "adamw", None) == dict.fromkeys(
         ("params", "optimizer", "batch", "total"), 0
     )
+
+
+def test_layouts_and_memory_are_the_plans_answer_parts():
+    entries, _ = param_layouts(FEATURES, {"data": 2, "model": 4}, "model")
+    assert all(isinstance(entry, ParamLayout) for entry in entries)
+    assert entries[0].to_json() == {
+        "path": "layers/0/kernel",
+        "shape": [FEATURES[0], FEATURES[1]],
+        "spec": [None, "model"],
+        "shard_shape": [FEATURES[0], FEATURES[1] // 4],
+        "bytes_per_device": FEATURES[0] * FEATURES[1] // 4 * BYTES_PER_ELEMENT,
+    }  # no repeat: a hardware plan's member
+    memory = memory_per_device(entries, "adam", None)
+    assert isinstance(memory, MemoryPerDevice) and list(memory.to_json()) == [
+        "params",
+        "optimizer",
+        "batch",
+        "total",
+    ]
 
 
 def test_optimizer_state_factor_matches_optax_state_size():

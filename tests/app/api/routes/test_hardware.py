@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from datarax.answers.catalog import HardwareEntry, HardwareList
 from datarax.hardware.chips import HARDWARE
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.plan.layout import batch_partition_spec, shard_index_ranges
@@ -60,6 +63,11 @@ def test_catalog_lists_design_entries_with_sources(api):
     assert one.status_code == 200
     assert one.json() == HARDWARE["tpu-v5p"].to_json()
     assert one.json()["peak_bf16_flops"] == 4.59e14
+    # the answer is the entry's class: parsed back, the same members in the same order
+    parsed = HardwareList.from_json(response.json())
+    assert all(isinstance(item, HardwareEntry) for item in parsed.items)
+    assert parsed.to_json() == response.json()
+    assert list(one.json()) == [f.name for f in dataclasses.fields(HardwareEntry)]
 
 
 def test_unknown_hardware_name_is_404(api):

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from datarax.answers.estimates import MemoryEstimate, Recommendations, StepEstimate
 from tests.app.api.routes.test_hardware import TRANSFORMER
 from tests.helpers import assert_problem
 
@@ -29,6 +30,12 @@ def test_recommendations_post_back_unchanged(api):
     assert answer["considered"] >= len(candidates) + sum(answer["rejected"].values())
     steps = [c["step_estimate"]["step_s"] for c in candidates]
     assert steps == sorted(steps)
+    # the answer is its class's JSON: parsed into the typed classes and back, unchanged
+    parsed = Recommendations.from_json(answer)
+    assert parsed.to_json() == answer and "note" not in answer and parsed.note is None
+    first = parsed.candidates[0]
+    assert isinstance(first.step_estimate, StepEstimate)
+    assert isinstance(first.memory_per_device, MemoryEstimate) and first.flags is None
     for candidate in candidates:
         assert candidate["memory_per_device"]["fits"] is True
         posted = api.post("/v1/meshes", json=candidate["plan_request"])
@@ -92,6 +99,7 @@ def test_recommendations_take_a_named_model_and_say_how_they_rank(api):
     steps = [c["step_estimate"]["step_s"] for c in out["candidates"]]
     assert steps == sorted(steps) and "step_s" in out["ranked_by"]
     assert len(out["candidates"]) < 100 and "of the top_k 100" in out["note"]
+    assert Recommendations.from_json(out).note == out["note"]
     best = out["candidates"][0]["plan_request"]
     assert best["model"]["name"] == "llama3.1-70b"
     assert api.post("/v1/meshes", json=best).status_code == 201

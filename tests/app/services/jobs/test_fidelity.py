@@ -13,6 +13,7 @@ from app.services.jobs import fidelity
 from app.storage import job_links
 from app.storage import jobs as store_jobs
 from app.storage import plans as stored_plans
+from datarax.answers.jobs import JobFidelity
 
 
 def _plan(store, plan_id, step_s):
@@ -36,6 +37,7 @@ def test_the_median_of_the_measured_steps_against_the_plan(store):
     anyio.run(fidelity.link, store, "j", "p", None)
     link = anyio.run(job_links.read_link, store, "j")
     out = anyio.run(fidelity.fidelity, store, link)
+    assert isinstance(out, JobFidelity)
     assert out == {"plan": "p", "step_time_metric": "step_time", "predicted_step_s": 2.5,
                    "measured_step_s": 2.5, "error": 0.0, "points": 4}  # fmt: skip
     # the plan deleted: nothing to compare with, the measurement stays

@@ -9,6 +9,7 @@ import pytest
 from app.core.errors import AnswerTooLarge, InvalidParameter
 from app.services.jobs.history import fitting_buckets, history
 from app.services.jobs.push import push_batch
+from datarax.answers.jobs import History
 
 
 def _fill(store, job: str, steps: range) -> None:
@@ -56,3 +57,39 @@ def test_buckets_are_sized_to_the_answer_limit():
     assert 2 <= fitting_buckets(["loss"], 1000, 10_000) < 1000
     with pytest.raises(AnswerTooLarge):
         fitting_buckets(["x" * 1000], 1000, 3000)
+
+
+def _part(store, job: str, step: int, source: str) -> None:
+    point = {"step": step, "metrics": {"loss": [1.0, 3.0]}, "source": source, "sources": 2}
+    anyio.run(push_batch, store, job, orjson.dumps({"points": [point]}))
+
+
+def test_answers_hold_exactly_the_members_of_their_class(store):
+    """Pages and buckets are written from templates of the answer classes: parsed into
+    :class:`History` and serialised again they are unchanged (no member missing, none
+    extra, omitted members absent), spreads, partial steps and bucket rows included."""
+    _fill(store, "r", range(300))
+    _part(store, "r", 1000, "h-0")
+    for options in ({"include_partial": True}, {"max_points": 10}, {"limit": 7}):
+        answer = _read(store, "r", **options)
+        assert History.from_json(answer).to_json() == answer, options
+    page = _read(store, "r", include_partial=True)
+    assert page["points"][0]["spread"]["loss"] == {
+        "min": 0.0, "max": 0.0, "min_device": 0, "max_device": 0
+    }  # fmt: skip
+    partial = page["points"][-1]
+    assert (partial["step"], partial["received_sources"], partial["missing_sources"]) == (
+        1000, ["h-0"], ["h-1"]
+    )  # fmt: skip
+    buckets = _read(store, "r", max_points=10)
+    row, bucket = buckets["points"][0], buckets["buckets"][0]
+    assert set(row) == {"step", "reduced", "received_at", "complete", "sources", "spread",
+                        "start_step", "end_step", "count"}  # fmt: skip
+    assert set(bucket) == {"start_step", "end_step", "metrics", "spread"}
+
+
+def test_a_partial_step_whose_missing_sources_have_no_names_says_null(store):
+    _part(store, "n", 5, "a")
+    (point,) = _read(store, "n", include_partial=True)["points"]
+    assert "missing_sources" in point and point["missing_sources"] is None
+    assert point["received_sources"] == ["a"] and point["reduced"] == {"loss": 2.0}

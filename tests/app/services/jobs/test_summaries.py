@@ -20,6 +20,7 @@ from app.services.jobs.summaries import (
     seconds_since,
     update_job,
 )
+from datarax.answers.jobs import JobList, JobSummary
 
 
 def _push(store, job, step, source="", sources=1) -> None:
@@ -30,12 +31,15 @@ def _push(store, job, step, source="", sources=1) -> None:
 def test_a_job_is_listed_finished_and_deleted(store):
     _push(store, "a", 1)
     _push(store, "b", 0, "h0", 3)
-    listed = orjson.loads(anyio.run(list_jobs, store, 10, 0))
-    assert listed["total"] == 2
-    b = orjson.loads(anyio.run(get_job, store, "b"))
-    assert (b["incomplete_step"], b["lagging_sources"], b["missing_count"]) == (0, ["h1", "h2"], 2)
+    listed = anyio.run(list_jobs, store, 10, 0)
+    assert isinstance(listed, JobList) and listed.total == 2
+    assert {item.job for item in listed.items} == {"a", "b"}
+    b = anyio.run(get_job, store, "b")
+    assert isinstance(b, JobSummary)
+    assert (b.incomplete_step, b.lagging_sources, b.missing_count) == (0, ["h1", "h2"], 2)
+    assert orjson.loads(orjson.dumps(b.to_json()))["lagging_sources"] == ["h1", "h2"]
     finished = anyio.run(lambda: update_job(store, "a", finished=True))
-    assert orjson.loads(finished)["finished"] is True
+    assert finished.finished is True and finished["finished"] is True
     anyio.run(delete_job, store, "a")
     for call in (get_job, delete_job):
         with pytest.raises(JobNotFound):
