@@ -13,11 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION_LINES = 120
 MAX_MODULE_LINES = 700
 MAX_DISTRIBUTED_MODULES = 12
-MAX_LOOSE_DICT_RETURNS = 53
+MAX_LOOSE_DICT_RETURNS = 47
 """Library functions annotated to return a loose dict: ``dict[str, Any]`` or ``JSONObject``
-(the same thing under an alias). 53 at the fourth redesign step (24 and 29; most of the
-``JSONObject`` ones are ``to_json`` methods and launch-config builders): the count may
-only fall, as answers become one typed definition each."""
+(the same thing under an alias). 53 at the fourth redesign step (24 and 29), 47 once every
+answer is one typed definition (24 and 23: the answers' one ``to_json``, documents the
+library builds and the service passes through whole, such as launch-config arguments,
+JobSet manifests and plan requests, and upstream's dict-returning API): the count may only
+fall."""
 
 
 def _modules(*packages: str) -> list[Path]:

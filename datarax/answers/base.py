@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
 from datarax.json_types import JSONObject
 
-__all__ = ["Answer", "decode", "internal", "omitted"]
+__all__ = ["Answer", "decode", "examples", "internal", "omitted"]
 
 _OMITTED = "answer_omitted"
 _INTERNAL = "answer_internal"
@@ -56,6 +56,12 @@ _INTERNAL = "answer_internal"
 def omitted() -> Any:
     """A member the JSON carries only when it is not ``None`` (default ``None``)."""
     return dataclasses.field(default=None, metadata={_OMITTED: True})
+
+
+def examples(*documented: dict[str, Any]) -> dict[str, Any]:
+    """An answer class's ``__pydantic_config__`` with its documented examples (the OpenAPI
+    schema shows them; tests/test_answer_types.py round-trips each)."""
+    return {**Answer.__pydantic_config__, "json_schema_extra": {"examples": list(documented)}}
 
 
 def internal(default: Any = None, *, default_factory: Any = None) -> Any:
@@ -158,12 +164,27 @@ class Answer(Mapping[str, Any]):
         """
         if not isinstance(data, Mapping):
             raise TypeError(f"{cls.__name__} is a JSON object, not {type(data).__name__}")
-        given = {}
-        for name, read in _readers(cls):
-            if name in data:
-                value = data[name]
-                given[name] = value if read is None or value is None else read(value)
-        return cls(**given)
+        known, readers, build = _reading(cls)
+        given = {name: value for name, value in data.items() if name in known}
+        for name, read in readers:
+            value = given.get(name)
+            if value is not None:
+                given[name] = read(value)
+        if build is None:
+            return cls(**given)
+        defaults, factories, required = build
+        if not required <= given.keys():
+            missing = ", ".join(sorted(required - given.keys()))
+            raise TypeError(f"{cls.__name__} lacks the member(s) {missing}")
+        # The fields set as the dataclass's __init__ would (a frozen __init__ sets each
+        # through object.__setattr__: several times slower over a history page's rows).
+        answer = object.__new__(cls)
+        fields = answer.__dict__
+        fields.update(defaults)
+        for name, factory in factories:
+            fields[name] = factory()
+        fields.update(given)
+        return answer
 
     # ------------------------------------------------------------- the Mapping view
 
@@ -219,9 +240,31 @@ class Answer(Mapping[str, Any]):
 
 
 @functools.cache
-def _readers(cls: type) -> tuple[tuple[str, Any], ...]:
-    """(name, reader) of each JSON member of an answer class (:func:`_reader`)."""
-    return tuple((m.name, _reader(m.hint)) for m in _members(cls))
+def _builder(
+    cls: type,
+) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...], frozenset[str]] | None:
+    """How :meth:`Answer.from_json` fills an instance without calling ``__init__``: the
+    fields' defaults, their default factories and the names with neither; ``None`` for a
+    class whose ``__init__`` does more (a ``__post_init__``, ``init=False`` fields)."""
+    fields = dataclasses.fields(cls)
+    if hasattr(cls, "__post_init__") or not all(f.init for f in fields):
+        return None
+    defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
+    factories = tuple(
+        (f.name, f.default_factory) for f in fields if f.default_factory is not dataclasses.MISSING
+    )
+    required = frozenset(f.name for f in fields) - defaults.keys() - {n for n, _ in factories}
+    return defaults, factories, required
+
+
+@functools.cache
+def _reading(cls: type) -> tuple[frozenset[str], tuple[tuple[str, Any], ...], Any]:
+    """What :meth:`Answer.from_json` needs of a class, worked out once: its JSON members'
+    names, (name, reader) of those whose JSON is not their value as it is
+    (:func:`_reader`), and :func:`_builder`'s plan."""
+    members = _members(cls)
+    readers = tuple((m.name, read) for m in members if (read := _reader(m.hint)) is not None)
+    return frozenset(m.name for m in members), readers, _builder(cls)
 
 
 def _each(item: Any, kind: type) -> Any:

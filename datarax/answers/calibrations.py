@@ -30,10 +30,6 @@ __all__ = [
 ]
 
 
-def _examples(*examples: dict[str, Any]) -> dict[str, Any]:
-    return {**Answer.__pydantic_config__, "json_schema_extra": {"examples": list(examples)}}
-
-
 _ALWAYS_SENT: dict[str, Any] = {
     **Answer.__pydantic_config__,
     # every member is sent, the defaulted ones too: the answer's schema requires them

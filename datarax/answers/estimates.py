@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from datarax.answers.base import Answer, omitted
+from datarax.answers.base import Answer, examples, omitted
 
 __all__ = [
     "AxisDetail",
@@ -36,10 +36,6 @@ LinkClass = Literal["ici", "nvlink", "dcn", "infiniband", "host"]
 
 Schedule = Literal["gpipe", "circular", "1f1b", "interleaved_1f1b"]
 """A pipeline schedule (:data:`datarax.parallel.options.SCHEDULES`)."""
-
-
-def _examples(*examples: dict[str, Any]) -> dict[str, Any]:
-    return {**Answer.__pydantic_config__, "json_schema_extra": {"examples": list(examples)}}
 
 
 # ------------------------------------------------------------------------------ memory
@@ -94,7 +90,7 @@ class AxisDetail(Answer):
     """A hardware plan's mesh axis (``axes_detail``): its sizes and the slowest network it
     crosses."""
 
-    __pydantic_config__: ClassVar[dict[str, Any]] = _examples(
+    __pydantic_config__: ClassVar[dict[str, Any]] = examples(
         {"name": "data", "size": 16, "ici": 8, "dcn": 2, "link": "dcn", "bytes_per_s": 3.125e9}
     )
 
@@ -118,7 +114,7 @@ class AxisDetail(Answer):
 class Collective(Answer):
     """One kind of collective on one axis in one pass, its ops summed."""
 
-    __pydantic_config__: ClassVar[dict[str, Any]] = _examples(
+    __pydantic_config__: ClassVar[dict[str, Any]] = examples(
         {
             "axis": "fsdp",
             "kind": "all-gather",
@@ -184,7 +180,7 @@ class PipelineEstimate(Answer):
     """``step_estimate.pipeline`` (DESIGN v1.3), with stage axes: the stages' schedule and
     its bubble."""
 
-    __pydantic_config__: ClassVar[dict[str, Any]] = _examples(
+    __pydantic_config__: ClassVar[dict[str, Any]] = examples(
         {
             "stages": 8,
             "microbatches": 4,

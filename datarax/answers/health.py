@@ -6,20 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from datarax.answers.base import Answer
+from datarax.answers.base import Answer, examples
 
 __all__ = ["Device", "Devices", "Liveness", "MemoryBudget", "Readiness"]
-
-
-def _examples(*examples: dict[str, Any]) -> dict[str, Any]:
-    return {**Answer.__pydantic_config__, "json_schema_extra": {"examples": list(examples)}}
 
 
 @dataclass(frozen=True, eq=False)
 class Liveness(Answer):
     """``GET /health/live``: the HTTP process serves requests."""
 
-    __pydantic_config__: ClassVar[dict[str, Any]] = _examples({"status": "ok"})
+    __pydantic_config__: ClassVar[dict[str, Any]] = examples({"status": "ok"})
 
     status: Literal["ok"] = "ok"
 
@@ -28,7 +24,7 @@ class Liveness(Answer):
 class Readiness(Answer):
     """``GET /health/ready``: the store takes writes and the device runtime is up."""
 
-    __pydantic_config__: ClassVar[dict[str, Any]] = _examples(
+    __pydantic_config__: ClassVar[dict[str, Any]] = examples(
         {"status": "ready", "runtime_pid": 4242, "runtime_restarts": 0, "store": "ok"}
     )
 
@@ -66,7 +62,7 @@ class MemoryBudget(Answer):
 class Devices(Answer):
     """``GET /v1/devices``: platform, process count and index, and every global device."""
 
-    __pydantic_config__: ClassVar[dict[str, Any]] = _examples(
+    __pydantic_config__: ClassVar[dict[str, Any]] = examples(
         {
             "platform": "cpu",
             "process_count": 1,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from datarax.answers.base import Answer, omitted
+from datarax.answers.base import Answer, examples, omitted
 from datarax.answers.metrics import MetricValue
 
 __all__ = [
@@ -23,10 +23,6 @@ __all__ = [
     "MetricSpread",
     "PushResult",
 ]
-
-
-def _examples(*examples: dict[str, Any]) -> dict[str, Any]:
-    return {**Answer.__pydantic_config__, "json_schema_extra": {"examples": list(examples)}}
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,7 +203,7 @@ class History(Answer):
     ``last`` per metric. A script that reads ``points[i]["step"]`` and
     ``points[i]["reduced"]`` works on both."""
 
-    __pydantic_config__: ClassVar[dict[str, Any]] = _examples(_POINTS_EXAMPLE, _BUCKETS_EXAMPLE)
+    __pydantic_config__: ClassVar[dict[str, Any]] = examples(_POINTS_EXAMPLE, _BUCKETS_EXAMPLE)
 
     job: str
     kind: Literal["points", "buckets"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from datarax.answers.base import Answer
+from datarax.answers.base import Answer, examples
 
 __all__ = ["CollectAnswer", "DeviceMetrics", "MetricValue", "ReduceAnswer"]
 
@@ -17,15 +17,11 @@ MetricValue = Any
 list of them, shaped as the caller's metric."""
 
 
-def _examples(*examples: dict[str, Any]) -> dict[str, Any]:
-    return {**Answer.__pydantic_config__, "json_schema_extra": {"examples": list(examples)}}
-
-
 @dataclass(frozen=True, eq=False)
 class ReduceAnswer(Answer):
     """``POST /v1/metrics/reduce`` (JSON): each metric reduced over its devices."""
 
-    __pydantic_config__: ClassVar[dict[str, Any]] = _examples(
+    __pydantic_config__: ClassVar[dict[str, Any]] = examples(
         {"reduced": {"loss": 1.0, "per_class": [16, 20]}, "num_devices": 4}
     )
 
@@ -47,7 +43,7 @@ class DeviceMetrics(Answer):
 class CollectAnswer(Answer):
     """``POST /v1/metrics/collect``: each device's values."""
 
-    __pydantic_config__: ClassVar[dict[str, Any]] = _examples(
+    __pydantic_config__: ClassVar[dict[str, Any]] = examples(
         {
             "devices": [
                 {"device": 0, "metrics": {"loss": 0.9}},
