@@ -1077,6 +1077,16 @@ def _run_only(names: list[str], args: argparse.Namespace) -> None:
         with running_server() as base, httpx.Client(base_url=base, timeout=600) as client:
             results["hardware_plans"] = bench_hardware_plans(client, args.repeats)
         print("hardware_plans", results["hardware_plans"], flush=True)
+    if "request_paths" in names:
+        # The request paths' own rows, on one server: reduce beside liveness, the npz
+        # reduce beside numpy, JSON beside npz, the abstract plans.
+        with running_server() as base, httpx.Client(base_url=base, timeout=600) as client:
+            results["reduce_vs_live"] = bench_reduce_vs_live(base, args.seconds, args.concurrency)
+            results["npz_reduce"] = bench_npz_reduce(client, args.repeats)
+            results["json_vs_npz"] = bench_json_vs_npz(client, args.repeats)
+            results["abstract_plans"] = bench_abstract_plans(client, args.repeats)
+        for key in ("reduce_vs_live", "npz_reduce", "json_vs_npz", "abstract_plans"):
+            print(key, results[key], flush=True)
     if "calibration" in names:
         results["calibration"] = bench_calibration()
         print("calibration done", flush=True)
@@ -1163,7 +1173,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         help="comma-separated: real_runs, hardware_plans, calibration, moe_calibration, "
-        "host_calibration, production_memory, heavy_work, startup, shared_store; run "
+        "host_calibration, production_memory, heavy_work, startup, shared_store, request_paths; "
+        "run "
         "just these and write --out with "
         "the other results it already holds",
     )
