@@ -13,7 +13,11 @@ import re
 from pathlib import Path
 
 _POSTGRES_SCHEME = re.compile(r"(?i)postgres(ql)?://")
-_PASSWORD = re.compile(r"(?i)(://[^:/@]+):[^@]*@")
+_SECRET_NAME = re.compile(r"(?i)pass|secret|token|key")
+"""Connection parameters whose value is hidden: ``password``, ``sslpassword``,
+``passfile`` and ``sslkey`` (paths to secrets, hidden too), and anything named like a
+secret or token."""
+_DSN_SECRET = re.compile(r"(?i)\b(\w*(?:pass|secret|token|key)\w*)(\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
 
 
 def is_postgres_url(location: str | Path) -> bool:
@@ -25,10 +29,44 @@ def is_postgres_url(location: str | Path) -> bool:
     return isinstance(location, str) and _POSTGRES_SCHEME.match(location) is not None
 
 
-def redact(url: str) -> str:
-    """``url`` with its password (if any) hidden, for messages and logs.
+def _hide_param(pair: str) -> str:
+    name, equals, _ = pair.partition("=")
+    return f"{name}=***" if equals and _SECRET_NAME.search(name) else pair
 
-    Example: ``redact("postgresql://user:s3cret@db/x")`` is
-    ``"postgresql://user:***@db/x"``; a URL without a password comes back unchanged.
+
+def redact(url: str) -> str:
+    """``url`` with every secret part hidden, for messages and logs: the password of its
+    user info, the value of each secret query parameter (libpq takes ``?password=``,
+    ``sslpassword=``, ``sslkey=`` ...), and in a ``key=value`` connection string each
+    secret key's value.
+
+    Example: ``redact("postgresql://user:s3cret@db/x?password=p&sslmode=require")`` is
+    ``"postgresql://user:***@db/x?password=***&sslmode=require"``; a URL without a
+    secret comes back unchanged.
     """
-    return _PASSWORD.sub(r"\1:***@", url)
+    if "://" not in url:
+        return _DSN_SECRET.sub(r"\1\2***", url)
+    scheme, rest = url.split("://", 1)
+    location, hash_, fragment = rest.partition("#")
+    location, question, query = location.partition("?")
+    # The user info ends at the last "@" (a password may hold "/" or "@" unescaped).
+    userinfo, at, where = location.rpartition("@")
+    if at and ":" in userinfo:
+        location = f"{userinfo.split(':', 1)[0]}:***@{where}"
+    query = "&".join(_hide_param(pair) for pair in query.split("&")) if query else query
+    fragment = "***" if fragment else fragment
+    return f"{scheme}://{location}{question}{query}{hash_}{fragment}"
+
+
+def describe(url: str) -> str:
+    """The database a PostgreSQL URL names, for answers: its host(s) and database, no user,
+    no password, no parameters (an answer never carries a connection string).
+
+    Example: ``describe("postgresql://u:p@db:5432/x?password=q")`` is
+    ``"the PostgreSQL database x at db:5432"``.
+    """
+    if "://" not in url:
+        return "the PostgreSQL database"
+    rest = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    host, _, path = rest.rpartition("@")[2].partition("/")
+    return f"the PostgreSQL database {path or '(the default)'} at {host or 'localhost'}"

@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from app.core.database_url import redact
+from app.core.database_url import describe
 from app.core.errors import ServiceError, StorageFull, StorageUnavailable
 from app.storage.errors import Conflict, StoreClosed, StoreUnreachable, StoreUnusable
 from app.storage.migrations import SCHEMA_VERSION
@@ -250,7 +250,7 @@ class PostgresStore(Store):
     dynamic_types = False
 
     def __init__(self, url: str, *, read_pool: int = READ_POOL) -> None:
-        super().__init__(redact(url))
+        super().__init__(describe(url))  # answers name the database, never the URL
         self.contended = 0  # write transactions run again after losing to a concurrent one
         self.url = url
         self.read_pool = read_pool

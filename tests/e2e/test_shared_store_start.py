@@ -101,15 +101,27 @@ def test_replicas_starting_together_on_an_empty_database_create_the_schema_once(
             replica.stop()
 
 
-@pytest.mark.parametrize("flag", [False, True], ids=["env", "flag"])
-def test_an_unreachable_database_exits_69_with_one_line_naming_it_without_password(tmp_path, flag):
+@pytest.mark.parametrize(
+    ("flag", "form"),
+    [(False, "userinfo"), (True, "userinfo"), (False, "query")],
+    ids=["env", "flag", "query-password"],
+)
+def test_an_unreachable_database_exits_69_with_one_line_naming_it_without_password(
+    tmp_path, flag, form
+):
     port = free_port()  # nothing listens there
-    url = f"postgresql://datarax:{PASSWORD}@127.0.0.1:{port}/nowhere"
+    url = (
+        f"postgresql://datarax:{PASSWORD}@127.0.0.1:{port}/nowhere"
+        if form == "userinfo"  # libpq takes the password as a query parameter too
+        else f"postgresql://datarax@127.0.0.1:{port}/nowhere?password={PASSWORD}"
+    )
     done = _serve_once(tmp_path, url, flag=flag)
     assert done.returncode == EXIT_DATABASE_UNREACHABLE, (done.returncode, done.stderr[-3000:])
     line = _one_line(done)
     print(line)
-    assert f"postgresql://datarax:***@127.0.0.1:{port}/nowhere" in line, line
+    # The database named, never its URL (issue 58: no user, no secret, no parameter).
+    assert f"the PostgreSQL database nowhere at 127.0.0.1:{port}" in line, line
+    assert "datarax" not in line.split("nowhere")[0].split("PostgreSQL")[-1], line
     assert PASSWORD not in done.stderr + done.stdout
     log = tmp_path / "server.log"
     assert not log.exists() or PASSWORD not in log.read_text(errors="replace")
