@@ -66,6 +66,14 @@ def _write(conn: Connection, link: JobLink) -> bool:
     return True
 
 
+MIN_STEP_S = 1e-9
+MAX_STEP_S = 1e7
+"""A pushed step time outside [``MIN_STEP_S``, ``MAX_STEP_S``] seconds (a nanosecond to
+116 days; zero, negative, subnormal or absurdly large) cannot be a training step's and is
+left out of every measurement (fidelity's median, jobs calibrations), so no median, ratio
+or fit is built on it."""
+
+
 def _measured(conn: Connection, job: str, metric: str, limit: int) -> list[float]:
     rows = conn.execute(
         Statement(
@@ -78,7 +86,8 @@ def _measured(conn: Connection, job: str, metric: str, limit: int) -> list[float
     for (text,) in rows:
         value = orjson.loads(text).get(metric)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            out.append(float(value))
+            if MIN_STEP_S <= value <= MAX_STEP_S:
+                out.append(float(value))
     return out
 
 
@@ -106,6 +115,6 @@ async def measured_steps(
     store: Store, job: str, metric: str, limit: int = MEASURED_STEPS
 ) -> list[float]:
     """The metric's values over the job's newest ``limit`` points (at most
-    :data:`MEASURED_STEPS`; points without it, or with a non-finite value stored as
-    null, are left out)."""
+    :data:`MEASURED_STEPS`; points without it, with a non-finite value stored as null, or
+    with a value no step can take (:data:`MAX_STEP_S`) are left out)."""
     return await store.read(lambda c: _measured(c, job, metric, min(limit, MEASURED_STEPS)))

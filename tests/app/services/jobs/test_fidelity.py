@@ -50,6 +50,21 @@ def test_the_median_of_the_measured_steps_against_the_plan(store):
     assert anyio.run(fidelity.fidelity, store, other)["measured_step_s"] is None
 
 
+def test_step_times_that_cannot_be_real_are_not_measured(store):
+    # Issue 58, class 8: -1 entered the median; zero, subnormal and absurd values divide
+    # or overflow downstream. Each is left out; the real steps alone are measured.
+    _plan(store, "p", 4.0)
+    _points(store, "j", [-1.0, 0.0, 1e-320, 1e300, 2.0, 2.0, 2.0])
+    anyio.run(fidelity.link, store, "j", "p", None)
+    link = anyio.run(job_links.read_link, store, "j")
+    out = anyio.run(fidelity.fidelity, store, link)
+    assert out.measured_step_s == 2.0 and out.points == 3 and out.error == 1.0
+    _points(store, "k", [-1.0, 0.0])  # nothing real: nothing measured, no error
+    anyio.run(fidelity.link, store, "k", "p", None)
+    none = anyio.run(fidelity.fidelity, store, anyio.run(job_links.read_link, store, "k"))
+    assert none.measured_step_s is None and none.error is None and none.points == 0
+
+
 def test_links_need_a_job_and_a_plan_with_an_estimate(store):
     _plan(store, "bare", None)
     _plan(store, "p", 1.0)
