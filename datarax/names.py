@@ -5,6 +5,8 @@ Example:
   " (did you mean 'fsdp'?)"
   >>> did_you_mean("zzz", ["data", "fsdp"])
   ''
+  >>> did_you_mean("fsdp", ["data", "fsdp"])
+  ''
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ def nearest(name: object, choices: Iterable[str], cutoff: float = 0.6) -> str | 
     case ignored), or ``None``."""
     if not isinstance(name, str):
         return None
-    options = list(choices)
+    options = [option for option in choices if option.lower() != name.lower()]
+    # (a name is never its own suggestion: it is valid elsewhere, not here)
     lowered = {option.lower(): option for option in options}
     close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=cutoff)
     return lowered[close[0]] if close else None

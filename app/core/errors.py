@@ -567,6 +567,8 @@ def _readable(
     if error_type in ("extra_forbidden", "unexpected_keyword_argument"):
         # (the second: a member a dataclass the body parses into does not have)
         name = field.rsplit(".", 1)[-1]
+        if name in vocabulary:  # a field of another mode or object, not of this one
+            return f"{name!r} is not a field here (it is one of another kind of body or object)"
         return f"{name!r} is not a field here{did_you_mean(name, vocabulary)}"
     if error_type in ("literal_error", "enum"):
         expected = str((err.get("ctx") or {}).get("expected", ""))

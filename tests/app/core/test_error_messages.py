@@ -698,3 +698,16 @@ def test_a_typo_is_answered_with_the_nearest_valid_name(api, change, code, sugge
 )  # fmt: skip
 def test_the_rules_catch_what_they_name(detail, faults):
     assert message_faults(detail) == faults
+
+
+def test_a_field_of_another_mode_is_never_its_own_suggestion(api):
+    # Issue 58, class 11: "'pipeline' is not a field here (did you mean 'pipeline'?)" on a
+    # plain plan body: the name is valid in hardware plans, so it is said so instead.
+    body = assert_problem(
+        api.post("/v1/meshes", json={"axes": {"data": -1}, "pipeline": {"microbatches": 4}}),
+        422,
+        "validation_error",
+    )
+    assert "did you mean 'pipeline'" not in body["detail"], body["detail"]
+    assert "'pipeline' is not a field here (it is one of another kind" in body["detail"]
+    assert not message_faults(body["detail"]), body["detail"]
