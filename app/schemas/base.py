@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
 from pydantic import Strict as StrictMode
 
 
@@ -29,7 +29,7 @@ class OptimizerSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: OptimizerName = "adam"
     learning_rate: float | None = Field(None, gt=0)
-    shard_over_data: bool = Field(
+    shard_over_data: StrictBool = Field(
         False,
         strict=True,
         description="hardware plans: optimizer state split over the data axes as well "

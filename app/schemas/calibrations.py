@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, StrictBool, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from app.schemas.base import Strict
@@ -36,7 +36,7 @@ class HostCalibrationRequest(Strict):
     )
 
     kind: Literal["host"] = Field(description="host: measure the live devices")
-    quick: bool = Field(
+    quick: StrictBool = Field(
         True,
         description="fewer and smaller cases: under a minute on a two-core host with 8 "
         "simulated CPU devices; false adds the larger sizes",
