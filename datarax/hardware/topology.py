@@ -159,6 +159,8 @@ class HardwareLayout:
 
 
 def _check_count(value: object, what: str, code: str, hint: str) -> int:
+    if value is None:  # not "hosts is None": the member is missing
+        raise PlanError(code, f"{what} is missing; give an integer >= 1 ({hint})")
     if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
         raise PlanError(code, f"{what} is {value!r}; it must be an integer >= 1 ({hint})")
     return int(value)

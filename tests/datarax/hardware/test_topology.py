@@ -496,3 +496,12 @@ def test_refusals_carry_codes(hardware, kwargs, code):
         plan_hardware_devices(hardware, **kwargs)
     assert caught.value.code == code
     assert str(caught.value) == caught.value.message and len(caught.value.message) > 20
+
+
+def test_a_missing_count_is_said_missing_not_none():
+    # Issue 58, class 11: "hosts is None" said a Python value, not what to do.
+    with pytest.raises(PlanError) as caught:
+        plan_hardware_devices("h100-sxm", ici={"d": 8})
+    assert caught.value.code == "invalid_host_count"
+    assert "None" not in caught.value.message
+    assert caught.value.message.startswith("hosts is missing; give an integer >= 1")
