@@ -47,6 +47,7 @@ from datarax.estimate.calibrations import (
 from datarax.estimate.cost import estimate_step
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
+from datarax.names import did_you_mean
 from datarax.parallel.options import ParallelOptions
 
 MAX_JOBS = 256
@@ -73,11 +74,8 @@ async def read_profile(store: Store, profile_id: str) -> bytes:
         return orjson.dumps(get_profile(profile_id).to_json())
     text = await stored.get_profile(store, profile_id)
     if text is None:
-        try:
-            get_profile(profile_id)
-        except PlanError as error:  # its message names the nearest id
-            raise ServiceError(error.message, code="calibration_not_found") from None
-    return (text or "{}").encode()
+        raise await _unknown(store, profile_id, "calibration_not_found")
+    return text.encode()
 
 
 async def resolve(
@@ -98,11 +96,8 @@ async def resolve(
         return profile_id
     text = await stored.get_profile(store, profile_id)
     if text is None:
-        try:
-            get_profile(profile_id)
-        except PlanError as error:
-            raise from_library(error) from None
-    body = orjson.loads(text or "{}")
+        raise await _unknown(store, profile_id)
+    body = orjson.loads(text)
     if body.get("status", "done") != "done":
         raise ServiceError(
             f"calibration {profile_id!r} is {body['status']}, so it has no constants yet"
@@ -110,6 +105,28 @@ async def resolve(
             code="invalid_calibration",
         )
     return CalibrationProfile.from_json(body)
+
+
+UNKNOWN_LISTS = 20
+"""Stored profile ids an ``unknown_calibration`` detail names at most (the newest)."""
+
+
+async def _unknown(
+    store: Store, profile_id: str, code: str = "unknown_calibration"
+) -> ServiceError:
+    """``unknown_calibration`` (or ``code``) naming the nearest id among the published
+    profiles and the newest stored ones, and both lists (the stored one cut at
+    :data:`UNKNOWN_LISTS`)."""
+    rows = await stored.list_profiles(store, limit=UNKNOWN_LISTS)
+    saved = [orjson.loads(row)["id"] for row in rows]
+    published = [p.id for p in published_profiles()]
+    hint = did_you_mean(profile_id, [*published, *saved])
+    listed = f"the stored ones include {saved}" if saved else "none is stored yet"
+    return ServiceError(
+        f"calibration {profile_id!r} is no profile{hint}; the published profiles are "
+        f"{published}, {listed} (GET /v1/calibrations lists them all)",
+        code=code,
+    )
 
 
 async def _host_default(store: Store, hardware: str | None) -> CalibrationProfile | None:

@@ -35,6 +35,8 @@ def test_requests_name_published_or_stored_profiles(store):
     with pytest.raises(ServiceError) as err:
         anyio.run(calibrations.resolve, store, "jobs-2")
     assert err.value.code == "unknown_calibration"
+    # Issue 58, class 11: the detail names the stored profiles too, and the nearest one.
+    assert "did you mean 'jobs-1'" in err.value.detail and "['jobs-1']" in err.value.detail
     listed = orjson.loads(anyio.run(calibrations.list_profiles, store))["items"]
     assert [p["id"] for p in listed][-1] == "jobs-1" and len(listed) == 5
     assert listed[0] == get_profile(listed[0]["id"]).to_json()
@@ -42,3 +44,4 @@ def test_requests_name_published_or_stored_profiles(store):
     with pytest.raises(ServiceError) as err:
         anyio.run(calibrations.read_profile, store, "jobs-2")
     assert err.value.code == "calibration_not_found"
+    assert "did you mean 'jobs-1'" in err.value.detail
