@@ -22,8 +22,9 @@ def nearest(name: object, choices: Iterable[str], cutoff: float = 0.6) -> str | 
     case ignored), or ``None``."""
     if not isinstance(name, str):
         return None
-    options = [option for option in choices if option.lower() != name.lower()]
-    # (a name is never its own suggestion: it is valid elsewhere, not here)
+    options = [option for option in choices if option != name]
+    # (a name is never its own suggestion: it is valid elsewhere, not here; another case
+    # of it is)
     lowered = {option.lower(): option for option in options}
     close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=cutoff)
     return lowered[close[0]] if close else None

@@ -242,7 +242,7 @@ class Answer(Mapping[str, Any]):
 @functools.cache
 def _builder(
     cls: type,
-) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...], frozenset[str]] | None:
+) -> tuple[Mapping[str, object], tuple[tuple[str, Any], ...], frozenset[str]] | None:
     """How :meth:`Answer.from_json` fills an instance without calling ``__init__``: the
     fields' defaults, their default factories and the names with neither; ``None`` for a
     class whose ``__init__`` does more (a ``__post_init__``, ``init=False`` fields)."""
