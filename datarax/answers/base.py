@@ -38,8 +38,12 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
+import inspect
+import itertools
+import textwrap
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -225,6 +229,14 @@ class Answer(Mapping[str, Any]):
         """pydantic's hook: the schema without the internal fields."""
         schema = handler(core_schema)
         target = handler.resolve_ref_schema(schema)
+        # pydantic reads the docstrings of a class's own fields only: an inherited
+        # member (a MeshPlan's summary members) takes its description from its class.
+        properties = target.get("properties", {})
+        for base in cls.__mro__[1:]:
+            if base is not Answer and issubclass(base, Answer):
+                for name, doc in _field_docstrings(base).items():
+                    if name in properties:
+                        properties[name].setdefault("description", doc)
         hidden = [f.name for f in dataclasses.fields(cls) if f.metadata.get(_INTERNAL)]  # type: ignore[arg-type]
         # Omitted members are never required, even where the class's config asks the
         # serialisation schema to require members with defaults.
@@ -283,7 +295,7 @@ def _reader(hint: Any) -> Any:
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, types.UnionType):
         if any(isinstance(a, type) and issubclass(a, Answer) for a in args):
-            return functools.partial(decode, hint)
+            return functools.partial(_union, args)
         arms = [a for a in args if a is not type(None)]
         return _reader(arms[0]) if len(arms) == 1 else None
     item = _reader(args[0]) if args and origin in (tuple, list, Sequence) else None
@@ -299,38 +311,45 @@ def _reader(hint: Any) -> Any:
     return None
 
 
+def _field_docstrings(cls: type) -> dict[str, str]:
+    """The docstrings under ``cls``'s own fields, as pydantic reads them ({} where the
+    source is not at hand)."""
+    try:
+        source = inspect.getsource(cls)
+    except OSError:
+        return {}
+    body = ast.parse(textwrap.dedent(source)).body[0]
+    assert isinstance(body, ast.ClassDef)
+    docs = {}
+    for node, after in itertools.pairwise(body.body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
 def decode(hint: Any, value: Any) -> Any:
     """``value`` (decoded JSON) read as the type ``hint``: answers (nested too) built from
     their objects, ``tuple[X, ...]`` and ``list[X]`` of them, ``dict[str, X]`` and
-    ``X | None``; anything else is returned as it is."""
-    if value is None or hint is Any:
+    ``X | None``; anything else is returned as it is (:func:`_reader`)."""
+    read = _reader(hint)
+    return value if read is None or value is None else read(value)
+
+
+def _union(arms: tuple[Any, ...], value: Any) -> Any:
+    """A union's reading: the first answer class whose required members are all there (a
+    union lists the richer class first: ``MemoryEstimate | MemoryPerDevice``)."""
+    answers = [a for a in arms if isinstance(a, type) and issubclass(a, Answer)]
+    if not isinstance(value, Mapping):
         return value
-    if isinstance(hint, type):
-        if issubclass(hint, Answer) and dataclasses.is_dataclass(hint):
-            return hint.from_json(value)
-        return value
-    origin = get_origin(hint)
-    args = get_args(hint)
-    if origin in (Union, types.UnionType):
-        answers = [a for a in args if isinstance(a, type) and issubclass(a, Answer)]
-        if answers and isinstance(value, Mapping):
-            # The first answer class whose required members are all there: a union lists
-            # the richer class first (``MemoryEstimate | MemoryPerDevice``).
-            for arm in answers:
-                if _required(arm) <= value.keys():
-                    return arm.from_json(value)
-            if len(answers) < len([a for a in args if a is not type(None)]):
-                return value  # another arm's (an npz answer: ``ReduceAnswer | NpzArrays``)
-            return answers[-1].from_json(value)
-        arms = [a for a in args if a is not type(None)]
-        return decode(arms[0], value) if len(arms) == 1 else value
-    if origin is tuple and isinstance(value, list):
-        item = args[0] if args else Any
-        return tuple(decode(item, v) for v in value)
-    if origin in (list, Sequence) and isinstance(value, list):
-        return [decode(args[0], v) for v in value] if args else value
-    if origin is dict and isinstance(value, Mapping):
-        return {k: decode(args[1], v) for k, v in value.items()} if args else value
-    if origin is Literal:
-        return value
-    return value
+    for arm in answers:
+        if _required(arm) <= value.keys():
+            return arm.from_json(value)
+    if len(answers) < len([a for a in arms if a is not type(None)]):
+        return value  # another arm's (an npz answer: ``ReduceAnswer | NpzArrays``)
+    return answers[-1].from_json(value)

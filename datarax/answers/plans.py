@@ -16,11 +16,7 @@ encoder. A plan the client parses has lists there.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import itertools
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -133,28 +129,6 @@ _GRID_EXAMPLE: dict[str, Any] = {
 }
 
 
-def _field_docstrings(cls: type) -> dict[str, str]:
-    """The docstrings under ``cls``'s own fields, as pydantic reads them ({} where the
-    source is not at hand)."""
-    try:
-        source = inspect.getsource(cls)
-    except OSError:
-        return {}
-    body = ast.parse(textwrap.dedent(source)).body[0]
-    assert isinstance(body, ast.ClassDef)
-    docs = {}
-    for node, after in itertools.pairwise(body.body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = inspect.cleandoc(after.value.value)
-    return docs
-
-
 @dataclass(frozen=True, eq=False)
 class MeshPlanSummary(Answer):
     """A stored plan without ``device_grid`` and ``shards`` (``GET /v1/meshes``,
@@ -230,17 +204,6 @@ class MeshPlan(MeshPlanSummary):
     """device ids nested like the mesh (abstract plans: 0..n-1 row-major)"""
     shards: Sequence[Shard]
     """one entry per device, in mesh order"""
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
-        """The schema with the summary's member descriptions: pydantic reads the docstrings
-        of a dataclass's own fields only."""
-        schema = super().__get_pydantic_json_schema__(core_schema, handler)
-        properties = handler.resolve_ref_schema(schema).get("properties", {})
-        for name, doc in _field_docstrings(MeshPlanSummary).items():
-            if name in properties:
-                properties[name].setdefault("description", doc)
-        return schema
 
     def summary(self) -> MeshPlanSummary:
         """The plan without ``device_grid`` and ``shards``."""

@@ -73,3 +73,22 @@ def test_iter_job_metrics_yields_history_points() -> None:
     for cls in (Client, AsyncClient):
         produced = _return_type(cls, "iter_job_metrics")
         assert get_args(produced) == (answers.HistoryPoint,)
+
+
+def test_a_union_reads_as_the_answer_its_members_fit_or_as_it_is() -> None:
+    # reduce_metrics answers ReduceAnswer | NpzArrays: an npz answer's arrays stay arrays
+    # (a helper found it raised TypeError), a JSON answer becomes the class; a memory
+    # union takes the richer class only when its members are there.
+    import numpy as np
+
+    from datarax.answers.base import decode
+    from datarax.client._clients import NpzArrays
+
+    arrays = {"loss": np.zeros(2)}
+    assert decode(answers.ReduceAnswer | NpzArrays, arrays) is arrays
+    json_answer = {"reduced": {"loss": 1.0}, "num_devices": 2}
+    parsed = decode(answers.ReduceAnswer | NpzArrays, json_answer)
+    assert isinstance(parsed, answers.ReduceAnswer) and parsed.num_devices == 2
+    plain = {"params": 1, "optimizer": 1, "batch": 1, "total": 3}
+    memory = decode(answers.MemoryEstimate | answers.MemoryPerDevice, plain)
+    assert type(memory) is answers.MemoryPerDevice and memory == plain
