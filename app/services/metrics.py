@@ -12,6 +12,7 @@ import functools
 from typing import Any, cast
 
 import numpy as np
+import orjson
 from pydantic import BaseModel
 
 from app.codecs.json_arrays import decode_json_arrays, encode_json, loads_body, validate_model
@@ -44,7 +45,7 @@ from app.services.metric_inputs import (
     split_npz_metrics as split_npz_metrics,
 )
 from datarax.answers.metrics import CollectAnswer, DeviceMetrics, ReduceAnswer
-from datarax.metrics.reductions import reduce_custom, split_by_device
+from datarax.metrics.reductions import reduce_custom, reduce_number_lists, split_by_device
 
 NUM_DEVICES_ARRAY = "_num_devices"
 """The npz answer's extra member: the device count (the JSON answer's ``num_devices``)."""
@@ -127,6 +128,34 @@ def reduce_metrics(data: MetricsInput) -> tuple[dict[str, Any], int]:
 
 
 _REDUCED = template(ReduceAnswer(reduced=TEXT, num_devices=INT))
+
+SMALL_BODY_BYTES = 4096
+"""JSON reduce bodies up to this size try :func:`reduce_small_json` first."""
+
+
+def reduce_small_json(body: bytes) -> bytes | None:
+    """The JSON answer of a small plain reduce, from the lists themselves (no arrays), or
+    None for the general path (:func:`decode_metrics_body`, :func:`reduce_metrics`,
+    :func:`encode_reduced`), which answers every other body, and every error.
+
+    Plain: a body :func:`plain_metrics_fields` accepts unchanged, no ``weights``, every
+    metric a flat list of finite numbers over at most
+    :data:`~datarax.metrics._list_reductions.MAX_DEVICES` devices. The values are the
+    general path's, bit for bit (:mod:`datarax.metrics._list_reductions`); it costs about
+    a third of it (3 metrics x 8 devices: ~3 us against ~10 us, in process).
+    """
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    fields = plain_metrics_fields(data, options=True)
+    if fields is None or fields["weights"] is not None:
+        return None
+    done = reduce_number_lists(fields["metrics"], fields["reduce"], fields["nan_policy"])
+    if done is None:
+        return None
+    reduced, num_devices = done
+    return _REDUCED % (orjson.dumps(reduced), num_devices)
 
 
 def encode_reduced(reduced: dict[str, Any], num_devices: int) -> bytes:

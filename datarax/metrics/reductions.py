@@ -28,6 +28,7 @@ import numpy.typing as npt
 from numpy.typing import NDArray
 
 from datarax.errors import MetricsError
+from datarax.metrics._list_reductions import reduce_number_lists
 from datarax.metrics._numpy_kernels import (
     is_inexact,
     named_error,
@@ -37,7 +38,14 @@ from datarax.metrics._numpy_kernels import (
 from datarax.names import did_you_mean
 from datarax.tree_types import MetricOp, NamedLeaves, NanPolicy, PyTree, ReduceOp
 
-__all__ = ["NAN_POLICIES", "REDUCE_OPS", "MetricsError", "reduce_custom", "split_by_device"]
+__all__ = [
+    "NAN_POLICIES",
+    "REDUCE_OPS",
+    "MetricsError",
+    "reduce_custom",
+    "reduce_number_lists",
+    "split_by_device",
+]
 
 REDUCE_OPS: tuple[str, ...] = ("mean", "sum", "max", "min")
 NAN_POLICIES: tuple[str, ...] = ("propagate", "omit", "raise")

@@ -38,10 +38,12 @@ from app.schemas.metrics import (
 )
 from app.services.metrics import (
     NUM_DEVICES_ARRAY,
+    SMALL_BODY_BYTES,
     decode_metrics_body,
     encode_collect,
     encode_reduced,
     reduce_metrics,
+    reduce_small_json,
     reduced_npz_arrays,
 )
 from datarax.answers.metrics import CollectAnswer, ReduceAnswer
@@ -120,6 +122,13 @@ async def reduce_endpoint(request: Request) -> Response:
     # Options travel in the query string only with npz bodies (JSON ignores it).
     query = request.query_params if media == NPZ_MEDIA_TYPE else {}
 
+    npz_answer = accepts_npz(request)
+    if not npz_answer and len(body) <= SMALL_BODY_BYTES and is_json_media(media):
+        small = reduce_small_json(body)  # microseconds: inline, no thread
+        if small is not None:
+            state.telemetry.count_reduction("reduce")
+            return BytesResponse(small, JSON_MEDIA_TYPE, headers=_VARY_ACCEPT)
+
     def work() -> bytes:
         data = decode_metrics_body(
             body,
@@ -135,7 +144,6 @@ async def reduce_endpoint(request: Request) -> Response:
             return encode_npz(reduced_npz_arrays(reduced, num_devices))
         return encode_reduced(reduced, num_devices)
 
-    npz_answer = accepts_npz(request)
     content = await run_for_body(work, len(body))
     state.telemetry.count_reduction("reduce")
     return BytesResponse(
