@@ -48,6 +48,7 @@ from app.core.settings import Settings
 from app.core.telemetry import SessionFigures, Telemetry
 from app.core.version import package_version
 from app.services.compile_checks import CompileChecks
+from app.services.heavy_work import heavy_work
 from app.services.host_calibration import HostCalibrations
 from app.services.jobs.retention import retention_loop
 from app.services.jobs.summaries import job_gauges
@@ -155,8 +156,10 @@ def create_app(
         openapi_tags=OPENAPI_TAGS,
     )
     app.state.settings = settings
+    app.state.byte_limits = settings.byte_limits()
     app.state.telemetry = telemetry
     app.state.lifecycle = Lifecycle()
+    heavy_work(app)  # the heavy lane, made once: app.state.heavy_work
     app.state.runtime = runtime
     watch_service(app, settings, telemetry)
     install_error_handlers(app)

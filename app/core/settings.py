@@ -3,6 +3,7 @@ through pydantic-settings."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -301,3 +302,22 @@ class Settings(BaseSettings):
     @property
     def max_answer_bytes(self) -> int:
         return int(self.max_answer_mb * 1024 * 1024)
+
+    def byte_limits(self) -> ByteLimits:
+        """The byte caps, computed once for an app (``app.state.byte_limits``)."""
+        return ByteLimits(
+            body=self.max_body_bytes, header=self.max_header_bytes, answer=self.max_answer_bytes
+        )
+
+
+@dataclass(frozen=True)
+class ByteLimits:
+    """The byte caps requests check, from :class:`Settings`: built once, read by the
+    routes without converting megabytes on every request."""
+
+    body: int
+    """``DATARAX_MAX_BODY_MB`` in bytes"""
+    header: int
+    """``DATARAX_MAX_HEADER_KB`` in bytes"""
+    answer: int
+    """``DATARAX_MAX_ANSWER_MB`` in bytes"""

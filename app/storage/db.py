@@ -430,7 +430,8 @@ class SQLiteStore(StoreInterface):
         db.outcome_at = time.monotonic()
         if db.room is not None:
             try:
-                db.room.committed(db.conn, self.path, FREE_BYTES_TO_RECOVER)
+                if db.room.fenced:  # rare: after a disk-full refusal
+                    db.room.committed(db.conn, self.path, FREE_BYTES_TO_RECOVER)
             except sqlite3.Error:  # the commit stands; the fence is retried on the next one
                 log.warning("the space reserve could not be kept", exc_info=True)
         fault = db.fault

@@ -86,12 +86,17 @@ def _only_query(request: Request, *allowed: str) -> None:
         seen.add(name)
 
 
-def _limits(settings: Any) -> PointLimits:
+def _limits(state: Any) -> PointLimits:
     """The caps every push path checks: ``DATARAX_MAX_POINT_VALUES``, and
-    ``DATARAX_MAX_ANSWER_MB`` (a stored point must fit in an answer)."""
-    return PointLimits(
-        max_values=settings.max_point_values, max_answer_bytes=settings.max_answer_bytes
-    )
+    ``DATARAX_MAX_ANSWER_MB`` (a stored point must fit in an answer); made once an app."""
+    limits: PointLimits | None = getattr(state, "point_limits", None)
+    if limits is None:
+        settings = state.settings
+        limits = PointLimits(
+            max_values=settings.max_point_values, max_answer_bytes=settings.max_answer_bytes
+        )
+        state.point_limits = limits
+    return limits
 
 
 SourceQuery = Annotated[
@@ -214,20 +219,20 @@ async def push_job_metrics(
     take integral numbers (``1000`` or ``1000.0``)."""
     _only_query(request, "step", "reduce", "nan_policy", "source", "sources")
     state = request.app.state
-    settings, store, telemetry = state.settings, state.store, state.telemetry
+    store, telemetry = state.store, state.telemetry
     body = await read_body(request)
     batch = await run_for_body(
         lambda: decode_point(
             body,
             media_type(request),
             request.headers.get("content-type"),
-            max_bytes=settings.max_body_bytes,
+            max_bytes=state.byte_limits.body,
             step=step,
             reduce=reduce,
             nan_policy=nan_policy,
             source=source,
             sources=sources,
-            limits=_limits(settings),
+            limits=_limits(state),
         ),
         len(body),
     )
@@ -282,7 +287,7 @@ async def push_job_metrics_batch(
     every point; an npz batch whose points' JSON could pass ``DATARAX_MAX_BODY_MB`` is
     422 ``value_too_large`` (it names its metrics once for all its points)."""
     state = request.app.state
-    settings, store, telemetry = state.settings, state.store, state.telemetry
+    store, telemetry = state.store, state.telemetry
     media = media_type(request)
     if media == NPZ_MEDIA_TYPE:
         _only_query(request, "reduce", "nan_policy", "source", "sources")
@@ -291,17 +296,17 @@ async def push_job_metrics_batch(
             store,
             job,
             body,
-            max_bytes=settings.max_body_bytes,
+            max_bytes=state.byte_limits.body,
             reduce=reduce,
             nan_policy=nan_policy,
             source=source,
             sources=sources,
-            limits=_limits(settings),
+            limits=_limits(state),
         )
     else:
         require_json(request)
         _only_query(request)
-        answer = await push.push_batch(store, job, await read_body(request), _limits(settings))
+        answer = await push.push_batch(store, job, await read_body(request), _limits(state))
     telemetry.count_reduction("job")
     telemetry.job_points.inc(answer.stored)
     return BytesResponse(answer.body, JSON_MEDIA_TYPE, 201 if answer.created else 200)
@@ -362,7 +367,7 @@ async def get_job_metrics(
             limit=limit,
             max_points=max_points,
             include_partial=include_partial,
-            max_bytes=request.app.state.settings.max_answer_bytes,
+            max_bytes=request.app.state.byte_limits.answer,
         ),
         JSON_MEDIA_TYPE,
     )

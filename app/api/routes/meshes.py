@@ -16,7 +16,6 @@ from app.api.streamed import CompressedAnswer, cached_facts
 from app.core.answer_limit import check_answer_size
 from app.schemas.meshes import PLAN_REQUEST_EXAMPLE, MeshPlanRequest
 from app.services import meshes
-from app.services.heavy_work import heavy_work
 from app.services.layout_scope import parse_scope
 from datarax.answers.plans import MeshPlan, MeshPlanList, MeshPlanSummary
 
@@ -92,9 +91,9 @@ async def create_mesh(
         body.root,  # the mode's typed request, parsed once
         store,
         runtime,
-        lane=heavy_work(request.app),
+        lane=request.app.state.heavy_work,
         client_gone=request.is_disconnected,
-        max_answer_bytes=request.app.state.settings.max_answer_bytes,
+        max_answer_bytes=request.app.state.byte_limits.answer,
     )
     telemetry.plans_created.labels(kind="live" if plan.live else "abstract").inc()
     return json_response(plan.body, 201, {"Location": f"/v1/meshes/{plan.id}"})
@@ -132,7 +131,7 @@ async def list_meshes(
         limit,
         offset,
         summary=view == "summary",
-        max_bytes=request.app.state.settings.max_answer_bytes,
+        max_bytes=request.app.state.byte_limits.answer,
     )
     return json_response(text)
 
