@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from app.core.threads import run_for_body, thread_for_body
-from app.services.answer_json import dumps, stored
+from app.services.answer_json import INT, TEXT, dumps, template
 from app.services.jobs.decode import JobBatch, decode_batch, decode_npz_batch
 from app.services.jobs.limits import DEFAULT_LIMITS, PointLimits
 from app.services.jobs.parts import PART_RULES
@@ -75,24 +76,43 @@ class PushAnswer:
     stored: int = 0
 
 
+_PUSHED = template(
+    PushResult(
+        job=TEXT,
+        step=INT,
+        source=TEXT,
+        sources=INT,
+        complete=TEXT,
+        reduced=TEXT,
+        received_at=TEXT,
+        num_devices=INT,
+        missing_sources=TEXT,
+        warnings=TEXT,
+    )
+)
+"""A :class:`~datarax.answers.jobs.PushResult`'s JSON as a %-format (every member is
+always present): the push answers without building the answer object."""
+
+
 async def push_single(store: Store, job: str, batch: JobBatch) -> PushAnswer:
     """One step (or one source's part of it): the answer echoes the stored point."""
     rows = await run_for_body(lambda: rows_of(batch), 64 * 1024 + len(batch) * 1024)
     outcome = await store_jobs.store_points(store, job, rows.items, PART_RULES)
     (item,) = outcome.items
-    answer = PushResult(
-        job=job,
-        step=item.step,
-        source=item.source,
-        sources=item.sources,
-        complete=item.complete,
-        reduced=stored(item.step_reduced) if item.complete and item.step_reduced else None,
-        received_at=item.received_at,
-        num_devices=item.num_devices,
-        missing_sources=item.missing,
-        warnings=non_finite_warnings(batch),
+    reduced = item.step_reduced if item.complete and item.step_reduced else None
+    body = _PUSHED % (
+        orjson.dumps(job),
+        item.step,
+        orjson.dumps(item.source),
+        item.sources,
+        b"true" if item.complete else b"false",
+        b"null" if reduced is None else reduced.encode() if isinstance(reduced, str) else reduced,
+        orjson.dumps(item.received_at),
+        item.num_devices,
+        orjson.dumps(item.missing),
+        orjson.dumps(non_finite_warnings(batch)),
     )
-    return PushAnswer(created=item.created, body=dumps(answer), stored=int(item.created))
+    return PushAnswer(created=item.created, body=body, stored=int(item.created))
 
 
 def _store_batch(store: Store, job: str, batch: JobBatch) -> PushAnswer:
