@@ -194,7 +194,9 @@ def service_lifespan(
         app.state.sessions = SessionService(store, rt, settings, telemetry)
         checks = app.state.compile_checks = CompileChecks(settings)
         await checks.start()
-        hosts = app.state.host_calibrations = HostCalibrations(store, rt)
+        hosts = app.state.host_calibrations = HostCalibrations(
+            store, rt, keep=settings.calibrations_keep
+        )
         await hosts.recover()
         retention = asyncio.create_task(
             retention_loop(store, settings.job_retention_days, settings.plan_retention_days)

@@ -172,6 +172,18 @@ CODES: dict[str, Code] = _codes(
     ("insufficient_memory", 422, "Not enough device memory", "beyond the memory budget"),
     ("missing_inputs", 422, "Batch has no inputs", "a batch without 'inputs'"),
     ("missing_targets", 422, "Batch has no targets", "a batch without 'targets'"),
+    (
+        "calibration_published",
+        409,
+        "Published calibration",
+        "a published profile ships with the library and cannot be deleted",
+    ),
+    (
+        "calibration_too_large",
+        422,
+        "Calibration too large",
+        "a jobs fit past DATARAX_MAX_CALIBRATION_CELLS grid cells",
+    ),
     ("invalid_inputs", 422, "Invalid inputs", "inputs that are not numeric"),
     ("invalid_targets", 422, "Invalid targets", "targets that are not valid class ids"),
     ("batch_shape_mismatch", 422, "Batch does not fit the model", "wrong feature sizes"),

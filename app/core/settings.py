@@ -151,6 +151,21 @@ class Settings(BaseSettings):
         description="(ici, dcn) candidates one recommendation may price; more are 422 "
         "search_space_too_large, before any work",
     )
+    max_calibration_cells: int = Field(
+        20_000_000,
+        ge=1,
+        le=10**12,
+        description="grid cells one jobs calibration may compute (jobs x 23,760 grid points, "
+        "twice from 3 jobs for the leave-one-out refits); more are 422 "
+        "calibration_too_large, before any work",
+    )
+    calibrations_keep: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="stored calibration profiles kept, newest first; storing one deletes "
+        "those past it, but a running one and each device kind's newest done host profile",
+    )
     max_sessions: int = Field(
         32, ge=1, le=100_000, description="live training sessions at most; more are 429"
     )

@@ -4,23 +4,34 @@ ships and the ones fitted here on the measured steps of jobs linked to their pla
 ``POST /v1/calibrations {"kind": "jobs", "jobs": [...]}`` re-prices each job's plan into
 the step model's uncalibrated parts (the plan's hardware, mesh, model, batch, optimizer
 and options, as the plan stored them), takes the median of the job's measured steps
-(:mod:`app.services.jobs.fidelity`), fits the constants on those pairs by the grid search
-the published profiles come from (:func:`datarax.estimate.calibrations.fit_constants`) and
-stores the profile. A plan or a recommendation then names it as ``calibration``.
+(:mod:`app.services.jobs.fidelity`; only times a step can take,
+:data:`app.storage.job_links.MIN_STEP_S` to :data:`~app.storage.job_links.MAX_STEP_S`),
+fits the constants on those pairs by the grid search the published profiles come from
+(:func:`datarax.estimate.calibrations.fit_jobs`) and stores the profile. A plan or a
+recommendation then names it as ``calibration``.
+
+The fit is heavy work: its cells (:func:`~datarax.estimate.calibrations.fit_work`: jobs x
+grid points, and as many again for the leave-one-out refits) are counted first and
+refused past ``DATARAX_MAX_CALIBRATION_CELLS`` (422 ``calibration_too_large``); the
+re-pricing and the fit then run in the heavy lane (:mod:`app.services.heavy_work`), off
+the event loop, abandoned when the client leaves. The profile is stored only once the fit
+and its answer's JSON are whole (nothing is stored on an error), with the retention of
+``DATARAX_CALIBRATIONS_KEEP`` in the same transaction (:mod:`app.storage.calibrations`).
 """
 
 from __future__ import annotations
 
 import statistics
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import anyio.to_thread
 import orjson
 
 from app.core.errors import (
+    CalibrationRunning,
     InvalidRequest,
     JobNotFound,
     JobNotLinked,
@@ -28,6 +39,7 @@ from app.core.errors import (
     ServiceError,
     from_library,
 )
+from app.services.heavy_work import HeavyWork
 from app.storage import calibrations as stored
 from app.storage import history as store_history
 from app.storage import job_links
@@ -36,12 +48,12 @@ from app.storage.store import Store
 from datarax.answers.calibrations import CalibrationProfile, CalibrationStack, JobsFitError
 from datarax.errors import PlanError
 from datarax.estimate.calibrations import (
+    GRID_POINTS,
     default_constants,
-    fit_constants,
+    fit_jobs,
+    fit_work,
     get_profile,
     is_published,
-    leave_one_out,
-    mean_error,
     published_profiles,
 )
 from datarax.estimate.cost import estimate_step
@@ -49,9 +61,10 @@ from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.names import did_you_mean
 from datarax.parallel.options import ParallelOptions
+from datarax.plan.layout import PlanCancelled
 
 MAX_JOBS = 256
-"""Jobs one fit takes at most (each re-prices its plan: ~1 s for a 65,536-chip one)."""
+"""Jobs one fit takes at most (the request schema's bound)."""
 
 
 _PUBLISHED_JSON = [orjson.dumps(p.to_json()) for p in published_profiles()]
@@ -59,12 +72,17 @@ _PUBLISHED_JSON = [orjson.dumps(p.to_json()) for p in published_profiles()]
 change."""
 
 
-async def list_profiles(store: Store) -> bytes:
-    """The JSON of :class:`~datarax.answers.calibrations.CalibrationList`: the published
-    profiles, then the stored ones, newest first, as they were stored."""
-    texts = await stored.list_profiles(store)
-    items = _PUBLISHED_JSON + [t.encode() for t in texts]
-    return b'{"items":[' + b",".join(items) + b"]}"
+async def list_profiles(store: Store, limit: int = 100, offset: int = 0) -> bytes:
+    """The JSON of :class:`~datarax.answers.calibrations.CalibrationList`: a page of the
+    published profiles, then the stored ones, newest first, as they were stored, and
+    ``total``, how many both hold."""
+    published = _PUBLISHED_JSON[offset : offset + limit]
+    texts, stored_total = await stored.page_profiles(
+        store, limit - len(published), max(0, offset - len(_PUBLISHED_JSON))
+    )
+    items = published + [t.encode() for t in texts]
+    total = len(_PUBLISHED_JSON) + stored_total
+    return b'{"items":[' + b",".join(items) + b'],"total":' + str(total).encode() + b"}"
 
 
 async def read_profile(store: Store, profile_id: str) -> bytes:
@@ -139,8 +157,12 @@ async def _host_default(store: Store, hardware: str | None) -> CalibrationProfil
     return None if text is None else CalibrationProfile.from_json(orjson.loads(text))
 
 
-def _plan_parts(plan: dict[str, Any]) -> tuple[str, dict[str, float]]:
-    """``(hardware kind, the step model's uncalibrated parts)`` of a stored plan."""
+def _plan_parts(plan: dict[str, Any]) -> dict[str, float]:
+    """The step model's uncalibrated parts of a stored plan.
+
+    Raises:
+      PlanError: the library's, for a plan it cannot price.
+    """
     hw = get_hardware(plan["hardware"])
     tpu = hw.kind == "tpu"  # a TPU plan's hosts, a GPU plan's slice, follow from the rest
     layout = plan_hardware_devices(
@@ -167,10 +189,12 @@ def _plan_parts(plan: dict[str, Any]) -> tuple[str, dict[str, float]]:
         optimizer="adam" if memory.get("optimizer") else "sgd",
         options=options,
     )
-    return hw.kind, dict(estimate.predicted_components)
+    return dict(estimate.predicted_components)
 
 
 async def _job_row(store: Store, job: str) -> dict[str, Any]:
+    """What the fit needs of one job, read from the store: its plan, the plan's
+    accelerator kind, the median of its measured steps. Nothing heavy."""
     if await store_history.read_job(store, job) is None:
         raise JobNotFound(f"no job named {job!r}; GET /v1/jobs lists them")
     link = await job_links.read_link(store, job)
@@ -181,10 +205,21 @@ async def _job_row(store: Store, job: str) -> dict[str, Any]:
         raise InvalidRequest(f"job {job!r}'s plan {link.plan!r} is gone")
     measured = await job_links.measured_steps(store, job, link.step_time_metric)
     if not measured:
-        raise NoMeasuredSteps(f"job {job!r} pushed no {link.step_time_metric!r} yet")
+        raise NoMeasuredSteps(
+            f"job {job!r} pushed no {link.step_time_metric!r} a step can take yet (a time "
+            f"from {job_links.MIN_STEP_S:g} s to {job_links.MAX_STEP_S:g} s)"
+        )
+    median = statistics.median(measured)
+    if not job_links.MIN_STEP_S <= median <= job_links.MAX_STEP_S:  # the bounds hold it
+        raise InvalidRequest(f"job {job!r}'s median step time {median!r} s cannot be fitted")
     plan = orjson.loads(text)
+    if not isinstance(plan.get("hardware"), str):
+        raise InvalidRequest(
+            f"job {job!r}'s plan {link.plan!r} names no hardware, so it has no step to fit: "
+            "link the job to a hardware plan"
+        )
     try:
-        kind, parts = await anyio.to_thread.run_sync(lambda: _plan_parts(plan))
+        kind = get_hardware(plan["hardware"]).kind
     except PlanError as error:
         raise from_library(error) from None
     return {
@@ -192,43 +227,72 @@ async def _job_row(store: Store, job: str) -> dict[str, Any]:
         "plan": link.plan,
         "kind": kind,
         "hardware": plan["hardware"],
-        "parts": parts,
-        "measured_step_s": statistics.median(measured),
+        "body": plan,
+        "measured_step_s": median,
         "points": len(measured),
     }
 
 
-async def calibrate_jobs(
-    store: Store, jobs: list[str], framework: str = "jax"
-) -> CalibrationProfile:
-    """Fits, stores and answers a ``jobs`` profile on the jobs' measured steps.
+def _too_large(jobs: int, max_cells: int) -> ServiceError | None:
+    """422 ``calibration_too_large`` when a fit on ``jobs`` jobs passes ``max_cells``."""
+    cells = fit_work(jobs)
+    if cells <= max_cells:
+        return None
+    most = max((n for n in range(1, MAX_JOBS + 1) if fit_work(n) <= max_cells), default=0)
+    return ServiceError(
+        f"a fit on {jobs} jobs computes {cells:,} grid cells (each job at each of the "
+        f"{GRID_POINTS:,} points of the grid, and again for the leave-one-out refits), "
+        f"past this service's limit of {max_cells:,} (DATARAX_MAX_CALIBRATION_CELLS): "
+        + (f"fit on at most {most} jobs at a time" if most else "raise the limit"),
+        code="calibration_too_large",
+        extra={"cells": cells, "limit": max_cells, "max_jobs": most},
+    )
+
+
+def _fit(
+    rows: list[dict[str, Any]], framework: str, should_stop: Callable[[], bool]
+) -> tuple[CalibrationProfile, str]:
+    """The heavy part, in a worker thread: re-prices each plan once (``should_stop``
+    between plans), fits, and answers the profile with its JSON text, checked whole.
 
     Raises:
-      JobNotFound; JobNotLinked; NoMeasuredSteps; InvalidRequest (a plan gone, or plans
-      of different accelerator kinds).
+      PlanError: the library's (a plan it cannot price; rows it cannot fit).
+      PlanCancelled: ``should_stop`` answered true.
     """
-    rows = [await _job_row(store, job) for job in dict.fromkeys(jobs)]
-    kinds = sorted({r["kind"] for r in rows})
-    if len(kinds) != 1:
-        raise InvalidRequest(f"the jobs' plans are on {kinds} hardware: fit one kind at a time")
+    parts: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if row["plan"] not in parts:
+            if should_stop():
+                raise PlanCancelled("the jobs calibration was abandoned")
+            try:
+                parts[row["plan"]] = _plan_parts(row["body"])
+            except PlanError:
+                raise
+            except (KeyError, TypeError, ValueError) as error:  # a plan stored without it
+                raise PlanError(
+                    "invalid_request",
+                    f"job {row['job']!r}'s plan {row['plan']!r} cannot be priced again "
+                    f"({type(error).__name__}: {error}); link the job to a plan made by "
+                    "this version (POST /v1/meshes)",
+                ) from None
+    pairs = [(parts[r["plan"]], r["measured_step_s"]) for r in rows]
     hardware = sorted({r["hardware"] for r in rows})
     base = default_constants(get_hardware(hardware[0]))
-    pairs = [(r["parts"], r["measured_step_s"]) for r in rows]
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    profile_id = f"jobs-{uuid.uuid4().hex[:12]}"
+    fit = fit_jobs(pairs, base, should_stop)
+    # to the microsecond: profiles are listed (and kept) newest first by it
+    now = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
     source = f"fitted on the measured steps of {len(rows)} job(s) linked to their plans, {now}"
-    constants = replace(fit_constants(pairs, base), source=source)
     profile = CalibrationProfile(
-        id=profile_id,
+        id=f"jobs-{uuid.uuid4().hex[:12]}",
         kind="jobs",
-        hardware_kind=kinds[0],
+        hardware_kind=rows[0]["kind"],
         stack=CalibrationStack(framework=framework),
-        constants=constants,
+        constants=replace(fit.constants, source=source),
         error=JobsFitError(
-            training_mae=mean_error(pairs, constants),
+            training_mae=fit.training_mae,
             training_runs=len(pairs),
-            leave_one_out_mae=leave_one_out(pairs, base),
-            published_mae=mean_error(pairs, base),
+            leave_one_out_mae=fit.leave_one_out_mae,
+            published_mae=fit.published_mae,
         ),
         hardware=hardware[0] if len(hardware) == 1 else None,
         measurements=tuple(
@@ -236,11 +300,81 @@ async def calibrate_jobs(
             for r in rows
         ),
         created_at=now,
+        warnings=fit.warnings or None,
     )
+    # every figure finite (fit_jobs refuses the rest): the JSON the answer and the store hold
+    return profile, orjson.dumps(profile.to_json()).decode()
+
+
+async def calibrate_jobs(
+    store: Store,
+    jobs: list[str],
+    framework: str = "jax",
+    *,
+    lane: HeavyWork,
+    client_gone: Callable[[], Awaitable[bool]] | None = None,
+    max_cells: int,
+    keep: int | None = None,
+) -> tuple[CalibrationProfile, str]:
+    """Fits, stores and answers a ``jobs`` profile on the jobs' measured steps, with its
+    stored JSON text. The fit's cells are counted before anything is read; the
+    re-pricing and the fit run on ``lane``; the profile is stored (with retention,
+    ``keep``) only once whole.
+
+    Raises:
+      ServiceError: 422 ``calibration_too_large``; JobNotFound; JobNotLinked;
+        NoMeasuredSteps; InvalidRequest (a plan gone, or plans of different accelerator
+        kinds); the library's codes (``invalid_calibration`` for rows no fit can take);
+        the lane's (503 ``busy``, 499 ``request_abandoned``, 503 ``shutting_down``).
+    """
+    names = list(dict.fromkeys(jobs))
+    refused = _too_large(len(names), max_cells)
+    if refused is not None:
+        raise refused
+    rows = [await _job_row(store, job) for job in names]
+    kinds = sorted({r["kind"] for r in rows})
+    if len(kinds) != 1:
+        raise InvalidRequest(f"the jobs' plans are on {kinds} hardware: fit one kind at a time")
+    try:
+        profile, text = await lane.run(
+            "jobs calibration", lambda stop: _fit(rows, framework, stop), client_gone
+        )
+    except PlanError as error:
+        raise from_library(error) from None
     await stored.insert_profile(
-        store, profile_id, now, "jobs", kinds[0], None, orjson.dumps(profile.to_json()).decode()
+        store, profile.id, profile.created_at, "jobs", kinds[0], None, text, keep=keep
     )
-    return profile
+    return profile, text
 
 
-__all__ = ["MAX_JOBS", "calibrate_jobs", "list_profiles", "read_profile", "resolve"]
+async def delete_profile(store: Store, profile_id: str) -> None:
+    """Deletes a stored profile.
+
+    Raises:
+      ServiceError: 404 ``calibration_not_found``; 409 ``calibration_published`` (a
+        profile the library ships), ``calibration_running`` (a host profile measuring).
+    """
+    if is_published(profile_id):
+        raise ServiceError(
+            f"calibration {profile_id!r} ships with the library and cannot be deleted; "
+            "only the profiles fitted or measured here can (kinds jobs and host)",
+            code="calibration_published",
+        )
+    outcome = await stored.delete_profile(store, profile_id)
+    if outcome == "missing":
+        raise await _unknown(store, profile_id, "calibration_not_found")
+    if outcome == "running":
+        raise CalibrationRunning(
+            f"host calibration {profile_id!r} is measuring the devices; delete it once its "
+            f"status is done or failed (GET /v1/calibrations/{profile_id})"
+        )
+
+
+__all__ = [
+    "MAX_JOBS",
+    "calibrate_jobs",
+    "delete_profile",
+    "list_profiles",
+    "read_profile",
+    "resolve",
+]

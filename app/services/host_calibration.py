@@ -8,9 +8,18 @@ stage the profile is rewritten with its ``progress`` and the rows so far, so a c
 polling ``GET /v1/calibrations/{id}`` sees it move. The constants are then fitted on
 the rows (:func:`~datarax.estimate.host_calibration.fit_host_profile`, in a thread) and
 the profile is stored ``done``, with the JAX and jaxlib versions that measured it; or
-``failed``, with the ``problem`` that stopped it. One host calibration runs at a time
-(409 ``calibration_running``). A profile left ``running`` by a process that stopped is
-marked ``failed`` when the next one starts (:meth:`HostCalibrations.recover`).
+``failed``, with the ``problem`` that stopped it. A profile left ``running`` by a process
+that stopped is marked ``failed`` when the next one starts
+(:meth:`HostCalibrations.recover`).
+
+One host calibration runs at a time, across the replicas that share a database (409
+``calibration_running``): the check for a running one and the insert of the new one are
+one write transaction (:func:`app.storage.calibrations.start_host_profile`; serializable
+on PostgreSQL, so of two replicas starting at once one finds the other's). Service-wide,
+not per process: replicas sharing a database usually share a host (or its devices), where
+two measurements would skew each other, and the newest host profile is the default of
+every replica's plans on those devices. :meth:`HostCalibrations.stop` cancels and awaits
+every measuring task this process started.
 
 Time: the stages queue behind other runtime commands (training steps) and each may run
 ``STAGE_TIMEOUT_S`` at most; quick mode takes about 10 s on a two-core host with 8
@@ -89,11 +98,12 @@ def _now() -> str:
 class HostCalibrations:
     """The service's host calibrations: at most one measuring at a time."""
 
-    def __init__(self, store: Store, runtime: RuntimeClient) -> None:
+    def __init__(self, store: Store, runtime: RuntimeClient, keep: int | None = None) -> None:
         self._store = store
         self._runtime = runtime
-        self._task: asyncio.Task[None] | None = None
-        self._running: str | None = None
+        self._keep = keep  # DATARAX_CALIBRATIONS_KEEP: applied as a profile is stored
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # measuring, by profile id
+        self._stopping = False
 
     async def recover(self) -> None:
         """Marks ``failed`` the profiles a stopped process left ``running``."""
@@ -115,13 +125,12 @@ class HostCalibrations:
 
         Raises:
           ServiceError: 409 ``calibration_running``; 422 ``invalid_calibration``,
-            ``unknown_hardware``; the runtime's own (``worker_lost``) when it is down.
+            ``unknown_hardware``; the runtime's own (``worker_lost``) when it is down;
+            503 ``shutting_down`` once :meth:`stop` has run.
         """
-        if self._task is not None and not self._task.done():
-            raise CalibrationRunning(
-                f"host calibration {self._running!r} is measuring the devices; "
-                f"GET /v1/calibrations/{self._running} shows its progress"
-            )
+        if self._tasks:  # this process's: no need to ask the runtime first
+            raise _running(next(iter(self._tasks)))
+        self._check_open()
         devices, _ = await self._runtime.call("devices")
         device_kind = str(devices["devices"][0]["kind"])
         platform = str(devices["platform"])
@@ -140,27 +149,49 @@ class HostCalibrations:
             error=None,
             progress=CalibrationProgress(quick=quick, stages=STAGES, done=(), stage=STAGES[0]),
         )
+        self._check_open()
         text = orjson.dumps(profile.to_json()).decode()
-        await stored.insert_profile(
-            self._store, profile.id, profile.created_at, "host", hw.kind, device_kind, text
+        running = await stored.start_host_profile(
+            self._store, profile.id, profile.created_at, hw.kind, device_kind, text,
+            keep=self._keep,
+        )  # fmt: skip
+        if running is not None:
+            raise _running(running)
+        if self._stopping:  # stopped while the profile was stored: it ends failed
+            await self._failed(profile, "shutting_down", "the service stopped as it started")
+            self._check_open()  # raises
+        task = asyncio.create_task(
+            self._measure(profile, hw), name=f"host-calibration {profile.id}"
         )
-        self._running = profile.id
-        self._task = asyncio.create_task(self._measure(profile, hw), name="host-calibration")
+        self._tasks[profile.id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(profile.id, None))
         return profile
 
+    def _check_open(self) -> None:
+        if self._stopping:
+            raise ServiceError(
+                "the service is shutting down: start the host calibration after the restart",
+                code="shutting_down",
+            )
+
     async def stop(self) -> None:
-        """Cancels a calibration that is measuring (its profile is stored ``failed``)."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        """Cancels and awaits every calibration this process is measuring (each profile is
+        stored ``failed``); later :meth:`start` calls answer 503 ``shutting_down``."""
+        self._stopping = True
+        measuring = dict(self._tasks)
+        for task in measuring.values():
+            task.cancel()
+        await asyncio.gather(*measuring.values(), return_exceptions=True)
+        for profile_id in measuring:  # a task cancelled before it ran stored no failure
+            text = await stored.get_profile(self._store, profile_id)
+            if text is not None and orjson.loads(text).get("status") == "running":
+                profile = CalibrationProfile.from_json(orjson.loads(text))
+                await self._failed(profile, "shutting_down", "the service stopped as it began")
 
     async def wait(self) -> None:
         """Returns when no calibration is measuring (tests and shutdown)."""
-        if self._task is not None:
-            await asyncio.wait({self._task})
+        while self._tasks:
+            await asyncio.wait(set(self._tasks.values()))
 
     async def _save(self, profile: CalibrationProfile) -> None:
         text = orjson.dumps(profile.to_json()).decode()
@@ -208,6 +239,13 @@ class HostCalibrations:
             await self._save(failed)
         except Exception:  # the store is gone too: recover() marks it at the next start
             log.exception("could not store host calibration %s as failed", profile.id)
+
+
+def _running(profile_id: str) -> CalibrationRunning:
+    return CalibrationRunning(
+        f"host calibration {profile_id!r} is measuring the devices; "
+        f"GET /v1/calibrations/{profile_id} shows its progress"
+    )
 
 
 def _fit(profile: CalibrationProfile, hw: Hardware) -> CalibrationProfile:

@@ -191,12 +191,18 @@ class CalibrationProfile(Answer):
     """a host profile's measuring: the stages, those done, the one running"""
     problem: CalibrationProblem | None = omitted()
     """why a host profile failed (status failed): its code and detail"""
+    warnings: tuple[str, ...] | None = omitted()
+    """what to doubt in the fit: a ``jobs`` profile's constant fitted at an edge of the
+    grid it searches, the error growing away from it (which constant, which edge)"""
 
 
 @dataclass(frozen=True, eq=False)
 class CalibrationList(Answer):
     """``GET /v1/calibrations``: the published profiles, then those fitted here (newest
-    first)."""
+    first), a page at a time (``limit``, ``offset``)."""
 
     # field(): no default (else the dataclass takes Mapping.items, inherited, for one)
     items: list[CalibrationProfile] = field()  # type: ignore[assignment]
+    """this page's profiles"""
+    total: int
+    """the profiles listed in all (published and stored), not just this page's"""

@@ -1,5 +1,5 @@
-"""Calibration profiles over HTTP: ``GET /v1/calibrations`` and
-``GET /v1/calibrations/{id}`` (DESIGN v1.3, "Calibrations").
+"""Calibration profiles over HTTP: ``GET /v1/calibrations``, ``GET`` and ``DELETE
+/v1/calibrations/{id}``, ``POST /v1/calibrations`` (DESIGN v1.3, "Calibrations").
 
 HTTP only; the profiles are :mod:`datarax.estimate.calibrations`' (plain data, no JAX)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Request
+from fastapi import APIRouter, Body, Path, Query, Request
 from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
@@ -15,6 +15,7 @@ from app.api.openapi import problem_responses
 from app.api.routing import JsonBodyRoute, answer_response, json_response
 from app.schemas.calibrations import CalibrationRequest, HostCalibrationRequest
 from app.services import calibrations
+from app.services.heavy_work import heavy_work
 from app.services.host_calibration import HostCalibrations
 from datarax.answers.calibrations import CalibrationList, CalibrationProfile
 from datarax.estimate.calibrations import get_profile
@@ -37,16 +38,24 @@ ProfileId = Annotated[
             "model": CalibrationList,
             "description": "every profile",
             # One real entry, read from the library.
-            "content": {"application/json": {"example": {"items": [_EXAMPLE]}}},
-        }
+            "content": {"application/json": {"example": {"items": [_EXAMPLE], "total": 1}}},
+        },
+        **problem_responses(422),
     },
 )
-async def list_calibrations(store: StoreDep) -> Response:
-    """``{"items": [...]}``: the calibration profiles step estimates are priced with, the
-    published ones first, then those fitted here (newest first). Plans and
+async def list_calibrations(
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="page size", examples=[100])] = 100,
+    # SQLite integers are 64-bit: a larger offset would fail in the driver, not be empty.
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="profiles to skip")] = 0,
+) -> Response:
+    """``{"items": [...], "total": n}``: the calibration profiles step estimates are
+    priced with, the published ones first, then those fitted or measured here (newest
+    first), ``limit`` at a time from ``offset`` (``total`` counts them all). Plans and
     recommendations name one as ``calibration``; without it, a plan uses its hardware
-    kind's ``jax`` profile."""
-    return json_response(await calibrations.list_profiles(store))
+    kind's ``jax`` profile. ``DATARAX_CALIBRATIONS_KEEP`` (default 1,000) stored
+    profiles are kept, the newest."""
+    return json_response(await calibrations.list_profiles(store, limit, offset))
 
 
 @router.get(
@@ -67,6 +76,24 @@ async def get_calibration(profile_id: ProfileId, store: StoreDep) -> Response:
     return json_response(await calibrations.read_profile(store, profile_id))
 
 
+@router.delete(
+    "/v1/calibrations/{profile_id}",
+    status_code=204,
+    summary="Delete a calibration profile",
+    response_class=Response,
+    dependencies=[BearerDoc],
+    responses={204: {"description": "deleted"}, **problem_responses(401, 404, 409)},
+)
+async def delete_calibration(profile_id: ProfileId, store: StoreDep) -> Response:
+    """Deletes a stored profile (kind ``jobs`` or ``host``); a plan or recommendation that
+    names it afterwards is 422 ``unknown_calibration``, plans priced with it keep their
+    estimates. 404 ``calibration_not_found``; 409 ``calibration_published`` (the
+    published profiles ship with the library), ``calibration_running`` (a host
+    calibration still measuring: delete it once done or failed)."""
+    await calibrations.delete_profile(store, profile_id)
+    return Response(status_code=204)
+
+
 @router.post(
     "/v1/calibrations",
     summary="Measure the host, or fit a profile on linked jobs' measured steps",
@@ -83,7 +110,7 @@ async def get_calibration(profile_id: ProfileId, store: StoreDep) -> Response:
             "description": "kind host: the profile, measuring (status running); "
             "Location: /v1/calibrations/{id}, which shows its progress",
         },
-        **problem_responses(401, 404, 409, 415, 422, 503),
+        **problem_responses(401, 404, 409, 415, 422, 499, 503),
     },
 )
 async def create_calibration(
@@ -119,13 +146,28 @@ async def create_calibration(
     constants fitted on those pairs by the grid search the published profiles come from,
     and the profile stored (201, ``Location``). Its ``error`` gives the fit's mean
     absolute error on the jobs, the published profile's, and, from 3 jobs, the
-    leave-one-out error. 404 ``job_not_found``; 409 ``job_not_linked`` (a job linked to
-    no plan) and ``no_measured_steps``; 422 for plans of different accelerator kinds."""
+    leave-one-out error; ``warnings`` (omitted when empty) names each constant the fit put
+    at an edge of its grid. 404 ``job_not_found``; 409 ``job_not_linked`` (a job linked to
+    no plan) and ``no_measured_steps`` (no step time from a nanosecond to 116 days); 422
+    for plans of different accelerator kinds, ``invalid_calibration`` for steps no fit
+    can take, and ``calibration_too_large``: the fit's grid cells (jobs x 23,760 grid
+    points, twice from 3 jobs for the leave-one-out refits) are counted before any work
+    and may be at most ``DATARAX_MAX_CALIBRATION_CELLS`` (default 20,000,000); the
+    problem carries ``cells``, ``limit`` and ``max_jobs``. The fit is heavy work, off the
+    event loop (503 ``busy``, 499 ``request_abandoned``, 503 ``shutting_down`` as for
+    recommendations); nothing is stored unless it succeeds."""
+    settings = request.app.state.settings
     if isinstance(body, HostCalibrationRequest):
         hosts: HostCalibrations = request.app.state.host_calibrations
         answer = await hosts.start(body.quick, body.hardware)
-        status = 202
-    else:
-        answer = await calibrations.calibrate_jobs(store, body.jobs, body.framework)
-        status = 201
-    return answer_response(answer, status, {"location": f"/v1/calibrations/{answer.id}"})
+        return answer_response(answer, 202, {"location": f"/v1/calibrations/{answer.id}"})
+    profile, text = await calibrations.calibrate_jobs(
+        store,
+        body.jobs,
+        body.framework,
+        lane=heavy_work(request.app),
+        client_gone=request.is_disconnected,
+        max_cells=settings.max_calibration_cells,
+        keep=settings.calibrations_keep,
+    )
+    return json_response(text, 201, {"location": f"/v1/calibrations/{profile.id}"})

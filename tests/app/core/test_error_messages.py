@@ -39,6 +39,7 @@ from app.runtime.group import _not_here
 from app.runtime.server import error_reply, execute
 from app.runtime.sessions import mesh_from_plan
 from app.services.heavy_work import heavy_work
+from datarax.estimate.calibrations import fit_work
 from tests.app.api.routes.test_calibrations import GPU_PLAN
 from tests.app.core.test_errors import (
     AUTH,
@@ -183,6 +184,7 @@ def stub(tmp_path_factory) -> Iterator[TestClient]:
         session_idle_s=2.0,
         compile_queue=1,
         compile_timeout_s=0.001,
+        max_calibration_cells=fit_work(2),  # a jobs fit on 3 jobs is past it
     )
     with TestClient(app, raise_server_exceptions=False) as client:
         client.runtime = runtime
@@ -587,6 +589,10 @@ PRODUCERS: list[Producer] = [
         c, "/v1/calibrations", {"kind": "jobs",
                                 "jobs": [_linked_to(c, _abstract_plan(c, **GPU_PLAN))]})),
     Producer("second-host-calibration", "calibration_running", "stub", _calibration_running),
+    Producer("delete-published-profile", "calibration_published", "api",
+             lambda c: c.delete("/v1/calibrations/published-tpu-jax")),
+    Producer("fit-on-3-jobs-past-2-jobs-of-cells", "calibration_too_large", "stub", lambda c: _post(
+        c, "/v1/calibrations", {"kind": "jobs", "jobs": ["a", "b", "c"]})),
     Producer("part-of-3-devices", "part_mismatch", "stub", _part_mismatch),
     Producer("whole-point-into-parts", "sources_mismatch", "stub", _sources_mismatch),
     Producer("session-on-abstract-plan", "plan_not_live", "stub",

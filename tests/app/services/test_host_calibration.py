@@ -5,7 +5,12 @@ itself runs over HTTP on the real runtime in tests/app/api/routes/test_calibrati
 
 from __future__ import annotations
 
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import anyio
+import httpx
 import orjson
 import pytest
 
@@ -16,6 +21,7 @@ from app.storage import calibrations as stored
 from app.storage import owners
 from app.storage.db import Store
 from datarax.estimate.calibrations import CalibrationProfile, get_profile
+from tests.helpers import ServiceProcess, assert_problem
 
 
 @pytest.fixture
@@ -68,3 +74,46 @@ def test_a_profile_left_running_is_marked_failed_at_the_next_start(store, monkey
     assert body["status"] == "failed" and "stopped" in body["problem"]["detail"]
     assert orjson.loads(anyio.run(stored.get_profile, store, "host-mine"))["status"] == "running"
     assert anyio.run(stored.running_profiles, store) == []
+
+
+def test_concurrent_host_calibrations_start_one_and_a_sigterm_ends_it(tmp_path):
+    # issue 58, class 7: four POSTs at once against the real server: exactly one 202, the
+    # others 409 naming it (they store nothing); it cannot be deleted while it measures;
+    # SIGTERM's stop() cancels and awaits it, so it is stored failed, not left running
+    db = tmp_path / "race.sqlite"
+    with ServiceProcess(db, tmp_path / "server.log") as server:
+        server.wait_ready()
+        barrier = threading.Barrier(4)
+
+        def post(_: int) -> httpx.Response:
+            with server.client() as client:
+                barrier.wait(timeout=30)
+                return client.post("/v1/calibrations", json={"kind": "host", "quick": False})
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(post, range(4)))
+        started = [a for a in answers if a.status_code == 202]
+        assert len(started) == 1, [(a.status_code, a.text) for a in answers]
+        running = started[0].json()["id"]
+        for answer in answers:
+            if answer is not started[0]:
+                refused = assert_problem(answer, 409, "calibration_running")
+                assert running in refused["detail"]
+        with server.client() as client:
+            kept = assert_problem(client.delete(f"/v1/calibrations/{running}"), 409,
+                                  "calibration_running")  # fmt: skip
+            assert "done or failed" in kept["detail"]
+            listed = client.get("/v1/calibrations").json()["items"]
+            assert [p["id"] for p in listed if p["kind"] == "host"] == [running]
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=120)
+    store = Store(db)
+    store.open()
+    try:
+        texts = anyio.run(stored.list_profiles, store)
+    finally:
+        store.close()
+    assert [orjson.loads(t)["id"] for t in texts] == [running]
+    body = orjson.loads(texts[0])
+    assert body["status"] == "failed" and body["problem"]["code"] == "shutting_down", body
