@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StrictInt
 
@@ -28,4 +28,11 @@ class CompileCheckRequest(Strict):
         max_length=8,
         description="global batch shape; its first entry is the batch size (default: the "
         "plan's batch_shape)",
+    )
+    program: Literal["datarax", "maxtext"] = Field(
+        "datarax",
+        description="the training step compiled: 'datarax', the library's own; 'maxtext', "
+        "MaxText's (the maxtext package), with the configuration that launch (target "
+        "maxtext) writes for the plan with this model, optimizer and batch, for TPU "
+        "hardware plans only",
     )

@@ -22,6 +22,7 @@ __all__ = [
     "CompileCheckList",
     "CompileError",
     "CompileMemory",
+    "CompileProgram",
     "CompileResult",
     "CpuCompileTarget",
     "EstimateError",
@@ -68,6 +69,21 @@ class CompileMemory(Answer):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class CompileProgram(Answer):
+    """The training step a check compiled."""
+
+    name: Literal["datarax", "maxtext"]
+    """datarax: the library's own step; maxtext: MaxText's (the maxtext package)"""
+    version: str | None
+    """the package's version"""
+    args: list[str] | None = omitted()
+    """maxtext: MaxText's arguments after configs/base.yml (the launch's, then
+    compile_topology and compile_topology_num_slices)"""
+    env: dict[str, str] | None = omitted()
+    """maxtext: the launch's variables the compile ran with (LIBTPU_INIT_ARGS)"""
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class CompileResult(Answer):
     """What XLA said of the compiled step, and whether it fits."""
 
@@ -89,6 +105,8 @@ class CompileResult(Answer):
     compile_s: float | None
     xla_error: str | None
     """XLA's text when it refused the program for memory"""
+    program: CompileProgram | None = None
+    """the step compiled (null: a result cached before checks named it)"""
 
 
 @dataclass(frozen=True, eq=False)

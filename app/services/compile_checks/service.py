@@ -38,9 +38,12 @@ from app.core.errors import CompileCheckNotFound
 from app.core.ids import new_ulid, utc_now
 from app.core.settings import Settings
 from app.schemas.compile_checks import CompileCheckRequest
+from app.services.compile_checks.maxtext_runner import MaxTextRunner
+from app.services.compile_checks.maxtext_target import maxtext_cache_key, maxtext_target
 from app.services.compile_checks.queue import CheckQueue, Job
 from app.services.compile_checks.results import estimate_error, judge_fits
 from app.services.compile_checks.targets import (
+    DATARAX_PROGRAM,
     cache_key,
     check_target,
     gpu_platform,
@@ -89,6 +92,8 @@ class CompileChecks:
             settings, lambda: self._running, argv=worker_argv, describe_argv=describe_argv
         )
         self._runner: asyncio.Task[None] | None = None
+        self.maxtext = MaxTextRunner(settings)
+        """Runs the checks of MaxText's program, one process each."""
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -136,6 +141,7 @@ class CompileChecks:
 
     async def _kill_worker(self) -> None:
         # Not running a check: nothing will read the worker's EOF, so reap it here.
+        self.maxtext.kill()  # a MaxText compile: its runner reads the EOF
         await self.worker.kill(reap=self._running is None)
 
     async def describe_gpus(self) -> dict[str, Any]:
@@ -153,10 +159,15 @@ class CompileChecks:
         Raises:
           CompileTargetUnavailable, CompileQueueFull, and the library's codes.
         """
-        gpus = await self.describe_gpus() if needs_gpu(plan) else None
-        work = await asyncio.to_thread(check_target, plan, request, self.settings, gpus)
-        estimate = work.pop("estimate")
-        key = cache_key(work)
+        if request.program == "maxtext":
+            work = await asyncio.to_thread(maxtext_target, plan, request, self.settings)
+            estimate = work.pop("estimate")
+            key = maxtext_cache_key(work)
+        else:
+            gpus = await self.describe_gpus() if needs_gpu(plan) else None
+            work = await asyncio.to_thread(check_target, plan, request, self.settings, gpus)
+            estimate = work.pop("estimate")
+            key = cache_key(work)
         check = CompileCheck(
             id="c_" + new_ulid(),
             mesh_id=mesh_id,
@@ -278,7 +289,50 @@ class CompileChecks:
             finally:
                 self._running = None
 
+    async def _run_maxtext(self, job: Job) -> None:
+        """Runs a check of MaxText's program in a process of its own (:class:`MaxTextRunner`)."""
+        job.check = replace(job.check, status="compiling", position=None, phase="starting")
+        await self.store.put_check(job.check.to_json())
+        if job.cancelled:  # cancelled while the store wrote: nothing to kill yet
+            await self._settle(job, status="cancelled")
+            return
+
+        def on_phase(phase: str) -> None:
+            if phase in ("lowering", "compiling"):
+                job.check = replace(job.check, phase=phase)  # type: ignore[arg-type]
+
+        started = time.monotonic()
+        try:
+            message = await self.maxtext.run(job, on_phase)
+        except OSError as error:  # the process could not be started
+            await self._settle(job, status="failed", error=_failure(str(error)))
+            return
+        if "cancelled" in message:
+            await self._settle(job, status="cancelled")
+        elif "failed" in message:
+            await self._settle(job, status="failed", error=_failure(str(message["failed"])))
+        elif "result" in message:
+            self._queue.timed(time.monotonic() - started)
+            work = job.work
+            program = dict(message["result"].get("program") or {"name": "maxtext"})
+            program["args"] = [
+                *work["args"],
+                f"compile_topology={work['compile_topology']}",
+                f"compile_topology_num_slices={work['compile_topology_num_slices']}",
+            ]
+            program["env"] = dict(work["env"])
+            judged = judge_fits(
+                {**message["result"], "program": program}, work["hbm_bytes"], hbm_source(work)
+            )
+            await self._settle(job, status="done", result=CompileResult.from_json(judged))
+        else:
+            reason = CompileError.from_json(message["error"]) if "error" in message else None
+            await self._settle(job, status="failed", error=reason)
+
     async def _run_one(self, job: Job) -> None:
+        if job.work.get("program") == "maxtext":
+            await self._run_maxtext(job)
+            return
         platform = worker_platform(job.work["target"], self.settings)
         starting = not self.worker.alive(platform)
         job.check = replace(
@@ -356,7 +410,8 @@ class CompileChecks:
         self._queue.timed(time.monotonic() - started)
         if "result" in message:
             work = job.work
-            judged = judge_fits(message["result"], work["hbm_bytes"], hbm_source(work))
+            figures = {**message["result"], "program": DATARAX_PROGRAM}
+            judged = judge_fits(figures, work["hbm_bytes"], hbm_source(work))
             await self._settle(job, status="done", result=CompileResult.from_json(judged))
         else:
             failure = message.get("error")

@@ -62,6 +62,10 @@ def _version(dist: str) -> str | None:
         return None
 
 
+DATARAX_PROGRAM = {"name": "datarax", "version": _version("datarax-mesh")}
+"""A result's ``program`` for the library's own step (DESIGN v1.4): the package's version."""
+
+
 def compiler_versions() -> dict[str, str | None]:
     """The versions that change what XLA answers: jax, jaxlib and libtpu, and the GPU
     PJRT plugins that are installed (absent ones are left out, so a host without them
