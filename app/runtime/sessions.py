@@ -5,7 +5,8 @@ here, in the runtime; the HTTP process keeps only metadata. After a runtime rest
 parameters are gone and the commands answer 410 ``session_lost`` (no checkpoint restore:
 a silently restored older state would make step counts lie).
 
-Sessions are admitted against the memory budgets first (:mod:`app.runtime.admission`).
+Sessions are admitted against the memory budgets first (:mod:`app.runtime.admission`),
+and refused when a parameter array is too large for the kernels (:mod:`app.runtime.sizes`).
 Their steps are in :mod:`app.runtime.steps`, which keeps its compiled steps in
 :data:`COMPILED` (keyed by :attr:`Session.key_prefix` and the batch's shapes).
 
@@ -45,6 +46,7 @@ from app.runtime.compile_cache import CompiledSteps
 from app.runtime.devices import memory_budgets
 from app.runtime.environment import settings
 from app.runtime.server import command
+from app.runtime.sizes import check_elements, parameter_elements
 from datarax.distributed import (
     place_model_state_on_shards,
 )
@@ -228,6 +230,7 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
       InvalidStrategy: ``collective`` with sharded parameters.
       DevicesChanged: the plan names devices this runtime does not have.
       InsufficientMemory: the session does not fit beside the others.
+      ServiceError: ``model_too_large``, a parameter array the kernels cannot index.
     """
     sid = payload["id"]
     if payload["model"].get("kind") != "mlp":
@@ -246,6 +249,8 @@ def session_create(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
     reserved = session_need(mesh, features, rule, opt_name, donates(mesh))
     what = f"a session of MLP {list(features)} ({rule}, {opt_name})"
     admit(what, reserved, memory_budget_of(payload), reservations())
+    mlp_spec = model_spec({"kind": "mlp", "features": list(features)})
+    check_elements(what, parameter_elements(mlp_spec))
     model = MLP(features, rngs=nnx.Rngs(int(payload.get("seed", 0))))
     tx = make_optimizer(opt_name, lr)
     session = Session(
@@ -342,6 +347,7 @@ def _create_transformer(payload: dict[str, Any]) -> tuple[dict, dict]:
     reserved = replicated_session_need(mesh, param_bytes, opt_name, donates(mesh))
     what = f"a session of transformer {spec.param_count():,} parameters ({opt_name})"
     admit(what, reserved, memory_budget_of(payload), reservations())
+    check_elements(what, parameter_elements(spec))
     sharding = batch_sharding(mesh, "spmd", payload["mesh"].get("batch_axes"))
     batch_axes = [a for a in (sharding.spec[0:1] or [None]) if a is not None]
     flat = [a for entry in batch_axes for a in (entry if isinstance(entry, tuple) else (entry,))]
@@ -415,7 +421,9 @@ def session_of(payload: Mapping[str, Any]) -> Session:
     session = SESSIONS.get(sid) if isinstance(sid, str) else None
     if session is None:
         raise SessionLost(
-            f"session {sid!r} is not in this runtime (it was restarted); create a new session"
+            f"session {sid!r} is not in this runtime: it has restarted since the session "
+            "was created, or the session lives in another replica's runtime; create a new "
+            "session (or send its requests to the replica that created it)"
         )
     return session
 

@@ -6,7 +6,11 @@ program: mesh devices and axes, model features, optimizer and learning rate, los
 strategy, parameter sharding, and the batch's shapes and dtypes. Steps are admitted
 against the memory budgets first (:mod:`app.runtime.admission`); a step is compiled from
 shapes before that, so that XLA's ``memory_analysis()`` of it decides, and it runs only
-once admitted.
+once admitted. Before anything is lowered (:func:`check_before_lowering`), a step whose
+arrays the kernels cannot index is refused (:mod:`app.runtime.sizes`), and a
+transformer's step is admitted by the library's estimate first: lowering alone can take
+gigabytes (``dot`` attention's ``[S, S]`` mask is a constant of the program) and XLA's
+compiler more.
 
 Commands: ``session_step``.
 """
@@ -45,6 +49,13 @@ from app.runtime.sessions import (
     row_shards,
     session_of,
 )
+from app.runtime.sizes import (
+    MAX_ELEMENTS,
+    check_elements,
+    mlp_step_elements,
+    parameter_elements,
+    transformer_step_elements,
+)
 from datarax.distributed import reduce_gradients_across_devices, spmd_train_step
 from datarax.estimate.memory import memory_estimate
 from datarax.models import (
@@ -53,7 +64,9 @@ from datarax.models import (
     synthetic_tokens,
     transformer_loss,
 )
+from datarax.parallel.kinds import shards_where
 from datarax.plan.layout import nearest_valid_sizes
+from datarax.specs.model_specs import model_spec
 from datarax.spmd.multihost import fetch_global, place_global_batch
 from datarax.spmd.train_step import compiled_collective_step
 
@@ -188,15 +201,65 @@ def _host_batch_bytes(s: Session, size: int) -> int:
     return size * (s.features[0] + _target_width(s)) * 4
 
 
+def _expert_shards(s: Session) -> int:
+    return shards_where(dict(s.mesh.shape), lambda kind: kind.splits_experts)
+
+
 def _step_need(s: Session, size: int) -> dict[Pool, int]:
     """A step's estimated need (before XLA's figure is known): the MLP's arithmetic, or the
-    transformer's activations and temporaries by ``cost.memory_estimate``."""
-    if s.spec is None:
-        return step_need(s.mesh, row_shards(s.batch_sharding), s.features, size)
+    transformer's activations, temporaries and batch by the library's ``memory_estimate``
+    (a mixture of experts with its expert axes: their dispatch buffers), plus, for ``dot``
+    attention, the causal mask the lowering captures (``[S, S]`` bytes on each device,
+    and twice on the host: numpy's array and the program's copy)."""
     shards = row_shards(s.batch_sharding)
-    estimate = memory_estimate(s.spec, {"data": shards}, size)
+    if s.spec is None:
+        return step_need(s.mesh, shards, s.features, size)
+    experts = _expert_shards(s)
+    axes = {"data": shards}
+    if s.spec.is_moe and experts > 1 and shards % experts == 0:
+        axes = {"data": shards // experts, "expert": experts}
+    estimate = memory_estimate(s.spec, axes, size)
     per_device = estimate.activations + estimate.temporaries + estimate.batch
-    return per_device_step_need(s.mesh, per_device, _host_batch_bytes(s, size))
+    host = _host_batch_bytes(s, size)
+    if s.spec.attention == "dot":
+        per_device += s.spec.seq_len**2
+        host += 2 * s.spec.seq_len**2
+    return per_device_step_need(s.mesh, per_device, host)
+
+
+def step_elements(s: Session, size: int) -> dict[str, int]:
+    """Elements of each array a step of ``size`` rows holds (:mod:`app.runtime.sizes`)."""
+    per_device = size // max(1, row_shards(s.batch_sharding))
+    if s.spec is None:
+        params = parameter_elements(model_spec({"kind": "mlp", "features": list(s.features)}))
+        return {**params, **mlp_step_elements(s.features, size, per_device)}
+    platform = s.mesh.devices.flat[0].platform
+    arrays = transformer_step_elements(
+        s.spec, size, per_device, _expert_shards(s), s.mesh.devices.size, platform
+    )
+    return {**parameter_elements(s.spec), **arrays}
+
+
+def check_before_lowering(
+    s: Session, size: int, need: Mapping[Pool, int], what: str, budgets: Mapping[str, int | None]
+) -> None:
+    """What is checked before a step is lowered, alike on every process of a group.
+
+    A transformer's step is admitted by the estimate (``need``): lowering and compiling
+    it can take gigabytes before XLA's figure exists. An MLP's lowering holds no large
+    constant and its compile is small, so XLA's figure alone decides (the estimate is
+    high for it), unless one of its arrays is too large to lower: then the estimate
+    decides whether the answer is ``insufficient_memory`` (it would not fit anyway) or
+    ``model_too_large``.
+
+    Raises:
+      InsufficientMemory: the estimate does not fit beside the other sessions.
+      ServiceError: ``model_too_large``, an array past :data:`app.runtime.sizes.MAX_ELEMENTS`.
+    """
+    arrays = step_elements(s, size)
+    if s.spec is not None or max(arrays.values()) > MAX_ELEMENTS:
+        admit(f"{what} (the estimate, before lowering)", need, budgets, reservations())
+    check_elements(what, arrays)
 
 
 def _target_width(s: Session) -> int:
@@ -306,7 +369,10 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
       InvalidBatch: a batch the session cannot take (nothing changed).
       InsufficientMemory: the step does not fit (nothing changed): by XLA's figure for the
         compiled step (compiled from shapes before anything runs) where every process
-        holds devices of the mesh, else by the estimate of its batch and activations.
+        holds devices of the mesh, else by the estimate of its batch and activations; a
+        transformer's by the estimate before lowering as well.
+      ServiceError: ``model_too_large``, an array the kernels cannot index (nothing was
+        lowered).
     """
     s = session_of(payload)
     steps = int(payload["steps"])
@@ -323,6 +389,8 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
     executable, hit, compile_s = None, True, 0.0
     need = _step_need(s, size)
     what = f"a step of batch size {size}"
+    budgets = memory_budget_of(payload)
+    check_before_lowering(s, size, need, what, budgets)
     if s.participates and _whole_group(s.mesh):
         executable, hit, compile_s = _compiled(s, _abstract_batch(s, size))
         figures = compiled_peak(executable)
@@ -330,7 +398,7 @@ def session_step(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tupl
             host_bytes = _host_batch_bytes(s, size)
             need = compiled_step_need(s.mesh, figures["peak"], s.reserved, host_bytes)
             what += f" ({_quote_xla(figures)})"
-    admit(what, need, memory_budget_of(payload), reservations())
+    admit(what, need, budgets, reservations())
     if not s.participates:  # multi-host: the processes that own the mesh run the steps
         s.step += steps
         return {

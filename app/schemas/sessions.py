@@ -42,6 +42,23 @@ SessionModelField = Annotated[
 synthetic batches of token ids or ``inputs``/``targets`` ``[B, seq_len]`` ids."""
 
 
+MAX_SESSION_SEQ_LEN = 131_072
+"""Tokens a session's sequences hold at most. Plans take up to 1,048,576 (they price a
+model, nothing runs); a session runs its steps on this host's devices, where a step of
+longer sequences would take hours (CPU) or not fit (one accelerator's memory), and the
+attention's ``[S, S]`` arrays past 46,341 tokens are refused anyway (``model_too_large``)."""
+
+
+def _sequence_in_bounds(value: Any) -> Any:
+    seq_len = getattr(value, "seq_len", None)
+    if seq_len is not None and seq_len > MAX_SESSION_SEQ_LEN:
+        raise ValueError(
+            f"seq_len {seq_len} is beyond the {MAX_SESSION_SEQ_LEN:,} tokens a session's "
+            "sequences may hold (plans and recommendations price longer ones)"
+        )
+    return value
+
+
 def _optimizer_object(value: Any) -> Any:
     # DESIGN v1.2: a bare name is the same optimizer at its default learning rate.
     return {"name": value} if isinstance(value, str) else value
@@ -57,7 +74,10 @@ def _learning_rate_in_bounds(value: SessionOptimizer) -> SessionOptimizer:
 
 
 class SessionCreateRequest(Strict):
-    model: SessionModelField
+    model: Annotated[SessionModelField, AfterValidator(_sequence_in_bounds)] = Field(
+        description="the built-in MLP, or a transformer (explicit or named); a transformer's "
+        f"seq_len at most {MAX_SESSION_SEQ_LEN:,}"
+    )
     optimizer: Annotated[
         SessionOptimizer,  # the answer's class: one type for the object in both directions
         BeforeValidator(_optimizer_object),

@@ -52,6 +52,7 @@ from app.core.telemetry import Telemetry
 from app.core.threads import thread_for_body
 from app.schemas.sessions import SessionCreateRequest, StepRequest
 from app.services.layout_cells import plural
+from app.storage import owners
 from app.storage import plans as stored_plans
 from app.storage import sessions as stored_sessions
 from app.storage.store import Store
@@ -437,22 +438,31 @@ class SessionService:
         record = await self.record(session_id)
         self._refuse_expired(session_id)
         self._require_ready()
-        if self._epochs.get(session_id) != self.runtime.restarts:
-            if await stored_sessions.held_elsewhere(self.store, session_id):
-                raise SessionLost(
-                    f"session {session_id!r} lives on another replica of this service (one "
-                    "sharing its PostgreSQL database); its parameters are there: send the "
-                    "session's requests to that replica (a load balancer with session "
-                    "affinity does)"
-                )
-            raise SessionLost(
-                f"session {session_id!r} lived in a runtime that has restarted since; its "
-                "parameters are gone: create a new session"
-            )
+        await self._refuse_lost(session_id)
         record["last_loss"] = finite_or_none(record.get("last_loss"))
         record.setdefault("loss_history", [])  # records made before loss histories
         record.setdefault("loss_history_stride", 1)
         return Session.from_json(record)
+
+    async def _refuse_lost(self, session_id: str) -> None:
+        """410 ``session_lost`` unless this process's current runtime holds the session,
+        saying where it is: on another live replica (by its owner key), else gone."""
+        if self._epochs.get(session_id) == self.runtime.restarts:
+            return
+        owner = await stored_sessions.held_elsewhere(self.store, session_id)
+        if owner is not None:
+            raise SessionLost(
+                f"session {session_id!r} lives on replica {owner} of this service (its "
+                "owner key in the shared PostgreSQL database's work_owners table; this "
+                f"replica is {owners.OWNER}), whose runtime holds its parameters: send the "
+                "session's requests to that replica (a load balancer with session affinity "
+                "does)"
+            )
+        raise SessionLost(
+            f"session {session_id!r} is not held by this replica's runtime: the runtime "
+            "(or the service) has restarted since it was created, or the replica that "
+            "created it has stopped; its parameters are gone: create a new session"
+        )
 
     async def delete(self, session_id: str) -> None:
         """Forgets the session, cancels its steps still queued for the runtime (their calls
@@ -516,6 +526,7 @@ class SessionService:
                 len(body),
             )
             self._require_ready()
+            await self._refuse_lost(session_id)
             call = asyncio.ensure_future(
                 self.runtime.call(
                     "session_step",

@@ -89,11 +89,12 @@ async def delete_session(store: Store, session_id: str) -> bool:
     return await store.delete(run)
 
 
-async def held_elsewhere(store: Store, session_id: str) -> bool:
-    """True when another live service process (a replica on the same database) created
-    the session and holds its parameters."""
+async def held_elsewhere(store: Store, session_id: str) -> int | None:
+    """The owner key (:data:`app.storage.owners.OWNER`) of another live service process
+    (a replica on the same database) that created the session and holds its parameters;
+    None when there is none (never 0: keys are odd)."""
 
-    def read(c: Connection) -> bool:
+    def read(c: Connection) -> int | None:
         row = c.execute(
             Statement(
                 "SELECT owner FROM work_owners WHERE kind = ? AND id = ?",
@@ -102,8 +103,8 @@ async def held_elsewhere(store: Store, session_id: str) -> bool:
             (owners.SESSION, session_id),
         ).fetchone()
         if row is None or int(row[0]) == owners.OWNER:
-            return False
-        return int(row[0]) in store.live_owners(c)
+            return None
+        return int(row[0]) if int(row[0]) in store.live_owners(c) else None
 
     return await store.read(read)
 

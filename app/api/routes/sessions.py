@@ -52,9 +52,11 @@ async def create_session(
     """Places the built-in MLP and its optimizer on the plan's devices.
 
     404 ``mesh_not_found``; 409 ``plan_not_live`` for abstract plans; 422
-    ``invalid_strategy`` (collective needs replicated parameters), ``validation_error``,
+    ``invalid_strategy`` (collective needs replicated parameters), ``validation_error``
+    (a transformer's ``seq_len`` over 131,072 among others),
     ``insufficient_memory`` (parameters, optimizer state and gradients would not fit the
-    memory budget beside the other sessions: ``DATARAX_MEMORY_FRACTION``); 429
+    memory budget beside the other sessions: ``DATARAX_MEMORY_FRACTION``),
+    ``model_too_large`` (a parameter array past 2**31 - 1 elements); 429
     ``too_many_sessions`` (``DATARAX_MAX_SESSIONS`` are live); 503
     ``worker_lost`` while the runtime is down.
     """
@@ -103,7 +105,8 @@ async def get_session(session_id: SessionId, sessions: SessionsDep) -> Response:
     history (``loss_history``: at most 2,000 evenly spaced ``[step, loss]`` points), from
     what the service recorded: a read queues no device work.
 
-    404 ``session_not_found``; 410 ``session_lost`` after a runtime restart,
+    404 ``session_not_found``; 410 ``session_lost`` after a runtime restart, or on a
+    replica other than the one holding it (the detail names that one),
     ``session_expired`` after ``DATARAX_SESSION_IDLE_S`` without a step; 503
     ``worker_lost`` while the runtime is down.
     """
@@ -161,8 +164,11 @@ async def run_steps(
     A refused request changes nothing. 422: ``validation_error`` (steps out of range, both
     or neither of batch/synthetic), ``batch_shape_mismatch``, ``missing_targets``,
     ``invalid_targets``, ``batch_not_divisible``, ``insufficient_memory`` (the batch and
-    its activations would not fit); 410 ``session_lost``; 503
-    ``worker_lost``; 504 ``step_timeout`` (the runtime is restarted).
+    its activations would not fit: a transformer's by the estimate before anything is
+    lowered, then by XLA's figure), ``model_too_large`` (an array of the step past
+    2**31 - 1 elements, refused before anything is lowered); 410 ``session_lost`` (the
+    runtime restarted, or the session lives on another replica: the detail says which);
+    503 ``worker_lost``; 504 ``step_timeout`` (the runtime is restarted).
     """
     result = await sessions.run_steps(
         session_id,
