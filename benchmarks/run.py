@@ -531,7 +531,7 @@ def write_markdown(results: dict, path: Path) -> None:
     lines.append(
         f"| small reduce (3 metrics x 8 devices) vs `GET /health/live`, "
         f"{a['concurrency']} concurrent | {a['reduce_rps']:.0f} vs {a['live_rps']:.0f} req/s "
-        f"| {a['ratio']:.2f} | >= 0.8 | {_met(a['ratio'] >= 0.8)} |"
+        f"| {a['ratio']:.2f} | >= 0.95 | {_met(a['ratio'] >= 0.95)} |"
     )
     if "startup" in r:
         st = r["startup"]
@@ -546,8 +546,8 @@ def write_markdown(results: dict, path: Path) -> None:
         f"| 8 x 1,000,000 float32 npz reduce over HTTP (npz answer, read back by the client) "
         f"vs numpy in process from the same npz bytes (`np.load` + `np.mean`) "
         f"| {b['http_s'] * 1e3:.1f} ms vs {b['numpy_decode_s'] * 1e3:.1f} ms "
-        f"| {b['ratio_vs_numpy_with_decode']:.2f} | <= 3x "
-        f"| {_met(b['ratio_vs_numpy_with_decode'] <= 3)} |"
+        f"| {b['ratio_vs_numpy_with_decode']:.2f} | <= 2x "
+        f"| {_met(b['ratio_vs_numpy_with_decode'] <= 2)} |"
     )
     lines.append(
         f"| the same over HTTP vs `np.mean` of the array already in memory "
@@ -566,12 +566,12 @@ def write_markdown(results: dict, path: Path) -> None:
         f"| {c['json_over_npz']:.1f}x | (report) | - |"
     )
     d = r["abstract_plans"]
-    plans_met = d["plan_65536_s"] <= 0.75 and d["growth_for_16x_devices"] <= 20
+    plans_met = d["plan_65536_s"] <= 0.25 and d["growth_for_16x_devices"] <= 20
     lines.append(
         f"| abstract plan, 4,096 vs 65,536 devices, end to end "
         f"| {d['plan_4096_s'] * 1e3:.0f} ms vs {d['plan_65536_s'] * 1e3:.0f} ms "
         f"({d['response_mb_65536']:.1f} MB answer) "
-        f"| {d['growth_for_16x_devices']:.1f}x for 16x devices | <= 0.75 s; <= 20x "
+        f"| {d['growth_for_16x_devices']:.1f}x for 16x devices | <= 0.25 s; <= 20x "
         f"| {_met(plans_met)} |"
     )
     if "hardware_plans" in r:
@@ -737,6 +737,7 @@ def write_markdown(results: dict, path: Path) -> None:
         *_moe_calibration_lines(r.get("moe_calibration")),
         *_host_calibration_lines(r.get("host_calibration")),
         *_production_memory_lines(r.get("production_memory")),
+        *_maxtext_memory_lines(r.get("maxtext_memory")),
         "GPU: `python -m benchmarks.gpu_mlp` measures a bf16 MLP step against the",
         "device's measured `jnp.dot` peak. It has not been run on a GPU yet: the sessions",
         "that wrote these numbers had no accelerator. Its CPU smoke run:",
@@ -754,7 +755,22 @@ def write_markdown(results: dict, path: Path) -> None:
         "```",
         "",
     ]  # fmt: skip
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join(lines) + _own_sections(path))
+
+
+def _own_sections(path: Path) -> str:
+    """The sections after the raw results that their own scripts write (the serving
+    calibration, the decode step's memory: each names its command), kept as they are
+    when the file is written again."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    last = text.rfind("```json\n")
+    if last < 0:
+        return ""
+    end = text.find("\n```", last + len("```json\n"))
+    rest = text[end + len("\n```") :].lstrip("\n") if end >= 0 else ""
+    return "\n" + rest if rest else ""
 
 
 def _shared_store_lines(result: dict | None) -> list[str]:
@@ -1037,6 +1053,16 @@ def _production_memory_lines(rows: list | None) -> list[str]:
     ]
 
 
+def _maxtext_memory_lines(rows: list | None) -> list[str]:
+    """``benchmarks.maxtext_memory``'s section (``--only maxtext_memory``; not in the full
+    ``make bench``: its compiles take minutes each)."""
+    if not rows:
+        return []
+    from benchmarks import maxtext_memory  # noqa: PLC0415
+
+    return [*maxtext_memory.section(rows).splitlines(), ""]
+
+
 def _one_line(row: dict) -> bool:
     return row.get("bench") == "transposed_update"
 
@@ -1093,6 +1119,11 @@ def _run_only(names: list[str], args: argparse.Namespace) -> None:
     if "production_memory" in names:
         results["production_memory"] = bench_production_memory()
         print("production_memory done", flush=True)
+    if "maxtext_memory" in names:
+        from benchmarks import maxtext_memory  # noqa: PLC0415
+
+        results["maxtext_memory"] = maxtext_memory.run()
+        print("maxtext_memory done", flush=True)
     if "heavy_work" in names:
         results["heavy_work"] = bench_heavy_work()
         print("heavy_work", results["heavy_work"], flush=True)
@@ -1173,7 +1204,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         help="comma-separated: real_runs, hardware_plans, calibration, moe_calibration, "
-        "host_calibration, production_memory, heavy_work, startup, shared_store, request_paths; "
+        "host_calibration, production_memory, maxtext_memory, heavy_work, startup, "
+        "shared_store, request_paths; "
         "run "
         "just these and write --out with "
         "the other results it already holds",

@@ -193,6 +193,10 @@ def handle(request: dict[str, Any], send: Any) -> None:
         axes = dict(request["axes"])
         ids = np.asarray(request["device_ids"], dtype=np.int64).reshape(tuple(axes.values()))
         mesh = mesh_from_ids(_devices(request["target"]), ids, list(axes))
+        if request.get("serving"):  # a serving plan: one KV-cached decode step
+            result = _decode_step(request, mesh, on_phase)
+            send({"id": cid, "result": result})
+            return
         result = compile_train_step(
             request["model"],
             mesh,
@@ -217,6 +221,27 @@ def handle(request: dict[str, Any], send: Any) -> None:
         send({"id": cid, "error": {"code": "compile_failed", "detail": detail}})
         return
     send({"id": cid, "result": result})
+
+
+def _decode_step(request: dict[str, Any], mesh: Any, on_phase: Any) -> dict[str, Any]:
+    """A serving plan's decode step compiled (:mod:`datarax.spmd.compile_decode`): the
+    compile's figures with ``weights_bytes`` and ``cache_bytes`` (per device)."""
+    from datarax.spmd.compile_decode import compile_decode_step  # noqa: PLC0415
+
+    serving = request["serving"]
+    on_phase("lowering")
+    on_phase("compiling")
+    compiled = compile_decode_step(
+        request["model"],
+        mesh,
+        request.get("roles") or {},
+        int(serving["batch"]),
+        int(serving["max_len"]),
+        weight_dtype=serving.get("weight_dtype", "bfloat16"),
+        hbm_bytes=request.get("hbm_bytes"),
+    )
+    return {**compiled.figures, "weights_bytes": compiled.weights_bytes,
+            "cache_bytes": compiled.cache_bytes}  # fmt: skip
 
 
 def _memory_detail() -> str:

@@ -76,7 +76,13 @@ CODES: dict[str, Code] = _codes(
     ("batch_not_divisible", 422, "Invalid mesh plan", "the batch does not split evenly"),
     ("unknown_batch_axis", 422, "Invalid mesh plan", "a batch axis the mesh does not have"),
     ("duplicate_batch_axis", 422, "Invalid mesh plan", "a batch axis named twice"),
-    ("invalid_batch_shape", 422, "Invalid mesh plan", "a batch shape with a size below 1"),
+    (
+        "invalid_batch_shape",
+        422,
+        "Invalid mesh plan",
+        "a batch shape with a size below 1, or a transformer's that is not [global "
+        "sequences, sequence length] (a model seq_len that differs from batch_shape[1])",
+    ),
     # --- hardware plans and recommendations (the library's PlanError)
     ("hardware_not_found", 404, "Hardware not found", "no catalog entry with that name"),
     ("unknown_hardware", 422, "Invalid hardware plan", "a hardware name not in /v1/hardware"),
@@ -89,6 +95,7 @@ CODES: dict[str, Code] = _codes(
     ("physical_axes_split_required", 422, "Invalid hardware plan", "JAX would refuse the order"),
     ("device_mesh_unsupported", 422, "Invalid hardware plan", "a mesh JAX cannot lay out"),
     ("invalid_model", 422, "Invalid model", "a model spec with bad sizes"),
+    ("invalid_serving", 422, "Invalid serving plan", "serving options no engine can run"),
     ("unknown_model", 422, "Invalid model", "a model name that GET /v1/models does not list"),
     ("model_not_found", 404, "Model not found", "no named model with that name"),
     ("calibration_not_found", 404, "Calibration not found", "no calibration profile with that id"),
@@ -107,6 +114,13 @@ CODES: dict[str, Code] = _codes(
         "describe",
     ),
     ("launch_target_unavailable", 422, "Cannot launch", "a target that does not apply here"),
+    (
+        "not_launchable",
+        422,
+        "Not launchable",
+        "a launch MaxText's own configuration checks would refuse at start; the detail "
+        "quotes MaxText's reason and what it would accept",
+    ),
     ("invalid_maxtext_config", 422, "Invalid MaxText config", "MaxText keys we cannot plan"),
     ("unknown_axis_role", 422, "Invalid hardware plan", "an axis whose role is not known"),
     ("invalid_parallelism", 422, "Invalid hardware plan", "a kind not priced or not applying"),
@@ -148,6 +162,12 @@ CODES: dict[str, Code] = _codes(
         "the job is linked to no plan (PATCH its plan first)",
     ),
     (
+        "job_link_not_found",
+        404,
+        "Job link not found",
+        "DELETE /v1/jobs/{job}/plan of a job linked to no plan",
+    ),
+    (
         "no_measured_steps",
         409,
         "No measured steps",
@@ -159,19 +179,6 @@ CODES: dict[str, Code] = _codes(
         "Calibration running",
         "a host calibration is measuring the devices already; its profile shows its progress",
     ),
-    ("part_mismatch", 422, "Part does not match", "metric names or device count differ"),
-    ("sources_mismatch", 422, "Sources do not match", "sources differs from the step's"),
-    # --- sessions and training steps
-    ("session_not_found", 404, "Session not found", "no stored session with that id"),
-    ("plan_not_live", 409, "Plan is not live", "a device operation on an abstract plan"),
-    ("devices_changed", 409, "Plan devices not present", "the plan's devices are gone"),
-    ("session_lost", 410, "Session state lost", "the runtime restarted; the state is gone"),
-    ("session_expired", 410, "Session expired", "no step for DATARAX_SESSION_IDLE_S; freed"),
-    ("too_many_sessions", 429, "Too many sessions", "DATARAX_MAX_SESSIONS live; delete one"),
-    ("invalid_strategy", 422, "Invalid strategy", "collective needs replicated parameters"),
-    ("insufficient_memory", 422, "Not enough device memory", "beyond the memory budget"),
-    ("missing_inputs", 422, "Batch has no inputs", "a batch without 'inputs'"),
-    ("missing_targets", 422, "Batch has no targets", "a batch without 'targets'"),
     (
         "calibration_published",
         409,
@@ -405,6 +412,10 @@ class StepConflict(ServiceError):
 
 class JobNotLinked(ServiceError):
     code = "job_not_linked"
+
+
+class JobLinkNotFound(ServiceError):
+    code = "job_link_not_found"
 
 
 class NoMeasuredSteps(ServiceError):

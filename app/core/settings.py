@@ -148,8 +148,9 @@ class Settings(BaseSettings):
         20_000,
         ge=1,
         le=10_000_000,
-        description="(ici, dcn) candidates one recommendation may price; more are 422 "
-        "search_space_too_large, before any work",
+        description="units of work one recommendation may spend, a unit being one (ici, dcn) "
+        "candidate of a model of up to 16 parameter groups (more groups: groups / 16 a "
+        "candidate); more are 422 search_space_too_large, before any work",
     )
     max_calibration_cells: int = Field(
         20_000_000,

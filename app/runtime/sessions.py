@@ -57,6 +57,7 @@ from datarax.models import (
     Transformer,
     make_optimizer,
 )
+from datarax.models.decode import DecodeLayout, generate
 from datarax.parallel.kinds import axes_where
 from datarax.plan.layout import spec_shard_counts
 from datarax.specs.model_specs import DTYPE_BYTES, TransformerSpec, model_spec
@@ -455,3 +456,26 @@ def session_delete(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tu
     if existed:
         release_freed_memory()
     return {"deleted": existed}, {}
+
+
+@command("session_generate")
+def session_generate(payload: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:  # noqa: ARG001
+    """``{"id", "tokens"}``: ``payload["steps"]`` greedy tokens after each row of
+    ``payload["prompt"]`` from the session's transformer as it is now, through the
+    library's KV-cached decode step (:func:`datarax.models.decode.generate`) on the
+    session's mesh (parameters and cache replicated over it).
+
+    Raises:
+      SessionLost: no such session in this runtime. InvalidStrategy: an MLP session.
+    """
+    s = session_of(payload)
+    if s.spec is None:
+        raise InvalidStrategy("generate takes a transformer session; this one is an MLP")
+    if not s.participates:
+        return {"id": s.id, "tokens": []}, {}
+    model, _ = nnx.merge(s.graphdef, s.state)
+    prompt = np.asarray(payload["prompt"], np.int32)
+    tokens = generate(
+        s.spec, model.param_arrays(), prompt, int(payload["steps"]), layout=DecodeLayout(s.mesh)
+    )
+    return {"id": s.id, "tokens": np.asarray(tokens).tolist()}, {}

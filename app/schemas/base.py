@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
 from pydantic import Strict as StrictMode
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 
 class Strict(BaseModel):
@@ -69,6 +79,25 @@ def shards_over_data(value: OptimizerField | None) -> bool:
     return isinstance(value, OptimizerSpec) and value.shard_over_data
 
 
+def unread_optimizer_notes(value: OptimizerField | None) -> list[str]:
+    """The plan ``warnings`` for the optimizer members a plan does not read: the optimizer
+    takes one form everywhere (DESIGN v1.2: a name or ``{"name", "learning_rate", ...}``),
+    so a plan accepts what sessions read (``learning_rate``, other members) and says that
+    they change nothing in it (DESIGN v1.4: every input used or refused, never silently
+    dropped)."""
+    if not isinstance(value, OptimizerSpec):
+        return []
+    said = ["learning_rate"] if value.learning_rate is not None else []
+    said += [key for key, item in (value.model_extra or {}).items() if item is not None]
+    if not said:
+        return []
+    return [
+        f"optimizer.{', optimizer.'.join(said)}: read by sessions, not by plans (a plan's "
+        "memory and step time read the optimizer's name and shard_over_data); changes "
+        "nothing here"
+    ]
+
+
 def _integral(value: Any) -> Any:
     # JSON Schema's "integer" includes 62.0 (any number with a zero fraction), so a
     # schema-valid request may send one; bools, strings and 62.5 stay refused.
@@ -80,3 +109,24 @@ def _integral(value: Any) -> Any:
 JsonInt = Annotated[int, BeforeValidator(_integral), StrictMode()]
 """An integer as the OpenAPI schema describes it: ``62`` or ``62.0``, never ``true`` or
 ``"62"``. Use instead of ``StrictInt`` in request models."""
+
+
+def untagged(error: ValidationError, tags: Collection[tuple[str, ...]]) -> ValidationError:
+    """``error`` with a union's tag (one of ``tags``, as a location prefix) taken out of
+    every location: bodies without a tag name the member sent (``axes.data``), not the arm
+    pydantic tried (``live.axes.data``)."""
+    return ValidationError.from_exception_data(
+        error.title,
+        [
+            InitErrorDetails(
+                type=PydanticCustomError(
+                    str(e["type"]),
+                    str(e["msg"]).replace("{", "{{").replace("}", "}}"),
+                    e.get("ctx"),
+                ),
+                loc=tuple(e["loc"][1:] if e["loc"][:1] in tags else e["loc"]),
+                input=e.get("input"),
+            )
+            for e in error.errors(include_url=False)
+        ],
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Self
 
@@ -11,7 +12,6 @@ from pydantic import (
     Discriminator,
     Field,
     RootModel,
-    StrictBool,
     Tag,
     ValidationError,
     ValidatorFunctionWrapHandler,
@@ -19,9 +19,16 @@ from pydantic import (
     model_validator,
 )
 from pydantic.config import JsonDict
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from app.schemas.base import JsonInt, OptimizerName, OptimizerSpec, Strict
+from app.schemas.base import (
+    JsonInt,
+    OptimizerName,
+    OptimizerSpec,
+    Strict,
+    optimizer_name,
+    shards_over_data,
+    untagged,
+)
 from app.schemas.hardware import (
     MODEL_DISCRIMINATOR,
     AxisName,
@@ -32,6 +39,7 @@ from app.schemas.hardware import (
     Remat,
     TransformerModel,
 )
+from app.schemas.serving import ServingPlanBody
 
 MAX_PLAN_DEVICES = 262_144
 """Largest abstract plan (``num_devices``) and hardware plan (all the cluster's devices):
@@ -78,6 +86,11 @@ class MlpModel(Strict):
         None, description="hardware plans only: mse (default) or cross_entropy"
     )
 
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer_as_plans_read_it(cls, value: Any) -> Any:
+        return _plan_optimizer(value, zero1=None)
+
 
 PlanModel = Annotated[
     Annotated[MlpModel, Tag("mlp")]
@@ -105,11 +118,25 @@ _HARDWARE_ONLY: dict[str, Any] = {
     "allow_split_physical_axes": False,
 }
 _PLAIN_TOLERATED = {"hardware": None, "maxtext": None, **_HARDWARE_ONLY}
-_LIVE_TOLERATED = {**_PLAIN_TOLERATED, "num_devices": None}
+_LIVE_TOLERATED = {**_PLAIN_TOLERATED, "num_devices": None, "platform": None}
 _PLAIN_ONLY = ("axes", "num_devices", "platform", "param_sharding")
 _HARDWARE_TOLERATED = {"maxtext": None, "axes": None, "num_devices": None, "platform": None}
 _NOT_BESIDE_MAXTEXT = ("ici", "dcn", "model", "batch_shape", "batch_axes", "axes", "num_devices")
-_MAXTEXT_TOLERATED: dict[str, Any] = dict.fromkeys(_NOT_BESIDE_MAXTEXT)
+# Members a MaxText-mode body took since v1.1 without effect (its keys say them): taken at
+# their default, which means the same as leaving them out, and refused at any other value
+# (DESIGN v1.4, "Every input is used or refused"), each with what says it instead.
+_SAID_BY_MAXTEXT: dict[str, tuple[Any, str]] = {
+    "platform": (None, "the hardware's kind is the platform"),
+    "param_sharding": (
+        "replicate",
+        "the axes shard the parameters (maxtext's ici_*/dcn_*_parallelism keys)",
+    ),
+    "allow_split_physical_axes": (False, "give maxtext's own allow_split_physical_axes key"),
+}
+_MAXTEXT_TOLERATED: dict[str, Any] = {
+    **dict.fromkeys(_NOT_BESIDE_MAXTEXT),
+    **{name: default for name, (default, _) in _SAID_BY_MAXTEXT.items()},
+}
 _HARDWARE_MLP_ONLY = ("dtype", "remat", "loss")
 
 
@@ -155,6 +182,23 @@ def _tolerating(tolerated: dict[str, Any]) -> Any:
     return extra
 
 
+def _unread(body: Any) -> list[str]:
+    """The members of a plan body sent with a value that nothing reads (DESIGN v1.4,
+    "Every input is used or refused"): without a model its optimizer (and
+    ``param_sharding``, ``calibration``: they lay out, size and price a model's
+    parameters). (``batch_axes`` without ``batch_shape`` is checked by the planner, which
+    refuses an axis the mesh lacks: ``unknown_batch_axis``.)"""
+    unread = []
+    if body.model is None:
+        if optimizer_name(body.optimizer) != "adam" or shards_over_data(body.optimizer):
+            unread.append("optimizer (it sizes a model's optimizer state; no model is given)")
+        if getattr(body, "param_sharding", "replicate") != "replicate":
+            unread.append("param_sharding (it lays out a model's parameters; no model is given)")
+        if getattr(body, "calibration", None) is not None:
+            unread.append("calibration (it prices a model's step; no model is given)")
+    return unread
+
+
 def _given(model: BaseModel, names: tuple[str, ...]) -> list[str]:
     """The members of ``names`` sent with a value other than their default: an explicit
     ``null`` or default means the same as leaving the member out, as the schema says."""
@@ -164,6 +208,23 @@ def _given(model: BaseModel, names: tuple[str, ...]) -> list[str]:
         for name in names
         if name in model.model_fields_set and getattr(model, name) != fields[name].default
     ]
+
+
+def _plan_optimizer(value: Any, *, zero1: str | None) -> Any:
+    """A plan's ``optimizer`` as plans read it: its name, and ``shard_over_data`` where
+    ``zero1`` says how the plan reads it (``None``: the plan does not, and refuses it).
+    The members that change no plan (``learning_rate``, the optimizer's other members,
+    which sessions read) are accepted, as the optimizer takes one form everywhere (DESIGN
+    v1.2), and named in the plan's ``warnings``
+    (:func:`app.schemas.base.unread_optimizer_notes`)."""
+    if not isinstance(value, OptimizerSpec):
+        return value
+    if value.shard_over_data and zero1 is None:
+        raise ValueError(
+            "optimizer.shard_over_data applies to hardware plans (hardware and ici), whose "
+            "axes have roles; leave it out here"
+        )
+    return value
 
 
 class _PlainPlanBody(Strict):
@@ -205,12 +266,6 @@ class _PlainPlanBody(Strict):
         "'sgd' (none); a string or {'name': ...}",
     )
     name: str | None = Field(None, max_length=200, description="free-form label")
-    platform: str | None = Field(
-        None,
-        max_length=64,
-        description="abstract plans only: the platform the plan is for (e.g. 'tpu'), echoed "
-        "in the answer; null otherwise. Live plans report the runtime's platform",
-    )
 
     @model_validator(mode="before")
     @classmethod
@@ -224,19 +279,43 @@ class _PlainPlanBody(Strict):
         extra = _foreign(data, _HARDWARE_ONLY, tolerated)
         if extra:
             raise ValueError(f"{', '.join(extra)} need hardware (a name of /v1/hardware)")
+        if "num_devices" not in cls.model_fields and data.get("platform") is not None:
+            raise ValueError(
+                "platform applies to abstract plans (with num_devices): a live plan's "
+                "platform is the runtime's (GET /v1/devices); leave it out"
+            )
         data = _without_tolerated(data, tolerated)
         if data.get("axes") is None:
             raise ValueError("axes is required (or give hardware and ici)")
         return data
 
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer_as_plans_read_it(cls, value: Any) -> Any:
+        return _plan_optimizer(value, zero1=None)
+
     @model_validator(mode="after")
     def _mlp_only(self) -> Self:
+        unread = _unread(self)
+        if unread:
+            raise ValueError(f"{'; '.join(unread)} would change nothing: leave it out")
         if isinstance(self.model, TransformerModel | NamedModel):
             raise ValueError("a transformer model needs a hardware plan (hardware and ici)")
         if self.model is not None:
             extra = _given(self.model, _HARDWARE_MLP_ONLY)
             if extra:
                 raise ValueError(f"model.{', model.'.join(extra)} need a hardware plan")
+            # the model's member overrides the top-level one, which then says nothing
+            twice = [
+                name
+                for name in ("param_sharding", "optimizer")
+                if getattr(self.model, name) is not None and name in _given(self, (name,))
+            ]
+            if twice:
+                raise ValueError(
+                    f"{', '.join(twice)} given twice, at the top level and in model (whose "
+                    f"value overrides the other, which would change nothing): give it once"
+                )
         return self
 
     @property
@@ -259,6 +338,12 @@ class AbstractPlanBody(_PlainPlanBody):
     num_devices: Annotated[JsonInt, Field(ge=1, le=MAX_PLAN_DEVICES)] = Field(
         description="plan for a cluster of exactly this many devices without touching "
         "devices (abstract plan); absent or null: a live plan on this service's devices",
+    )
+    platform: str | None = Field(
+        None,
+        max_length=64,
+        description="the platform the plan is for (e.g. 'tpu'), echoed in the answer. A "
+        "live plan reports the runtime's platform and refuses one given",
     )
 
 
@@ -315,8 +400,16 @@ class HardwarePlanBody(HardwarePlanRequest):
             raise ValueError("a hardware plan needs ici, e.g. {'data': -1}")
         return data
 
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer_as_plans_read_it(cls, value: Any) -> Any:
+        return _plan_optimizer(value, zero1="hardware")
+
     @model_validator(mode="after")
     def _model_as_hardware_plans_take_it(self) -> Self:
+        unread = _unread(self)
+        if unread:
+            raise ValueError(f"{'; '.join(unread)} would change nothing: leave it out")
         if isinstance(self.model, MlpModel):
             extra = _given(self.model, ("param_sharding", "optimizer"))
             if extra:
@@ -359,14 +452,6 @@ class MaxTextPlanBody(Strict):
         max_length=128,
         description=HardwarePlanRequest.model_fields["calibration"].description,
     )
-    # Accepted beside maxtext since v1.1 and without effect there (its keys say them).
-    platform: str | None = Field(None, max_length=64, description="ignored beside maxtext")
-    param_sharding: Literal["replicate", "model", "fsdp"] = Field(
-        "replicate", description="ignored beside maxtext"
-    )
-    allow_split_physical_axes: StrictBool = Field(
-        False, description="ignored beside maxtext: its own key of that name counts"
-    )
 
     @model_validator(mode="before")
     @classmethod
@@ -381,7 +466,19 @@ class MaxTextPlanBody(Strict):
                 f"{', '.join(extra)} do not go beside maxtext: its keys say them "
                 "(ici_*/dcn_*_parallelism, the model keys, per_device_batch_size)"
             )
+        for name in _foreign(data, _SAID_BY_MAXTEXT, _MAXTEXT_TOLERATED):
+            default, instead = _SAID_BY_MAXTEXT[name]
+            sent = json.dumps(data[name], default=str)
+            raise ValueError(
+                f"{name} {sent} would change nothing beside maxtext: {instead}; leave "
+                f"{name} out (or {json.dumps(default)})"
+            )
         return _without_tolerated(data, _MAXTEXT_TOLERATED)
+
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer_as_plans_read_it(cls, value: Any) -> Any:
+        return _plan_optimizer(value, zero1="maxtext")
 
     @field_validator("maxtext")
     @classmethod
@@ -399,6 +496,7 @@ _MODE_OF: dict[type[BaseModel], str] = {
     AbstractPlanBody: "abstract",
     HardwarePlanBody: "hardware",
     MaxTextPlanBody: "maxtext",
+    ServingPlanBody: "serving",
 }
 
 
@@ -407,13 +505,16 @@ _TAGS = {(tag,) for tag in _MODE_OF.values()}
 
 def plan_mode(body: Any) -> str:
     """The mode of a ``POST /v1/meshes`` body, from the members it sends (it has no tag):
-    ``maxtext`` with MaxText's keys, else ``hardware`` with a hardware name, else
-    ``abstract`` with ``num_devices``, else ``live``. ``null`` counts as absent. A body
-    that is not an object is taken as live, whose model then refuses it."""
+    ``serving`` with a serving object, else ``maxtext`` with MaxText's keys, else
+    ``hardware`` with a hardware name, else ``abstract`` with ``num_devices``, else
+    ``live``. ``null`` counts as absent. A body that is not an object is taken as live,
+    whose model then refuses it."""
     if isinstance(body, BaseModel):
         return _MODE_OF.get(type(body), "live")
     if not isinstance(body, dict):
         return "live"
+    if body.get("serving") is not None:
+        return "serving"
     if body.get("maxtext") is not None:
         return "maxtext"
     if body.get("hardware") is not None:
@@ -425,7 +526,8 @@ PlanBody = Annotated[
     Annotated[LivePlanBody, Tag("live")]
     | Annotated[AbstractPlanBody, Tag("abstract")]
     | Annotated[HardwarePlanBody, Tag("hardware")]
-    | Annotated[MaxTextPlanBody, Tag("maxtext")],
+    | Annotated[MaxTextPlanBody, Tag("maxtext")]
+    | Annotated[ServingPlanBody, Tag("serving")],
     Discriminator(plan_mode),
 ]
 """A ``POST /v1/meshes`` body as its mode's type (:func:`plan_mode` tells them apart)."""
@@ -434,21 +536,7 @@ PlanBody = Annotated[
 def _untagged(error: ValidationError) -> ValidationError:
     """``error`` with the mode's tag taken out of every location: the body has no tag, so
     ``axes.data`` names the member sent, as before the modes had types."""
-    return ValidationError.from_exception_data(
-        error.title,
-        [
-            InitErrorDetails(
-                type=PydanticCustomError(
-                    str(e["type"]),
-                    str(e["msg"]).replace("{", "{{").replace("}", "}}"),
-                    e.get("ctx"),
-                ),
-                loc=tuple(e["loc"][1:] if e["loc"][:1] in _TAGS else e["loc"]),
-                input=e.get("input"),
-            )
-            for e in error.errors(include_url=False)
-        ],
-    )
+    return untagged(error, _TAGS)
 
 
 class MeshPlanRequest(RootModel[PlanBody]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, Tag
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Tag
 
 from app.schemas.base import JsonInt, Strict
 from app.schemas.hardware import MODEL_DISCRIMINATOR, NamedModel, TransformerModel
@@ -108,6 +108,20 @@ class StepBatch(Strict):
     targets: NumberList | Tensor | None = Field(
         None, description="[B, features[-1]] floats (mse) or [B] class ids (cross_entropy)"
     )
+
+
+class GenerateRequest(Strict):
+    """``POST /v1/sessions/{id}/generate``: greedy tokens after each row of ``prompt``."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"prompt": [[1, 2, 3]], "steps": 4}]})
+
+    prompt: list[list[Annotated[JsonInt, Field(ge=0)]]] = Field(
+        min_length=1,
+        max_length=64,
+        description="token ids [batch, length]: at most 64 rows of 1..512 ids, rows of one "
+        "length, each below the model's vocab",
+    )
+    steps: JsonInt = Field(1, ge=1, le=64, description="tokens to generate a row (1..64)")
 
 
 class StepRequest(Strict):

@@ -52,11 +52,11 @@ from datarax.estimate.calibrations import (
     default_constants,
     fit_jobs,
     fit_work,
-    get_profile,
     is_published,
     published_profiles,
 )
 from datarax.estimate.cost import estimate_step
+from datarax.estimate.serving_profiles import is_serving_profile, serving_profiles
 from datarax.hardware.chips import HARDWARE, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.names import did_you_mean
@@ -67,8 +67,12 @@ MAX_JOBS = 256
 """Jobs one fit takes at most (the request schema's bound)."""
 
 
-_PUBLISHED_JSON = [orjson.dumps(p.to_json()) for p in published_profiles()]
-"""The published profiles' JSON (:class:`CalibrationProfile`), encoded once: they never
+_SHIPPED = {p.id: p for p in [*published_profiles(), *serving_profiles()]}
+"""The profiles the library ships: the training ones, then the serving engines' (DESIGN
+v1.4: ``published-<kind>-<engine>``)."""
+
+_PUBLISHED_JSON = [orjson.dumps(p.to_json()) for p in _SHIPPED.values()]
+"""The shipped profiles' JSON (:class:`CalibrationProfile`), encoded once: they never
 change."""
 
 
@@ -88,8 +92,8 @@ async def list_profiles(store: Store, limit: int = 100, offset: int = 0) -> byte
 async def read_profile(store: Store, profile_id: str) -> bytes:
     """One profile's JSON (:class:`CalibrationProfile`): a published one's, or a stored
     one as it was stored. Raises ServiceError: 404 ``calibration_not_found``."""
-    if is_published(profile_id):
-        return orjson.dumps(get_profile(profile_id).to_json())
+    if profile_id in _SHIPPED:
+        return orjson.dumps(_SHIPPED[profile_id].to_json())
     text = await stored.get_profile(store, profile_id)
     if text is None:
         raise await _unknown(store, profile_id, "calibration_not_found")
@@ -112,6 +116,13 @@ async def resolve(
         return await _host_default(store, hardware)
     if is_published(profile_id):
         return profile_id
+    if is_serving_profile(profile_id):
+        raise ServiceError(
+            f"calibration {profile_id!r} prices serving (an inference engine's prefill and "
+            "decode), not a training step: name a training profile (GET /v1/calibrations, "
+            "stack.framework jax or pytorch), or leave calibration out",
+            code="invalid_calibration",
+        )
     text = await stored.get_profile(store, profile_id)
     if text is None:
         raise await _unknown(store, profile_id)
@@ -354,7 +365,7 @@ async def delete_profile(store: Store, profile_id: str) -> None:
       ServiceError: 404 ``calibration_not_found``; 409 ``calibration_published`` (a
         profile the library ships), ``calibration_running`` (a host profile measuring).
     """
-    if is_published(profile_id):
+    if profile_id in _SHIPPED:
         raise ServiceError(
             f"calibration {profile_id!r} ships with the library and cannot be deleted; "
             "only the profiles fitted or measured here can (kinds jobs and host)",

@@ -13,21 +13,28 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from app.core.errors import InvalidRequest, ServiceError, from_library
-from app.schemas.base import optimizer_name, shards_over_data
-from app.schemas.hardware import HardwarePlanRequest, RecommendationRequest
-from app.schemas.meshes import MAX_PLAN_DEVICES, HardwarePlanBody, MaxTextPlanBody, MeshPlanRequest
+from app.schemas.base import optimizer_name, shards_over_data, unread_optimizer_notes
+from app.schemas.hardware import HardwareMlpModel, HardwarePlanRequest, RecommendationRequest
+from app.schemas.meshes import (
+    MAX_PLAN_DEVICES,
+    HardwarePlanBody,
+    MaxTextPlanBody,
+    MeshPlanRequest,
+    MlpModel,
+)
 from app.services.answer_json import NULL
 from app.services.plans import Devices, PlanRequest, RenderedPlan, plan_answer, render
 from datarax.answers.catalog import HardwareEntry, HardwareList, NamedModelEntry, NamedModelList
 from datarax.answers.plans import ParamLayout
 from datarax.errors import PlanError
 from datarax.estimate.calibrations import CalibrationProfile
-from datarax.estimate.cost import estimate_step
+from datarax.estimate.cost import estimate_step, step_warnings
 from datarax.estimate.recommend import SearchSpaceTooLarge, default_axes, recommend_meshes
 from datarax.estimate.results import Recommendations, StepEstimate
 from datarax.hardware.chips import HARDWARE, get_hardware
@@ -43,7 +50,7 @@ from datarax.parallel.kinds import kinds_by_alias
 from datarax.parallel.options import ParallelOptions
 from datarax.parallel.terms import repeat_per_device
 from datarax.plan.layout import PlanCancelled, check_batch_shape
-from datarax.specs.model_specs import DTYPE_BYTES, ModelSpec, model_spec
+from datarax.specs.model_specs import DTYPE_BYTES, ModelSpec, TransformerSpec, model_spec
 from datarax.specs.named_models import MODELS
 
 # ------------------------------------------------------------------------------ catalog
@@ -104,10 +111,15 @@ def hardware_plan_request(body: HardwarePlanBody | MeshPlanRequest) -> HardwareP
     return found
 
 
-def maxtext_plan_request(body: MaxTextPlanBody) -> HardwarePlanRequest:
+def maxtext_plan_request(
+    body: MaxTextPlanBody, notes: list[str] | None = None
+) -> HardwarePlanRequest:
     """The hardware plan request that MaxText's keys describe (the library's
     :func:`datarax.launch.maxtext_plan_request.plan_request_from_maxtext`), typed once;
-    the body's ``name`` and ``optimizer`` (when sent) take precedence over its keys.
+    the body's ``name`` and ``optimizer`` (when sent) take precedence over its keys
+    (ZeRO-1 where either the body's ``shard_over_data`` or MaxText's
+    ``shard_optimizer_over_data`` says it). ``notes`` receives one line per MaxText key
+    the plan does not read (a plan's ``warnings``).
 
     Raises:
       ServiceError: ``invalid_maxtext_config`` and the planner's codes.
@@ -119,6 +131,7 @@ def maxtext_plan_request(body: MaxTextPlanBody) -> HardwarePlanRequest:
             topology=body.topology,
             slices=body.slices if "slices" in body.model_fields_set else None,
             hosts=body.hosts,
+            notes=notes,
         )
     except PlanError as error:
         raise from_library(error) from None
@@ -127,7 +140,11 @@ def maxtext_plan_request(body: MaxTextPlanBody) -> HardwarePlanRequest:
     if body.calibration is not None:
         request["calibration"] = body.calibration
     if "optimizer" in body.model_fields_set:
-        request["optimizer"] = optimizer_name(body.optimizer)
+        keys = request.get("optimizer")
+        zero1 = isinstance(keys, dict) and keys.get("shard_over_data") is True
+        name = optimizer_name(body.optimizer)
+        zero1 = zero1 or shards_over_data(body.optimizer)
+        request["optimizer"] = {"name": name, "shard_over_data": True} if zero1 else name
     try:
         return HardwarePlanRequest.model_validate(request)
     except ValidationError as error:
@@ -152,12 +169,15 @@ class HardwarePlan:
       profile: the request's ``calibration`` resolved (a stored profile read back by
         :func:`app.services.calibrations.resolve`, or without one the newest host
         profile of the hardware's devices); ``None``: the request's own.
+      notes: what the plan's ``warnings`` say of the request before its layout (the
+        MaxText keys it does not read).
     """
 
     request: HardwarePlanRequest
     devices: int | None
     options: ParallelOptions
     profile: str | CalibrationProfile | None = None
+    notes: tuple[str, ...] = ()
 
 
 def check_hardware_plan(request: HardwarePlanRequest) -> HardwarePlan:
@@ -178,9 +198,13 @@ def hardware_plan(body: HardwarePlanBody | MaxTextPlanBody) -> HardwarePlan:
       ServiceError: ``invalid_maxtext_config``, ``too_many_devices`` and the planner's
         codes of MaxText's keys.
     """
+    optimizer = tuple(unread_optimizer_notes(body.optimizer))
     if isinstance(body, MaxTextPlanBody):
-        return check_hardware_plan(maxtext_plan_request(body))
-    return check_hardware_plan(body)
+        notes: list[str] = []
+        checked = check_hardware_plan(maxtext_plan_request(body, notes))
+        return replace(checked, notes=tuple(f"maxtext: {note}" for note in notes) + optimizer)
+    checked = check_hardware_plan(body)
+    return replace(checked, notes=checked.notes + optimizer) if optimizer else checked
 
 
 def cluster_devices(request: HardwarePlanRequest | RecommendationRequest) -> int | None:
@@ -248,6 +272,46 @@ def _check_options_apply(
             )
 
 
+def plan_model(request: HardwarePlanRequest) -> dict[str, Any]:
+    """The request's ``model`` object with the sequence length its ``batch_shape`` says
+    (DESIGN v1.4, "Every input is used or refused"): a transformer's ``batch_shape`` is
+    ``[global sequences, sequence length]``, and its ``seq_len`` is ``batch_shape[1]``
+    (a named model's own context length is only a default where a plan has no
+    ``batch_shape``). An MLP's object, or one without ``batch_shape``, is as sent.
+
+    Raises:
+      PlanError: ``invalid_batch_shape`` for a transformer's ``batch_shape`` of other
+        than two dimensions, a sequence length of 0, or a ``seq_len`` sent that differs
+        from ``batch_shape[1]`` (the message names both).
+    """
+    assert request.model is not None
+    model = request.model.model_dump(exclude_none=True)
+    shape = request.batch_shape
+    if isinstance(request.model, HardwareMlpModel | MlpModel) or shape is None:
+        return model
+    if len(shape) != 2:
+        raise PlanError(
+            "invalid_batch_shape",
+            f"a transformer's batch_shape is [global sequences, sequence length]; got "
+            f"{list(shape)} ({len(shape)} dimension{'s' if len(shape) != 1 else ''})",
+        )
+    sequences, length = int(shape[0]), int(shape[1])
+    if length < 1:
+        raise PlanError(
+            "invalid_batch_shape",
+            f"batch_shape[1] is the sequence length and must be at least 1; got {length}",
+        )
+    sent = model.get("seq_len")
+    if sent is not None and sent != length:
+        raise PlanError(
+            "invalid_batch_shape",
+            f"model.seq_len {sent} and batch_shape[1] {length} differ: batch_shape is "
+            f"[global sequences, sequence length], so send batch_shape [{sequences}, {sent}] "
+            f"for {sent}-token sequences, or leave seq_len out (it is then batch_shape[1])",
+        )
+    return {**model, "seq_len": length}
+
+
 def _stop_if(should_stop: Callable[[], bool] | None) -> None:
     if should_stop is not None and should_stop():
         raise PlanCancelled("the plan was abandoned")
@@ -292,7 +356,7 @@ def lay_out(plan: HardwarePlan) -> LaidOut:
     check_named_kinds(named)
     spec = None
     if request.model is not None:
-        spec = model_spec(request.model.model_dump(exclude_none=True))
+        spec = model_spec(plan_model(request))
         check_kinds_apply(spec, named, None, plan.options.context)
     kinds = kinds_by_alias()
     present = {kinds[a].name for a, n in named.items() if a in kinds and n > 1}
@@ -361,6 +425,15 @@ class StepParts:
             )
             for group, entry_spec, shard, _ in self.estimate.param_shardings
         ]
+
+
+def active_params(model: ModelSpec) -> int:
+    """The parameters a token sees (a plan's ``active_params``): a mixture-of-experts
+    model's routed experts counted ``experts_per_token`` times; every parameter of a
+    dense model or an MLP."""
+    if isinstance(model, TransformerSpec):
+        return model.active_param_count()
+    return model.param_count()
 
 
 def estimate_plan(plan: HardwarePlan, laid_out: LaidOut) -> StepParts | None:
@@ -438,9 +511,14 @@ def render_hardware_plan(
     layout = laid_out.layout
     _stop_if(should_stop)
     devices = layout_devices(layout)
+    devices.notes.extend(plan.notes)
     if layout.split_physical_axes:
         devices.notes.append("the device order splits physical axes (allow_split_physical_axes)")
     step = estimate_plan(plan, laid_out)
+    if step is not None:
+        devices.notes.extend(whole.warning() for whole in step.context.whole_params())
+        profile = plan.profile if plan.profile is not None else request.calibration
+        devices.notes.extend(step_warnings(step.context, layout.hardware, profile))
     batch = request.batch_axes
     if step is not None and batch is None:
         # what the step estimate assumes: the axes whose role splits the batch
@@ -459,6 +537,7 @@ def render_hardware_plan(
         created_at=created_at,
         params=None if step is None else step.params(),
         memory=None if step is None else step.estimate.memory_per_device,
+        program="maxtext",  # what launch runs: MaxText's training step (DESIGN v1.4)
         should_stop=should_stop,
         max_bytes=max_bytes,
     )
@@ -476,6 +555,8 @@ def render_hardware_plan(
         step_estimate=None if step is None else step.estimate,
         # the plan stores its model (resolved: a named model's figures with its overrides)
         model=None if step is None else step.context.model.to_json(),
+        total_params=None if step is None else step.context.model.param_count(),
+        active_params=None if step is None else active_params(step.context.model),
         # the options it echoes, as the library resolved them: pipeline and
         # context_parallel where the request sent them, shard_over_data where it is on
         pipeline=None if request.pipeline is None else asdict(options.pipeline),
@@ -565,6 +646,7 @@ __all__ = [
     "HardwarePlan",
     "LaidOut",
     "StepParts",
+    "active_params",
     "check_cluster_size",
     "check_hardware_plan",
     "cluster_devices",
@@ -578,6 +660,7 @@ __all__ = [
     "maxtext_plan_request",
     "model_entry",
     "parallel_options",
+    "plan_model",
     "recommend",
     "render_hardware_plan",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from app.core.errors import MeshNotFound, from_library
+from app.core.errors import MeshNotFound, ServiceError, from_library
 from app.schemas.launch import LaunchRequest
 from app.storage import plans as stored_plans
 from app.storage.store import Store
@@ -22,20 +22,28 @@ async def _summary(store: Store, mesh_id: str) -> dict[str, Any]:
     text = await stored_plans.get_plan_summary(store, mesh_id)
     if text is None:
         raise MeshNotFound(f"no mesh plan with id {mesh_id!r}; list plans at /v1/meshes")
-    return plan_summary(orjson.loads(text))
+    return dict(orjson.loads(text))
 
 
 async def launch(store: Store, mesh_id: str, request: LaunchRequest) -> LaunchConfig:
     """The plan's launch config for the request's target.
 
     Raises:
-      MeshNotFound: no such plan. ServiceError: ``launch_target_unavailable`` and the
+      MeshNotFound: no such plan. ServiceError: ``launch_target_unavailable``,
+      ``not_launchable`` (what MaxText's configuration checks would refuse) and the
       library's other codes.
     """
-    plan = await _summary(store, mesh_id)
+    stored = await _summary(store, mesh_id)
+    if request.target != "env" and stored.get("serving_estimate") is not None:
+        raise ServiceError(
+            f"plan {mesh_id!r} is a serving plan, and target {request.target!r} writes a "
+            "training job (MaxText's train); serving launch targets (vllm, jetstream) are "
+            "not built yet: target env gives its processes' distributed environment",
+            code="launch_target_unavailable",
+        )
     try:
         return launch_config(
-            plan,
+            plan_summary(stored),
             request.target,
             image=request.image,
             command=request.command,

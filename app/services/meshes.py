@@ -26,7 +26,7 @@ from app.core.errors import (
     WorkerLost,
 )
 from app.core.ids import new_plan_id, utc_now
-from app.schemas.base import optimizer_name
+from app.schemas.base import optimizer_name, unread_optimizer_notes
 from app.schemas.meshes import (
     AbstractPlanBody,
     HardwarePlanBody,
@@ -36,8 +36,14 @@ from app.schemas.meshes import (
     PlainPlanBody,
     PlanBody,
 )
+from app.schemas.serving import ServingPlanBody
 from app.services import calibrations
-from app.services.hardware import HardwarePlan, hardware_plan, render_hardware_plan
+from app.services.hardware import (
+    HardwarePlan,
+    cluster_devices,
+    hardware_plan,
+    render_hardware_plan,
+)
 from app.services.heavy_work import LARGE_PLAN_DEVICES, HeavyWork
 from app.services.layout_svg import render_layout_svg
 from app.services.plans import (
@@ -48,6 +54,7 @@ from app.services.plans import (
     live_devices,
     render_plan,
 )
+from app.services.serving import render_serving_plan
 from app.storage import plans as stored_plans
 from app.storage.store import Store
 from app.workers.runtime_client import RuntimeClient
@@ -185,6 +192,9 @@ async def create_plan(
         plan = hardware_plan(request)
         _check_axis_count(plan.request.ici)
         return await _create_hardware_plan(plan, store, rendering)
+    if isinstance(request, ServingPlanBody):
+        _check_axis_count(request.ici)
+        return await _create_serving_plan(request, store, rendering)
     _check_axis_count(request.axes)
     if isinstance(request, AbstractPlanBody):
         return await _create_abstract_plan(request, store, rendering)
@@ -215,6 +225,26 @@ async def _create_hardware_plan(
     return await _store(store, plan_id, created_at, plan.request.name, rendered, live=False)
 
 
+async def _create_serving_plan(
+    body: ServingPlanBody, store: Store, rendering: _Rendering
+) -> CreatedPlan:
+    """A serving plan (:func:`app.services.serving.render_serving_plan`), stored like a
+    hardware plan."""
+    plan_id, created_at = new_plan_id(), utc_now()
+    rendered = await _render(
+        lambda stop: render_serving_plan(
+            body,
+            plan_id=plan_id,
+            created_at=created_at,
+            should_stop=stop,
+            max_bytes=rendering.max_answer_bytes,
+        ),
+        cluster_devices(body),  # type: ignore[arg-type]  # the same cluster members
+        rendering,
+    )
+    return await _store(store, plan_id, created_at, body.name, rendered, live=False)
+
+
 async def _create_abstract_plan(
     body: AbstractPlanBody, store: Store, rendering: _Rendering
 ) -> CreatedPlan:
@@ -222,11 +252,13 @@ async def _create_abstract_plan(
     request = plan_request(body)
     plan_id, created_at = new_plan_id(), utc_now()
     axes = resolve_axes(request.axes, body.num_devices, exact=True)
+    devices = abstract_devices(axes, body.platform)
+    devices.notes.extend(unread_optimizer_notes(body.optimizer))
     rendered = await _render(
         lambda stop: render_plan(
             request,
             axes,
-            abstract_devices(axes, body.platform),
+            devices,
             plan_id=plan_id,
             created_at=created_at,
             should_stop=stop,
@@ -255,8 +287,7 @@ async def _create_live_plan(
     check_plan_request(request, axes)
     answer, _ = await runtime.call("mesh_grid", {"axes": axes})
     devices = live_devices(axes, answer, available)
-    if body.platform is not None:
-        devices.notes.append("platform is ignored for live plans (the runtime reports it)")
+    devices.notes.extend(unread_optimizer_notes(body.optimizer))
     rendered = await _render(
         lambda stop: render_plan(
             request,

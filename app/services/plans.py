@@ -35,7 +35,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 import orjson
@@ -421,8 +421,11 @@ def plan_answer(
     memory: MemoryEstimate | None = None,
     should_stop: Callable[[], bool] | None = None,
     max_bytes: int | None = None,
+    program: Literal["datarax", "maxtext"] = "datarax",
 ) -> MeshPlan:
     """The plan (see docs/API.md for its members), its shards as columns not yet written.
+    ``program``: what ``memory_per_device`` prices without a step estimate (DESIGN v1.4:
+    ``maxtext`` for hardware plans, ``datarax`` for live and abstract plans).
 
     Args:
       request: what was asked for.
@@ -490,7 +493,11 @@ def plan_answer(
             params, param_warnings = param_layouts(request.features, axes, request.param_sharding)
             warnings.extend(param_warnings)
     plan_memory: MemoryEstimate | MemoryPerDevice = (
-        memory_per_device(params, request.optimizer, batch_block) if memory is None else memory
+        dataclasses.replace(
+            memory_per_device(params, request.optimizer, batch_block), program=program
+        )
+        if memory is None
+        else memory
     )
     return MeshPlan(
         id=plan_id,

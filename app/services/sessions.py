@@ -50,7 +50,7 @@ from app.core.ids import new_session_id, utc_now
 from app.core.settings import Settings
 from app.core.telemetry import Telemetry
 from app.core.threads import thread_for_body
-from app.schemas.sessions import SessionCreateRequest, StepRequest
+from app.schemas.sessions import GenerateRequest, SessionCreateRequest, StepRequest
 from app.services.layout_cells import plural
 from app.storage import owners
 from app.storage import plans as stored_plans
@@ -58,6 +58,7 @@ from app.storage import sessions as stored_sessions
 from app.storage.store import Store
 from app.workers.runtime_client import RuntimeClient
 from datarax.answers.sessions import (
+    GeneratedTokens,
     Session,
     SessionList,
     SessionParam,
@@ -506,6 +507,43 @@ class SessionService:
                 await self.delete(session_id)
                 ended.append(session_id)
         return ended
+
+    async def generate(self, session_id: str, body: GenerateRequest) -> GeneratedTokens:
+        """Greedy tokens from a transformer session's parameters as they are now (the
+        runtime's ``session_generate``); bounded like a step (``DATARAX_STEP_TIMEOUT_S``).
+
+        Raises:
+          SessionNotFound, SessionExpired, SessionLost, WorkerLost; InvalidParameter
+          (``validation_error``): an MLP session, prompt rows of different lengths or
+          over 512 ids, an id not below the model's vocab.
+        """
+        record = await self.record(session_id)
+        self._refuse_expired(session_id)
+        model = record.get("model") or {}
+        if model.get("kind") == "mlp":
+            raise InvalidParameter(
+                ["body"], "generate takes a transformer session; this one is an MLP"
+            )
+        lengths = {len(row) for row in body.prompt}
+        if len(lengths) != 1 or not 1 <= lengths.pop() <= 512:
+            raise InvalidParameter(
+                ["body", "prompt"], "prompt rows must be of one length, 1 to 512 ids"
+            )
+        vocab = int(model.get("vocab") or 0)
+        if vocab and max(max(row) for row in body.prompt) >= vocab:
+            raise InvalidParameter(
+                ["body", "prompt"], f"token ids must be below the model's vocab {vocab}"
+            )
+        self._require_ready()
+        await self._refuse_lost(session_id)
+        result, _ = await self.runtime.call(
+            "session_generate",
+            {"id": session_id, "prompt": body.prompt, "steps": body.steps},
+            timeout=self.settings.step_timeout_s,
+        )
+        if session_id in self._last_used:
+            self._last_used[session_id] = time.monotonic()
+        return GeneratedTokens.from_json(result)
 
     async def run_steps(
         self,

@@ -2,7 +2,8 @@
 step time (DESIGN v1.3, "Calibrations"), and the measured steps the job's fidelity is
 worked out from.
 
-A link is one row per job, replaced by a later link; deleting the job deletes it
+A link is one row per job, replaced by a later link, removed by :func:`unlink_job`
+(whether or not its plan is still stored); deleting the job deletes it
 (:func:`app.storage.jobs.delete_job`). Reading the measured steps is bounded:
 :data:`MEASURED_STEPS` of the newest points at most.
 """
@@ -95,6 +96,25 @@ async def link_job(store: Store, link: JobLink) -> bool:
     """Links the job to its plan (replacing an earlier link); False when there is no
     such job."""
     return await store.write(lambda c: _write(c, link))
+
+
+def _unlink(conn: Connection, job: str) -> bool | None:
+    removed = conn.execute(
+        Statement("DELETE FROM job_links WHERE job = ?", "DELETE FROM job_links WHERE job = %s"),
+        (job,),
+    ).rowcount
+    if removed:
+        return True
+    found = conn.execute(
+        Statement("SELECT 1 FROM jobs WHERE job = ?", "SELECT 1 FROM jobs WHERE job = %s"), (job,)
+    ).fetchone()
+    return None if found is None else False
+
+
+async def unlink_job(store: Store, job: str) -> bool | None:
+    """Removes the job's link to its plan (stored or deleted since): True when it had one,
+    False when it had none, None when there is no such job. Works on a full disk."""
+    return await store.delete(lambda c: _unlink(c, job))
 
 
 async def read_link(store: Store, job: str) -> JobLink | None:

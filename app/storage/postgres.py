@@ -33,6 +33,12 @@ Faults: a database that cannot be reached, restarts or shuts down is 503
 ``storage_unavailable`` with ``Retry-After``; a full disk (``53100``) is 507
 ``storage_full``; readiness reports either until a write succeeds. Connections are made
 again on the next use (the pool checks its own), so the service recovers by itself.
+Reads fail as fast as writes in an outage: once a write, a read or the writer's
+keepalive finds the server gone, the store is marked down and each read, instead of
+waiting up to :data:`POOL_WAIT_S` for the pool, tries one connection of its own (refused
+in milliseconds, as a write's); the first that connects clears the mark, reads on its
+connection, and replaces the read pool, whose own reconnection backs off for up to a
+minute after a long outage.
 
 Schema: the tables are SQLite's current schema in PostgreSQL's types, stated in
 :mod:`app.storage.postgres_schema` (a test checks that both engines hold the same tables
@@ -49,7 +55,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from app.core.database_url import describe
@@ -88,8 +94,8 @@ BACKOFF_S = 0.2
 CONNECT_TIMEOUT_S = 10
 """How long one connection attempt waits for the server."""
 POOL_WAIT_S = 5
-"""How long a read waits for a pooled connection (all busy, or the server down and the
-pool reconnecting) before it is a 503."""
+"""How long a read waits for a pooled connection (all busy) before it is a 503; with the
+server gone it does not wait (module docstring, "Faults")."""
 UNNEST_ROWS = 8
 """From this many rows, an insert's ``executemany`` is one statement over arrays
 (the statement's :attr:`~app.storage.store.Statement.many`; an upsert's when no key
@@ -259,6 +265,9 @@ class PostgresStore(Store):
         self._stop_keepalive = threading.Event()
         self._keepalive: threading.Thread | None = None
         self.owner_grace_s = OWNER_GRACE_S  # read by app.storage.owners.settle
+        self.pool_wait_s: float = POOL_WAIT_S
+        self.down = False  # the server was found gone: reads connect on their own
+        self._pool_lock = threading.Lock()  # one read replaces the pool after an outage
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -272,7 +281,6 @@ class PostgresStore(Store):
         if self._db is not None:
             return
         import psycopg
-        import psycopg_pool
 
         self._adapters = psycopg.adapt.AdaptersMap(psycopg.adapters)
         self._adapters.register_dumper(bool, _bool_dumper())
@@ -286,17 +294,8 @@ class PostgresStore(Store):
         except BaseException:
             writer.raw.close()
             raise
-        self._pool = psycopg_pool.ConnectionPool(
-            self.url,
-            min_size=1,
-            max_size=self.read_pool,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
-            configure=self._configure,
-            check=psycopg_pool.ConnectionPool.check_connection,
-            timeout=POOL_WAIT_S,
-            name="datarax-reads",
-            open=True,
-        )
+        self._pool = self._new_pool()
+        self.down = False
         db = _Database(self.where, writer)
         self._lock = db.lock
         with db.lock:
@@ -324,6 +323,7 @@ class PostgresStore(Store):
                 fresh: _Connection | None = self._writer_connection()
             except Exception as err:  # the server is down: tried again next time
                 log.debug("writer keepalive: %s", err)
+                self.down = self.down or _lost(err)
                 continue
             with db.lock:
                 current = cast(_Connection, db.conn)
@@ -350,6 +350,30 @@ class PostgresStore(Store):
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.adapters.register_dumper(bool, _bool_dumper())
+
+    def _new_pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        """The read pool (connections checked by :meth:`_checked_out`, not the pool)."""
+        import psycopg_pool
+
+        return psycopg_pool.ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.read_pool,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            configure=self._configure,
+            timeout=self.pool_wait_s,
+            name="datarax-reads",
+            open=True,
+        )
+
+    def _own_connection(self) -> psycopg.Connection[Any]:
+        """A read connection of its own, as the pool makes them (raises when the server
+        is gone, as fast as the writer's connection attempt)."""
+        import psycopg
+
+        raw = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        self._configure(raw)
+        return raw
 
     def _writer_connection(self) -> _Connection:
         """A new writer connection, holding this process's owner lock
@@ -494,23 +518,23 @@ class PostgresStore(Store):
         pushes of one job from several replicas then queue instead of failing each other's
         serializable transactions. Session advisory locks, taken in key order before
         ``BEGIN`` (inside the transaction its snapshot would predate the wait) and
-        released after the commit."""
-        try:
-            writer = self._writer()
-        except Exception as err:
-            problem = self._fault_or(err)
-            for write in group:
-                write.finish(error=problem)
-            return
+        released after the commit. A writer lost while idle (a restarted server) is made
+        again once, at once, as :meth:`_write_locked` does: nothing was sent yet."""
         keys = sorted({write.key for write in group if write.key is not None})
-        try:
-            for key in keys:
-                writer.raw.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
-        except Exception as err:
-            problem = self._fault_or(err)
-            for write in group:
-                write.finish(error=problem)
-            return
+        for attempt in (1, 2):
+            try:
+                writer = self._writer()
+                for key in keys:
+                    writer.raw.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+                break
+            except Exception as err:
+                if attempt == 1 and _lost(err) and self._conn is not None:
+                    self._conn.raw.close()
+                    continue
+                problem = self._fault_or(err)
+                for write in group:
+                    write.finish(error=problem)
+                return
         try:
             self._commit_on(writer, group)
         finally:
@@ -535,11 +559,10 @@ class PostgresStore(Store):
         return await self._in_thread(lambda: self._pooled(fn, snapshot=True))
 
     def _pooled(self, fn: Callable[[_Connection], T], *, snapshot: bool) -> T:
-        pool = self._pool
-        if pool is None:
+        if self._pool is None:
             raise StoreClosed("the store is not open")
         try:
-            with pool.connection() as raw:
+            with self._read_connection() as raw:
                 conn = _Connection(raw)
                 if not snapshot:
                     result = fn(conn)
@@ -556,6 +579,75 @@ class PostgresStore(Store):
         if conn.changes:
             self._succeeded()
         return result
+
+    def _failed(self, err: BaseException) -> ServiceError | None:
+        """As the store's, and a server found gone (not a busy pool) marks it down."""
+        import psycopg_pool
+
+        problem = super()._failed(err)
+        gone = _lost(err) and not isinstance(err, psycopg_pool.PoolTimeout)
+        if gone and problem is not None and problem.code == "storage_unavailable":
+            self.down = True
+        return problem
+
+    @contextlib.contextmanager
+    def _read_connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; while the server is marked down, one of the read's own
+        (the first that connects clears the mark and replaces the pool)."""
+        pool, raw = self._checked_out()
+        try:
+            yield raw
+        finally:
+            if pool is None:
+                raw.close()
+            else:
+                pool.putconn(raw)
+
+    def _checked_out(
+        self,
+    ) -> tuple[psycopg_pool.ConnectionPool[Any] | None, psycopg.Connection[Any]]:
+        """``(pool, connection)`` checked to answer, or ``(None, connection)`` of the
+        read's own after an outage.
+
+        Raises:
+          psycopg.Error: the server is gone (refused at once) or the pool stayed busy
+            for :attr:`pool_wait_s`.
+        """
+        import psycopg_pool
+
+        deadline = time.monotonic() + self.pool_wait_s
+        while True:
+            pool = self._pool
+            if pool is None:
+                raise StoreClosed("the store is not open")
+            if self.down:
+                return None, self._reconnected()
+            try:
+                raw = pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
+            except psycopg_pool.PoolClosed:
+                continue  # replaced meanwhile: the new one
+            try:
+                raw.execute("")
+                return pool, raw
+            except Exception as err:  # lost since it was pooled: is the server gone?
+                pool.putconn(raw)  # discarded, and replaced in the background
+                try:
+                    self._own_connection().close()
+                except Exception:
+                    self.down = True
+                    raise err from None
+
+    def _reconnected(self) -> psycopg.Connection[Any]:
+        """The read's own connection while the server is marked down; the first that
+        connects clears the mark and starts a fresh pool (the old one's reconnection
+        may be backing off for a minute)."""
+        raw = self._own_connection()  # raises while the server is gone
+        with self._pool_lock:
+            if self.down and self._pool is not None:
+                old, self._pool = self._pool, self._new_pool()
+                self.down = False
+                threading.Thread(target=old.close, name="datarax-old-reads", daemon=True).start()
+        return raw
 
 
 def _contended(err: BaseException, where: str) -> ServiceError:

@@ -85,9 +85,9 @@ class CalibrationConstants(Answer):
     matmuls, megablox / ``ragged_dot`` on TPU, grouped GEMMs on GPU; the dense kernel's
     capacity-padded einsums over the experts); null: ``matmul``'s"""
     all_to_all_overlap: float | None = None
-    """fraction of the experts' all-to-all (dispatch and combine over the expert axes) that
-    hides behind compute; the rest is exposed. null: the all-to-all is one more collective
-    under ``overlap``"""
+    """fraction of the work independent of the experts' all-to-all (dispatch and combine
+    over the expert axes: the shared experts, the experts' weight gradients) behind which
+    the all-to-all hides; the rest is exposed. null: ``overlap``"""
     link: float = 1.0
     """fraction of the catalog's link figures (its ring model's time) the collectives
     reach; 1: the catalog's"""

@@ -143,6 +143,12 @@ class NamedModelEntry(Answer):
     qk_nope_head_dim: int | None = omitted()
     qk_rope_head_dim: int | None = omitted()
     v_head_dim: int | None = omitted()
+    total_params: int
+    """every parameter of the model (the embedding, and the unembedding where untied,
+    included)"""
+    active_params: int
+    """the parameters a token sees: a mixture-of-experts model's routed experts counted
+    experts_per_token times, not num_experts; total_params for a dense model"""
     source: str
     """MaxText's configs/models/<name>.yml and the model card"""
     notes: str | None = omitted()

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from datarax.answers.base import Answer, omitted
 from datarax.answers.estimates import MemoryEstimate
+from datarax.answers.serving import ServingMemory
 
 __all__ = [
     "CompileCheck",
@@ -212,7 +213,9 @@ class CompileCheck(Answer):
     target: CompileTarget
     """what it compiles for"""
     estimate: MemoryEstimate | None
-    """the plan's memory estimate for the request"""
+    """the plan's memory estimate for the request (null for a serving plan)"""
+    serving_memory: ServingMemory | None = omitted()
+    """a serving plan: its memory_per_device, which the compiled decode step judges"""
     result: CompileResult | None = omitted()
     """done: what XLA said"""
     estimate_error: EstimateError | None = omitted()

@@ -34,6 +34,9 @@ __all__ = [
 LinkClass = Literal["ici", "nvlink", "dcn", "infiniband", "host"]
 """A network class, fastest first (:data:`datarax.hardware.entry.LINK_CLASSES`)."""
 
+Program = Literal["maxtext", "datarax"]
+"""The training step a memory estimate prices (DESIGN v1.4, "The program users launch")."""
+
 Schedule = Literal["gpipe", "circular", "1f1b", "interleaved_1f1b"]
 """A pipeline schedule (:data:`datarax.parallel.options.SCHEDULES`)."""
 
@@ -50,6 +53,9 @@ class MemoryPerDevice(Answer):
     optimizer: int
     batch: int
     total: int
+    program: Program | None = omitted()
+    """the program the figures price: ``maxtext`` for hardware plans (what ``launch``
+    runs), ``datarax`` for plans of the live host's devices and abstract plans"""
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,6 +86,10 @@ class MemoryEstimate(Answer):
     """this device's share of host DRAM; null where unknown"""
     fits: bool | None
     """total within the usable HBM and the offload within host memory; null without HBM"""
+    program: Program | None = omitted()
+    """the program the estimate prices: ``maxtext`` (MaxText's training step, what
+    ``launch`` runs) for hardware plans and their candidates, ``datarax`` (the library's
+    own step) elsewhere"""
 
 
 # ------------------------------------------------------------------------------ axes
@@ -210,7 +220,10 @@ class StepEstimate(Answer):
     ``roofline_s`` the ideal (:func:`datarax.estimate.cost.estimate_step`)."""
 
     flops: float
-    """model FLOPs of the step over all devices"""
+    """model FLOPs of the step over all devices, as MaxText's
+    calculate_tflops_training_per_device counts them: 6 x the parameters a token
+    multiplies through x tokens, plus attention with the causal mask counted (half of
+    the full QK^T and AV)"""
     compute_s: float
     """the predicted matmul, attention and memory-bound seconds"""
     comm_s: float
@@ -218,7 +231,8 @@ class StepEstimate(Answer):
     step_s: float
     """predicted wall time of one step (calibrated)"""
     mfu: float
-    """flops / (devices * peak of the compute dtype * step_s)"""
+    """flops / (devices * peak of the compute dtype * step_s): model FLOPs utilisation
+    as MaxText reports it"""
     bottleneck: Literal["compute", "communication"]
     """the longer side of the roofline"""
     collectives: tuple[Collective, ...]
@@ -229,6 +243,12 @@ class StepEstimate(Answer):
     """the roofline's compute_s and comm_s of the forward and the backward pass"""
     tokens_per_device: int
     """tokens of one device's batch shard"""
+    tokens_per_s: float
+    """tokens the whole mesh trains on a second at step_s: global sequences x sequence
+    length / step_s (examples / step_s for the MLP)"""
+    tflops_per_device: float
+    """model TFLOP/s one device achieves at step_s, counted as flops is (MaxText's
+    TFLOP/s/device): flops / devices / step_s / 1e12"""
     roofline_s: float
     """the ideal: model FLOPs at peak, collectives hidden behind compute"""
     roofline_mfu: float

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from datarax.answers.base import Answer, omitted
 from datarax.answers.catalog import ModelSpec
 from datarax.answers.estimates import AxisDetail, MemoryEstimate, MemoryPerDevice, StepEstimate
+from datarax.answers.serving import ServingEstimate, ServingMemory
 
 __all__ = ["BatchLayout", "MeshPlan", "MeshPlanList", "MeshPlanSummary", "ParamLayout", "Shard"]
 
@@ -111,7 +112,13 @@ _PLAN_EXAMPLE: dict[str, Any] = {
     "total_devices": 2,
     "batch": {"shape": [256, 1024], "spec": ["data", None], "shard_shape": [128, 1024]},
     "params": [],
-    "memory_per_device": {"params": 0, "optimizer": 0, "batch": 524288, "total": 524288},
+    "memory_per_device": {
+        "params": 0,
+        "optimizer": 0,
+        "batch": 524288,
+        "total": 524288,
+        "program": "datarax",
+    },  # fmt: skip
     "warnings": [],
 }
 _GRID_EXAMPLE: dict[str, Any] = {
@@ -157,9 +164,10 @@ class MeshPlanSummary(Answer):
     """the batch's layout; null without batch_shape"""
     params: list[ParamLayout]
     """the model's parameters; [] without a model"""
-    memory_per_device: MemoryEstimate | MemoryPerDevice
+    memory_per_device: MemoryEstimate | ServingMemory | MemoryPerDevice
     """bytes per device; params and optimizer are 0 without a model, batch is 0 without a
-    batch_shape. A hardware plan with a model: the step estimate's memory"""
+    batch_shape. A hardware plan with a model: the step estimate's memory; a serving plan:
+    its weights, KV cache and activations"""
     warnings: list[str]
     hardware: str | None = omitted()
     """hardware plans: the catalog name (GET /v1/hardware)"""
@@ -179,7 +187,13 @@ class MeshPlanSummary(Answer):
     """hardware plans with a model: one training step's predicted time"""
     model: ModelSpec | None = omitted()
     """hardware plans with a model: the model resolved (a named model's figures with the
-    request's overrides)"""
+    request's overrides; a transformer's seq_len is batch_shape[1])"""
+    total_params: int | None = omitted()
+    """hardware plans with a model: every parameter of the model"""
+    active_params: int | None = omitted()
+    """hardware plans with a model: the parameters a token sees (a mixture-of-experts
+    model's routed experts experts_per_token times, not num_experts); total_params for a
+    dense model"""
     pipeline: dict[str, Any] | None = omitted()
     """hardware plans whose request has pipeline: its microbatches, layers_per_stage and
     schedule (null: derived)"""
@@ -188,6 +202,10 @@ class MeshPlanSummary(Answer):
     shard_over_data: bool | None = omitted()
     """hardware plans: true where the optimizer state is split over the data axes too
     (ZeRO-1)"""
+    serving_estimate: ServingEstimate | None = omitted()
+    """serving plans: the deployment's capacity, latency and throughput"""
+    serving: dict[str, Any] | None = omitted()
+    """serving plans: the request's serving options, defaults filled in"""
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

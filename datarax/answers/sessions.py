@@ -24,6 +24,7 @@ __all__ = [
     "SessionOptimizer",
     "SessionParam",
     "SessionSummary",
+    "GeneratedTokens",
     "StepAnswer",
     "StepTiming",
 ]
@@ -134,6 +135,17 @@ class StepTiming(Answer):
     """seconds running the steps"""
     cache_hit: bool
     """the compiled step was cached"""
+
+
+@dataclass(frozen=True, eq=False)
+class GeneratedTokens(Answer):
+    """``POST /v1/sessions/{id}/generate``: greedy tokens of a transformer session."""
+
+    id: str
+    """the session"""
+    tokens: list[list[int]]
+    """``steps`` new token ids a prompt row, after the prompt (greedy: the most likely
+    next token each time, from a KV-cached decode step)"""
 
 
 @dataclass(frozen=True, eq=False)

@@ -82,6 +82,13 @@ from datarax.answers.plans import (
     ParamLayout,
     Shard,
 )
+from datarax.answers.serving import (
+    ServingCandidate,
+    ServingEstimate,
+    ServingMemory,
+    ServingRecommendations,
+    ServingRejection,
+)
 from datarax.answers.sessions import (
     Session,
     SessionList,
@@ -153,6 +160,11 @@ __all__ = [
     "ReduceAnswer",
     "RooflinePhase",
     "RooflinePhases",
+    "ServingCandidate",
+    "ServingEstimate",
+    "ServingMemory",
+    "ServingRecommendations",
+    "ServingRejection",
     "Session",
     "SessionList",
     "SessionOptimizer",

@@ -8,15 +8,20 @@ state sharded; parameters all-gathered where used, gradients reduce-scattered) a
 ones their input, activations all-reduced after each ``row`` matmul). By default an
 axis's role is its name (``model`` means ``tensor``, ``batch`` means ``data``).
 
-FLOPs of one step (the ``flops`` field, "model FLOPs"):
-``6 * N * tokens + 12 * layers * seq_len * heads * head_dim * tokens``, where ``N`` is
+FLOPs of one step (the ``flops`` field, "model FLOPs", as MaxText's
+``calculate_tflops_training_per_device`` counts them:
+:func:`~datarax.estimate.step_time.model_flops_per_token`):
+``6 * N * tokens + 6 * layers * seq_len * heads * head_dim * tokens``, where ``N`` is
 the parameters every token multiplies through (all but the embedding table and norm
 scales for the transformer; every parameter, biases included, for the MLP, which is the
 ``6 * params * tokens`` of the scaling book) and the second term is attention's
-``QK^T`` and ``AV`` (forward ``4 * S * heads * head_dim`` per token and layer, backward
-twice that). The forward pass is one third of it, the backward two thirds; ``remat:
-full`` runs the forward again in the backward pass (those FLOPs count in ``compute_s``
-but not in ``flops`` or ``mfu``).
+``QK^T`` and ``AV`` under the causal mask (forward ``4 * S * heads * head_dim`` per token
+and layer without the mask, half of it with; backward twice the forward). The forward
+pass is one third of it, the backward two thirds; ``remat: full`` runs the forward again
+in the backward pass (those FLOPs count in ``compute_s`` but not in ``flops`` or
+``mfu``). ``tokens_per_s`` is the global batch's tokens over ``step_s``, and
+``tflops_per_device`` the model TFLOP/s one device achieves at ``step_s`` (MaxText's
+``TFLOP/s/device``).
 
 Memory of one step (``memory_estimate``, in :mod:`datarax.estimate.memory`;
 axis roles and parameter shardings in :mod:`datarax.parallel.axis_roles`; both
@@ -29,7 +34,13 @@ axis's ``bytes_per_s`` (already summing the links a TPU axis uses in both ring
 directions) and ``alpha`` the link's per-step latency from the catalog. An axis split
 over both networks (``ici > 1`` and ``dcn > 1``) runs hierarchically: the ICI part over
 ``V`` and the DCN part over ``V / ici`` (each device holds its ICI shard by then),
-pipelined, so it costs the slower of the two.
+pipelined, so it costs the slower of the two. An all-to-all has no such reduction: each
+device sends ``V / n`` to each of the other ``n - 1``, so its own volume crosses each
+link: ``(ici - 1) / n * V`` to the devices of its slice (or NVLink domain) over the fast
+network and ``(dcn - 1) / dcn * V`` to those of the other slices over the slow one,
+both at once: the slower of ``(ici - 1) / n * V / W_ici + (ici - 1) * alpha_ici`` and
+``(dcn - 1) / dcn * V / W_dcn + (dcn - 1) * alpha_dcn``. A send-recv is ``V / W +
+alpha`` on the slowest network the axis crosses.
 
 Step time: ``roofline_s`` is the ideal step: within each of the forward and the backward
 pass, collectives run one after another and overlap perfectly with that pass's compute at
@@ -63,7 +74,7 @@ from typing import Any
 from datarax.estimate.calibrations import CalibrationProfile, profile_for
 from datarax.estimate.memory import check_optimizer, hardware_memory, memory_estimate, step_memory
 from datarax.estimate.results import Collective, StepEstimate
-from datarax.estimate.step_time import predict_step
+from datarax.estimate.step_time import model_flops_per_token, predict_step
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.parallel.axis_roles import AXIS_ROLES, axis_roles, param_specs
 from datarax.parallel.context import MeshContext, mesh_context
@@ -78,6 +89,7 @@ __all__ = [
     "hardware_memory",
     "memory_estimate",
     "param_specs",
+    "step_warnings",
 ]
 
 
@@ -103,8 +115,6 @@ def collective_seconds(
         alpha = hardware.slow_link_latency_s if slow else hardware.fast_link_latency_s
         return bytes_per_device / link.bytes_per_s + alpha
     passes = 2 if kind == "all-reduce" else 1
-    # An all-to-all sends (n - 1) / n of V, each device to each other one: priced as one
-    # pass of the ring (every device injects that much at the axis's bandwidth).
 
     def ring(n: int, volume: float, bandwidth: float, alpha: float) -> float:
         if n <= 1:
@@ -112,13 +122,22 @@ def collective_seconds(
         return passes * ((n - 1) / n * volume / bandwidth + (n - 1) * alpha)
 
     if link.dcn <= 1:
+        # an all-to-all sends (n - 1) / n of V, each device to each other one: every
+        # device injects that much at the axis's bandwidth, as one pass of the ring
         alpha = hardware.fast_link_latency_s
         return ring(link.ici, bytes_per_device, link.bytes_per_s, alpha)
     fast = link.ici_bytes_per_s or hardware.fast_link_bytes_per_s
+    slow_alpha = hardware.slow_link_latency_s
+    if kind == "all-to-all":
+        # no reduction shrinks it between the networks: the (dcn - 1) / dcn of V bound
+        # for other slices crosses the slow link whole, the rest stays on the fast one
+        n = link.size
+        ici_s = (link.ici - 1) / n * bytes_per_device / fast
+        ici_s += (link.ici - 1) * hardware.fast_link_latency_s
+        dcn_s = ring(link.dcn, bytes_per_device, link.bytes_per_s, slow_alpha)
+        return max(ici_s, dcn_s)
     ici_s = ring(link.ici, bytes_per_device, fast, hardware.fast_link_latency_s)
-    dcn_s = ring(
-        link.dcn, bytes_per_device / link.ici, link.bytes_per_s, hardware.slow_link_latency_s
-    )
+    dcn_s = ring(link.dcn, bytes_per_device / link.ici, link.bytes_per_s, slow_alpha)
     return max(ici_s, dcn_s)
 
 
@@ -182,18 +201,20 @@ def estimate_step(
         )
     ctx = context
     model = ctx.model
+    megatron = profile.stack.framework == "pytorch"
     memory = step_memory(
         ctx,
         optimizer=optimizer,
         dcn_axes=[link.name for link in axes_detail if link.dcn > 1],
+        dispatch="routed" if megatron else "maxtext",
+        program="maxtext",  # what a hardware plan's launch runs (DESIGN v1.4)
         **hardware_memory(hw),
     )
     n_devices = math.prod(ctx.axes.values())
     shape = ctx.pipeline
     global_tokens = ctx.global_batch * model.tokens_per_example
-    flops = 6 * model.matmul_params() * global_tokens
-    flops += model.attention_flops_per_token() * global_tokens
-    collectives = _step_collectives(ctx, hw, links)
+    flops = model_flops_per_token(model) * global_tokens
+    collectives = _step_collectives(ctx, hw, links, padded=megatron)
     predicted = predict_step(
         model,
         hw,
@@ -203,6 +224,7 @@ def estimate_step(
         host_offload_bytes=memory.host_offload_bytes,
         optimizer=optimizer,
         calibration=profile.constants,
+        padded=megatron,
     )
     parts = predicted.breakdown
     peak = hw.peak_flops(model.dtype)
@@ -216,6 +238,8 @@ def estimate_step(
         + sum(e.seconds for e in collectives if e.phase == "backward"),
         step_s=predicted.step_s,
         mfu=flops / (n_devices * peak * predicted.step_s),
+        tokens_per_s=global_tokens / predicted.step_s,
+        tflops_per_device=flops / n_devices / predicted.step_s / 1e12,
         bottleneck="communication" if comm_bound else "compute",
         collectives=collectives,
         bottleneck_link=slowest.link if comm_bound and slowest else None,
@@ -235,12 +259,20 @@ def estimate_step(
 
 
 def _step_collectives(
-    ctx: MeshContext, hw: Hardware, links: Mapping[str, AxisLink]
+    ctx: MeshContext, hw: Hardware, links: Mapping[str, AxisLink], *, padded: bool = False
 ) -> tuple[Collective, ...]:
     """The step's collectives, one entry per axis, kind, pass and operand: each axis's
     kind's traffic term (:attr:`~datarax.parallel.kinds.ParallelismKind.traffic`,
-    :mod:`datarax.parallel.terms`) priced on the axis's link."""
+    :mod:`datarax.parallel.terms`) priced on the axis's link. ``padded``: the framework
+    pads the sparse kernel's experts to their capacity before the all-to-all (Megatron's
+    ``moe_pad_expert_input_to_capacity`` under a PyTorch profile), so a capacity
+    model's all-to-all moves ``capacity_factor`` times the routed rows, as the dense
+    kernel's does (:func:`~datarax.parallel.terms.expert_traffic`)."""
     entries: dict[tuple[str, str, str, str], list[float]] = {}
+    model = ctx.model
+    pad = 1.0
+    if padded and isinstance(model, TransformerSpec) and model.is_moe and not model.dropless:
+        pad = model.capacity_factor if model.moe_kernel == "sparse" else 1.0
 
     # Parameter and gradient collectives are combined: XLA's all-gather, reduce-scatter
     # and all-reduce combiners merge the ones of one scanned layer (and of the loose
@@ -252,6 +284,8 @@ def _step_collectives(
         link = links[axis]
         if link.size <= 1 or traffic.bytes_per_device <= 0:
             continue
+        if traffic.op == "all-to-all" and pad != 1.0:
+            traffic = dataclasses.replace(traffic, bytes_per_device=traffic.bytes_per_device * pad)
         key = (axis, traffic.op, traffic.phase, traffic.what)
         combined = traffic.what in ("params", "grads")
         one = collective_seconds(
@@ -292,4 +326,82 @@ def _entries(
             seconds=seconds,
         )
         for (axis, kind, phase, what), (count, volume, seconds) in entries.items()
+    )
+
+
+def step_warnings(
+    ctx: MeshContext,
+    hardware: str | Hardware,
+    calibration: str | CalibrationProfile | None = None,
+) -> list[str]:
+    """What a step estimate assumes that the request does not say, one line each, for a
+    plan's ``warnings``: how a capacity factor prices the experts (padded compute, dropped
+    tokens, or unread by MaxText's sparse kernel), and under a PyTorch profile how the
+    dispatch is sized and which optimizer sharding is priced.
+
+    Args:
+      ctx: the request's mesh context.
+      hardware: catalog name or entry.
+      calibration: the profile the estimate is priced with (as :func:`estimate_step`).
+    """
+    model = ctx.model
+    framework = profile_for(get_hardware(hardware), calibration).stack.framework
+    out: list[str] = []
+    if isinstance(model, TransformerSpec) and model.is_moe:
+        out.extend(_capacity_warnings(model, framework))
+    if framework == "pytorch":
+        out.append(_optimizer_sharding_line(ctx))
+    return out
+
+
+def _capacity_warnings(model: TransformerSpec, framework: str) -> list[str]:
+    cf = model.capacity_factor
+    s, k, e = model.seq_len, model.experts_per_token, model.num_experts
+    if model.dropless:
+        if framework == "pytorch":
+            return [
+                "moe dispatch priced as Megatron's all-to-all dispatcher runs it dropless: "
+                "buffers of the routed tokens (k per token), no worst-case buffer"
+            ]
+        return []
+    capacity = max(math.ceil(s * k / e) * cf, cf)
+    if model.moe_kernel == "sparse" and framework != "pytorch":
+        return [
+            f"capacity_factor {cf:g} is not read by MaxText's sparse kernel "
+            "(sparse_matmul is dropless; ragged_buffer_factor bounds its buffer): priced "
+            "dropless, no token dropped; use moe_kernel 'dense' to pad each expert to "
+            "its capacity and drop what passes it"
+        ]
+    dropped = (
+        f"at least {1 - cf:.0%} of the routed tokens"
+        if cf < 1
+        else ("none if routing is balanced; those routed past an expert's capacity otherwise")
+    )
+    return [
+        f"capacity_factor {cf:g}: each expert takes at most {int(capacity)} of a "
+        f"sequence's {s * k} routed tokens (ceil({s} x {k} / {e}) x {cf:g}); its "
+        f"matmuls and all-to-all are priced padded to that capacity ({cf:g}x the routed "
+        f"work), and tokens past it are dropped (their expert output is zero): "
+        f"{dropped}"
+    ]
+
+
+def _optimizer_sharding_line(ctx: MeshContext) -> str:
+    fsdp = ctx.axes_where(lambda k: k.gathers_params)
+    if ctx.options.shard_over_data and ctx.replica_axes:
+        over = ", ".join(ctx.replica_axes)
+        return (
+            f"optimizer state priced sharded over the data axes ({over}) as Megatron's "
+            "distributed optimizer (ZeRO-1) shards it"
+        )
+    if fsdp:
+        return (
+            f"optimizer state priced sharded with the parameters over {', '.join(fsdp)} "
+            "(PyTorch FSDP / ZeRO-3); set shard_optimizer_over_data for Megatron's "
+            "distributed optimizer over the data axes"
+        )
+    return (
+        "optimizer state priced whole on every data-parallel rank (Megatron without "
+        "--use-distributed-optimizer); set shard_optimizer_over_data to price the "
+        "distributed optimizer (ZeRO-1)"
     )

@@ -132,6 +132,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from datarax.errors import PlanError
+from datarax.estimate.maxtext_memory import maxtext_program_context, maxtext_temporaries
 from datarax.estimate.results import HardwareMemory, MemoryEstimate
 from datarax.hardware.chips import Hardware
 from datarax.parallel.axis_roles import ParamSharding
@@ -200,11 +201,12 @@ def _layer_none_bytes(
     moe: bool = False,
     e: int = 1,
     recomputed: bool = False,
+    routed: bool = False,
 ) -> float:
     """Bytes per token one layer keeps under ``remat: none`` (see
     :func:`_transformer_residuals`); ``moe``: a mixture-of-experts layer with ``e``-way
     expert parallelism (:func:`_moe_bytes`); ``recomputed``: the layer recomputed in the
-    backward pass of a remat policy (:func:`_moe_bytes`)."""
+    backward pass of a remat policy (:func:`_moe_bytes`); ``routed``: Megatron's dispatch."""
     d, h, s = model.d_model, model.heads, model.seq_len
     qk, v, kv = model.qk_head_dim, model.value_head_dim, model.kv_heads
     mlp = 6 if model.mlp == "gated" else 5
@@ -213,11 +215,11 @@ def _layer_none_bytes(
         attention = b * (h * qk + h * v + kv * (qk + v)) + (_F32 + b) * h * s + 2 * _F32 * h
     else:  # the kernel's output (and its [S, heads * hd] view) and float32 log-sum-exp
         attention = b * (h * qk + 2 * h * v + kv * (qk + v)) + _F32 * h
-    ffn = _moe_bytes(model, b, e, recomputed) if moe else mlp * b * model.d_ff
+    ffn = _moe_bytes(model, b, e, recomputed, routed) if moe else mlp * b * model.d_ff
     return (norms + attention + ffn) / t
 
 
-def dispatch_factor(model: TransformerSpec, e: int) -> float:
+def dispatch_factor(model: TransformerSpec, e: int, routed: bool = False) -> float:
     """Rows each routed token takes in an expert's buffers, per token and expert it goes
     to. Dropless (``capacity_factor`` 0 or less) over ``e > 1`` expert shards, MaxText
     sizes the all-to-all's receive buffer for the worst case, every token of the expert
@@ -225,15 +227,21 @@ def dispatch_factor(model: TransformerSpec, e: int) -> float:
     balanced size (``RoutedMoE.get_ragged_buffer_size`` in MaxText's ``layers/moe.py``
     at commit ``e591f30cbbf217ed67ef71263ec0538239f9c3b8``), and the grouped matmuls run
     over that buffer. Dropless on one shard: 1 (the tokens sorted by expert). With a
-    capacity: ``capacity_factor`` (each expert padded or cut to its share times it)."""
+    capacity: ``capacity_factor`` (each expert padded or cut to its share times it).
+
+    ``routed``: as Megatron's ``MoEAlltoAllTokenDispatcher`` sizes them (PyTorch profiles):
+    the tokens routed, ``k`` a token (the all-to-all's output, sized by the routing's
+    counts), no worst-case buffer; with a capacity, the capacity."""
     if not model.dropless:
         return model.capacity_factor
-    if e <= 1:
+    if e <= 1 or routed:
         return 1.0
     return min(float(e), model.num_experts / model.experts_per_token)
 
 
-def _moe_bytes(model: TransformerSpec, b: int, e: int, recomputed: bool = False) -> float:
+def _moe_bytes(
+    model: TransformerSpec, b: int, e: int, recomputed: bool = False, routed: bool = False
+) -> float:
     """Bytes per token a mixture-of-experts layer's feed-forward part keeps under
     ``remat: none``, before the tensor split: the router's float32 logits and
     probabilities (``2 * 4 E``); the dispatched copies of the token (``k w d``, ``w``
@@ -250,7 +258,7 @@ def _moe_bytes(model: TransformerSpec, b: int, e: int, recomputed: bool = False)
     for tpu-recipes' Mixtral 8x7B on a v6e-256, 12 sequences a chip, libtpu 0.0.50.1;
     two at one sequence a chip on a v6e-64)."""
     d, f, k = model.d_model, model.moe_d_ff, model.experts_per_token
-    w = dispatch_factor(model, e)
+    w = dispatch_factor(model, e, routed)
     mlp = 6 if model.mlp == "gated" else 5
     if recomputed and model.moe_kernel != "sparse":
         mlp = 3 if model.mlp == "gated" else 2
@@ -259,19 +267,19 @@ def _moe_bytes(model: TransformerSpec, b: int, e: int, recomputed: bool = False)
     # the expert's output (2); over expert shards the kernel's buffers of each way of the
     # all-to-all (sent, received, sorted by expert, output, sent back, received back: 6)
     copies = 6 if e > 1 and model.dropless and model.moe_kernel == "sparse" else 2
-    routed = b * (copies * k * w * d + k * d) + mlp * b * k * w * f
+    experts = b * (copies * k * w * d + k * d) + mlp * b * k * w * f
     shared = mlp * b * model.shared_experts * f
-    return router + routed + shared
+    return router + experts + shared
 
 
 def _none_bytes_by_layer(
-    model: TransformerSpec, t: int, b: int, e: int, recomputed: bool = False
+    model: TransformerSpec, t: int, b: int, e: int, recomputed: bool = False, routed: bool = False
 ) -> list[tuple[int, float]]:
     """``[(layers, bytes per token of one at remat none)]``: the dense layers and the
     mixture-of-experts layers (``recomputed``: see :func:`_moe_bytes`)."""
     out = [(model.dense_layers, _layer_none_bytes(model, t, b))]
     if model.moe_layers:
-        moe = _layer_none_bytes(model, t, b, moe=True, e=e, recomputed=recomputed)
+        moe = _layer_none_bytes(model, t, b, moe=True, e=e, recomputed=recomputed, routed=routed)
         out.append((model.moe_layers, moe))
     return [(n, per) for n, per in out if n]
 
@@ -291,6 +299,7 @@ def _transformer_residuals(
     e: int = 1,
     layer_share: float = 1.0,
     head_share: float = 1.0,
+    routed: bool = False,
 ) -> float:
     """Bytes per token that JAX's autodiff of the compiled step keeps in HBM for the
     backward pass (``jax.ad_checkpoint.print_saved_residuals`` of the step's loss lists
@@ -318,7 +327,8 @@ def _transformer_residuals(
     """
     head = _transformer_head(model, t, itemsize) * head_share
     if model.remat_places() is None:
-        layers = sum(n * per for n, per in _none_bytes_by_layer(model, t, itemsize, e))
+        by_layer = _none_bytes_by_layer(model, t, itemsize, e, routed=routed)
+        layers = sum(n * per for n, per in by_layer)
     else:
         layers = model.layers * _named_bytes(model, t, itemsize, "device")
     return layers * layer_share + head
@@ -341,6 +351,7 @@ def _temporaries(
     itemsize: int,
     param_itemsize: int,
     shares: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    routed: bool = False,
 ) -> dict[str, int]:
     """What XLA holds beside the state and the saved activations at the step's peak
     (see :func:`memory_estimate`): ``fsdp_gathered`` and the ``phase`` transient (the
@@ -407,7 +418,8 @@ def _temporaries(
         if model.remat_places() is None:
             layer = _F32 * h * s if model.attention == "dot" else 0.0
         else:
-            layer = max(per for _, per in _none_bytes_by_layer(model, t, itemsize, e, True))
+            by_layer = _none_bytes_by_layer(model, t, itemsize, e, True, routed)
+            layer = max(per for _, per in by_layer)
             layer += _named_bytes(model, t, itemsize, "offload")
         _, head_share, pass_share = shares
         out["phase"] = int(tokens * max(loss * head_share, layer * pass_share - head * head_share))
@@ -431,14 +443,16 @@ def _in_vmem(
     return hbm_grads, vmem, 0, hbm_grads + _HBM_REMAINDER
 
 
-def _activation_bytes(ctx: MeshContext, itemsize: int, shares: tuple[float, float, float]) -> int:
+def _activation_bytes(
+    ctx: MeshContext, itemsize: int, shares: tuple[float, float, float], routed: bool = False
+) -> int:
     """Bytes of the activations this device keeps for the backward pass: its tokens'
     residuals (:func:`_transformer_residuals`, :func:`_mlp_residuals`), a pipelined
     device's shares of them (:func:`_pipeline_shares`)."""
     model, t = ctx.model, ctx.width_shards
     if isinstance(model, TransformerSpec):
         per_token = _transformer_residuals(
-            model, t, itemsize, ctx.expert_shards, shares[0], shares[1]
+            model, t, itemsize, ctx.expert_shards, shares[0], shares[1], routed
         )
         return int(per_token * ctx.tokens)
     return int(_mlp_residuals(model, t, itemsize) * ctx.tokens)
@@ -528,6 +542,8 @@ def memory_estimate(
     host_memory_bytes: int | None = None,
     specs: Sequence[ParamSharding] | None = None,
     options: ParallelOptions | None = None,
+    dispatch: str = "maxtext",
+    program: str = "datarax",
 ) -> MemoryEstimate:
     """Bytes per device of one training step, at its peak.
 
@@ -549,6 +565,11 @@ def memory_estimate(
         caller has them already (:func:`~datarax.estimate.cost.estimate_step`).
       options: the pipeline, context-parallel and ZeRO-1 options
         (:class:`~datarax.parallel.options.ParallelOptions`; module docstring).
+      dispatch: ``maxtext`` (MaxText's dispatch buffers, a dropless kernel's worst case) or
+        ``routed`` (Megatron's all-to-all dispatcher's; :func:`dispatch_factor`).
+      program: the training step priced: ``datarax`` (the library's own, this module's
+        terms) or ``maxtext`` (MaxText's, what a hardware plan's launch runs: its terms
+        in :mod:`datarax.estimate.maxtext_memory`); the answer's ``program``.
 
     Returns:
       A :class:`~datarax.estimate.results.MemoryEstimate` of
@@ -580,6 +601,8 @@ def memory_estimate(
         update_layout_copies=update_layout_copies,
         usable_hbm_bytes=usable_hbm_bytes,
         host_memory_bytes=host_memory_bytes,
+        dispatch=dispatch,
+        program=program,
     )
 
 
@@ -593,6 +616,8 @@ def step_memory(
     update_layout_copies: bool = False,
     usable_hbm_bytes: int | None = None,
     host_memory_bytes: int | None = None,
+    dispatch: str = "maxtext",
+    program: str = "datarax",
 ) -> MemoryEstimate:
     """:func:`memory_estimate` of a request's :class:`~datarax.parallel.context.MeshContext`
     (its keyword arguments as there).
@@ -601,6 +626,9 @@ def step_memory(
       PlanError: ``unknown_optimizer``.
     """
     check_optimizer(optimizer)
+    if program == "maxtext":
+        ctx = maxtext_program_context(ctx)
+    routed = dispatch == "routed"
     model, specs, tokens = ctx.model, ctx.specs, ctx.tokens
     t = ctx.width_shards
     shares = _pipeline_shares(ctx)
@@ -611,14 +639,15 @@ def step_memory(
         for group, _, shard, _ in specs
     )
     host_offload = int(_offloaded_bytes(model, t, itemsize) * tokens * shares[0])
-    activations = _activation_bytes(ctx, itemsize, shares)
+    activations = _activation_bytes(ctx, itemsize, shares, routed)
     batch = ctx.local_batch * model.batch_bytes_per_example() // ctx.sequence_shards
     optimizer_bytes = params * OPTIMIZER_STATE_FACTOR[optimizer] // ctx.optimizer_shards
     gathered_by = {group.path: ctx.gathered_by(group) for group, _, _, _ in specs}
-    parts = _temporaries(
-        model, specs, t, ctx.expert_shards, gathered_by, tokens, itemsize, param_itemsize, shares
-    )
+    parts = _temporaries(model, specs, t, ctx.expert_shards, gathered_by, tokens, itemsize,
+                         param_itemsize, shares, routed)  # fmt: skip
     parts.update({name: int(value) for name, value in ctx.kind_memory().items()})
+    if program == "maxtext":
+        parts = maxtext_temporaries(ctx, parts, itemsize)
     temporaries = sum(parts.values())
     grads, vmem = params, 0
     if vmem_bytes is not None and grads + activations + temporaries <= vmem_bytes:
@@ -653,4 +682,5 @@ def step_memory(
         host_offload_bytes=host_offload,
         host_memory_bytes=host_memory_bytes,
         fits=None if usable is None else total <= usable and host_fits,
+        program="maxtext" if program == "maxtext" else "datarax",
     )

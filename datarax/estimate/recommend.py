@@ -14,7 +14,10 @@ Bounded before it starts: the search space (ICI factorisations x DCN factorisati
 counts, and the cluster is validated by laying out one slice / domain only, so a
 request for a million devices or millions of candidates is refused
 (``max_devices``, ``max_search_space``: :class:`SearchSpaceTooLarge` with the count and
-the request changes that would shrink it) in milliseconds. ``fixed_ici`` /
+the request changes that would shrink it) in milliseconds. The budget counts work, not
+candidates: a candidate's collectives are priced in closed form (its work does not grow
+with the layers) and one of a model with many parameter groups counts for more than one
+(:func:`~datarax.estimate.factorisations.budget_limit`). ``fixed_ici`` /
 ``fixed_dcn`` pin some sizes and search only the rest. A running search checks
 ``should_stop`` between candidates, so a caller can abandon it (a client gone).
 
@@ -44,6 +47,8 @@ from datarax.errors import PlanError
 from datarax.estimate.calibrations import CalibrationProfile, profile_for
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.factorisations import (
+    SearchSpaceTooLarge,
+    budget_limit,
     count_factorisations,
     factorisations,
     factorisations_with,
@@ -63,37 +68,13 @@ from datarax.specs.model_specs import ModelSpec, TransformerSpec, model_spec
 __all__ = [
     "RANKING",
     "SearchSpaceTooLarge",
+    "budget_limit",
     "count_factorisations",
     "default_axes",
     "factorisations",
     "recommend_meshes",
     "search_space",
 ]
-
-
-class SearchSpaceTooLarge(PlanError):
-    """A recommendation whose search space passes the limit, refused before it starts.
-
-    Attributes:
-      count: candidates (ordered ``(ici, dcn)`` factorisations) the request would price.
-      limit: the most allowed.
-      suggestions: changes to the request that shrink the space, each ``{"change",
-        "request": {member: value}, "search_space": n}``, smallest change first.
-    """
-
-    def __init__(self, count: int, limit: int, suggestions: list[dict[str, Any]]):
-        shrink = "; ".join(f"{s['change']}: {s['search_space']}" for s in suggestions)
-        super().__init__(
-            "search_space_too_large",
-            f"the request spans {count} (ici, dcn) candidates; at most {limit} are searched "
-            f"(DATARAX_MAX_SEARCH_SPACE). Shrink it: {shrink or 'fewer devices'}",
-        )
-        self.count = count
-        self.limit = limit
-        self.suggestions = suggestions
-
-    def __reduce__(self) -> tuple[type[SearchSpaceTooLarge], tuple[int, int, list[dict[str, Any]]]]:
-        return (type(self), (self.count, self.limit, self.suggestions))
 
 
 DENSE_AXES: tuple[str, ...] = tuple(k.name for k in KINDS.values() if k.searched == "always")
@@ -123,11 +104,12 @@ def _check_axes(axes: Sequence[str]) -> list[str]:
     return list(axes)
 
 
-def _links(hw: Hardware, inner: Sequence[AxisLink], dcn: Mapping[str, int]) -> list[AxisLink]:
-    """The candidate's ``axes_detail``: an axis with ``dcn > 1`` rides the slow network."""
+def dcn_links(hw: Hardware, inner: Sequence[AxisLink], dcn: Mapping[str, int]) -> list[AxisLink]:
+    """A candidate's ``axes_detail`` (training or serving): the slice's links, an axis with
+    ``dcn > 1`` riding the slow network."""
     out = []
     for link in inner:
-        d = dcn[link.name]
+        d = dcn.get(link.name, 1)
         if d == 1:
             out.append(link)
             continue
@@ -186,11 +168,14 @@ def recommend_meshes(
         searched (shrinks the search space).
       fixed_dcn: the same for DCN (``{"fsdp": 1, "tensor": 1}``: DCN over ``data``
         only, as MaxText's usual ``dcn_data_parallelism``).
-      max_search_space: most candidates to price; a larger space is refused before any
-        work with :class:`SearchSpaceTooLarge` (its count, the limit and what would
-        shrink it). The re-searches that explain a ``no_plan_fits`` (``remat: full``, a
-        smaller batch) price at most 3x this many more, then stop (the message says
-        which hints were not searched). ``None``: no limit.
+      max_search_space: units of work to spend, a unit being one candidate of a model
+        of at most :data:`~datarax.estimate.factorisations.WORK_UNIT_GROUPS` parameter
+        groups (:func:`~datarax.estimate.factorisations.budget_limit`); a larger space
+        is refused before any work with :class:`SearchSpaceTooLarge` (its count, the
+        limit in candidates of this model and what would shrink it). The re-searches
+        that explain a ``no_plan_fits`` (``remat: full``, a smaller batch) price at most
+        3x that limit more, then stop (the message says which hints were not searched).
+        ``None``: no limit.
       max_devices: most devices the cluster may have (``too_many_devices`` beyond);
         ``None``: no limit.
       should_stop: called between candidates; when it answers true the search stops
@@ -234,14 +219,10 @@ def recommend_meshes(
         )
     cluster.fixed_ici = fixed_sizes(names, cluster.n_ici, fixed_ici, "ici")
     cluster.fixed_dcn = fixed_sizes(names, cluster.n_dcn, fixed_dcn, "dcn")
-    count = cluster.search_space()
-    if max_search_space is not None and count > max_search_space:
-        raise SearchSpaceTooLarge(count, max_search_space, cluster.shrink(max_search_space))
+    cluster.bound(spec, max_search_space)
     cluster.should_stop = should_stop
     cluster.options = options or ParallelOptions()
     cluster.calibration = calibration
-    # The explaining re-searches of no_plan_fits get 3x the search's own budget.
-    cluster.budget = None if max_search_space is None else count + 3 * max_search_space
     considered, rejected, survivors, smallest, n_survivors = cluster.rank(
         spec, global_batch, optimizer, keep=top_k
     )
@@ -508,6 +489,20 @@ class _Cluster:
                         "search_space": count}  # fmt: skip
         return None
 
+    def bound(self, spec: ModelSpec, max_units: int | None) -> None:
+        """Refuses a search past its budget before any work (:class:`SearchSpaceTooLarge`),
+        and sets the budget: the search's candidates, and 3x the limit more for the
+        re-searches that explain a ``no_plan_fits``. The budget counts work: a candidate of
+        a model with many parameter groups costs more than one
+        (:func:`~datarax.estimate.factorisations.budget_limit`); the layers cost nothing
+        more, a step's collectives being priced in closed form."""
+        count = self.search_space()
+        groups = len(spec.params())
+        limit = None if max_units is None else budget_limit(max_units, groups)
+        if limit is not None and count > limit:
+            raise SearchSpaceTooLarge(count, limit, self.shrink(limit), groups)
+        self.budget = None if limit is None else count + 3 * limit
+
     def _spend(self, n: int) -> None:
         if self.should_stop is not None and self.should_stop():
             raise PlanCancelled("the recommendation search was abandoned")
@@ -567,7 +562,7 @@ class _Cluster:
                 try:
                     est = estimate_step(
                         self.hw,
-                        _links(self.hw, inner, dcn),
+                        dcn_links(self.hw, inner, dcn),
                         spec,
                         global_batch,
                         optimizer=optimizer,

@@ -41,6 +41,7 @@ __all__ = [
     "PUBLISHED_CONSTANTS",
     "Calibration",
     "combine",
+    "model_flops_per_token",
     "predict_step",
     "recompute_flops_per_token",
     "step_components",
@@ -57,10 +58,10 @@ each constant is)."""
 _FIT = "fitted by benchmarks/calibrate.py on the training rows of benchmarks/calibration_runs.py"
 PUBLISHED_CONSTANTS: dict[str, Calibration] = {
     "published-tpu-jax": Calibration(
-        0.76, 0.65, 0.9, 0.4, 0.0, _FIT + " (MaxText on TPU)", grouped_matmul=0.56
+        0.76, 0.65, 0.9, 0.4, 0.0, _FIT + " (MaxText on TPU)", grouped_matmul=0.57
     ),
     "published-gpu-pytorch": Calibration(
-        0.45, 0.30, 0.9, 0.6, 0.0, _FIT + " (torchtitan, Megatron-LM)", grouped_matmul=0.53
+        0.45, 0.30, 0.9, 0.6, 0.0, _FIT + " (torchtitan, Megatron-LM)", grouped_matmul=0.54
     ),
     "published-gpu-jax": Calibration(
         0.71,
@@ -97,8 +98,9 @@ training rows of its kind and software stack. The mixture-of-experts constants
 ``benchmarks/calibration_moe.py`` on the published MoE runs issue 38 names:
 ``grouped_matmul`` prices the routed experts' matmuls of both kernels (the sparse one's
 grouped matmuls and the dense one's capacity-padded einsums batched over the experts);
-``all_to_all_overlap`` stays unset everywhere (the all-to-all's own overlap does not cut
-the error by a point, so it stays one more collective under ``overlap``). PyTorch GPU's
+``all_to_all_overlap`` stays unset everywhere (its own value does not cut the error by a
+point, so ``overlap`` hides the all-to-all behind the work independent of it,
+:func:`a2a_independent`). PyTorch GPU's
 ``grouped_matmul`` rests on one run (NeMo's Mixtral 8x7B on 256 H200), JAX GPU's on one
 (MaxText's Mixtral 8x7B on 256 H200)."""
 
@@ -114,6 +116,24 @@ _UPDATE_PASSES = {"adam": 7, "adamw": 7, "sgd": 3}
 """Passes over this device's parameter bytes of the optimizer update: Adam reads the
 gradient and reads and writes the parameter and both moments; SGD the gradient and the
 parameter."""
+
+
+def model_flops_per_token(model: ModelSpec) -> float:
+    """Model FLOPs of one training step per token, as MaxText's
+    ``calculate_tflops_training_per_device`` counts them (``src/maxtext/utils/
+    maxtext_utils.py``): ``6 N`` for the ``N`` parameters a token multiplies through
+    (:meth:`~datarax.specs.model_specs.TransformerSpec.matmul_params`: the routed experts
+    ``experts_per_token`` times, the router and the unembedding included, the embedding
+    lookup and the norms not), plus attention's ``QK^T`` and ``AV`` with the causal mask
+    counted: half of :meth:`~datarax.specs.model_specs.TransformerSpec.
+    attention_flops_per_token`, forward and backward (``3 * layers * seq_len * heads *
+    (qk + v)``). The MLP's is ``6 N``. What ``step_estimate.flops``, ``mfu``,
+    ``tflops_per_device`` and the roofline count; remat's recompute and the dense MoE
+    kernel's padding and masks are time, not model FLOPs."""
+    flops = 6.0 * model.matmul_params()
+    if isinstance(model, TransformerSpec):
+        flops += 0.5 * model.attention_flops_per_token()
+    return flops
 
 
 def _dense_moe_flops(model: TransformerSpec, routed: float) -> tuple[float, float, float, float]:
@@ -134,6 +154,35 @@ def _dense_moe_flops(model: TransformerSpec, routed: float) -> tuple[float, floa
     cf = model.capacity_factor
     mask = 2.0 * model.seq_len * model.experts_per_token * cf * model.d_model * model.moe_layers
     return 2.0 * routed * cf, 4.0 * routed * cf, 2.0 * mask, 3.0 * mask
+
+
+_INDEPENDENT = ("indep_mm_fwd", "indep_mm_bwd", "indep_gmm_bwd")
+
+
+def a2a_independent(
+    model: ModelSpec, experts: tuple[float, float, float, float], scale: float
+) -> tuple[float, float, float]:
+    """The work of each pass that does not wait on the experts' all-to-all, which alone can
+    hide it: ``(forward, backward)`` matmul seconds at peak (priced at the matmul
+    fraction) and backward grouped-matmul seconds at peak (at the grouped one), the
+    components ``indep_mm_fwd``, ``indep_mm_bwd``, ``indep_gmm_bwd``; ``scale`` is tokens
+    over shards over peak.
+
+    The rule: a mixture-of-experts layer's dispatch waits for the router, the experts'
+    matmuls for the dispatch, the combine for the experts and the next layer for the
+    combine, so the layer's own compute cannot run under its all-to-all. What can: the
+    shared experts (MaxText's ``RoutedAndSharedMoE``, Megatron's shared experts) read the
+    layer's input, not the dispatched tokens, forward and backward; and in the backward
+    pass the routed experts' weight gradients (half of their backward FLOPs: they need the
+    dispatched tokens and the output gradient, not the input gradient the dispatch's
+    backward all-to-all carries). Nothing else (a pipeline's stages run in lockstep in
+    MaxText's loop; the other collectives are no compute). A model without shared experts
+    therefore exposes its whole forward all-to-all."""
+    if not isinstance(model, TransformerSpec) or not model.is_moe:
+        return 0.0, 0.0, 0.0
+    mats = 3 if model.mlp == "gated" else 2
+    shared = model.moe_layers * model.shared_experts * mats * model.d_model * model.moe_d_ff
+    return 2.0 * shared * scale, 4.0 * shared * scale, 0.5 * experts[1] * scale
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, t: int) -> float:
@@ -179,7 +228,8 @@ def predict_step(
     - collectives: each pass's collectives (``collectives``' ``seconds`` per phase, ring
       alpha-beta on their links, over ``link``, plus ``collective_s`` an op) run under
       that pass's compute; up to ``overlap`` of the compute time hides them, the rest is
-      exposed;
+      exposed. The experts' all-to-all hides only behind the work that does not wait on
+      it (:func:`a2a_independent`), up to ``all_to_all_overlap`` (else ``overlap``) of it;
     - offload: activations moved to host memory cross the host link once each way
       (out in the forward pass, back in the backward pass), hidden like collectives;
     - plus ``overhead_s``, and ``layer_s`` for each transformer layer the device runs
@@ -195,6 +245,8 @@ def predict_step(
       collectives: :func:`cost.estimate_step`'s entries (``phase``, ``seconds``).
       host_offload_bytes: bytes this device offloads per step.
       optimizer: its name (the update's passes over the state).
+      padded: the framework pads the sparse kernel's experts to ``capacity_factor``
+        (Megatron's, under a PyTorch profile); MaxText's sparse kernel does not.
 
     Returns:
       A :class:`~datarax.estimate.results.StepPrediction` (``breakdown``:
@@ -219,6 +271,7 @@ def step_components(
     collectives: Sequence[Mapping[str, Any]],
     host_offload_bytes: int,
     optimizer: str = "adam",
+    padded: bool = False,
 ) -> dict[str, float]:
     """The step's parts in seconds at 100% of peak and of HBM bandwidth, before
     calibration (see :func:`predict_step`; :func:`combine` applies a
@@ -249,8 +302,11 @@ def step_components(
     if isinstance(model, TransformerSpec) and model.is_moe:
         routed_model = float(model.routed_matmul_params())
         n_matmul -= model.routed_matmul_params()
-        if model.moe_kernel == "sparse":
+        if model.moe_kernel == "sparse" and (not padded or model.dropless):
             experts = (2.0 * routed_model, 4.0 * routed_model, 0.0, 0.0)
+        elif model.moe_kernel == "sparse":  # grouped GEMMs padded to capacity, no masks
+            cf = model.capacity_factor
+            experts = (2.0 * routed_model * cf, 4.0 * routed_model * cf, 0.0, 0.0)
         else:
             experts = _dense_moe_flops(model, routed_model)
     if isinstance(model, TransformerSpec):
@@ -281,7 +337,7 @@ def step_components(
         if entry["kind"] == "send-recv" and entry["what"] == "keys and values":
             ring[entry["phase"]] += float(entry["seconds"])
     link = hw.host_link_bytes_per_s
-    model_flops = (6.0 * (n_matmul + routed_model) + 3.0 * attn_fwd) * per_device
+    model_flops = model_flops_per_token(model) * per_device
     return {
         "mm_fwd": (2.0 * n_matmul + experts[2]) * per_device / peak,
         "mm_bwd": (4.0 * n_matmul + re_mm + experts[3]) * per_device / peak,
@@ -307,6 +363,7 @@ def step_components(
         "ring_bwd": ring["backward"],
         "a2a_fwd": a2a["forward"],
         "a2a_bwd": a2a["backward"],
+        **dict(zip(_INDEPENDENT, a2a_independent(model, experts, per_device / peak), strict=True)),
         "bubble_fraction": bubble_fraction,
     }
 
@@ -331,16 +388,27 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
     # the ring's passes run under the attention of the shard at hand
     hidden = {p: min(parts.get(f"ring_{p}", 0.0) / cal.link, parts[f"flash_{p}"] / cal.attention)
               for p in ("fwd", "bwd")}  # fmt: skip
-    # the experts' all-to-all, where it has its own constant: that share of it hides
-    a2a = {p: parts.get(f"a2a_{p}", 0.0) / cal.link if cal.all_to_all_overlap is not None
-           else 0.0 for p in ("fwd", "bwd")}  # fmt: skip
-    a2a_exposed = (1.0 - (cal.all_to_all_overlap or 0.0)) * (a2a["fwd"] + a2a["bwd"])
+    # the experts' all-to-all sits between the router and the experts' matmuls (and
+    # between those and the next layer): only work that does not wait on it can hide it
+    # (:func:`a2a_independent`), up to ``all_to_all_overlap`` (else ``overlap``) of it
+    a2a = {p: parts.get(f"a2a_{p}", 0.0) / cal.link for p in ("fwd", "bwd")}
+    share = cal.overlap if cal.all_to_all_overlap is None else cal.all_to_all_overlap
+    free = {
+        p: parts.get(f"indep_mm_{p}", 0.0) / cal.matmul
+        + parts.get(f"indep_gmm_{p}", 0.0) / cal.grouped
+        for p in ("fwd", "bwd")
+    }
+    a2a_hidden = {p: min(a2a[p], share * free[p]) for p in ("fwd", "bwd")}
+    a2a_exposed = sum(a2a[p] - a2a_hidden[p] for p in ("fwd", "bwd"))
     comm = {p: parts[f"comm_{p}"] / cal.link + parts.get(f"calls_{p}", 0.0) * cal.collective_s
             for p in ("fwd", "bwd")}  # fmt: skip
     comm_fwd = comm["fwd"] - hidden["fwd"] - a2a["fwd"]
     comm_bwd = comm["bwd"] - hidden["bwd"] - a2a["bwd"]
-    exposed_fwd = max(0.0, comm_fwd + offload - cal.overlap * fwd)
-    exposed_bwd = max(0.0, comm_bwd + offload - cal.overlap * bwd) + a2a_exposed
+    # what hides the all-to-all is not there for the other collectives
+    budget_fwd = max(0.0, cal.overlap * fwd - a2a_hidden["fwd"])
+    budget_bwd = max(0.0, cal.overlap * bwd - a2a_hidden["bwd"])
+    exposed_fwd = max(0.0, comm_fwd + offload - budget_fwd)
+    exposed_bwd = max(0.0, comm_bwd + offload - budget_bwd) + a2a_exposed
     bubble = parts.get("bubble_fraction", 0.0)
     bubble_s = (fwd + bwd) * bubble / (1.0 - bubble)
     fixed_s = cal.overhead_s + parts.get("layers", 0.0) * cal.layer_s
@@ -348,11 +416,7 @@ def combine(parts: Mapping[str, float], cal: Calibration) -> StepPrediction:
     roof_fwd, roof_bwd = parts["roofline_fwd"], parts["roofline_bwd"]
     roofline_s = max(roof_fwd, parts["comm_fwd"]) + max(roof_bwd, parts["comm_bwd"])
     roofline_s += (roof_fwd + roof_bwd) * bubble / (1.0 - bubble)
-    exposed_comm = (
-        max(0.0, comm_fwd - cal.overlap * fwd)
-        + max(0.0, comm_bwd - cal.overlap * bwd)
-        + a2a_exposed
-    )
+    exposed_comm = max(0.0, comm_fwd - budget_fwd) + max(0.0, comm_bwd - budget_bwd) + a2a_exposed
     breakdown = StepBreakdown(
         matmul_s=(parts["mm_fwd"] + parts["mm_bwd"] + parts["dot_fwd"] + parts["dot_bwd"])
         / cal.matmul

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -30,6 +31,7 @@ from datarax.answers.launch import JobSetLaunch, LaunchConfig, MaxTextLaunch, Sl
 from datarax.errors import PlanError
 from datarax.hardware.chips import get_hardware
 from datarax.json_types import JSONObject
+from datarax.launch.maxtext_checks import check_maxtext_launch
 
 __all__ = ["DEFAULT_IMAGE", "LAUNCH_TARGETS", "launch_config", "plan_summary"]
 
@@ -87,6 +89,14 @@ def _with_extra_args(generated: Sequence[str], extra: Sequence[str], notes: list
     return kept + list(extra)
 
 
+def _devices(plan: Mapping[str, Any]) -> int:
+    """The plan's devices, every slice or host (a summary without ``total_devices``:
+    the product of its ``axes``)."""
+    if plan.get("total_devices"):
+        return int(plan["total_devices"])
+    return math.prod(int(v) for v in (plan.get("axes") or {}).values())
+
+
 def _service_env(plan: Mapping[str, Any], service_url: str | None) -> dict[str, str]:
     """``DATARAX_PLAN_ID`` (a stored plan's id) and ``DATARAX_URL`` (when given)."""
     out = {}
@@ -139,7 +149,12 @@ def launch_config(
 
     Raises:
       PlanError: ``launch_target_unavailable`` for a target that does not apply (a plan
-        without hardware; ``slurm`` on TPU; an unknown target), with the reason.
+        without hardware; ``slurm`` on TPU; an unknown target), with the reason;
+        ``not_launchable`` for arguments (``extra_args`` included) MaxText's own
+        configuration checks would refuse at start
+        (:func:`~datarax.launch.maxtext_checks.check_maxtext_launch`), for ``maxtext`` and
+        for ``jobset``/``slurm`` running MaxText's trainer (no ``command`` given), with
+        MaxText's reason and what it would accept.
     """
     if target not in LAUNCH_TARGETS:
         raise _unavailable(f"target {target!r} is not one of {list(LAUNCH_TARGETS)}")
@@ -152,6 +167,11 @@ def launch_config(
     hw = get_hardware(plan["hardware"])
     if hw.kind == "cpu":
         raise _unavailable("cpu plans describe simulated devices; there is no job to launch")
+    if target == "slurm" and hw.kind != "gpu":
+        raise _unavailable(
+            f"slurm scripts are for GPU clusters; {hw.name} is a TPU: use target "
+            "'jobset' (GKE) or 'maxtext' (the command line and LIBTPU_INIT_ARGS)"
+        )
     from datarax.launch import k8s as launch_k8s  # noqa: PLC0415
     from datarax.launch import maxtext as launch_maxtext  # noqa: PLC0415
     from datarax.launch import slurm as launch_slurm  # noqa: PLC0415
@@ -173,6 +193,9 @@ def launch_config(
             f"no image was given, so the {target} runs {DEFAULT_IMAGE!r}, which is not a "
             "published image: set image to your MaxText image"
         )
+    if target == "maxtext" or (target in ("jobset", "slurm") and not command):
+        # what runs MaxText's trainer with these args: MaxText's checks refuse it at start
+        check_maxtext_launch(args, devices=_devices(plan))
     command = list(command) if command else launch_slurm.default_command(args)
     if target == "maxtext":
         return MaxTextLaunch(
@@ -190,11 +213,6 @@ def launch_config(
         )
         return JobSetLaunch(target="jobset", manifest=manifest, notes=notes, warnings=warnings)
     if target == "slurm":
-        if hw.kind != "gpu":
-            raise _unavailable(
-                f"slurm scripts are for GPU clusters; {hw.name} is a TPU: use target "
-                "'jobset' (GKE) or 'maxtext' (the command line and LIBTPU_INIT_ARGS)"
-            )
         script = launch_slurm.slurm_script(
             plan, args=args, env=env, image=image, command=command, name=name
         )

@@ -40,6 +40,7 @@ from datarax.errors import PlanError
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import HardwareLayout, plan_hardware_devices
 from datarax.json_types import JSONObject
+from datarax.launch.maxtext_checks import per_device_batch_size
 from datarax.launch.maxtext_config import (
     AXIS_BY_ROLE,
     LIBTPU_INIT_ARGS,
@@ -48,15 +49,18 @@ from datarax.launch.maxtext_config import (
     MAXTEXT_MODELS,
     MESH_AXIS_STEM,
     MLA_KEYS,
+    MODEL_DEFAULTS,
     MOE_ARCH_KEYS,
     MOE_KEYS,
     SWIGLU,
+    TE_MAX_SEGMENTS,
     XLA_FLAGS,
     format_value,
     parse_maxtext_args,
 )
 from datarax.launch.maxtext_plan_request import plan_request_from_maxtext
 from datarax.parallel.axis_roles import axis_roles, check_named_kinds
+from datarax.parallel.options import pipelined_layers
 from datarax.specs.model_specs import MLA_FIELDS, MOE_FIELDS, TransformerSpec, model_spec
 from datarax.specs.named_models import named_model
 
@@ -184,11 +188,17 @@ def _order_notes(
 
 
 def _batch_args(plan: Mapping[str, Any], devices: int) -> JSONObject:
+    """``per_device_batch_size``: the global batch over the devices, as the float MaxText
+    reads back as it (:func:`~datarax.launch.maxtext_checks.per_device_batch_size`)."""
     batch = plan.get("batch")
     if not batch or not batch.get("shape"):
         return {}
-    global_batch = int(batch["shape"][0])
-    per_device = global_batch / devices
+    spec = model_spec(plan["model"]) if plan.get("model") else None
+    if isinstance(spec, TransformerSpec):
+        seq, tiles = spec.seq_len, spec.vocab_tiling
+    else:
+        seq, tiles = MODEL_DEFAULTS["max_target_length"], 1
+    per_device = per_device_batch_size(int(batch["shape"][0]), devices, seq, tiles)
     return {"per_device_batch_size": per_device}
 
 
@@ -257,6 +267,10 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
     out["attention"] = (
         ("cudnn_flash_te" if gpu else "flash") if spec.attention == "flash" else ("dot_product")
     )
+    if out["attention"] == "cudnn_flash_te":
+        # TransformerEngine's attention with packed sequences needs a bound on them
+        # (MaxText refuses it without); 32 is what MaxText's GPU model configs set
+        out["max_segments_per_seq"] = TE_MAX_SEGMENTS
     out["num_vocab_tiling"] = spec.vocab_tiling
     out["max_target_length"] = spec.seq_len
     if spec.is_moe:
@@ -297,16 +311,41 @@ _NAMED_ARCH = (
 )
 
 
-def _parallel_args(plan: Mapping[str, Any], notes: list[str]) -> JSONObject:
+def _pipelined(plan: Mapping[str, Any]) -> tuple[int | None, int]:
+    """``(pipelined layers, our layers per MaxText decoder layer)`` of the plan's model:
+    the layers the stages split (:func:`~datarax.parallel.options.pipelined_layers`;
+    ``None`` without a transformer) and 2 for a model MaxText builds of layer pairs."""
+    model = plan.get("model")
+    spec = model_spec(model) if model else None
+    if not isinstance(spec, TransformerSpec):
+        return None, 1
+    name = getattr(spec, "name", None)
+    pairs = int(MAXTEXT_MODELS[name].get("layers_per_decoder_layer", 1)) if name else 1
+    return pipelined_layers(spec), pairs
+
+
+def _parallel_args(plan: Mapping[str, Any], tpu: bool, notes: list[str]) -> JSONObject:
     """MaxText's keys of the plan's pipeline (``step_estimate.pipeline``), context
     strategy (``context_parallel``) and ZeRO-1 (``shard_over_data``). MaxText runs one
     schedule, circular GPipe; a 1f1b plan is noted, its bubble and memory being
-    another schedule's."""
+    another schedule's. The pipeline's extent is written as MaxText counts it
+    (``pipeline_parallel_layers``: a DeepSeek-style model's MoE layers, its leading dense
+    ones running before the pipeline; MaxText's decoder layers, which are pairs of ours
+    for Gemma 2), and its repeats too, so MaxText runs the circular shape the plan
+    priced or refuses. TPU ring attention is Tokamax's splash kernel
+    (``use_tokamax_splash=true``, which MaxText's ring needs there)."""
     out: JSONObject = {}
     pipeline = (plan.get("step_estimate") or {}).get("pipeline")
     if pipeline:
+        layers, pairs = _pipelined(plan)
+        per_stage = int(pipeline["layers_per_stage"])
         out["num_pipeline_microbatches"] = pipeline["microbatches"]
-        out["num_layers_per_pipeline_stage"] = pipeline["layers_per_stage"]
+        out["num_layers_per_pipeline_stage"] = (
+            per_stage // pairs if per_stage % pairs == 0 else per_stage
+        )
+        if layers is not None:
+            out["pipeline_parallel_layers"] = layers // pairs
+        out["num_pipeline_repeats"] = pipeline["repeats"]
         if pipeline["schedule"] in ("1f1b", "interleaved_1f1b"):
             notes.append(
                 f"the plan prices a {pipeline['schedule']} schedule; MaxText runs its circular "
@@ -316,6 +355,8 @@ def _parallel_args(plan: Mapping[str, Any], notes: list[str]) -> JSONObject:
     if context:
         out["context_parallel_strategy"] = context["strategy"]
         out["context_parallel_load_balance"] = context["load_balance"]
+        if context["strategy"] == "ring" and tpu:
+            out["use_tokamax_splash"] = True
     if plan.get("shard_over_data"):
         out["shard_optimizer_over_data"] = True
     return out
@@ -349,8 +390,14 @@ def maxtext_args(plan: Mapping[str, Any]) -> MaxTextArgs:
       ``allow_split_physical_axes``, ``hardware`` (``tpu``/``gpu``),
       ``per_device_batch_size`` (global batch / all devices) with a batch, and with a
       transformer its MaxText keys (``base_emb_dim`` ... ``max_target_length``;
-      ``model_name`` for a named model, whose own values are then used). ``env``:
-      ``LIBTPU_INIT_ARGS`` (TPU) or ``XLA_FLAGS`` (GPU), empty on CPU.
+      ``model_name`` for a named model, whose own values are then used;
+      ``max_segments_per_seq`` with TransformerEngine's attention), with a pipeline its
+      ``num_pipeline_microbatches``, ``num_layers_per_pipeline_stage``,
+      ``pipeline_parallel_layers`` and ``num_pipeline_repeats``, with a context axis its
+      strategy (and ``use_tokamax_splash`` for ring on TPU). ``env``:
+      ``LIBTPU_INIT_ARGS`` (TPU) or ``XLA_FLAGS`` (GPU), empty on CPU. Whether MaxText
+      accepts them is :func:`~datarax.launch.maxtext_checks.check_maxtext_launch`'s (the
+      launch config runs it).
 
     Raises:
       PlanError: ``launch_target_unavailable`` for a plan without hardware, or an axis
@@ -394,7 +441,7 @@ def maxtext_args(plan: Mapping[str, Any]) -> MaxTextArgs:
     values["hardware"] = entry.kind
     values.update(_batch_args(plan, theirs.num_devices))
     values.update(_model_args(plan, entry.kind == "gpu", notes))
-    values.update(_parallel_args(plan, notes))
+    values.update(_parallel_args(plan, entry.kind == "tpu", notes))
     optimizer = plan.get("optimizer")
     optimizer = optimizer.get("name") if isinstance(optimizer, Mapping) else optimizer
     if optimizer in _OPT_TYPE:

@@ -51,6 +51,7 @@ __all__ = [
     "PLANNED_AXES",
     "STEMS_WITHOUT_AXIS",
     "SWIGLU",
+    "TE_MAX_SEGMENTS",
     "XLA_FLAGS",
     "format_value",
     "parse_maxtext_args",
@@ -158,6 +159,9 @@ PARALLEL_KEYS = (
     "shard_optimizer_over_data",
 )
 PER_DEVICE_BATCH_DEFAULT = 12.0
+TE_MAX_SEGMENTS = 32
+"""``max_segments_per_seq`` of MaxText's GPU model configs (``configs/gpu/models/*.yml``):
+TransformerEngine's attention (``cudnn_flash_te``) with packing needs it set."""
 # Architecture keys a MaxText model config sets, and our field for each.
 ARCH_FIELDS = {
     "base_emb_dim": "d_model",
@@ -228,6 +232,7 @@ def _model(
     vocab: int,
     acts: list[str],
     tied: bool,
+    block: str,
     **extra: Any,
 ) -> JSONObject:
     return {
@@ -240,6 +245,7 @@ def _model(
         "mlp_activations": acts,
         "vocab_size": vocab,
         "logits_via_embedding": tied,
+        "decoder_block": block,
         **extra,
         "source": f"{_BLOB}src/maxtext/configs/models/{name}.yml",
     }
@@ -247,60 +253,68 @@ def _model(
 
 SWIGLU = ["silu", "linear"]
 MAXTEXT_MODELS: dict[str, dict[str, Any]] = {
-    "llama2-7b": _model("llama2-7b", 4096, 32, 32, 11008, 32, 128, 32000, SWIGLU, False),
-    "llama2-13b": _model("llama2-13b", 5120, 40, 40, 13824, 40, 128, 32000, SWIGLU, False),
-    "llama2-70b": _model("llama2-70b", 8192, 64, 8, 28672, 80, 128, 32000, SWIGLU, False),
-    "llama3.1-8b": _model("llama3.1-8b", 4096, 32, 8, 14336, 32, 128, 128256, SWIGLU, False),
-    "llama3.1-70b": _model("llama3.1-70b", 8192, 64, 8, 28672, 80, 128, 128256, SWIGLU, False),
-    "llama3.1-405b": _model("llama3.1-405b", 16384, 128, 8, 53248, 126, 128, 128256, SWIGLU, False),
-    "mistral-7b": _model("mistral-7b", 4096, 32, 8, 14336, 32, 128, 32000, SWIGLU, False),
+    "llama2-7b": _model("llama2-7b", 4096, 32, 32, 11008, 32, 128, 32000, SWIGLU, False, "llama2"),
+    "llama2-13b": _model("llama2-13b", 5120, 40, 40, 13824, 40, 128, 32000, SWIGLU,
+                         False, "llama2"),
+    "llama2-70b": _model("llama2-70b", 8192, 64, 8, 28672, 80, 128, 32000, SWIGLU, False, "llama2"),
+    "llama3.1-8b": _model("llama3.1-8b", 4096, 32, 8, 14336, 32, 128, 128256, SWIGLU,
+                          False, "llama2"),
+    "llama3.1-70b": _model("llama3.1-70b", 8192, 64, 8, 28672, 80, 128, 128256, SWIGLU,
+                           False, "llama2"),
+    "llama3.1-405b": _model("llama3.1-405b", 16384, 128, 8, 53248, 126, 128, 128256, SWIGLU,
+                            False, "llama2"),
+    "mistral-7b": _model("mistral-7b", 4096, 32, 8, 14336, 32, 128, 32000, SWIGLU,
+                         False, "mistral"),
     # Gemma 2: one MaxText decoder layer is a (local, global) attention pair.
     "gemma2-9b": {
-        **_model("gemma2-9b", 3584, 16, 8, 14336, 21, 256, 256128, ["gelu", "linear"], True),
+        **_model("gemma2-9b", 3584, 16, 8, 14336, 21, 256, 256128, ["gelu", "linear"],
+                 True, "gemma2"),
         "layers_per_decoder_layer": 2,
     },
     "gemma2-27b": {
-        **_model("gemma2-27b", 4608, 32, 16, 36864, 23, 128, 256128, ["gelu", "linear"], True),
+        **_model("gemma2-27b", 4608, 32, 16, 36864, 23, 128, 256128, ["gelu", "linear"],
+                 True, "gemma2"),
         "layers_per_decoder_layer": 2,
     },
-    "gpt3-175b": _model("gpt3-175b", 12288, 96, 96, 49152, 96, 128, 50304, ["gelu"], True),
+    "gpt3-175b": _model("gpt3-175b", 12288, 96, 96, 49152, 96, 128, 50304, ["gelu"], True, "gpt3"),
     # mixture of experts: MaxText's MoE keys as its configs set them (head 0: the config
     # sets no head_dim, as DeepSeek-V3's MLA reads its own head widths)
     "mixtral-8x7b": _model(
-        "mixtral-8x7b", 4096, 32, 8, 14336, 32, 128, 32000, SWIGLU, False,
+        "mixtral-8x7b", 4096, 32, 8, 14336, 32, 128, 32000, SWIGLU, False, "mixtral",
         num_experts=8, num_experts_per_tok=2, base_moe_mlp_dim=14336,
     ),
     "mixtral-8x22b": _model(
-        "mixtral-8x22b", 6144, 48, 8, 16384, 56, 128, 32768, SWIGLU, False,
+        "mixtral-8x22b", 6144, 48, 8, 16384, 56, 128, 32768, SWIGLU, False, "mixtral",
         num_experts=8, num_experts_per_tok=2, base_moe_mlp_dim=16384,
     ),
     "deepseek3-671b": _model(
-        "deepseek3-671b", 7168, 128, 128, 18432, 61, 0, 129280, SWIGLU, False,
+        "deepseek3-671b", 7168, 128, 128, 18432, 61, 0, 129280, SWIGLU, False, "deepseek",
         num_experts=256, num_experts_per_tok=8, shared_experts=1, base_moe_mlp_dim=2048,
         first_num_dense_layers=3, attention_type="mla", q_lora_rank=1536, kv_lora_rank=512,
         qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
     ),
     "qwen3-30b-a3b": _model(
-        "qwen3-30b-a3b", 2048, 32, 4, 768, 48, 128, 151936, SWIGLU, False,
+        "qwen3-30b-a3b", 2048, 32, 4, 768, 48, 128, 151936, SWIGLU, False, "qwen3_moe",
         num_experts=128, num_experts_per_tok=8, base_moe_mlp_dim=768,
     ),
     "qwen3-235b-a22b": _model(
-        "qwen3-235b-a22b", 4096, 64, 4, 1536, 94, 128, 151936, SWIGLU, False,
+        "qwen3-235b-a22b", 4096, 64, 4, 1536, 94, 128, 151936, SWIGLU, False, "qwen3_moe",
         num_experts=128, num_experts_per_tok=8, base_moe_mlp_dim=1536,
     ),
     "llama4-17b-16e": _model(
-        "llama4-17b-16e", 5120, 40, 8, 8192, 48, 128, 202048, SWIGLU, False,
+        "llama4-17b-16e", 5120, 40, 8, 8192, 48, 128, 202048, SWIGLU, False, "llama4",
         num_experts=16, num_experts_per_tok=1, shared_experts=1, base_moe_mlp_dim=8192,
-        interleave_moe_layer_step=1,
+        interleave_moe_layer_step=1, inhomogeneous_layer_cycle_interval=4,
     ),
     "llama4-17b-128e": _model(
-        "llama4-17b-128e", 5120, 40, 8, 16384, 48, 128, 202048, SWIGLU, False,
+        "llama4-17b-128e", 5120, 40, 8, 16384, 48, 128, 202048, SWIGLU, False, "llama4",
         num_experts=128, num_experts_per_tok=1, shared_experts=1, base_moe_mlp_dim=8192,
-        interleave_moe_layer_step=2,
+        interleave_moe_layer_step=2, inhomogeneous_layer_cycle_interval=4,
     ),
     "gpt-oss-120b": _model(
-        "gpt-oss-120b", 2880, 64, 8, 2880, 36, 64, 201088, ["sigmoid", "linear"], False,
+        "gpt-oss-120b", 2880, 64, 8, 2880, 36, 64, 201088, ["sigmoid", "linear"], False, "gpt_oss",
         num_experts=128, num_experts_per_tok=4, base_moe_mlp_dim=2880,
+        inhomogeneous_layer_cycle_interval=2,
     ),
 }  # fmt: skip
 """MaxText's ``configs/models/<name>.yml`` architecture keys for the named models of

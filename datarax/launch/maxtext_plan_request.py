@@ -55,7 +55,8 @@ from datarax.launch.maxtext_config import (
     parse_value,
 )
 from datarax.parallel.kinds import kind_of_axis
-from datarax.specs.model_specs import REMAT_POLICIES, REMAT_TENSORS
+from datarax.parallel.options import pipelined_layers
+from datarax.specs.model_specs import REMAT_POLICIES, REMAT_TENSORS, TransformerSpec, model_spec
 from datarax.specs.named_models import MODELS
 
 __all__ = ["plan_request_from_maxtext"]
@@ -68,6 +69,8 @@ def _invalid(message: str) -> PlanError:
     return PlanError("invalid_maxtext_config", message)
 
 
+_PIPELINE_KEYS = ("num_pipeline_microbatches", "num_layers_per_pipeline_stage")
+_PIPELINE_EXTENT_KEYS = ("pipeline_parallel_layers", "num_pipeline_repeats")
 _MESH_KEY = re.compile(r"^(ici|dcn)_(\w+)_parallelism$")
 _KNOWN_STEMS = {*MESH_AXIS_STEM.values(), *STEMS_WITHOUT_AXIS}
 
@@ -309,6 +312,7 @@ _PLAN_KEYS = {
     "hardware",
     "opt_type",
     *PARALLEL_KEYS,
+    *_PIPELINE_EXTENT_KEYS,
 }
 _OPTIMIZERS = {"adamw": "adamw", "adam_pax": "adamw", "sgd": "sgd"}
 
@@ -333,8 +337,7 @@ def _parallel_options(
     (default: the stages). Keys of a kind the mesh does not use are noted and left."""
     out: JSONObject = {}
     stages = ici.get("stage", 1) * dcn.get("stage", 1)
-    pipe_keys = [k for k in ("num_pipeline_microbatches", "num_layers_per_pipeline_stage")
-                 if k in maxtext]  # fmt: skip
+    pipe_keys = [k for k in (*_PIPELINE_KEYS, *_PIPELINE_EXTENT_KEYS) if k in maxtext]
     if stages != 1:
         micro = _int_key(maxtext, "num_pipeline_microbatches", -1)
         out["pipeline"] = {
@@ -366,6 +369,42 @@ def _parallel_options(
     if _bool_key(maxtext, "shard_optimizer_over_data"):
         out["optimizer"] = {"name": optimizer or "adam", "shard_over_data": True}
     return out
+
+
+def _check_pipeline_extent(
+    maxtext: Mapping[str, Any], model: Mapping[str, Any] | None, pipeline: Mapping[str, Any]
+) -> None:
+    """``pipeline_parallel_layers`` and ``num_pipeline_repeats``, when given, must be what
+    the plan prices: MaxText's default extent (every decoder layer; a DeepSeek-style
+    model's MoE layers) and the repeats it leaves.
+
+    Raises:
+      PlanError: ``invalid_maxtext_config`` naming the key and the value plans take.
+    """
+    given = {k: _int_key(maxtext, k, -1) for k in _PIPELINE_EXTENT_KEYS if k in maxtext}
+    given = {k: v for k, v in given.items() if v != -1}
+    if not given:
+        return
+    spec = model_spec(model) if model else None
+    if not isinstance(spec, TransformerSpec):
+        raise _invalid(f"{sorted(given)} need a model: give model_name or the base_* keys")
+    table = MAXTEXT_MODELS.get(str(model.get("name"))) if model else None
+    pairs = int((table or {}).get("layers_per_decoder_layer", 1))
+    layers = pipelined_layers(spec) // pairs
+    stages = int(pipeline["stages"])
+    expected = {
+        "pipeline_parallel_layers": layers,
+        "num_pipeline_repeats": layers // max(stages * int(pipeline["layers_per_stage"]), 1),
+    }
+    for key, value in given.items():
+        if stages < 1 and key == "num_pipeline_repeats":
+            continue  # a stage size of -1: the planner's to resolve
+        if value != expected[key]:
+            raise _invalid(
+                f"{key}={value}: plans pipeline what MaxText pipelines by default "
+                f"({layers} layers here, every decoder layer but a DeepSeek-style model's "
+                f"leading dense ones), so {key} is {expected[key]}; drop it or give that"
+            )
 
 
 def _cluster(
@@ -496,6 +535,10 @@ def plan_request_from_maxtext(
             raise _invalid(f"opt_type={maxtext['opt_type']!r} is not one of {list(_OPTIMIZERS)}")
         body["optimizer"] = _OPTIMIZERS[maxtext["opt_type"]]
     body.update(_parallel_options(maxtext, ici, dcn, notes, body.get("optimizer")))
+    if "pipeline" in body:
+        stages = ici["stage"] * dcn["stage"]
+        per_stage = body["pipeline"]["layers_per_stage"]
+        _check_pipeline_extent(maxtext, model, {"stages": stages, "layers_per_stage": per_stage})
     ignored = sorted(k for k in maxtext if k not in _PLAN_KEYS)
     if ignored:
         notes.append(f"MaxText keys that do not change the plan, ignored: {ignored}")

@@ -7,6 +7,8 @@ checks compile and users train.
 - :mod:`datarax.models.transformer`: :class:`Transformer` (NNX), :func:`transformer_loss`,
   :func:`synthetic_tokens`, and the pure :func:`transformer_loss_fn` compile checks lower.
 - :mod:`datarax.models.attention`: the ``dot`` and ``flash`` attention kernels.
+- :mod:`datarax.models.decode`: KV-cached inference of the transformer (``prefill``,
+  ``decode_step``, ``generate``), what serving plans' compile checks compile.
 """
 
 from datarax.models.attention import blockwise_attention, dot_attention, flash_attention

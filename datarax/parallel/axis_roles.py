@@ -32,7 +32,12 @@ from datarax.parallel.kinds import (
     kind_of_axis,
     kinds_by_alias,
 )
-from datarax.parallel.options import ContextParallel, check_context_split, check_stage_split
+from datarax.parallel.options import (
+    ContextParallel,
+    check_context_split,
+    check_stage_split,
+    pipelined_layers,
+)
 from datarax.parallel.terms import repeat_per_device
 from datarax.plan.layout import SpecEntry
 from datarax.specs.model_specs import ModelSpec, ParamGroup, TransformerSpec
@@ -165,7 +170,8 @@ def check_kinds_apply(
                 "on data or fsdp",
             )
     if isinstance(model, TransformerSpec):
-        check_stage_split(model.layers, stages)
+        layers = pipelined_layers(model)
+        check_stage_split(layers, stages, model.layers - layers)
         check_context_split(model.seq_len, context, context_options or ContextParallel())
         if stream > 1 and model.seq_len % (stream * context):
             raise PlanError(
@@ -321,7 +327,7 @@ def check_expert_split(model: ModelSpec, e: int) -> None:
             "and the weights as an expert axis would, or give the model its experts",
         )
     if experts % e:
-        fits = [n for n in range(2, experts + 1) if experts % n == 0 and n <= e * 2]
+        fits = [n for n in range(2, min(experts, e * 2) + 1) if experts % n == 0]
         raise PlanError(
             "invalid_parallelism",
             f"the expert axes ({e}) do not divide the model's {experts} experts: use an "

@@ -40,9 +40,15 @@ from datarax.parallel.axis_roles import (
     tokens_per_device,
 )
 from datarax.parallel.kinds import KINDS, ParallelismKind
-from datarax.parallel.options import ParallelOptions, PipelineShape, pipeline_shape
-from datarax.parallel.terms import Traffic
+from datarax.parallel.options import (
+    ParallelOptions,
+    PipelineShape,
+    pipeline_shape,
+    pipelined_layers,
+)
+from datarax.parallel.terms import Traffic, repeat_per_device
 from datarax.specs.model_specs import (
+    DTYPE_BYTES,
     MLPSpec,
     ModelSpec,
     ParamGroup,
@@ -50,7 +56,50 @@ from datarax.specs.model_specs import (
     model_spec,
 )
 
-__all__ = ["MeshContext", "mesh_context"]
+__all__ = ["MeshContext", "WholeParam", "mesh_context"]
+
+
+@dataclass(frozen=True)
+class WholeParam:
+    """A parameter group that axes meant to split stay whole on, since their size divides
+    none of the dimensions they split (:meth:`MeshContext.whole_params`).
+
+    Attributes:
+      path: the group's path (``moe_layers/*/moe/experts/wi_0``).
+      shape: its shape.
+      axes: the mesh axes that leave it whole, mesh order.
+      size: their product (what would have had to divide).
+      what: what ``size`` divides, in words (``none of its dimensions``, ``not its
+        dimension 1 (4097)``).
+      bytes_per_device: the bytes one device holds of it (its layers there included).
+      extra_bytes: what staying whole costs a device: ``bytes_per_device`` less its
+        share had ``size`` split it.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    axes: tuple[str, ...]
+    size: int
+    what: str
+    bytes_per_device: int
+    extra_bytes: int
+
+    def warning(self) -> str:
+        """The plan's ``warnings`` entry: the parameter, the axes and the bytes."""
+        axes = " x ".join(self.axes)
+        return (
+            f"parameter {self.path} {list(self.shape)} stays whole on {axes}: {self.size} "
+            f"divides {self.what}, so each device holds {_gib(self.bytes_per_device)} of "
+            f"it, {_gib(self.extra_bytes)} more than if {axes} split it; use a size of "
+            f"{axes} that divides it"
+        )
+
+
+def _gib(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} bytes"
 
 
 @dataclass(frozen=True)
@@ -147,6 +196,34 @@ class MeshContext:
                 out.extend((axis, t) for t in term(self, axis))
         return out
 
+    def whole_params(self) -> list[WholeParam]:
+        """The parameter groups an axis over 1 was meant to split and does not divide,
+        which stay whole on it (:func:`~datarax.parallel.axis_roles.param_specs`): one
+        entry per group and kind of split (the tensor dimension over the width axes, the
+        experts over the expert axes, a dimension over the fsdp-like axes), the most
+        bytes first. A plan's ``warnings`` carries each
+        (:meth:`WholeParam.warning`)."""
+        width = self.axes_where(lambda k: k.splits_width)
+        experts = self.axes_where(lambda k: k.splits_experts)
+        itemsize = DTYPE_BYTES[getattr(self.model, "param_dtype", self.model.dtype)]
+        out: list[WholeParam] = []
+        for group, spec, shard, fsdp_split in self.specs:
+            held = math.prod(shard) * itemsize * repeat_per_device(group, self.layer_shards)
+            dim = group.tensor_dim()
+            missed: list[tuple[str, tuple[str, ...]]] = []
+            if width and dim is not None and spec[dim] is None:
+                missed.append((f"not its dimension {dim} ({group.shape[dim]})", width))
+            if experts and group.expert and spec[0] is None:
+                missed.append((f"not its {group.shape[0]} experts", experts))
+            gathered = self.gather_axes(group)
+            if gathered and not fsdp_split:
+                missed.append(("none of its dimensions", gathered))
+            for what, axes in missed:
+                n = math.prod(self.axes[a] for a in axes)
+                extra = held - held // n
+                out.append(WholeParam(group.path, group.shape, axes, n, what, held, extra))
+        return sorted(out, key=lambda w: -w.extra_bytes)
+
     def kind_memory(self) -> dict[str, float]:
         """The named transient bytes the mesh's kinds add on each device (their
         :attr:`~datarax.parallel.kinds.ParallelismKind.memory` terms), once per kind."""
@@ -212,7 +289,10 @@ def mesh_context(
     shape = None
     if stages > 1 and isinstance(model, TransformerSpec):
         shape = pipeline_shape(
-            options.pipeline, stages=stages, layers=model.layers, local_batch=local_batch
+            options.pipeline,
+            stages=stages,
+            layers=pipelined_layers(model),
+            local_batch=local_batch,
         )
     if specs is None:
         specs = tuple(param_specs(model, axes, roles))

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,6 +39,7 @@ __all__ = [
     "check_context_split",
     "check_stage_split",
     "pipeline_shape",
+    "pipelined_layers",
 ]
 
 SCHEDULES: tuple[str, ...] = ("gpipe", "circular", "1f1b", "interleaved_1f1b")
@@ -192,17 +194,34 @@ def pipeline_shape(
     )
 
 
-def check_stage_split(layers: int, stages: int) -> None:
-    """Refuse stages that do not divide the layers (each stage holds whole layers).
+def pipelined_layers(model: Any) -> int:
+    """The layers a transformer's pipeline stages split, as MaxText pipelines them: all
+    of them, but the leading dense layers of a mixture-of-experts model
+    (``first_dense_layers``, MaxText's ``first_num_dense_layers``: DeepSeek's 3 of 61) run
+    before the pipeline on every stage, the stage axes splitting their batch as data does
+    (MaxText's ``pipeline_parallel_layers`` default for its DeepSeek decoder: 58)."""
+    leading = model.first_dense_layers if model.is_moe else 0
+    return int(model.layers - leading)
+
+
+def check_stage_split(layers: int, stages: int, leading: int = 0) -> None:
+    """Refuse stages that do not divide the pipelined layers (each stage holds whole
+    layers); ``leading``: the dense layers that run before the pipeline.
 
     Raises:
       PlanError: ``invalid_parallelism`` with the stage sizes that would.
     """
     if stages > 1 and layers % stages:
-        fits = [n for n in range(2, layers + 1) if layers % n == 0]
+        fits = list(itertools.islice((n for n in range(2, layers + 1) if layers % n == 0), 8))
+        what = (
+            f"{layers} pipelined layers (its {leading} leading dense layers run before the "
+            "pipeline, on every stage, as MaxText runs them)"
+            if leading
+            else f"{layers} layers"
+        )
         raise PlanError(
             "invalid_parallelism",
-            f"{stages} pipeline stages do not divide the model's {layers} layers: each stage "
+            f"{stages} pipeline stages do not divide the model's {what}: each stage "
             f"holds whole layers; use a stage size among {fits[:8]}, or put the devices on "
             "fsdp or data",
         )

@@ -127,33 +127,37 @@ def data_traffic(ctx: MeshContext, _axis: str) -> Iterator[Traffic]:
             yield Traffic("all-reduce", "backward", "grads", whole, repeat)
 
 
-def tensor_activation_collectives(model: ModelSpec, tokens: float) -> list[tuple[str, str, float]]:
-    """``(phase, op, elements)`` of a tensor axis's activation all-reduces (an MLP's
-    last col layer all-gathers its output for the loss)."""
-    out: list[tuple[str, str, float]] = []
+def tensor_activation_collectives(
+    model: ModelSpec, tokens: float
+) -> list[tuple[str, str, float, int]]:
+    """``(phase, op, elements, count)`` of a tensor axis's activation all-reduces (an
+    MLP's last col layer all-gathers its output for the loss). A transformer's per-layer
+    all-reduces are one entry each, counted ``layers`` times in closed form, so the work
+    does not grow with the layers."""
+    out: list[tuple[str, str, float, int]] = []
     if isinstance(model, TransformerSpec):
         d = model.d_model
         # forward: embedding lookup (vocab-split) and each layer's o and down projections
-        out += [("forward", "all-reduce", tokens * d)] * (1 + 2 * model.layers)
+        out.append(("forward", "all-reduce", tokens * d, 1 + 2 * model.layers))
         # backward: gradients into each layer's attention and MLP inputs, and into the
         # unembedding's input
-        out += [("backward", "all-reduce", tokens * d)] * (1 + 2 * model.layers)
+        out.append(("backward", "all-reduce", tokens * d, 1 + 2 * model.layers))
         if recompute_flops_per_token(model)[0] > 0:  # recomputed o/down all-reduce again
-            out += [("backward", "all-reduce", tokens * d)] * (2 * model.layers)
+            out.append(("backward", "all-reduce", tokens * d, 2 * model.layers))
         return out
     widths = model.features
     n_layers = len(widths) - 1
     for i in range(n_layers):
         if i % 2 == 1:  # row layer: its output is summed over the tensor axis
-            out.append(("forward", "all-reduce", tokens * widths[i + 1]))
+            out.append(("forward", "all-reduce", tokens * widths[i + 1], 1))
             if model.remat == "full":
-                out.append(("backward", "all-reduce", tokens * widths[i + 1]))
+                out.append(("backward", "all-reduce", tokens * widths[i + 1], 1))
         elif i > 0:  # col layer with an input gradient to sum
-            out.append(("backward", "all-reduce", tokens * widths[i]))
+            out.append(("backward", "all-reduce", tokens * widths[i], 1))
     if n_layers % 2 == 1:  # the last layer is col: the loss needs the whole output
-        out.append(("forward", "all-gather", tokens * widths[-1]))
+        out.append(("forward", "all-gather", tokens * widths[-1], 1))
         if model.remat == "full":
-            out.append(("backward", "all-gather", tokens * widths[-1]))
+            out.append(("backward", "all-gather", tokens * widths[-1], 1))
     return out
 
 
@@ -169,8 +173,8 @@ def tensor_traffic(ctx: MeshContext, _axis: str) -> Iterator[Traffic]:
     each all-reduce moves that share."""
     itemsize, _ = _itemsizes(ctx.model)
     tokens = _stage_tokens(ctx) / ctx.activation_sequence_shards
-    for phase, op, elements in tensor_activation_collectives(ctx.model, tokens):
-        yield Traffic(op, phase, "activations", elements * itemsize)
+    for phase, op, elements, count in tensor_activation_collectives(ctx.model, tokens):
+        yield Traffic(op, phase, "activations", elements * itemsize, count)
 
 
 def sequence_traffic(ctx: MeshContext, _axis: str) -> Iterator[Traffic]:
@@ -182,24 +186,29 @@ def sequence_traffic(ctx: MeshContext, _axis: str) -> Iterator[Traffic]:
     on the wire (an all-reduce is a reduce-scatter then an all-gather), twice the ops.
     (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198, section 4.2.2.)"""
     itemsize, _ = _itemsizes(ctx.model)
-    for phase, op, elements in tensor_activation_collectives(ctx.model, _stage_tokens(ctx)):
+    for phase, op, elements, n in tensor_activation_collectives(ctx.model, _stage_tokens(ctx)):
         if op == "all-reduce":
-            yield Traffic("reduce-scatter", phase, "activations", elements * itemsize)
-            yield Traffic("all-gather", phase, "activations", elements * itemsize)
+            yield Traffic("reduce-scatter", phase, "activations", elements * itemsize, n)
+            yield Traffic("all-gather", phase, "activations", elements * itemsize, n)
         else:
-            yield Traffic(op, phase, "activations", elements * itemsize)
+            yield Traffic(op, phase, "activations", elements * itemsize, n)
 
 
 def expert_traffic(ctx: MeshContext, axis: str) -> Iterator[Traffic]:
     """An expert axis: each MoE layer sends every routed copy of this device's tokens to
     its expert's shard and back (dispatch and combine), forward and again in the
-    backward pass (their gradients): the routed rows, k per token, d wide. The other
-    weights as fsdp (:func:`gathered_param_traffic`)."""
+    backward pass (their gradients): the routed rows, k per token, d wide. The dense
+    (capacity) kernel moves its ``[E, B, C, d]`` dispatch tensor, every expert padded to
+    its capacity ``C = ceil(S k / E) * capacity_factor`` rows a sequence: the routed rows
+    times ``capacity_factor``. The other weights as fsdp
+    (:func:`gathered_param_traffic`)."""
     model = ctx.model
     yield from gathered_param_traffic(ctx, axis)
     if isinstance(model, TransformerSpec) and model.is_moe:
         itemsize, _ = _itemsizes(model)
-        routed = ctx.tokens * model.experts_per_token * model.d_model * itemsize
+        routed: float = ctx.tokens * model.experts_per_token * model.d_model * itemsize
+        if model.moe_kernel == "dense" and not model.dropless:
+            routed *= model.capacity_factor
         moe_layers = -(-model.moe_layers // ctx.layer_shards)
         for phase in ("forward", "backward"):
             yield Traffic("all-to-all", phase, "tokens", routed, 2 * moe_layers)

@@ -237,8 +237,18 @@ def transformer_fields(model: Mapping[str, Any], dtype: str) -> dict[str, Any]:
             )
     moe = _moe_fields(model, sizes["layers"])
     mla = _mla_fields(model, sizes["heads"], sizes["kv_heads"])
-    if mla and model.get("head_dim") is None:
-        head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+    if mla:
+        # MLA's query and key heads are nope + rope wide: a head_dim of another width
+        # would be read by nothing (DESIGN v1.4, every input used or refused)
+        qk = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        if model.get("head_dim") is not None and head_dim != qk:
+            raise PlanError(
+                "invalid_model",
+                f"model.head_dim {head_dim} is not used with attention_type 'mla', whose "
+                f"query and key heads are qk_nope_head_dim + qk_rope_head_dim = {qk} wide "
+                f"(values v_head_dim): leave head_dim out or give {qk}",
+            )
+        head_dim = qk
     return dict(
         **sizes,
         **moe,

@@ -48,7 +48,7 @@ from datarax.specs.model_fields import (
     check_dtype,
     transformer_fields,
 )
-from datarax.specs.named_models import named_model
+from datarax.specs.named_model_figures import named_model
 
 __all__ = [
     "DTYPE_BYTES",
@@ -310,8 +310,11 @@ class TransformerSpec(_SpecBase):
 
     @property
     def moe_layers(self) -> int:
-        """How many layers are mixture-of-experts layers."""
-        return sum(self.is_moe_layer(i) for i in range(self.layers))
+        """How many layers are mixture-of-experts layers (closed form: the count of
+        :meth:`is_moe_layer`, without a pass over the layers)."""
+        if not self.is_moe:
+            return 0
+        return max(0, self.layers - self.first_dense_layers) // max(1, self.moe_every)
 
     @property
     def dense_layers(self) -> int:
@@ -616,7 +619,11 @@ def model_spec(
         raise PlanError("invalid_model", f"model must be an object with a kind, got {model!r}")
     name = model.get("name")
     if name is not None:
-        model = {**named_model(name), **{k: v for k, v in model.items() if k != "name"}}
+        given = {k: v for k, v in model.items() if k != "name"}
+        entry = named_model(name)
+        if "head_dim" not in given and given.keys() & set(MLA_FIELDS):
+            entry.pop("head_dim", None)  # MLA's heads are nope + rope wide, as given
+        model = {**entry, **given}
     kind = model.get("kind")
     dtype = check_dtype(model.get("dtype"), default_dtype)
     if kind == "mlp":

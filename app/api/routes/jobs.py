@@ -183,6 +183,24 @@ async def delete_job(job: JobName, request: Request, store: StoreDep) -> Respons
     return Response(status_code=204)
 
 
+@router.delete(
+    "/v1/jobs/{job}/plan",
+    summary="Unlink a job from its plan",
+    status_code=204,
+    response_class=Response,
+    dependencies=[BearerDoc],
+    responses={204: {"description": "unlinked"}, **problem_responses(401, 404, 422)},
+)
+async def unlink_job(job: JobName, request: Request, store: StoreDep) -> Response:
+    """Removes the job's link to its plan (set by ``PATCH /v1/jobs/{job}`` ``plan``),
+    whether the plan is still stored or was deleted: the job then answers no
+    ``fidelity`` and a jobs calibration leaves it out. 404 ``job_not_found``; 404
+    ``job_link_not_found`` when the job is linked to no plan."""
+    _only_query(request)
+    await summaries.unlink_job(store, job)
+    return Response(status_code=204)
+
+
 @_lean_post(
     "/v1/jobs/{job}/metrics",
     summary="Reduce and store one step",

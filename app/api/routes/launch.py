@@ -56,7 +56,9 @@ async def launch_plan(
     """The plan as a job: MaxText's command line and flags (``maxtext``), a GKE JobSet
     (``jobset``), an sbatch script (``slurm``, GPU plans) or what each process passes to
     ``jax.distributed.initialize`` (``env``). 422 ``launch_target_unavailable`` when the
-    target does not apply, with the reason."""
+    target does not apply, with the reason; 422 ``not_launchable`` when MaxText's own
+    configuration checks would refuse the arguments at start (``extra_args`` included),
+    with MaxText's reason and what it would accept."""
     config = await launching.launch(store, mesh_id, body)
     if body.target == "jobset" and _wants_yaml(request):
         from datarax.launch.k8s import to_yaml  # noqa: PLC0415

@@ -11,9 +11,14 @@ from app.api.deps import BearerDoc, JsonBody, SessionsDep
 from app.api.openapi import MeshId, problem_responses
 from app.api.routing import JsonBodyRoute, answer_response, media_type
 from app.codecs.media import NPZ_MEDIA_TYPE
-from app.schemas.sessions import SESSION_REQUEST_EXAMPLE, STEP_REQUEST_EXAMPLE, SessionCreateRequest
+from app.schemas.sessions import (
+    SESSION_REQUEST_EXAMPLE,
+    STEP_REQUEST_EXAMPLE,
+    GenerateRequest,
+    SessionCreateRequest,
+)
 from app.services.sessions import MAX_LIST_LIMIT
-from datarax.answers.sessions import Session, SessionList, StepAnswer
+from datarax.answers.sessions import GeneratedTokens, Session, SessionList, StepAnswer
 
 router = APIRouter(tags=["sessions"], route_class=JsonBodyRoute)
 
@@ -178,3 +183,27 @@ async def run_steps(
         steps,
     )
     return answer_response(result)
+
+
+@router.post(
+    "/v1/sessions/{session_id}/generate",
+    summary="Generate tokens from a transformer session",
+    response_class=Response,
+    dependencies=[JsonBody, BearerDoc],
+    responses={
+        200: {"model": GeneratedTokens, "description": "the greedy tokens after each row"},
+        **problem_responses(401, 404, 410, 413, 415, 422, 503, 504),
+    },
+)
+async def generate_tokens(
+    session_id: SessionId, body: Annotated[GenerateRequest, Body()], sessions: SessionsDep
+) -> Response:
+    """``steps`` greedy tokens after each row of ``prompt`` from the session's
+    transformer as it is now: one prefill, then KV-cached decode steps
+    (``datarax.models.decode``) on the session's devices. Nothing is trained.
+
+    422 ``validation_error`` (an MLP session, ragged or over-long rows, an id past the
+    vocabulary); 404 ``session_not_found``; 410 ``session_lost``, ``session_expired``;
+    503 ``worker_lost``; 504 ``step_timeout``.
+    """
+    return answer_response(await sessions.generate(session_id, body))

@@ -198,7 +198,7 @@ def maxtext_target(
     optimizer = optimizer_name(request.optimizer)
     zero1 = bool(plan.get("shard_over_data")) or shards_over_data(request.optimizer)
     estimate = (
-        _estimate(plan, spec.to_json(), optimizer, shape[0], zero1=zero1)
+        _estimate(plan, spec.to_json(), optimizer, shape[0], zero1=zero1, program="maxtext")
         if plan.get("axes")
         else None
     )

@@ -54,6 +54,9 @@ def estimate_error(estimate: dict[str, Any] | None, result: dict[str, Any]) -> A
     """The estimate against XLA, field by field: ``{field: {"estimate", "xla",
     "relative"}}`` with ``relative = (estimate - xla) / xla``, and ``fits_agrees``.
 
+    A serving plan's ``estimate`` is its ``memory_per_device``: ``argument_bytes`` is
+    weights + kv_cache (what the decode step takes in) and ``hbm_peak_bytes`` its total.
+
     Fields: ``argument_bytes`` (estimate: params + optimizer + batch, what the step takes
     in), ``temp_bytes`` (grads + activations + temporaries, what it makes),
     ``peak_bytes`` (total, against XLA's peak, which on TPU also counts on-chip VMEM) and
@@ -66,12 +69,20 @@ def estimate_error(estimate: dict[str, Any] | None, result: dict[str, Any]) -> A
             return {"fits_agrees": estimate["fits"] == result["fits"]}
         return None
     mem = result["memory"]
-    pairs = {
-        "argument_bytes": estimate["params"] + estimate["optimizer"] + estimate["batch"],
-        "temp_bytes": estimate["grads"] + estimate["activations"] + estimate.get("temporaries", 0),
-        "peak_bytes": estimate["total"],
-        "hbm_peak_bytes": estimate["total"],
-    }
+    if "kv_cache" in estimate:  # a serving plan's memory against its decode step
+        pairs = {
+            "argument_bytes": estimate["weights"] + estimate["kv_cache"],
+            "hbm_peak_bytes": estimate["total"],
+        }
+    else:
+        pairs = {
+            "argument_bytes": estimate["params"] + estimate["optimizer"] + estimate["batch"],
+            "temp_bytes": estimate["grads"]
+            + estimate["activations"]
+            + estimate.get("temporaries", 0),
+            "peak_bytes": estimate["total"],
+            "hbm_peak_bytes": estimate["total"],
+        }
     out: dict[str, Any] = {}
     for name, est in pairs.items():
         xla = mem.get(name)

@@ -42,6 +42,7 @@ from app.services.compile_checks.maxtext_runner import MaxTextRunner
 from app.services.compile_checks.maxtext_target import maxtext_cache_key, maxtext_target
 from app.services.compile_checks.queue import CheckQueue, Job
 from app.services.compile_checks.results import estimate_error, judge_fits
+from app.services.compile_checks.serving_target import is_serving_plan, serving_target
 from app.services.compile_checks.targets import (
     DATARAX_PROGRAM,
     cache_key,
@@ -64,6 +65,7 @@ from datarax.answers.compile_checks import (
     EstimateError,
 )
 from datarax.answers.estimates import MemoryEstimate
+from datarax.answers.serving import ServingMemory
 
 log = logging.getLogger("datarax.compile")
 
@@ -159,10 +161,15 @@ class CompileChecks:
         Raises:
           CompileTargetUnavailable, CompileQueueFull, and the library's codes.
         """
+        serving = None
         if request.program == "maxtext":
             work = await asyncio.to_thread(maxtext_target, plan, request, self.settings)
             estimate = work.pop("estimate")
             key = maxtext_cache_key(work)
+        elif is_serving_plan(plan):  # the decode step, judged against the serving memory
+            work = await asyncio.to_thread(serving_target, plan, request)
+            estimate, serving = None, work.pop("serving_memory")
+            key = cache_key(work)
         else:
             gpus = await self.describe_gpus() if needs_gpu(plan) else None
             work = await asyncio.to_thread(check_target, plan, request, self.settings, gpus)
@@ -177,6 +184,7 @@ class CompileChecks:
             request=request.model_dump(exclude_none=True),
             target=decode(CompileTarget, work["target"]),
             estimate=None if estimate is None else MemoryEstimate.from_json(estimate),
+            serving_memory=None if serving is None else ServingMemory.from_json(serving),
         )
         cached = await self.store.get_result(key)
         if cached is not None:
@@ -427,6 +435,8 @@ def _failure(detail: str) -> CompileError:
 def _finished(check: CompileCheck, result: CompileResult, *, cached: bool = False) -> CompileCheck:
     """``check`` done with XLA's ``result``, and its estimate against it."""
     estimate = None if check.estimate is None else check.estimate.to_json()
+    if check.serving_memory is not None:
+        estimate = check.serving_memory.to_json()
     compared = estimate_error(estimate, result.to_json())
     return replace(
         check,

@@ -85,6 +85,7 @@ def _estimate(
     batch: int,
     hbm: int | None = None,
     zero1: bool = False,
+    program: str = "datarax",
 ) -> dict[str, Any]:
     figures: Mapping[str, Any] = {"hbm_bytes": hbm}
     dcn_axes = []
@@ -105,6 +106,7 @@ def _estimate(
             optimizer=optimizer,
             dcn_axes=dcn_axes,
             options=options,
+            program=program,
             **figures,
         ).to_json()
     except PlanError as error:  # the batch or the axes' roles do not suit the model
@@ -386,5 +388,7 @@ def cache_key(work: dict[str, Any]) -> str:
         "context_parallel": work.get("context_parallel") or {},
         "pipeline": work.get("pipeline") or {},
         "shard_over_data": bool(work.get("shard_over_data")),
+        # a serving plan's decode step (its batch, length and weight dtype)
+        **({"serving": work["serving"]} if work.get("serving") else {}),
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from app.core.errors import JobNotFound, JobNotLinked
+from app.core.errors import JobLinkNotFound, JobNotFound, JobNotLinked
 from app.services.jobs import fidelity as job_fidelity
 from app.storage import history as store_history
 from app.storage import job_links
@@ -96,6 +96,22 @@ async def update_job(
     if finished is not None and not await store_jobs.mark_finished(store, job, finished):
         raise _not_found(job)
     return await get_job(store, job)
+
+
+async def unlink_job(store: Store, job: str) -> None:
+    """Unlinks the job from its plan, whether the plan is still stored or was deleted: its
+    answers then carry no ``fidelity``, and a jobs calibration leaves it out.
+
+    Raises:
+      JobNotFound: no such job. JobLinkNotFound: the job is linked to no plan.
+    """
+    removed = await job_links.unlink_job(store, job)
+    if removed is None:
+        raise _not_found(job)
+    if not removed:
+        raise JobLinkNotFound(
+            f"job {job!r} is linked to no plan; PATCH /v1/jobs/{job} with plan links it"
+        )
 
 
 async def delete_job(store: Store, job: str) -> None:

@@ -541,6 +541,11 @@ def _check_on(plan: Callable[[Any], str], body: dict) -> Callable[[Any], httpx.R
 
 
 MLP_CHECK = {"model": {"kind": "mlp", "features": [64, 128, 64]}}
+# issue 56: 12 microbatches over 9 stages, which MaxText refuses at start
+NINE_STAGES = {"hardware": "h100-sxm", "hosts": 9, "ici": {"stage": 1, "fsdp": 8},
+               "dcn": {"stage": 9}, "batch_shape": [96, 4096],
+               "model": {"name": "llama3.1-405b", "remat": "full"},
+               "pipeline": {"microbatches": 12}}  # fmt: skip
 
 PRODUCERS: list[Producer] = [
     *_table(CASES, "api"),
@@ -574,6 +579,8 @@ PRODUCERS: list[Producer] = [
         f"/v1/jobs/{_job(c)}", json={"plan": _abstract_plan(c)}, headers=AUTH)),
     Producer("maxtext-on-plain-plan", "launch_target_unavailable", "stub", lambda c: _post(
         c, f"/v1/meshes/{_abstract_plan(c)}/launch", {"target": "maxtext"})),
+    Producer("microbatches-12-over-9-stages", "not_launchable", "stub", lambda c: _post(
+        c, f"/v1/meshes/{_abstract_plan(c, **NINE_STAGES)}/launch", {"target": "maxtext"})),
     Producer("1001-metrics", "too_many_metrics", "stub",
              lambda c: _pushed(c, **{f"m{i}": [1.0, 2.0] for i in range(1001)})),
     Producer("9-values-over-8", "value_too_large", "stub",
@@ -583,6 +590,8 @@ PRODUCERS: list[Producer] = [
     Producer("empty-name", "invalid_metric_name", "stub", lambda c: _pushed(c, **{"": [1.0]})),
     Producer("same-step-other-values", "step_conflict", "stub",
              lambda c: _push(c, _job(c), [1.0, 9.0])),
+    Producer("unlink-unlinked-job", "job_link_not_found", "stub",
+             lambda c: c.delete(f"/v1/jobs/{_job(c)}/plan", headers=AUTH)),
     Producer("calibrate-unlinked-job", "job_not_linked", "stub",
              lambda c: _post(c, "/v1/calibrations", {"kind": "jobs", "jobs": [_job(c)]})),
     Producer("calibrate-without-step-times", "no_measured_steps", "stub", lambda c: _post(

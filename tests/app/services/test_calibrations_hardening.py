@@ -17,9 +17,10 @@ import pytest
 from app.main import create_app
 from app.services.heavy_work import heavy_work
 from datarax.estimate.calibrations import GRID_POINTS, fit_work, published_profiles
+from datarax.estimate.serving_profiles import serving_profiles
 from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings, strict_json
 
-PUBLISHED = len(published_profiles())
+PUBLISHED = len(published_profiles()) + len(serving_profiles())  # both ship
 MAX_JOBS = 4  # DATARAX_MAX_CALIBRATION_CELLS below lets a fit take this many jobs
 KEEP = 3
 WAIT_S = 30.0

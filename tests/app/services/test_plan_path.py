@@ -175,7 +175,8 @@ def test_a_hardware_plan_with_a_model_works_out_each_fact_once(api, path):
         "parallel_options": 1,
         "cluster_devices": 1,
     }
-    _check_model_path(path, plan, {"name": "llama3.1-8b"})
+    # the sequence length is batch_shape[1] (DESIGN v1.4)
+    _check_model_path(path, plan, {"name": "llama3.1-8b", "seq_len": 1024})
     _check_named_kinds_once_per_axis(path, plan)
     assert [dict(c.args[0]) for c in path.of("check_named_kinds")] == [{"tensor": 4}, {"fsdp": 4}]
     before, _ = path.of("check_kinds_apply")
@@ -199,7 +200,7 @@ def test_a_pipelined_plan_works_out_its_pipeline_once(path):
     # no -1: every axis is checked by name before the layout, and only then
     assert (counts["check_named_kinds"], counts["parallel_options"]) == (1, 1)
     assert (counts["model_spec"], counts["check_kinds_apply"]) == (1, 1)
-    _check_model_path(path, plan, {"name": "llama3.1-70b", "remat": "full"})
+    _check_model_path(path, plan, {"name": "llama3.1-70b", "remat": "full", "seq_len": 8192})
     _check_named_kinds_once_per_axis(path, plan)
     ctx = _the_one(path, "mesh_context").result
     assert ctx.pipeline is not None and ctx.layer_shards == 8

@@ -202,8 +202,8 @@ def test_expert_all_to_all_is_priced_on_its_link_and_flops_count_active_experts(
     for c in a2a:
         assert c["count"] == 2 * L  # dispatch and combine, every MoE layer
         assert c["bytes_per_device"] == 2 * L * tokens * K * D * 2
-    # model FLOPs: 6 x the active matmul parameters per token, plus attention
-    expected = (6 * spec.matmul_params() + spec.attention_flops_per_token()) * 16 * 128
+    # model FLOPs: 6 x the active matmul parameters per token, plus causal attention
+    expected = (6 * spec.matmul_params() + spec.attention_flops_per_token() / 2) * 16 * 128
     assert est["flops"] == pytest.approx(expected)
     assert spec.matmul_params() < model_spec({**MOE, "experts_per_token": E}).matmul_params()
 

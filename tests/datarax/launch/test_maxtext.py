@@ -218,15 +218,48 @@ def test_axis_without_a_maxtext_name_is_refused_or_dropped():
     assert error.value.code == "launch_target_unavailable"
 
 
+# Plans whose launches these tests write (tests/datarax/launch/test_maxtext_accepts.py has
+# MaxText's own checks judge each).
+NAMED_MODEL_PLAN = {
+    "hardware": "tpu-v5e",
+    "topology": "4x4",
+    "ici": {"fsdp": -1},
+    "batch_shape": [32, 8192],
+    "model": {"name": "llama3.1-8b", "remat": "save_qkv_proj", "param_dtype": "float32"},
+}
+MOE_MLA_PLAN = {
+    "hardware": "tpu-v5p",
+    "topology": "4x4x8",
+    "ici": {"fsdp": 16, "expert": 8},
+    "batch_shape": [128, 4096],
+    "model": {"name": "deepseek3-671b", "capacity_factor": 1.25, "moe_kernel": "dense"},
+}
+# MaxText 0.2.5 refuses its launch: ZeRO-1 beside fsdp (the args are still MaxText's keys)
+PIPELINE_CONTEXT_ZERO1_PLAN = {
+    "hardware": "tpu-v5p", "topology": "4x4x4", "ici": {"stage": 4, "fsdp": 4, "context": 4},
+    "batch_shape": [64, 8192], "model": {"name": "llama3.1-8b", "remat": "full"},
+    "pipeline": {"microbatches": 8, "layers_per_stage": 2, "schedule": "circular"},
+    "context_parallel": {"strategy": "ring", "load_balance": False},
+    "optimizer": {"name": "adamw", "shard_over_data": True},
+}  # fmt: skip
+GEMMA_OVERRIDE_PLAN = {
+    "hardware": "tpu-v5e",
+    "topology": "2x2",
+    "ici": {"fsdp": 2, "tensor": 2},
+    "batch_shape": [2, 4096],
+    "model": {"name": "gemma2-9b", "layers": 10, "attention": "dot"},
+}
+CUSTOM_REMAT_PLAN = {
+    "hardware": "h100-sxm", "hosts": 2, "ici": {"fsdp": 8}, "dcn": {"fsdp": 2},
+    "batch_shape": [16, 128],
+    "model": {"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4,
+              "kv_heads": 2, "vocab": 1000, "seq_len": 128, "mlp": "plain", "remat": "custom",
+              "remat_custom": {"decoder_layer_input": "offload", "mlpwo": "device"}},
+}  # fmt: skip
+
+
 def test_named_model_keys_use_maxtexts_own_values():
-    body = {
-        "hardware": "tpu-v5e",
-        "topology": "4x4",
-        "ici": {"fsdp": -1},
-        "batch_shape": [32, 8192],
-        "model": {"name": "llama3.1-8b", "remat": "save_qkv_proj", "param_dtype": "float32"},
-    }
-    plan = _render(body)
+    plan = _render(NAMED_MODEL_PLAN)
     plan["optimizer"] = "adamw"  # a stored plan's optimizer name, when it has one
     parsed = parse_maxtext_args(maxtext_args(plan)["args"])
     entry = MAXTEXT_MODELS["llama3.1-8b"]
@@ -243,13 +276,7 @@ def test_named_model_keys_use_maxtexts_own_values():
 
 
 def test_moe_and_mla_keys_are_written_and_read_back():
-    body = {
-        "hardware": "tpu-v5p",
-        "topology": "4x4x8",
-        "ici": {"fsdp": 16, "expert": 8},
-        "batch_shape": [128, 4096],
-        "model": {"name": "deepseek3-671b", "capacity_factor": 1.25, "moe_kernel": "dense"},
-    }
+    body = MOE_MLA_PLAN
     out = maxtext_args(_render(body))
     parsed = parse_maxtext_args(out["args"])
     assert parsed["model_name"] == "deepseek3-671b" and "override_model_config" not in parsed
@@ -287,13 +314,7 @@ def test_moe_and_mla_keys_are_written_and_read_back():
 
 
 def test_pipeline_context_and_zero1_are_written_and_read_back():
-    body = {
-        "hardware": "tpu-v5p", "topology": "4x4x4", "ici": {"stage": 4, "fsdp": 4, "context": 4},
-        "batch_shape": [64, 8192], "model": {"name": "llama3.1-8b", "remat": "full"},
-        "pipeline": {"microbatches": 8, "layers_per_stage": 2, "schedule": "circular"},
-        "context_parallel": {"strategy": "ring", "load_balance": False},
-        "optimizer": {"name": "adamw", "shard_over_data": True},
-    }  # fmt: skip
+    body = dict(PIPELINE_CONTEXT_ZERO1_PLAN)
     out = maxtext_args(_render(body))
     parsed = parse_maxtext_args(out["args"])
     assert parsed["ici_pipeline_parallelism"] == 4 and parsed["ici_context_parallelism"] == 4
@@ -316,14 +337,7 @@ def test_pipeline_context_and_zero1_are_written_and_read_back():
 
 
 def test_named_model_overridden_sets_override_model_config():
-    body = {
-        "hardware": "tpu-v5e",
-        "topology": "2x2",
-        "ici": {"fsdp": 2, "tensor": 2},
-        "batch_shape": [2, 4096],
-        "model": {"name": "gemma2-9b", "layers": 10, "attention": "dot"},
-    }
-    out = maxtext_args(_render(body))
+    out = maxtext_args(_render(GEMMA_OVERRIDE_PLAN))
     parsed = parse_maxtext_args(out["args"])
     assert parsed["override_model_config"] is True
     assert parsed["base_num_decoder_layers"] == 5  # pairs of (local, global) layers
@@ -332,21 +346,7 @@ def test_named_model_overridden_sets_override_model_config():
 
 
 def test_custom_remat_writes_maxtexts_per_tensor_keys():
-    model = {
-        "kind": "transformer",
-        "layers": 2,
-        "d_model": 256,
-        "d_ff": 1024,
-        "heads": 4,
-        "kv_heads": 2,
-        "vocab": 1000,
-        "seq_len": 128,
-        "mlp": "plain",
-        "remat": "custom",
-        "remat_custom": {"decoder_layer_input": "offload", "mlpwo": "device"},
-    }
-    plan = _render({"hardware": "h100-sxm", "hosts": 2, "ici": {"fsdp": 8},
-                    "dcn": {"fsdp": 2}, "batch_shape": [16, 128], "model": model})  # fmt: skip
+    plan = _render(CUSTOM_REMAT_PLAN)
     out = maxtext_args(plan)
     parsed = parse_maxtext_args(out["args"])
     assert parsed["remat_policy"] == "custom" and "model_name" not in parsed

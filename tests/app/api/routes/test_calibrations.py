@@ -17,6 +17,21 @@ GPU_PLAN = {
 }
 
 
+def test_serving_profiles_are_listed_read_and_kept_to_serving(api):
+    """DESIGN v1.4: a stack.framework per serving engine, listed beside the training
+    profiles; a training plan refuses one, and none can be deleted."""
+    items = {item["id"]: item for item in api.get("/v1/calibrations?limit=1000").json()["items"]}
+    serving = {"published-tpu-jetstream", "published-gpu-tensorrt-llm", "published-gpu-vllm"}
+    assert serving <= set(items)
+    one = api.get("/v1/calibrations/published-tpu-jetstream")
+    assert one.status_code == 200 and one.json() == items["published-tpu-jetstream"]
+    assert one.json()["stack"]["framework"] != "jax"
+    plan = {**GPU_PLAN, "calibration": "published-tpu-jetstream"}
+    problem = assert_problem(api.post("/v1/meshes", json=plan), 422, "invalid_calibration")
+    assert "serving" in problem["detail"]
+    assert_problem(api.delete("/v1/calibrations/published-gpu-vllm"), 409, "calibration_published")
+
+
 def test_profiles_are_listed_and_read_one_by_one(api):
     response = api.get("/v1/calibrations")
     assert response.status_code == 200

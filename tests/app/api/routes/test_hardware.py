@@ -396,7 +396,10 @@ def test_a_context_axis_splits_the_sequence_and_gathers_keys_and_values(api):
     # 131072 tokens over 4 context shards
     flat = _plan(api, {**LONG_70B, "ici": {"fsdp": 64}, "batch_shape": [64, 131072]})
     assert plan["memory_per_device"]["total"] < flat["memory_per_device"]["total"] / 2
-    bad = {**LONG_70B, "model": {**LONG_70B["model"], "seq_len": 131071}}
+    bad = {
+        **LONG_70B, "batch_shape": [16, 131071],
+        "model": {**LONG_70B["model"], "seq_len": 131071},
+    }  # fmt: skip
     problem = assert_problem(api.post("/v1/meshes", json=bad), 422, "invalid_parallelism")
     assert "seq_len 131071" in problem["detail"]
 

@@ -17,6 +17,37 @@ TPU_PLAN = {
     "model": {"name": "llama2-7b", "seq_len": 2048, "remat": "full"},
 }
 GPU_PLAN = {"hardware": "h100-sxm", "hosts": 2, "ici": {"data": 1, "fsdp": 8}, "dcn": {"data": 2}}
+EXTRA_ARGS = ["run_name=first-hour", "base_output_directory=gs://bucket/runs",
+              "per_device_batch_size=4"]  # fmt: skip
+MAXTEXT_BODY = {
+    "hardware": "tpu-v6e",
+    "topology": "2x4",
+    "maxtext": {
+        "ici_fsdp_parallelism": -1,
+        "per_device_batch_size": 3,
+        "max_target_length": 8192,
+        "model_name": "llama3.1-8b",
+        "weight_dtype": "float32",
+        "remat_policy": "custom",
+        "decoder_layer_input": "offload",
+        "query_proj": "offload",
+        "key_proj": "offload",
+        "value_proj": "offload",
+        "out_proj": "offload",
+    },
+}
+# issue 38: a pipelined plan on 64 H100 hosts and an expert-parallel TPU plan
+PIPELINED_GPU_PLAN = {"hardware": "h100-sxm", "hosts": 16, "ici": {"stage": 1, "fsdp": 8},
+                      "dcn": {"stage": 4, "fsdp": 4}, "batch_shape": [256, 8192],
+                      "model": {"name": "llama3.1-8b", "remat": "full"},
+                      "pipeline": {"microbatches": 8, "schedule": "circular",
+                                   "layers_per_stage": 2}}  # fmt: skip
+NINE_STAGE_PLAN = {"hardware": "h100-sxm", "hosts": 9, "ici": {"stage": 1, "fsdp": 8},
+                   "dcn": {"stage": 9}, "batch_shape": [96, 4096],
+                   "model": {"name": "llama3.1-405b", "remat": "full"},
+                   "pipeline": {"microbatches": 12}}  # fmt: skip
+EXPERT_TPU_PLAN = {"hardware": "tpu-v5p", "topology": "4x4x8", "ici": {"fsdp": 16, "expert": 8},
+                   "batch_shape": [128, 4096], "model": {"name": "mixtral-8x7b"}}  # fmt: skip
 
 
 def _plan(api, body):
@@ -60,10 +91,9 @@ def test_extra_args_and_env_come_after_the_generated_ones(api):
     plan = _plan(api, TPU_PLAN)
     url = f"/v1/meshes/{plan['id']}/launch"
     extra = {
-        "extra_args": ["run_name=first-hour", "base_output_directory=gs://bucket/runs",
-                       "per_device_batch_size=4"],
+        "extra_args": EXTRA_ARGS,
         "extra_env": {"WANDB_MODE": "offline", "LIBTPU_INIT_ARGS": "--xla_tpu_x=true"},
-    }  # fmt: skip
+    }
     config = api.post(url, json={"target": "maxtext", **extra}).json()
     args = config["args"]
     # after the generated ones; the generated per_device_batch_size=2 gives way, and says so
@@ -121,23 +151,7 @@ def test_a_plan_without_hardware_has_nothing_to_launch(api):
 
 
 def test_a_maxtext_config_is_a_plan_request(api):
-    body = {
-        "hardware": "tpu-v6e",
-        "topology": "2x4",
-        "maxtext": {
-            "ici_fsdp_parallelism": -1,
-            "per_device_batch_size": 3,
-            "max_target_length": 8192,
-            "model_name": "llama3.1-8b",
-            "weight_dtype": "float32",
-            "remat_policy": "custom",
-            "decoder_layer_input": "offload",
-            "query_proj": "offload",
-            "key_proj": "offload",
-            "value_proj": "offload",
-            "out_proj": "offload",
-        },
-    }
+    body = MAXTEXT_BODY
     plan = _plan(api, body)
     assert plan["axes"]["fsdp"] == 8 and set(plan["axes"]) >= {"data", "fsdp", "tensor"}
     assert plan["memory_per_device"]["fits"] is True
@@ -159,18 +173,13 @@ def test_a_queue_or_image_kubernetes_would_refuse_is_refused(api):
 def test_jobset_and_slurm_carry_the_new_kinds(api):
     # issue 38: a pipelined plan on 64 H100 hosts and an expert-parallel TPU plan launch
     # with MaxText's keys for their kinds, in every target that runs MaxText
-    gpu = _plan(api, {"hardware": "h100-sxm", "hosts": 16, "ici": {"stage": 1, "fsdp": 8},
-                      "dcn": {"stage": 4, "fsdp": 4}, "batch_shape": [256, 8192],
-                      "model": {"name": "llama3.1-8b", "remat": "full"},
-                      "pipeline": {"microbatches": 8, "schedule": "circular",
-                                   "layers_per_stage": 2}})  # fmt: skip
+    gpu = _plan(api, PIPELINED_GPU_PLAN)
     script = api.post(f"/v1/meshes/{gpu['id']}/launch", json={"target": "slurm"}).json()["script"]
     assert "--nodes=16" in script
     for key in ("dcn_pipeline_parallelism=4", "num_pipeline_microbatches=8",
                 "num_layers_per_pipeline_stage=2"):  # fmt: skip
         assert key in script, key
-    tpu = _plan(api, {"hardware": "tpu-v5p", "topology": "4x4x8", "ici": {"fsdp": 16, "expert": 8},
-                      "batch_shape": [128, 4096], "model": {"name": "mixtral-8x7b"}})  # fmt: skip
+    tpu = _plan(api, EXPERT_TPU_PLAN)
     body = {"target": "jobset", "image": "example.com/maxtext:1"}
     manifest = api.post(f"/v1/meshes/{tpu['id']}/launch", json=body).json()["manifest"]
     text = str(manifest)
@@ -189,3 +198,24 @@ def test_an_image_not_given_is_a_warning(api):
     ]["containers"]
     assert containers[0]["image"] == "maxtext:latest"
     assert api.post(url, json={"target": "maxtext"}).json()["warnings"] == []
+
+
+def test_a_launch_maxtext_would_refuse_is_not_launchable(api):
+    # issue 56: 12 pipeline microbatches over 9 stages; MaxText needs a multiple of them
+    plan = _plan(api, NINE_STAGE_PLAN)
+    url = f"/v1/meshes/{plan['id']}/launch"
+    problem = assert_problem(api.post(url, json={"target": "maxtext"}), 422, "not_launchable")
+    assert "must be divisible by the number of stages (9)" in problem["detail"]
+    assert "a multiple of the 9 stages (9, 18, 27 ...)" in problem["detail"]
+    assert_problem(api.post(url, json={"target": "jobset"}), 422, "not_launchable")
+    # no multiple of 9 divides its 96 sequences; extra_args MaxText accepts launch it
+    assert "the 96 sequences now are no multiple of 9" in problem["detail"]
+    assert_problem(api.post(url, json={"target": "maxtext", "extra_args": [
+        "num_pipeline_microbatches=18"]}), 422, "not_launchable")  # fmt: skip
+    fixed = {
+        "target": "maxtext",
+        "extra_args": ["per_device_batch_size=2", "num_pipeline_microbatches=18"],
+    }
+    assert api.post(url, json=fixed).status_code == 200
+    # the env target runs no MaxText, so nothing to refuse
+    assert api.post(url, json={"target": "env"}).status_code == 200

@@ -1,0 +1,95 @@
+"""What MaxText's training step holds that the library's does not: the terms a hardware
+plan's memory estimate (``program="maxtext"``, DESIGN v1.4 "The program users launch")
+prices beside :mod:`datarax.estimate.memory`'s, read off MaxText 0.2.5's compiled steps
+(``benchmarks/maxtext_memory.py``; BENCHMARKS.md, "Memory against MaxText's compiled
+program").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+from datarax.parallel.context import MeshContext
+from datarax.parallel.terms import repeat_per_device
+from datarax.specs.model_specs import TransformerSpec
+
+__all__ = ["maxtext_program_context", "maxtext_scan_copies", "maxtext_temporaries"]
+
+
+def maxtext_program_context(ctx: MeshContext) -> MeshContext:
+    """``ctx`` as MaxText's program runs it (``program="maxtext"``, the hardware plans'
+    figure; DESIGN v1.4 "The program users launch"), where it differs from the library's:
+
+    - ``remat: none`` is full rematerialization: MaxText 0.2.5's decoder
+      (``layers/nnx_decoders.py``, ``_apply_layers_sequentially``) wraps each scanned
+      layer in ``jax.checkpoint`` with ``get_remat_policy()``, which is ``None`` (JAX's
+      save-nothing policy) for ``remat_policy=none`` as for ``full``: the compiled steps
+      of Llama 2 7B on a v5e-4 at ``none`` and ``full`` allocate the same 16,597,957,632
+      bytes (``benchmarks/maxtext_memory.py``).
+    """
+    model = ctx.model
+    if isinstance(model, TransformerSpec) and model.remat == "none":
+        return dataclasses.replace(ctx, model=dataclasses.replace(model, remat="full"))
+    return ctx
+
+
+def maxtext_temporaries(
+    ctx: MeshContext, parts: Mapping[str, int], itemsize: int
+) -> dict[str, int]:
+    """The temporaries of MaxText's program at its peak, from the library's (``parts``,
+    :func:`_temporaries`), for an unpipelined transformer (pipelines: ``parts`` as they
+    are, not measured):
+
+    - the layer-major copies of the scanned MLP and expert kernels
+      (:func:`maxtext_scan_copies`), in place of the library's float32 expert kernels'
+      cast (``expert_cast``: the cast is made in the copy);
+    - a dense model: no layer's weights gathered: the peak is at the loss, before the
+      backward loop starts, where the forward loop's gathers are freed and the backward
+      loop's not yet made (XLA's live ranges of Llama 2 7B on a v5e-4);
+    - a mixture of experts: one layer's expert kernels gathered whole over the fsdp axes
+      (``all-gather``/``async-collective-done`` of three ``bf16[8, 4096, 14336]``-sized
+      buffers at the peak of a 4-layer Mixtral on a v5e-8, dropless and capacity kernels
+      alike), once, where the library's dropless kernel holds them and their gradient.
+
+    Evidence: ``benchmarks/maxtext_memory.py`` (BENCHMARKS.md)."""
+    model = ctx.model
+    if ctx.pipeline is not None or not isinstance(model, TransformerSpec):
+        return dict(parts)
+    out = {k: v for k, v in parts.items() if k != "expert_cast"}
+    out["scan_layout_copies"] = maxtext_scan_copies(ctx, itemsize)
+    experts = sum(
+        math.prod(shard) * ctx.gathered_by(group) * itemsize
+        for group, _, shard, split in ctx.specs
+        if group.expert and split and ctx.gathered_by(group) > 1
+    )
+    out["fsdp_gathered"] = experts if model.is_moe else 0
+    return out
+
+
+def maxtext_scan_copies(ctx: MeshContext, itemsize: int) -> int:
+    """Bytes of the layer-major copies of the scanned MLP and expert kernels in MaxText's
+    program.
+
+    MaxText stores a scanned layer's kernels with the layer axis second
+    (``param_scan_axis: 1`` in ``configs/base.yml``: ``[embed, layers, mlp]``); its scan
+    slices them layer by layer along the first axis, so XLA copies each device's shard of
+    every layer's dense MLP kernels (gate, up, down) to ``[layers, ...]`` once, before the
+    forward loop, and keeps the copies through the backward loop, beside the arguments,
+    the gradients' accumulators and the saved layer inputs (the step's peak, at the start
+    of the backward loop: ``copy.401``-``copy.403``, three ``bf16[32, 1024, 11008]`` of
+    Llama 2 7B on a v5e-4, libtpu 0.0.50.1, ``--xla_dump_to``'s live ranges; the expert
+    kernels likewise, ``copy.552``-``554`` of a 4-layer Mixtral on a v5e-8), in the
+    compute dtype (``itemsize``: float32 weights are cast in the copy; priced in float32
+    the two float32 rows' out-of-memory figures, 28.88G and 33.44G, came out +4% and
+    +10%, in the compute dtype -3% and +2%). The attention kernels are sliced in place.
+    Not priced for pipelined plans (MaxText's pipeline stacks its stages' layers
+    otherwise; not measured)."""
+    if ctx.pipeline is not None or not isinstance(ctx.model, TransformerSpec):
+        return 0
+    return sum(
+        math.prod(shard) * repeat_per_device(group, ctx.layer_shards) * itemsize
+        for group, _, shard, _ in ctx.specs
+        if "*" in group.path and ("/mlp/" in group.path or group.expert)
+    )
