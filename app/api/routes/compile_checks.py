@@ -4,15 +4,16 @@ HTTP only; :mod:`app.services.compile_checks` does the work."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from starlette.responses import Response
 
 from app.api.deps import BearerDoc, JsonBody, StoreDep
 from app.api.openapi import MeshId, problem_responses
 from app.api.routing import JsonBodyRoute, answer_response
+from app.core.threads import run_for_body
 from app.schemas.compile_checks import COMPILE_CHECK_EXAMPLE, CompileCheckRequest
 from app.services import meshes
 from app.services.compile_checks import CompileChecks
@@ -65,7 +66,10 @@ async def create_compile_check(
     CPU or GPU devices. 404 ``mesh_not_found``; 422 ``compile_target_unavailable`` (GPU hardware,
     plain abstract plans; the body carries ``estimate``), the model and batch codes; 429
     ``compile_queue_full`` with ``Retry-After``."""
-    plan = json.loads(await meshes.get_plan(store, mesh_id))
+    text = await meshes.get_plan(store, mesh_id)
+    # A stored plan is up to ~27 MB (262,144 devices): parsed in a worker thread above
+    # 64 KiB, as request bodies are, never on the event loop.
+    plan = await run_for_body(lambda: orjson.loads(text), len(text))
     check = await checks.submit(mesh_id, plan, body)
     return answer_response(check, 202, {"Location": f"/v1/compile-checks/{check.id}"})
 
