@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from app.schemas.meshes import MeshPlanRequest
+from app.schemas.serving import ServingPlanBody
 from app.services.hardware import check_hardware_plan, hardware_plan_request, render_hardware_plan
+from app.services.serving import render_serving_plan
 from datarax.launch.config import launch_config, plan_summary
 from datarax.launch.k8s import to_yaml
 
@@ -40,6 +42,25 @@ GPU = {
     "name": "llama2-7b-h100",
 }
 IMAGE = "us-docker.pkg.dev/my-project/maxtext/maxtext:latest"
+SERVE_GPU = {
+    "hardware": "h100-sxm",
+    "hosts": 2,
+    "ici": {"data": 2, "tensor": 4},
+    "dcn": {"data": 2, "tensor": 1},
+    "model": {"name": "llama3.1-70b"},
+    "serving": {"input_tokens": 1000, "output_tokens": 1000, "concurrency": 64,
+                "weight_dtype": "float8", "kv_dtype": "float8"},
+    "name": "llama3-70b-serve",
+}  # fmt: skip
+SERVE_TPU = {
+    "hardware": "tpu-v6e",
+    "topology": "2x4",
+    "ici": {"tensor": 8},
+    "model": {"name": "llama3.1-70b"},
+    "serving": {"input_tokens": 1000, "output_tokens": 1000, "concurrency": 64,
+                "weight_dtype": "int8", "kv_dtype": "int8", "engine": "jetstream"},
+    "name": "llama3-70b-jetstream",
+}  # fmt: skip
 
 
 def _plan(body: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +69,24 @@ def _plan(body: dict[str, Any]) -> dict[str, Any]:
         check_hardware_plan(request), plan_id="m_example", created_at="2026-12-02T00:00:00Z"
     )
     return plan_summary(json.loads(rendered.body))
+
+
+def _serving_plan(body: dict[str, Any]) -> dict[str, Any]:
+    rendered = render_serving_plan(
+        ServingPlanBody.model_validate(body), plan_id="m_example", created_at="2026-12-02"
+    )
+    return dict(json.loads(rendered.body))
+
+
+def _serving_blocks() -> dict[str, str]:
+    from datarax.launch.serving import serving_launch_config  # noqa: PLC0415
+
+    vllm = serving_launch_config(_serving_plan(SERVE_GPU), "vllm").to_json()
+    jetstream = serving_launch_config(_serving_plan(SERVE_TPU), "jetstream").to_json()
+    return {
+        "vllm": "```json\n" + json.dumps(vllm, indent=2) + "\n```",
+        "jetstream": "```json\n" + json.dumps(jetstream, indent=2) + "\n```",
+    }
 
 
 def blocks() -> dict[str, str]:
@@ -69,6 +108,7 @@ def blocks() -> dict[str, str]:
         "jobset-gpu": "```yaml\n" + to_yaml(gpu_jobset) + "```",
         "slurm": "```bash\n" + slurm.rstrip("\n") + "\n```",
         "env": "```json\n" + json.dumps(env, indent=2) + "\n```",
+        **_serving_blocks(),
     }
 
 

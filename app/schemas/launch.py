@@ -29,9 +29,11 @@ class LaunchRequest(Strict):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [LAUNCH_EXAMPLE]})
 
-    target: Literal["maxtext", "jobset", "slurm", "env"] = Field(
+    target: Literal["maxtext", "jobset", "slurm", "env", "vllm", "jetstream"] = Field(
         description="maxtext: command line and flags; jobset: a GKE JobSet; slurm: an sbatch "
-        "script (GPU plans); env: what jax.distributed.initialize needs per process"
+        "script (GPU plans); env: what jax.distributed.initialize needs per process; vllm: "
+        "the vllm serve command line (serving plans); jetstream: MaxText's serving "
+        "configuration (serving plans on TPU)"
     )
     image: str | None = Field(
         None,
@@ -67,7 +69,8 @@ class LaunchRequest(Strict):
         None,
         max_length=256,
         description="MaxText key=value arguments added after the generated ones (maxtext, "
-        "jobset, slurm); one naming a generated key replaces it, and the notes say so",
+        "jobset, slurm, jetstream; vllm: key=value as the flag --key value); one naming a "
+        "generated key replaces it, and the notes say so",
     )
     extra_env: dict[Annotated[str, _ENV_NAME], Annotated[str, _ENV_VALUE]] | None = Field(
         None,

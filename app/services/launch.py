@@ -7,13 +7,14 @@ from typing import Any
 
 import orjson
 
-from app.core.errors import MeshNotFound, ServiceError, from_library
+from app.core.errors import MeshNotFound, from_library
 from app.schemas.launch import LaunchRequest
 from app.storage import plans as stored_plans
 from app.storage.store import Store
 from datarax.answers.launch import LaunchConfig
 from datarax.errors import PlanError
 from datarax.launch.config import launch_config, plan_summary
+from datarax.launch.serving import SERVING_TARGETS, serving_launch_config
 
 
 async def _summary(store: Store, mesh_id: str) -> dict[str, Any]:
@@ -31,16 +32,27 @@ async def launch(store: Store, mesh_id: str, request: LaunchRequest) -> LaunchCo
     Raises:
       MeshNotFound: no such plan. ServiceError: ``launch_target_unavailable``,
       ``not_launchable`` (what MaxText's configuration checks would refuse) and the
-      library's other codes.
+      library's other codes. A serving plan launches with ``vllm``, ``jetstream`` or
+      ``jobset`` (:func:`~datarax.launch.serving.serving_launch_config`), or ``env``;
+      ``vllm`` and ``jetstream`` on a training plan are ``launch_target_unavailable``.
     """
     stored = await _summary(store, mesh_id)
-    if request.target != "env" and stored.get("serving_estimate") is not None:
-        raise ServiceError(
-            f"plan {mesh_id!r} is a serving plan, and target {request.target!r} writes a "
-            "training job (MaxText's train); serving launch targets (vllm, jetstream) are "
-            "not built yet: target env gives its processes' distributed environment",
-            code="launch_target_unavailable",
-        )
+    serving = stored.get("serving_estimate") is not None
+    if request.target != "env" and (serving or request.target in SERVING_TARGETS[:2]):
+        try:
+            return serving_launch_config(
+                stored,
+                request.target,
+                image=request.image,
+                command=request.command,
+                name=request.name,
+                queue=request.queue,
+                extra_args=request.extra_args,
+                extra_env=request.extra_env,
+                service_url=request.service_url,
+            )
+        except PlanError as error:
+            raise from_library(error) from None
     try:
         return launch_config(
             plan_summary(stored),

@@ -21,15 +21,17 @@ from datarax.answers.base import Answer, omitted
 
 __all__ = [
     "EnvLaunch",
+    "JetStreamLaunch",
     "JobSetLaunch",
     "LaunchConfig",
     "LaunchProcess",
     "MaxTextLaunch",
     "ProcessRule",
     "SlurmLaunch",
+    "VllmLaunch",
 ]
 
-LaunchTarget = Literal["maxtext", "jobset", "slurm", "env"]
+LaunchTarget = Literal["maxtext", "jobset", "slurm", "env", "vllm", "jetstream"]
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -39,7 +41,9 @@ class LaunchConfig(Answer):
 
     target: LaunchTarget
     """maxtext: command line and flags; jobset: a GKE JobSet; slurm: an sbatch script (GPU
-    plans); env: what jax.distributed.initialize needs per process"""
+    plans); env: what jax.distributed.initialize needs per process; vllm: the vllm serve
+    command line (serving plans); jetstream: MaxText's serving configuration (serving
+    plans on TPU)"""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
@@ -74,7 +78,8 @@ class MaxTextLaunch(LaunchConfig):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class JobSetLaunch(LaunchConfig):
-    """``target: jobset``: a ``jobset.x-k8s.io/v1alpha2`` JobSet for GKE running MaxText."""
+    """``target: jobset``: a ``jobset.x-k8s.io/v1alpha2`` JobSet for GKE running MaxText (a
+    serving plan's: vLLM or MaxText's JetStream server)."""
 
     target: Literal["jobset"]
     manifest: dict[str, Any]
@@ -157,9 +162,56 @@ class EnvLaunch(LaunchConfig):
     """what will not run as it comes out"""
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class VllmLaunch(LaunchConfig):
+    """``target: vllm`` (serving plans): the ``vllm serve`` command line and its
+    environment (:func:`datarax.launch.serving.vllm_args`)."""
+
+    target: Literal["vllm"]
+    model: str
+    """the Hugging Face repository id ``vllm serve`` loads"""
+    model_source: str
+    """the model's card"""
+    args: list[str]
+    """vllm serve's flags (``--tensor-parallel-size`` ... ``--quantization``), then the
+    request's ``extra_args`` as ``--key value``"""
+    command: list[str]
+    """``vllm serve <model>`` with ``args``"""
+    env: dict[str, str]
+    """``DATARAX_PLAN_ID``, ``DATARAX_URL``; then the request's ``extra_env``"""
+    servers: int
+    """how many servers run the command: one a host, or one a replica over Ray"""
+    hosts_per_server: int
+    flag_source: str
+    """vLLM's argument parser the flags are checked against (a commit's URL)"""
+    notes: list[str]
+    warnings: list[str]
+    """what will not run as it comes out"""
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class JetStreamLaunch(LaunchConfig):
+    """``target: jetstream`` (serving plans on TPU): MaxText's serving configuration for its
+    JetStream server (:func:`datarax.launch.serving.jetstream_args`)."""
+
+    target: Literal["jetstream"]
+    args: list[str]
+    """MaxText's ``key=value``: the mesh, the model, ``per_device_batch_size``,
+    ``max_prefill_predict_length``, ``max_target_length``, ``quantization``,
+    ``quantize_kvcache``; then the request's ``extra_args``"""
+    command: list[str]
+    """MaxText's ``maxengine_server`` with ``args``"""
+    env: dict[str, str]
+    notes: list[str]
+    warnings: list[str]
+    """what will not run as it comes out"""
+
+
 _BY_TARGET: dict[str, type[LaunchConfig]] = {
     "maxtext": MaxTextLaunch,
     "jobset": JobSetLaunch,
     "slurm": SlurmLaunch,
     "env": EnvLaunch,
+    "vllm": VllmLaunch,
+    "jetstream": JetStreamLaunch,
 }

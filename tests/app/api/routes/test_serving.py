@@ -126,7 +126,7 @@ def test_serving_recommendation_refuses_a_bad_slo(api):
 
 def test_a_serving_plan_is_not_launched_as_a_training_job(api):
     plan = api.post("/v1/meshes", json=V6E_70B).json()
-    for target in ("maxtext", "jobset"):
+    for target in ("maxtext", "slurm"):  # jobset runs vLLM: test_serving_launch.py
         response = api.post(f"/v1/meshes/{plan['id']}/launch", json={"target": target})
         problem = assert_problem(response, 422, "launch_target_unavailable")
         assert "serving plan" in problem["detail"]
