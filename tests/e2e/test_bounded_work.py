@@ -292,8 +292,11 @@ def test_names_at_the_limit_are_accepted(client):
     assert answer.status_code == 201, answer.text
     assert answer.json()["shards"][3]["coords"] == {name: 3}
     members = {"name": "adamw", "learning_rate": 1e-3, **{f"m{i:02d}": 0.9 for i in range(16)}}
-    answer = client.post("/v1/meshes", json={"axes": {"data": 8}, "optimizer": members})
+    body = {"axes": {"data": 8}, "model": {"kind": "mlp", "features": [4, 2]}, "optimizer": members}
+    answer = client.post("/v1/meshes", json=body)
     assert answer.status_code == 201, answer.text
+    # the members sessions read change nothing in a plan: taken, and said (DESIGN v1.4)
+    assert any("optimizer.learning_rate" in w for w in answer.json()["warnings"])
 
 
 # ------------------------------------------------------------------- batch shapes
