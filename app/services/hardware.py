@@ -334,6 +334,21 @@ class LaidOut:
     checked_axes: Mapping[str, int] = field(default_factory=dict)
 
 
+def cluster_members(layout: HardwareLayout) -> dict[str, Any]:
+    """The members a plan over a hardware cluster answers of its layout (hardware and
+    serving plans alike): ``hardware``, ``topology`` (null for a GPU or CPU cluster, as it
+    always was), ``slices``, ``hosts``, ``ici``, ``dcn``, ``axes_detail``."""
+    return {
+        "hardware": layout.hardware.name,
+        "topology": NULL if layout.topology_name is None else layout.topology_name,
+        "slices": layout.slices,
+        "hosts": layout.hosts,
+        "ici": layout.ici,
+        "dcn": layout.dcn,
+        "axes_detail": list(layout.axes_detail),
+    }
+
+
 def lay_out(plan: HardwarePlan) -> LaidOut:
     """The devices of the plan's cluster in mesh order (the library's planner), after the
     checks that need no layout.
@@ -544,14 +559,7 @@ def render_hardware_plan(
     options = plan.options
     answer = replace(
         answer,
-        hardware=layout.hardware.name,
-        # a GPU or CPU cluster has no topology: sent as null, as it always was
-        topology=NULL if layout.topology_name is None else layout.topology_name,
-        slices=layout.slices,
-        hosts=layout.hosts,
-        ici=layout.ici,
-        dcn=layout.dcn,
-        axes_detail=list(layout.axes_detail),
+        **cluster_members(layout),
         step_estimate=None if step is None else step.estimate,
         # the plan stores its model (resolved: a named model's figures with its overrides)
         model=None if step is None else step.context.model.to_json(),

@@ -39,23 +39,12 @@ async def launch(store: Store, mesh_id: str, request: LaunchRequest) -> LaunchCo
     stored = await _summary(store, mesh_id)
     serving = stored.get("serving_estimate") is not None
     if request.target != "env" and (serving or request.target in SERVING_TARGETS[:2]):
-        try:
-            return serving_launch_config(
-                stored,
-                request.target,
-                image=request.image,
-                command=request.command,
-                name=request.name,
-                queue=request.queue,
-                extra_args=request.extra_args,
-                extra_env=request.extra_env,
-                service_url=request.service_url,
-            )
-        except PlanError as error:
-            raise from_library(error) from None
+        build, plan = serving_launch_config, stored
+    else:
+        build, plan = launch_config, plan_summary(stored)
     try:
-        return launch_config(
-            plan_summary(stored),
+        return build(
+            plan,
             request.target,
             image=request.image,
             command=request.command,

@@ -14,8 +14,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from app.schemas.serving import ServingPlanBody, ServingRecommendationRequest
-from app.services.answer_json import NULL
-from app.services.hardware import active_params, check_cluster_size, layout_devices
+from app.services.hardware import (
+    active_params,
+    check_cluster_size,
+    cluster_members,
+    layout_devices,
+)
 from app.services.plans import PlanRequest, RenderedPlan, plan_answer, render
 from datarax.answers.serving import ServingRecommendations
 from datarax.estimate.serving import estimate_serving
@@ -95,13 +99,7 @@ def render_serving_plan(
     )
     answer = replace(
         answer,
-        hardware=layout.hardware.name,
-        topology=NULL if layout.topology_name is None else layout.topology_name,
-        slices=layout.slices,
-        hosts=layout.hosts,
-        ici=layout.ici,
-        dcn=layout.dcn,
-        axes_detail=list(layout.axes_detail),
+        **cluster_members(layout),
         memory_per_device=plan.memory_per_device,
         model=plan.model.to_json(),
         total_params=plan.model.param_count(),
