@@ -447,6 +447,8 @@ def maxtext_args(plan: Mapping[str, Any]) -> MaxTextArgs:
     if optimizer in _OPT_TYPE:
         values["opt_type"] = _OPT_TYPE[optimizer]
     env, sources = _env(entry.name)
+    refused = LIBTPU_INIT_ARGS.get(entry.name, {}).get("refused", {})
+    notes.extend(f"LIBTPU_INIT_ARGS leaves out {flag}: {why}" for flag, why in refused.items())
     return {
         "args": [f"{k}={format_value(v)}" for k, v in values.items()],
         "env": env,
