@@ -386,3 +386,19 @@ def test_env_per_generation_carries_its_source(hardware, var, where):
     if var == "XLA_FLAGS":
         assert "--xla_gpu_enable_latency_hiding_scheduler=true" in out["env"][var]
         assert "xla_dump_to" not in out["env"][var]
+
+
+@pytest.mark.parametrize("hardware", ["tpu-v5p", "tpu-v6e", "tpu-v5e"])
+def test_flags_the_pinned_libtpu_refuses_are_left_out_and_said(hardware):
+    # libtpu 0.0.50.1 refuses this flag when it compiles MaxText's step for anything but a
+    # v5e ("Continuation fusion for AllGather ... not supported on platforms other than
+    # TPU v5e"): a launch carrying it would not start
+    flag = "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
+    topology = "2x2x1" if hardware == "tpu-v5p" else "2x2"
+    out = maxtext_args(_render({"hardware": hardware, "topology": topology, "ici": {"data": -1}}))
+    said = [n for n in out["notes"] if flag in n]
+    if hardware == "tpu-v5e":
+        assert flag in out["env"]["LIBTPU_INIT_ARGS"].split() and not said
+    else:
+        assert flag not in out["env"]["LIBTPU_INIT_ARGS"].split()
+        assert len(said) == 1 and "libtpu 0.0.50.1" in said[0]
