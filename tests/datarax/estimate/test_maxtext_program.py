@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from datarax.estimate.cost import estimate_step
-from datarax.estimate.maxtext_memory import maxtext_scan_copies
+from datarax.estimate.maxtext_memory import maxtext_pipeline_gathered, maxtext_scan_copies
 from datarax.estimate.memory import hardware_memory, memory_estimate, step_memory
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.parallel.context import mesh_context
+from datarax.parallel.options import ParallelOptions
 
 # XLA's HBM allocation (total_allocation_bytes) of MaxText's compiled step, recorded
 LLAMA2_V5E4 = 16_597_957_632  # Llama 2 7B, bf16 weights, fsdp 4, one 2,048-token sequence a chip
@@ -22,9 +23,11 @@ LLAMA2 = {"name": "llama2-7b", "seq_len": 2048, "param_dtype": "bfloat16"}
 LLAMA3 = {"name": "llama3.1-8b", "seq_len": 2048}
 
 
-def _hardware_plan(model, topology, ici, batch):
+def _hardware_plan(model, topology, ici, batch, options=None):
     layout = plan_hardware_devices("tpu-v5e", topology=topology, ici=ici)
-    return estimate_step("tpu-v5e", layout.axes_detail, model, batch).memory_per_device
+    return estimate_step(
+        "tpu-v5e", layout.axes_detail, model, batch, options=options
+    ).memory_per_device
 
 
 @pytest.mark.parametrize("remat", ["none", "full"])
@@ -90,3 +93,24 @@ def test_a_mixture_of_experts_holds_one_layers_experts_gathered_and_the_copies(k
     # the expert kernels' shards of 4 layers: 3 x 4 x 8 x 4096 x 14336 bf16 over 8 devices
     experts = 3 * 4 * 8 * 4096 * 14336 * 2 // 8
     assert maxtext_scan_copies(ctx, 2) == experts
+
+
+# XLA's HBM allocation of MaxText's pipelined step for Llama 2 7B on a v5e-8 (bf16 weights,
+# full remat, GPipe, one 2,048-token sequence a chip), recorded
+PIPELINED_V5E8 = {(2, 4): 15_446_603_776, (4, 2): 12_830_503_936}  # (stages, fsdp)
+
+
+@pytest.mark.parametrize(("stages", "fsdp"), [(2, 4), (4, 2)])
+def test_a_pipeline_stage_holds_its_layers_weights_gathered_over_fsdp(stages, fsdp):
+    model = {**LLAMA2, "remat": "full"}
+    options = ParallelOptions.from_json(pipeline={"microbatches": stages, "schedule": "gpipe"})
+    ctx = mesh_context(model, {"stage": stages, "fsdp": fsdp}, 8, options=options)
+    # a stage's 32 / stages layers, each attention (4 x 4096 x 4096) and MLP
+    # (3 x 4096 x 11008) whole, bf16; the norms' scales (2 x 4096 a layer) too
+    layer = 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096
+    assert maxtext_pipeline_gathered(ctx, 2) == 32 // stages * layer * 2
+    # before: -41.2% (2 stages) and -26.2% (4 stages)
+    memory = _hardware_plan(model, "2x4", {"stage": stages, "fsdp": fsdp}, 8, options)
+    measured = PIPELINED_V5E8[stages, fsdp]
+    assert abs(memory.total - measured) / measured < 0.05
+    assert memory.total - step_memory(ctx).total >= maxtext_pipeline_gathered(ctx, 2)
