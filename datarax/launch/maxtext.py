@@ -40,7 +40,7 @@ from datarax.errors import PlanError
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import HardwareLayout, plan_hardware_devices
 from datarax.json_types import JSONObject
-from datarax.launch.maxtext_checks import per_device_batch_size
+from datarax.launch.maxtext_checks import MAXTEXT_VERSION, per_device_batch_size
 from datarax.launch.maxtext_config import (
     AXIS_BY_ROLE,
     LIBTPU_INIT_ARGS,
@@ -255,6 +255,12 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
                 f"the plan changes {name}'s architecture: override_model_config=true lets "
                 f"the keys below override MaxText's {name}.yml"
             )
+    if table is None and spec.is_moe:
+        out["decoder_block"] = _moe_block(spec)
+        if out["decoder_block"] == "mixtral":
+            # the mixtral block sizes its experts by mlp_dim (every layer is MoE, so the
+            # dense width is read nowhere else)
+            arch["base_mlp_dim"] = spec.moe_d_ff or spec.d_ff
     if spec.attention_type == "mla":
         arch.pop("head_dim", None)  # MLA's head widths are its own keys
     out.update(arch)
@@ -277,6 +283,38 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
         out["capacity_factor"] = spec.capacity_factor if not spec.dropless else -1
         out["sparse_matmul"] = spec.moe_kernel == "sparse"
     return out
+
+
+def _moe_block(spec: TransformerSpec) -> str:
+    """MaxText's ``decoder_block`` for a mixture of experts without a ``model_name``:
+    base.yml's ``llama2`` block would build it dense, ignoring ``num_experts``.
+
+    ``mixtral`` (attention and routed experts in every layer) for grouped-query attention
+    without shared experts or leading dense layers; ``deepseek`` (MLA, routed and shared
+    experts, ``first_num_dense_layers``) for MLA with shared experts. MaxText 0.2.5 has no
+    block for the other mixtures but its named models' own (``qwen3_moe``, ``llama4``,
+    ``gpt_oss``): those are 422 ``not_launchable``."""
+    every = spec.moe_every or 1
+    if spec.attention_type == "mla":
+        if spec.shared_experts and every == 1:
+            return "deepseek"
+        reason = "MLA with routed experts alone or interleaved with dense layers"
+    elif not spec.shared_experts and not spec.first_dense_layers and every == 1:
+        return "mixtral"
+    else:
+        reason = (
+            "grouped-query attention with shared experts, leading dense layers or experts "
+            "every few layers"
+        )
+    raise PlanError(
+        "not_launchable",
+        f"MaxText {MAXTEXT_VERSION} has no decoder block for this mixture of experts "
+        f"({reason}) but a named model's: without one it would build the model dense. "
+        "Accepted: a named model (model.name, e.g. llama4-17b-16e for experts every few "
+        "layers), or experts in every layer with grouped-query attention and neither shared "
+        "experts nor leading dense layers (MaxText's mixtral block), or MLA with shared "
+        "experts (its deepseek block)",
+    )
 
 
 # MaxText keys of the MoE and MLA fields a named model's config sets (or base.yml's

@@ -118,7 +118,7 @@ CASES: dict[str, tuple[dict, list[str], str | None]] = {
     "fully-moe-with-a-wider-dense-mlp": (
         {"hardware": "tpu-v5e", "topology": "2x4", "ici": {"fsdp": 8}, "batch_shape": [8, 256],
          "model": TINY_MOE},
-        [], "base_mlp_dim must equal base_moe_mlp_dim"),
+        [], None),  # MaxText's mixtral block: base_mlp_dim is written as the experts' width
     "fully-moe": (
         {"hardware": "tpu-v5e", "topology": "2x4", "ici": {"fsdp": 8}, "batch_shape": [8, 256],
          "model": {**TINY_MOE, "d_ff": 256}},
@@ -279,3 +279,19 @@ def test_maxtexts_pipeline_extent_keys_read_back_or_are_refused():
         with pytest.raises(PlanError) as error:
             plan_request_from_maxtext({**parsed, key: value}, hardware="tpu-v5p", topology="4x4x8")
         assert error.value.code == "invalid_maxtext_config" and says in error.value.message
+
+
+def test_a_custom_mixture_of_experts_gets_a_moe_block_or_is_refused():
+    # without a decoder_block, base.yml's llama2 block would build the model dense
+    body = {"hardware": "tpu-v5e", "topology": "2x4", "ici": {"fsdp": 8},
+            "batch_shape": [8, 256], "model": TINY_MOE}  # fmt: skip
+    parsed = parse_maxtext_args(maxtext_args(hardware_plan(body))["args"])
+    assert parsed["decoder_block"] == "mixtral" and parsed["num_experts"] == 8
+    assert parsed["base_mlp_dim"] == parsed["base_moe_mlp_dim"] == 256
+    for extra in ({"shared_experts": 1}, {"first_dense_layers": 1}, {"moe_every": 2}):
+        plan = hardware_plan({**body, "model": {**TINY_MOE, **extra}})
+        with pytest.raises(PlanError) as error:
+            maxtext_args(plan)
+        assert error.value.code == "not_launchable"
+        assert "would build the model dense" in str(error.value)
+        assert "Accepted: a named model" in str(error.value)
