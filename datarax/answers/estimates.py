@@ -27,6 +27,8 @@ __all__ = [
     "Recommendations",
     "RooflinePhase",
     "RooflinePhases",
+    "SplitCandidate",
+    "SplitPhysicalAxes",
     "StepBreakdown",
     "StepEstimate",
 ]
@@ -301,3 +303,35 @@ class Recommendations(Answer):
     """the order of candidates, ties included"""
     note: str | None = omitted()
     """why fewer than top_k candidates came back"""
+    split_physical_axes: SplitPhysicalAxes | None = omitted()
+    """only when allow_split_physical_axes is false and some layouts were skipped for
+    needing it: the best of them, priced aside (not ranked)"""
+
+
+@dataclass(frozen=True, eq=False)
+class SplitCandidate(Answer):
+    """The best of the layouts a recommendation skipped for splitting a physical torus
+    axis, priced as a candidate is: the fastest that fits, else the smallest."""
+
+    ici: dict[str, int]
+    dcn: dict[str, int]
+    step_estimate: StepEstimate
+    memory_per_device: MemoryEstimate
+    fits: bool
+    plan_request: dict[str, Any]
+    """a POST /v1/meshes body, as it is (allow_split_physical_axes: true)"""
+
+
+@dataclass(frozen=True, eq=False)
+class SplitPhysicalAxes(Answer):
+    """The layouts a recommendation skipped because JAX lays them out only with
+    allow_split_physical_axes, and what the best of them would have been."""
+
+    skipped: int
+    """(ici, dcn) factorisations skipped: rejected's physical_axes_split_required"""
+    best: SplitCandidate | None
+    """null when none of them could be priced"""
+    would_rank: int | None
+    """its rank among the top_k had it been ranked; null below them or not fitting"""
+    note: str
+    """one sentence: what was skipped, where the best would rank, how to consider them"""

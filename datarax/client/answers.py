@@ -48,6 +48,8 @@ from datarax.answers.estimates import (
     Recommendations,
     RooflinePhase,
     RooflinePhases,
+    SplitCandidate,
+    SplitPhysicalAxes,
     StepBreakdown,
     StepEstimate,
 )
@@ -172,6 +174,8 @@ __all__ = [
     "SessionSummary",
     "Shard",
     "SlurmLaunch",
+    "SplitCandidate",
+    "SplitPhysicalAxes",
     "StepAnswer",
     "StepBreakdown",
     "StepEstimate",

@@ -55,6 +55,7 @@ from datarax.estimate.factorisations import (
     fixed_sizes,
     search_space,
 )
+from datarax.estimate.recommend_split import price_split_axes, split_hint
 from datarax.estimate.results import Candidate, Recommendations, StepEstimate
 from datarax.hardware.chips import AxisLink, Hardware, get_hardware
 from datarax.hardware.topology import plan_hardware_devices
@@ -192,8 +193,9 @@ def recommend_meshes(
       (each ``rank``, ``ici``, ``dcn``, ``step_estimate``, ``memory_per_device``,
       ``plan_request`` and, with tensor or expert axes on the slow network, ``flags``),
       best first by :data:`RANKING`, ``considered``, ``rejected`` ``{code: n}``,
-      ``ranked_by`` and ``note`` (only when fewer than ``top_k`` candidates survive: how
-      many did and why the others were rejected).
+      ``ranked_by``, ``note`` (only when fewer than ``top_k`` candidates survive: how
+      many did and why the others were rejected) and ``split_physical_axes`` (layouts
+      skipped for needing split axes, :mod:`~datarax.estimate.recommend_split`).
 
     Raises:
       PlanError: bad inputs (``unknown_hardware``, ``invalid_topology``,
@@ -226,11 +228,10 @@ def recommend_meshes(
     considered, rejected, survivors, smallest, n_survivors = cluster.rank(
         spec, global_batch, optimizer, keep=top_k
     )
+    split = price_split_axes(cluster, spec, global_batch, optimizer, rejected, survivors, top_k)
     if not survivors:
-        raise PlanError(
-            "no_plan_fits",
-            cluster.explain(spec, global_batch, optimizer, rejected, smallest),
-        )
+        why = cluster.explain(spec, global_batch, optimizer, rejected, smallest)
+        raise PlanError("no_plan_fits", why + split_hint(split))
     candidates = _candidates(cluster, spec, names, survivors[:top_k], global_batch, optimizer)
     note = None
     if len(candidates) < top_k:
@@ -245,6 +246,7 @@ def recommend_meshes(
         rejected=rejected,
         ranked_by=RANKING,
         note=note,
+        split_physical_axes=split,
     )
 
 
@@ -503,11 +505,22 @@ class _Cluster:
             raise SearchSpaceTooLarge(count, limit, self.shrink(limit), groups)
         self.budget = None if limit is None else count + 3 * limit
 
-    def _spend(self, n: int) -> None:
+    def spend(self, n: int) -> None:
+        """Counts ``n`` candidates against the budget; stops if ``should_stop`` says so."""
         if self.should_stop is not None and self.should_stop():
             raise PlanCancelled("the recommendation search was abandoned")
         if self.budget is not None:
             self.budget -= n
+
+    def price(
+        self, inner: Sequence[AxisLink], dcn: Mapping[str, int], spec: ModelSpec,
+        global_batch: int, optimizer: str,
+    ) -> StepEstimate:  # fmt: skip
+        """One candidate's step estimate: its slice's links, ``dcn`` on the slow network."""
+        return estimate_step(
+            self.hw, dcn_links(self.hw, inner, dcn), spec, global_batch, optimizer=optimizer,
+            options=self.options, calibration=self.calibration,
+        )  # fmt: skip
 
     def links(self, ici_sizes: tuple[int, ...]) -> tuple[AxisLink, ...] | str:
         """The ICI axes of one slice / domain, or the code the planner refused it with."""
@@ -551,24 +564,16 @@ class _Cluster:
         roles = axis_roles(list(self.names))
         for ici_sizes in factorisations_with(self.n_ici, self.names, self.fixed_ici):
             considered += len(dcn_options)
-            self._spend(0)
+            self.spend(0)
             inner = self.links(ici_sizes)
             if isinstance(inner, str):
                 rejected[inner] = rejected.get(inner, 0) + len(dcn_options)
                 continue
             ici = dict(zip(self.names, ici_sizes, strict=True))
             for dcn in dcn_options:
-                self._spend(1)
+                self.spend(1)
                 try:
-                    est = estimate_step(
-                        self.hw,
-                        dcn_links(self.hw, inner, dcn),
-                        spec,
-                        global_batch,
-                        optimizer=optimizer,
-                        options=self.options,
-                        calibration=self.calibration,
-                    )
+                    est = self.price(inner, dcn, spec, global_batch, optimizer)
                 except PlanError as err:
                     rejected[err.code] = rejected.get(err.code, 0) + 1
                     continue
