@@ -24,8 +24,10 @@ What XLA's ``memory_analysis()`` counts (per device; TPU, libtpu 0.0.50):
 - ``total_allocation_bytes`` (``hbm_peak_bytes`` here; else argument + output - alias +
   temp): what XLA's compile-time OOM check compares with the chip's HBM.
 
-A configuration XLA refuses (``CompileTimeHbmOom``) has no figure: only ``fits`` is
-compared. ``error`` is ``(estimate - XLA) / XLA``. Rows marked ``held_out`` are not used
+A configuration XLA refuses (``CompileTimeHbmOom``) has no ``memory_analysis()``; its
+error names what the step needs ("the total memory required for HLO temporaries (28.88G)
+exceeds available HBM (15.75G)"), which is compared in its place (``OOM: needs``).
+``error`` is ``(estimate - XLA) / XLA``. Rows marked ``held_out`` are not used
 to set any memory term (``datarax.estimate.memory``'s MaxText terms were read off the
 others).
 
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -56,6 +59,14 @@ _MOE = {"name": "mixtral-8x7b", "layers": 4, "seq_len": 2048, "param_dtype": "bf
 """Mixtral 8x7B cut to 4 layers (8 experts, 2 a token): a small MoE MaxText builds with its
 own Mixtral decoder block (a custom transformer with experts gets MaxText's default dense
 block: the launch writes no ``decoder_block``)."""
+_MAXTEXT_64B = {
+    "kind": "transformer", "layers": 64, "d_model": 10240, "d_ff": 32768, "heads": 32,
+    "kv_heads": 32, "head_dim": 256, "vocab": 32768, "seq_len": 2048, "mlp": "plain",
+    "dtype": "bfloat16", "param_dtype": "float32", "remat": "minimal", "attention": "flash",
+    "tied_embeddings": True,
+}  # fmt: skip
+"""The 2023 MaxText model at ``global_parameter_scale=64`` (``configs/v5p/64b.sh`` at
+76bd53b0f44caf989c88189afadeb1062f9254f0), as ``benchmarks.calibration_runs`` holds it."""
 
 
 def _row(rid: str, hardware: str, topology: str, ici: dict, batch: int, model: dict,
@@ -245,9 +256,150 @@ CONFIGS: list[dict[str, Any]] = [
         "2 pipeline stages (GPipe)",
         pipeline={"microbatches": 2, "schedule": "gpipe"},
     ),
+    _row(
+        "llama2-7b-v5e8-stage4-fsdp2",
+        "tpu-v5e",
+        "2x4",
+        {"stage": 4, "fsdp": 2},
+        8,
+        {**_LLAMA2, "param_dtype": "bfloat16", "remat": "full"},
+        "4 pipeline stages (GPipe), 4 microbatches",
+        pipeline={"microbatches": 4, "schedule": "gpipe"},
+    ),
+    _row(
+        "llama3.1-8b-v5p16-stage2-fsdp4",
+        "tpu-v5p",
+        "2x2x2",
+        {"stage": 2, "fsdp": 4},
+        16,
+        {**_LLAMA3, "remat": "full"},
+        "Llama 3.1 8B over 2 stages on a v5p-16, 4 microbatches, float32 weights",
+        held_out=True,
+        pipeline={"microbatches": 4, "schedule": "gpipe"},
+    ),
 ]
 """The configurations: each a ``POST /v1/meshes`` hardware body, why it is here, and
 whether it is held out of the fitting."""
+
+CONFIGS += [
+    _row(
+        "llama3.1-405b-v6e64-f32-oom",
+        "tpu-v6e",
+        "8x8",
+        {"fsdp": 64},
+        64,
+        {"name": "llama3.1-405b", "seq_len": 4096, "remat": "full"},
+        "Llama 3.1 405B with float32 weights on a v6e-64: out of memory",
+        held_out=True,
+    ),
+    _row(
+        "llama3.1-70b-v5p64-fsdp32",
+        "tpu-v5p",
+        "2x4x4",
+        {"fsdp": 32},
+        32,
+        {"name": "llama3.1-70b", "seq_len": 4096, "remat": "full"},
+        "Llama 3.1 70B on a v5p-64",
+        held_out=True,
+    ),
+    _row(
+        "mixtral-8x7b-v6e32-fsdp32-sparse",
+        "tpu-v6e",
+        "4x8",
+        {"fsdp": 32},
+        32,
+        {"name": "mixtral-8x7b", "seq_len": 4096, "remat": "full", "param_dtype": "bfloat16"},
+        "Mixtral 8x7B whole, dropless, bf16 weights, v6e-32",
+        held_out=True,
+    ),
+    _row(
+        "llama3.1-8b-v5p32-fsdp2-context8-128k",
+        "tpu-v5p",
+        "2x2x4",
+        {"fsdp": 2, "context": 8},
+        2,
+        {"name": "llama3.1-8b", "seq_len": 131072, "remat": "full"},
+        "128k tokens over 8 context shards (all-gather)",
+        context_parallel={"strategy": "all_gather"},
+        held_out=True,
+    ),
+    _row(
+        "gpt-oss-120b-tpu7x64-fsdp16-expert4",
+        "tpu7x",
+        "2x4x4",
+        {"fsdp": 16, "expert": 4},
+        64,
+        {"name": "gpt-oss-120b", "seq_len": 4096, "remat": "full"},
+        "gpt-oss-120b on Ironwood, 4 expert shards, dropless",
+        held_out=True,
+    ),
+    _row(
+        "mixtral-8x22b-v5p128-fsdp16-expert4-dense",
+        "tpu-v5p",
+        "4x4x4",
+        {"fsdp": 16, "expert": 4},
+        64,
+        {
+            "name": "mixtral-8x22b",
+            "seq_len": 4096,
+            "remat": "full",
+            "moe_kernel": "dense",
+            "capacity_factor": 1.25,
+        },
+        "Mixtral 8x22B, dense kernel with capacity 1.25, 4 expert shards",
+        held_out=True,
+    ),
+    _row(
+        "llama4-16e-v5p128-fsdp64",
+        "tpu-v5p",
+        "4x4x4",
+        {"fsdp": 64},
+        64,
+        {"name": "llama4-17b-16e", "seq_len": 8192, "remat": "full"},
+        "Llama 4 Scout, no expert axis, dropless",
+        held_out=True,
+    ),
+    _row(
+        "qwen3-235b-v5p256-fsdp16-expert8",
+        "tpu-v5p",
+        "4x4x8",
+        {"fsdp": 16, "expert": 8},
+        128,
+        {"name": "qwen3-235b-a22b", "seq_len": 4096, "remat": "full"},
+        "Qwen3 235B, 8 expert shards, dropless",
+        held_out=True,
+    ),
+    _row(
+        "maxtext-64b-v5p128-fsdp16-tensor4-minimal",
+        "tpu-v5p",
+        "4x4x4",
+        {"fsdp": 16, "tensor": 4},
+        256,
+        _MAXTEXT_64B,
+        "MaxText's published 64B run on a v5p-128 (pdb 4, minimal remat, float32 weights)",
+        held_out=True,
+    ),
+    _row(
+        "llama3.1-405b-tpu7x128-fsdp128",
+        "tpu7x",
+        "4x4x4",
+        {"fsdp": 128},
+        128,
+        {"name": "llama3.1-405b", "seq_len": 4096, "remat": "full"},
+        "Llama 3.1 405B on Ironwood (64 chips, 128 devices)",
+        held_out=True,
+    ),
+    _row(
+        "deepseek3-tpu7x256-fsdp32-expert8",
+        "tpu7x",
+        "4x4x8",
+        {"fsdp": 32, "expert": 8},
+        256,
+        {"name": "deepseek3-671b", "seq_len": 4096, "remat": "full"},
+        "DeepSeek-V3 on Ironwood, 8 expert shards, dropless",
+        held_out=True,
+    ),
+]
 
 
 def plan_of(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -327,8 +479,19 @@ def library_total(plan: Mapping[str, Any]) -> int:
     return int(memory.total)
 
 
+_OOM_NEEDS = re.compile(r"required for HLO temporaries \(([0-9.]+)G\)")
+
+
+def oom_bytes(error: str | None) -> int | None:
+    """What XLA's ``CompileTimeHbmOom`` says the step needs ("the total memory required
+    for HLO temporaries (96.95G) exceeds available HBM (95.73G)", GiB to two decimals),
+    or ``None``."""
+    found = _OOM_NEEDS.search(error or "")
+    return None if found is None else round(float(found.group(1)) * 2**30)
+
+
 def _errors(row: dict[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
-    hbm = row["xla_hbm_bytes"]
+    hbm = row["xla_hbm_bytes"] or oom_bytes(row.get("xla_error"))
     library = library_total(plan)
     return {
         **row,
@@ -382,6 +545,8 @@ def rerun_estimate(row: Mapping[str, Any]) -> dict[str, Any]:
     est = plan["memory_per_device"]
     priced = {
         **row,
+        "held_out": config["held_out"],
+        "why": config["why"],
         "program": est.get("program"),
         "estimate_fits": est["fits"],
         "estimate_bytes": est["total"],
@@ -399,7 +564,10 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if r["xla_hbm_bytes"] is None:
+        needs = oom_bytes(r.get("xla_error"))
+        if r["xla_hbm_bytes"] is None and needs is not None:
+            xla = f"OOM: needs {needs / gib:.2f}"
+        elif r["xla_hbm_bytes"] is None:
             xla = "OOM" if r["xla_fits"] is False else f"failed: {_short(r['xla_error'])}"
         else:
             xla = (f"{r['xla_hbm_bytes'] / gib:.2f} ({r['xla_argument_bytes'] / gib:.2f} / "
