@@ -331,7 +331,6 @@ CONFIGS += [
         64,
         {"name": "gpt-oss-120b", "seq_len": 4096, "remat": "full"},
         "gpt-oss-120b on Ironwood, 4 expert shards, dropless",
-        held_out=True,
     ),
     _row(
         "mixtral-8x22b-v5p128-fsdp16-expert4-dense",
@@ -357,7 +356,6 @@ CONFIGS += [
         64,
         {"name": "llama4-17b-16e", "seq_len": 8192, "remat": "full"},
         "Llama 4 Scout, no expert axis, dropless",
-        held_out=True,
     ),
     _row(
         "qwen3-235b-v5p256-fsdp16-expert8",
@@ -639,20 +637,29 @@ Where the estimate differed from MaxText's program, and what changed (2026-12-07
   `weight_dtype`; adamw's two moments: the arguments are 3x the parameters, as priced),
   `grad_dtype: float32` (casts float32 gradients only), `num_vocab_tiling: 1`,
   `cast_logits_to_fp32: true` (the loss's transient, within the residual).
-- Launch configs MaxText or libtpu refuse (not memory): on v6e the launch's
-  `LIBTPU_INIT_ARGS` (from MaxText's v6e script) include
+- Launch configs libtpu refuses (not memory): MaxText's v5p and v6e scripts export
   `--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true`, which libtpu 0.0.50.1
-  refuses on v6e ("Continuation fusion for AllGather ... not supported ... other than TPU
-  v5e"): every v6e row fails before compiling. A custom transformer with experts gets no
-  `decoder_block`, so MaxText builds its default dense block and ignores `num_experts`
-  (the MoE rows here use Mixtral cut to 4 layers, which names its block). With that one
-  flag dropped (a diagnostic, not the launch's program), the v5p and v6e rows compile:
-  `llama3.1-8b-v5p8-fsdp4-full-b4` 22.43 GiB (estimate 23.87, +6.4%; before -4.3%) and
-  `llama3.1-8b-v6e8-fsdp8-full-b2` 10.98 GiB (estimate 11.94, +8.7%; before -1.3%).
-- Pipelines: `llama2-7b-v5e8-stage2-fsdp4` (2 stages, GPipe, 2 microbatches) compiled in
-  176 s and allocates 14.39 GiB where the estimate says 8.46 (-41%, unchanged: the scan
-  copies are not priced for pipelines); MaxText's pipeline holds its own buffers (the
-  stages' state and circular storage of microbatches), not examined yet.
+  refuses when it compiles MaxText's step for either ("Continuation fusion for AllGather
+  ... not supported on platforms other than TPU v5e"): a launch carrying it would not
+  start. The launch now leaves it out there and says so in `notes`
+  (`datarax.launch.maxtext_config.LIBTPU_INIT_ARGS`, `refused`); the v5p and v6e rows
+  compile with the rest of the script's flags. A custom transformer with experts now gets
+  MaxText's `mixtral` or `deepseek` block (it got base.yml's dense `llama2` block and
+  ignored `num_experts`); the mixtures MaxText has no block for are `not_launchable`.
+- Pipelines: MaxText's pipeline (`layers/pipeline.py`, `NNXPipeline`) runs the stage's
+  layers inside a `scan` over the pipeline iterations with the stage weights a loop
+  constant; the compiled step holds every layer of the stage gathered over fsdp at once
+  (2 stages x fsdp 4: 14.39 GiB where the library's terms priced 8.46, -41.2%; 4 stages x
+  fsdp 2: 11.95 where they priced 8.82, -26.2%; a stage's gathered weights are 6.04 and
+  3.02 GiB). Hardware plans now add them (`maxtext_memory.maxtext_pipeline_gathered`):
+  +0.7% and -1.0%; the held-out Llama 3.1 8B over 2 stages on a v5p-16 (float32 weights,
+  4 microbatches) +1.2% (-33.3% before).
+- Out of memory: XLA's `CompileTimeHbmOom` names what the step needs ("the total memory
+  required for HLO temporaries (96.95G) exceeds available HBM (95.73G)"); those figures
+  are compared now (four rows). MaxText's published 64B run on a v5p-128 (2024,
+  `configs/v5p/64b.sh` at 76bd53b0f44caf989c88189afadeb1062f9254f0) ran; the same
+  configuration as the launch writes it today (MaxText 0.2.5, libtpu 0.0.50.1) does not
+  compile: 96.95 GiB of 95.73. The estimate says 97.33 GiB, does not fit.
 """
 
 

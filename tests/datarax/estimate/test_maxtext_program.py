@@ -9,12 +9,17 @@ from __future__ import annotations
 import pytest
 
 from datarax.estimate.cost import estimate_step
-from datarax.estimate.maxtext_memory import maxtext_pipeline_gathered, maxtext_scan_copies
+from datarax.estimate.maxtext_memory import (
+    maxtext_pipeline_gathered,
+    maxtext_scan_block,
+    maxtext_scan_copies,
+)
 from datarax.estimate.memory import hardware_memory, memory_estimate, step_memory
 from datarax.hardware.chips import get_hardware
 from datarax.hardware.topology import plan_hardware_devices
 from datarax.parallel.context import mesh_context
 from datarax.parallel.options import ParallelOptions
+from datarax.specs.model_specs import model_spec
 
 # XLA's HBM allocation (total_allocation_bytes) of MaxText's compiled step, recorded
 LLAMA2_V5E4 = 16_597_957_632  # Llama 2 7B, bf16 weights, fsdp 4, one 2,048-token sequence a chip
@@ -114,3 +119,22 @@ def test_a_pipeline_stage_holds_its_layers_weights_gathered_over_fsdp(stages, fs
     measured = PIPELINED_V5E8[stages, fsdp]
     assert abs(memory.total - measured) / measured < 0.05
     assert memory.total - step_memory(ctx).total >= maxtext_pipeline_gathered(ctx, 2)
+
+
+# XLA's HBM allocation of MaxText's step for Llama 4 Scout on a v5p-128 (fsdp 64, one
+# 8,192-token sequence a chip, float32 weights, full remat), recorded
+LLAMA4_V5P128 = 42_896_131_872
+
+
+def test_a_model_maxtext_scans_in_blocks_holds_a_blocks_experts_gathered():
+    model = {"name": "llama4-17b-16e", "seq_len": 8192, "remat": "full"}
+    assert maxtext_scan_block(model_spec(model)) == 4
+    assert maxtext_scan_block(model_spec({"name": "mixtral-8x7b"})) == 1
+    layout = plan_hardware_devices("tpu-v5p", topology="4x4x4", ici={"fsdp": 64})
+    memory = estimate_step("tpu-v5p", layout.axes_detail, model, 64).memory_per_device
+    # before: -26.2% (one layer's experts gathered, where XLA holds four layers': twelve
+    # bf16[1, 16, 5120, 8192]-sized buffers)
+    assert abs(memory.total - LLAMA4_V5P128) / LLAMA4_V5P128 < 0.05
+    ctx = mesh_context(model, {"fsdp": 64}, 64)
+    four_layers = 4 * 3 * 16 * 5120 * 8192 * 2
+    assert step_memory(ctx, program="maxtext").temporaries > four_layers
