@@ -19,6 +19,7 @@ __all__ = [
     "MAXTEXT_SCAN_BLOCK",
     "maxtext_pipeline_gathered",
     "maxtext_program_context",
+    "maxtext_moe_layers_per_block",
     "maxtext_scan_block",
     "maxtext_scan_copies",
     "maxtext_temporaries",
@@ -55,7 +56,8 @@ def maxtext_temporaries(
     - a dense model: no layer's weights gathered: the peak is at the loss, before the
       backward loop starts, where the forward loop's gathers are freed and the backward
       loop's not yet made (XLA's live ranges of Llama 2 7B on a v5e-4);
-    - a mixture of experts: one scanned block's expert kernels gathered whole over the
+    - a mixture of experts: one scanned block's expert kernels (those of its MoE layers,
+      :func:`maxtext_moe_layers_per_block`) gathered whole over the
       fsdp axes (``all-gather``/``async-collective-done`` of three
       ``bf16[8, 4096, 14336]``-sized buffers at the peak of a 4-layer Mixtral on a v5e-8,
       dropless and capacity kernels alike; a block is one layer but for the models of
@@ -75,7 +77,7 @@ def maxtext_temporaries(
         for group, _, shard, split in ctx.specs
         if group.expert and split and ctx.gathered_by(group) > 1
     )
-    out["fsdp_gathered"] = experts * maxtext_scan_block(model) if model.is_moe else 0
+    out["fsdp_gathered"] = experts * maxtext_moe_layers_per_block(model) if model.is_moe else 0
     return out
 
 
@@ -98,6 +100,12 @@ def maxtext_scan_block(model: TransformerSpec) -> int:
     a time holds one layer's (Mixtral cut to 4 layers: three); the estimate without the
     block was -26.2% of XLA's allocation, +2.0% with it."""
     return MAXTEXT_SCAN_BLOCK.get(getattr(model, "name", None) or "", 1)
+
+
+def maxtext_moe_layers_per_block(model: TransformerSpec) -> int:
+    """The mixture-of-experts layers of one scanned block (:func:`maxtext_scan_block`):
+    one in ``moe_every`` of its layers (Llama 4 Maverick: 2 of a block of 4)."""
+    return max(1, maxtext_scan_block(model) // (model.moe_every or 1))
 
 
 def maxtext_scan_copies(ctx: MeshContext, itemsize: int) -> int:

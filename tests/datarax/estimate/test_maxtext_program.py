@@ -10,6 +10,7 @@ import pytest
 
 from datarax.estimate.cost import estimate_step
 from datarax.estimate.maxtext_memory import (
+    maxtext_moe_layers_per_block,
     maxtext_pipeline_gathered,
     maxtext_scan_block,
     maxtext_scan_copies,
@@ -130,6 +131,9 @@ def test_a_model_maxtext_scans_in_blocks_holds_a_blocks_experts_gathered():
     model = {"name": "llama4-17b-16e", "seq_len": 8192, "remat": "full"}
     assert maxtext_scan_block(model_spec(model)) == 4
     assert maxtext_scan_block(model_spec({"name": "mixtral-8x7b"})) == 1
+    # Maverick's block of 4 has 2 MoE layers (experts every other layer)
+    maverick = model_spec({"name": "llama4-17b-128e"})
+    assert maxtext_scan_block(maverick) == 4 and maxtext_moe_layers_per_block(maverick) == 2
     layout = plan_hardware_devices("tpu-v5p", topology="4x4x4", ici={"fsdp": 64})
     memory = estimate_step("tpu-v5p", layout.axes_detail, model, 64).memory_per_device
     # before: -26.2% (one layer's experts gathered, where XLA holds four layers': twelve
