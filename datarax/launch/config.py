@@ -195,6 +195,8 @@ def launch_config(
         )
     if target == "maxtext" or (target in ("jobset", "slurm") and not command):
         # what runs MaxText's trainer with these args: MaxText's checks refuse it at start
+        if maxtext["refusal"] is not None:
+            raise PlanError("not_launchable", maxtext["refusal"])
         check_maxtext_launch(args, devices=_devices(plan))
     command = list(command) if command else launch_slurm.default_command(args)
     if target == "maxtext":

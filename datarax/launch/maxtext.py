@@ -88,6 +88,10 @@ class MaxTextArgs(TypedDict):
     env: dict[str, str]
     env_sources: dict[str, str]
     notes: list[str]
+    refusal: str | None
+    """why MaxText would not train the plan's model as planned (a mixture of experts it
+    has no decoder block for), else ``None``: whatever runs MaxText with these arguments
+    refuses with 422 ``not_launchable``"""
 
 
 # opt_type -> our optimizer name
@@ -256,8 +260,13 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
                 f"the keys below override MaxText's {name}.yml"
             )
     if table is None and spec.is_moe:
-        out["decoder_block"] = _moe_block(spec)
-        if out["decoder_block"] == "mixtral":
+        block, refusal = _moe_block(spec)
+        if refusal is not None:
+            notes.append(refusal)
+            out["refusal"] = refusal
+        else:
+            out["decoder_block"] = block
+        if block == "mixtral":
             # the mixtral block sizes its experts by mlp_dim (every layer is MoE, so the
             # dense width is read nowhere else)
             arch["base_mlp_dim"] = spec.moe_d_ff or spec.d_ff
@@ -285,35 +294,35 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
     return out
 
 
-def _moe_block(spec: TransformerSpec) -> str:
-    """MaxText's ``decoder_block`` for a mixture of experts without a ``model_name``:
-    base.yml's ``llama2`` block would build it dense, ignoring ``num_experts``.
+def _moe_block(spec: TransformerSpec) -> tuple[str | None, str | None]:
+    """``(decoder_block, refusal)``: MaxText's ``decoder_block`` for a mixture of experts
+    without a ``model_name`` (base.yml's ``llama2`` block would build it dense, ignoring
+    ``num_experts``), or why there is none.
 
     ``mixtral`` (attention and routed experts in every layer) for grouped-query attention
     without shared experts or leading dense layers; ``deepseek`` (MLA, routed and shared
     experts, ``first_num_dense_layers``) for MLA with shared experts. MaxText 0.2.5 has no
     block for the other mixtures but its named models' own (``qwen3_moe``, ``llama4``,
-    ``gpt_oss``): those are 422 ``not_launchable``."""
+    ``gpt_oss``): a launch that runs MaxText on them is 422 ``not_launchable``."""
     every = spec.moe_every or 1
     if spec.attention_type == "mla":
         if spec.shared_experts and every == 1:
-            return "deepseek"
+            return "deepseek", None
         reason = "MLA with routed experts alone or interleaved with dense layers"
     elif not spec.shared_experts and not spec.first_dense_layers and every == 1:
-        return "mixtral"
+        return "mixtral", None
     else:
         reason = (
             "grouped-query attention with shared experts, leading dense layers or experts "
             "every few layers"
         )
-    raise PlanError(
-        "not_launchable",
+    return None, (
         f"MaxText {MAXTEXT_VERSION} has no decoder block for this mixture of experts "
         f"({reason}) but a named model's: without one it would build the model dense. "
         "Accepted: a named model (model.name, e.g. llama4-17b-16e for experts every few "
         "layers), or experts in every layer with grouped-query attention and neither shared "
         "experts nor leading dense layers (MaxText's mixtral block), or MLA with shared "
-        "experts (its deepseek block)",
+        "experts (its deepseek block)"
     )
 
 
@@ -484,6 +493,7 @@ def maxtext_args(plan: Mapping[str, Any]) -> MaxTextArgs:
     optimizer = optimizer.get("name") if isinstance(optimizer, Mapping) else optimizer
     if optimizer in _OPT_TYPE:
         values["opt_type"] = _OPT_TYPE[optimizer]
+    refusal = values.pop("refusal", None)
     env, sources = _env(entry.name)
     refused = LIBTPU_INIT_ARGS.get(entry.name, {}).get("refused", {})
     notes.extend(f"LIBTPU_INIT_ARGS leaves out {flag}: {why}" for flag, why in refused.items())
@@ -492,4 +502,5 @@ def maxtext_args(plan: Mapping[str, Any]) -> MaxTextArgs:
         "env": env,
         "env_sources": sources,
         "notes": notes,
+        "refusal": refusal,
     }

@@ -325,8 +325,8 @@ _REFUSED = {
     "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true": (
         "the script's flag, left out: libtpu 0.0.50.1 (the one jax[tpu]==0.12.0.1 pins) "
         "refuses it when it compiles MaxText 0.2.5's step for this generation "
-        "(\"Continuation fusion for AllGather ... not supported on platforms other than "
-        "TPU v5e\"), so a launch with it would not start"
+        '("Continuation fusion for AllGather ... not supported on platforms other than '
+        'TPU v5e"), so a launch with it would not start'
     )
 }
 LIBTPU_INIT_ARGS: dict[str, dict[str, Any]] = {

@@ -437,6 +437,8 @@ def jetstream_args(plan: Mapping[str, Any], extra_args: Sequence[str] = ()) -> E
             "int4 for jetstream, or launch vllm"
         )
     base = launch_maxtext.maxtext_args(plan)
+    if base["refusal"] is not None:
+        raise PlanError("not_launchable", base["refusal"])
     values = dict(arg.split("=", 1) for arg in base["args"])
     for key in _TRAINING_KEYS:
         values.pop(key, None)

@@ -290,8 +290,13 @@ def test_a_custom_mixture_of_experts_gets_a_moe_block_or_is_refused():
     assert parsed["base_mlp_dim"] == parsed["base_moe_mlp_dim"] == 256
     for extra in ({"shared_experts": 1}, {"first_dense_layers": 1}, {"moe_every": 2}):
         plan = hardware_plan({**body, "model": {**TINY_MOE, **extra}})
-        with pytest.raises(PlanError) as error:
-            maxtext_args(plan)
-        assert error.value.code == "not_launchable"
-        assert "would build the model dense" in str(error.value)
-        assert "Accepted: a named model" in str(error.value)
+        out = maxtext_args(plan)
+        assert "would build the model dense" in out["refusal"]
+        assert "decoder_block" not in parse_maxtext_args(out["args"])
+        for target in ("maxtext", "jobset"):  # both run MaxText's trainer
+            with pytest.raises(PlanError) as error:
+                launch_config(plan, target)
+            assert error.value.code == "not_launchable"
+            assert "Accepted: a named model" in str(error.value)
+        # a JobSet running the user's own command does not run MaxText: written
+        assert launch_config(plan, "jobset", command=["python", "train.py"])["manifest"]

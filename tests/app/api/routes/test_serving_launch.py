@@ -206,3 +206,28 @@ def test_training_targets_stay_refused_and_vllm_needs_a_serving_plan(api):
         response = api.post(f"/v1/meshes/{training['id']}/launch", json={"target": target})
         problem = assert_problem(response, 422, "launch_target_unavailable")
         assert "training step" in problem["detail"]
+
+
+def test_jetstream_refuses_a_mixture_maxtext_would_build_dense(api):
+    # grouped-query attention with a shared expert: MaxText 0.2.5 has no block for it but
+    # its named models' (base.yml's llama2 block would serve a dense model)
+    model = {
+        "kind": "transformer",
+        "layers": 4,
+        "d_model": 512,
+        "d_ff": 1024,
+        "heads": 8,
+        "kv_heads": 8,
+        "head_dim": 64,
+        "vocab": 32000,
+        "seq_len": 2048,
+        "num_experts": 8,
+        "experts_per_token": 2,
+        "moe_d_ff": 512,
+        "shared_experts": 1,
+    }
+    plan = _plan(api, {**TPU_8B, "model": model,
+                       "serving": {**SERVING, "engine": "jetstream"}})  # fmt: skip
+    response = api.post(f"/v1/meshes/{plan['id']}/launch", json={"target": "jetstream"})
+    problem = assert_problem(response, 422, "not_launchable")
+    assert "would build the model dense" in problem["detail"]
