@@ -452,7 +452,8 @@ def jetstream_args(plan: Mapping[str, Any], extra_args: Sequence[str] = ()) -> E
     )
     if kv != "bfloat16":
         values["kv_quant_dtype"] = kv
-    notes = list(base.get("notes", ()))
+    # training's flags are not written, so neither is what was left out of them
+    notes = [n for n in base.get("notes", ()) if not n.startswith("LIBTPU_INIT_ARGS leaves")]
     notes.append(
         "training's LIBTPU_INIT_ARGS are left out; MaxText's serving reads the checkpoint "
         "at load_parameters_path and the tokenizer at tokenizer_path"
