@@ -693,8 +693,11 @@ Where the estimate differed from MaxText's program, and what changed (2026-12-07
   `configs/v5p/64b.sh` at 76bd53b0f44caf989c88189afadeb1062f9254f0) ran; the same
   configuration as the launch writes it today (MaxText 0.2.5, libtpu 0.0.50.1) does not
   compile: 96.95 GiB of 95.73. The estimate says 97.33 GiB, does not fit.
-- Larger models and the other generations (16 configurations added 2026-12-07, held out
-  unless said): Llama 3.1 70B on a v5p-64 -2.2%, 405B on Ironwood -8.8% (XLA's peak there
+- Larger models and the other generations (19 configurations added 2026-12-07, held out
+  unless said): Llama 4 Maverick over 8 expert shards +0.6% (a held-out check of the
+  block rule below: 2 MoE layers in its block of 4), Mixtral 8x7B over 2 pipeline stages
+  -9.2% (the pipeline's gathered stage weights, experts included: 43 GiB of its 84),
+  Llama 3.1 70B at 128k over 8 context shards on Ironwood -4.4%, Llama 3.1 70B on a v5p-64 -2.2%, 405B on Ironwood -8.8% (XLA's peak there
   holds one layer's weights gathered over fsdp, 4.9 GiB, beside the saved layer inputs:
   the dense rule "no layer gathered at the peak" read off the 7B on a v5e-4 does not
   hold at 405B; not changed), Mixtral 8x7B whole on a v6e-32 +3.6%, Mixtral 8x22B with
