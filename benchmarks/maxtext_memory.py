@@ -697,8 +697,9 @@ Where the estimate differed from MaxText's program, and what changed (2026-12-07
   unless said): Llama 4 Maverick over 8 expert shards +0.6% (a held-out check of the
   block rule below: 2 MoE layers in its block of 4), Mixtral 8x7B over 2 pipeline stages
   -9.2% (the pipeline's gathered stage weights, experts included: 43 GiB of its 84),
-  Llama 3.1 70B at 128k over 8 context shards on Ironwood -4.4%, Llama 3.1 70B on a v5p-64 -2.2%, 405B on Ironwood -8.8% (XLA's peak there
-  holds one layer's weights gathered over fsdp, 4.9 GiB, beside the saved layer inputs:
+  Llama 3.1 70B at 128k over 8 context shards on Ironwood -4.4%, Llama 3.1 70B on a
+  v5p-64 -2.2%, 405B on Ironwood -8.8% (XLA's peak there holds one layer's weights
+  gathered over fsdp, 4.9 GiB, beside the saved layer inputs:
   the dense rule "no layer gathered at the peak" read off the 7B on a v5e-4 does not
   hold at 405B; not changed), Mixtral 8x7B whole on a v6e-32 +3.6%, Mixtral 8x22B with
   the capacity kernel over 4 expert shards +0.7%, Qwen3 235B over 8 expert shards +6.4%,
