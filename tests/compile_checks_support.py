@@ -72,6 +72,17 @@ def _compiling(check):
     return check.get("phase") == "compiling" or _finished(check)
 
 
+def finish_over_http(client, location: str, timeout: float = 300.0) -> dict:
+    """GET ``location`` (a compile check) until it is done, failed or cancelled."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        check = client.get(location).json()
+        if _finished(check):
+            return check
+        time.sleep(0.1)
+    pytest.fail(f"{location} did not finish: {check}")
+
+
 # ------------------------------------------------------------------------ GPU targets
 # A live plan as the service stores it on a GPU host: the runtime's mesh_grid answer
 # (platform "gpu", as jax.Device.platform is for CUDA) rendered like any live plan.

@@ -7,8 +7,6 @@ this test process. Error paths check status, content type and code.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -20,6 +18,7 @@ from datarax.spmd.compile_step import (
     mesh_from_ids,
     tpu_topology_devices,
 )
+from tests.compile_checks_support import finish_over_http
 from tests.datarax.spmd.test_compile_step import _require_libtpu
 from tests.helpers import StubRuntime, assert_problem, make_settings
 
@@ -41,16 +40,6 @@ def _plan(client, body) -> str:
     return answer.json()["id"]
 
 
-def _finish(client, location, timeout=240.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        check = client.get(location).json()
-        if check["status"] in ("done", "failed", "cancelled"):
-            return check
-        time.sleep(0.1)
-    pytest.fail(f"{location} did not finish: {check}")
-
-
 def test_a_check_answers_the_figures_of_a_direct_compile_and_repeats_from_cache(client):
     _require_libtpu()
     mesh_id = _plan(client, TPU_PLAN)
@@ -58,7 +47,7 @@ def test_a_check_answers_the_figures_of_a_direct_compile_and_repeats_from_cache(
     assert answer.status_code == 202 and answer.headers["content-type"] == "application/json"
     location = answer.headers["location"]
     assert location == f"/v1/compile-checks/{answer.json()['id']}"
-    check = _finish(client, location)
+    check = finish_over_http(client, location, timeout=240.0)
     assert check["status"] == "done", check
     result = check["result"]
 
@@ -88,7 +77,7 @@ def test_an_oom_check_quotes_xla(client):
     mesh_id = _plan(client, {**TPU_PLAN, "ici": {"data": 16}})
     huge = {"kind": "mlp", "features": [65536, 65536], "dtype": "float32"}
     answer = client.post(f"/v1/meshes/{mesh_id}/compile-checks", json={"model": huge})
-    check = _finish(client, answer.headers["location"])
+    check = finish_over_http(client, answer.headers["location"], timeout=240.0)
     assert check["status"] == "done" and check["result"]["fits"] is False
     assert "RESOURCE_EXHAUSTED" in check["result"]["xla_error"]
     assert check["estimate"]["fits"] is False and check["estimate_error"]["fits_agrees"]
@@ -98,7 +87,7 @@ def test_a_live_cpu_plan_compiles_on_the_hosts_cpu_devices(client):
     mesh_id = _plan(client, {"axes": {"data": 4, "model": 2}, "batch_shape": [32, 64]})
     body = {"model": {"kind": "mlp", "features": [64, 128, 64]}, "optimizer": "sgd"}
     answer = client.post(f"/v1/meshes/{mesh_id}/compile-checks", json=body)
-    check = _finish(client, answer.headers["location"])
+    check = finish_over_http(client, answer.headers["location"], timeout=240.0)
     assert check["status"] == "done", check
     assert check["target"]["kind"] == "cpu" and check["target"]["devices"] == 8
     assert check["target"]["hbm_source"].endswith("shared by 8 CPU devices")

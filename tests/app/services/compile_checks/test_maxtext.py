@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from app.services.compile_checks.maxtext_target import (
     maxtext_target,
 )
 from app.services.hardware import check_hardware_plan, render_hardware_plan
-from tests.compile_checks_support import _finished, _run, _wait
+from tests.compile_checks_support import _finished, _run, _wait, finish_over_http
 from tests.datarax.spmd.test_compile_step import _require_libtpu
 from tests.helpers import StubRuntime, assert_problem, make_settings
 
@@ -70,16 +69,6 @@ def _plan(client, body) -> tuple[str, dict]:
     assert answer.status_code == 201, answer.text
     plan_id = answer.json()["id"]
     return plan_id, client.get(f"/v1/meshes/{plan_id}").json()
-
-
-def _finish(client, location, timeout=300.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        check = client.get(location).json()
-        if check["status"] in ("done", "failed", "cancelled"):
-            return check
-        time.sleep(0.2)
-    pytest.fail(f"{location} did not finish: {check}")
 
 
 # ------------------------------------------------------------------------------ install
@@ -197,7 +186,7 @@ def test_maxtext_compiles_a_step_that_fits_and_repeats_it_from_the_cache(client)
     url = f"/v1/meshes/{plan_id}/compile-checks"
     answer = client.post(url, json={"model": TINY, "program": "maxtext"})
     assert answer.status_code == 202, answer.text
-    check = _finish(client, answer.headers["location"])
+    check = finish_over_http(client, answer.headers["location"])
     assert check["status"] == "done", check
     result = check["result"]
     program = result["program"]
@@ -216,7 +205,7 @@ def test_maxtext_compiles_a_step_that_fits_and_repeats_it_from_the_cache(client)
     assert again.json()["result"] == result
     datarax = client.post(url, json={"model": TINY})  # the library's program: not cached
     assert datarax.json()["cached"] is False
-    done = _finish(client, datarax.headers["location"])
+    done = finish_over_http(client, datarax.headers["location"])
     assert done["result"]["program"]["name"] == "datarax", done
 
 
@@ -225,7 +214,7 @@ def test_maxtext_refuses_llama2_7b_in_float32_on_v5e_4_for_memory(client):
     plan_id, _ = _plan(client, LLAMA_PLAN)
     body = {"model": LLAMA, "program": "maxtext"}
     answer = client.post(f"/v1/meshes/{plan_id}/compile-checks", json=body)
-    check = _finish(client, answer.headers["location"])
+    check = finish_over_http(client, answer.headers["location"])
     assert check["status"] == "done", check
     result = check["result"]
     assert result["fits"] is False and result["memory"] is None

@@ -4,12 +4,11 @@ and the check sets XLA's memory beside the plan's serving memory. Tiny models.""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from tests.compile_checks_support import finish_over_http
 from tests.datarax.spmd.test_compile_step import _require_libtpu
 from tests.helpers import StubRuntime, assert_problem, make_settings
 
@@ -36,22 +35,12 @@ def _plan(client, body) -> str:
     return answer.json()["id"]
 
 
-def _finish(client, location, timeout=300.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        check = client.get(location).json()
-        if check["status"] in ("done", "failed", "cancelled"):
-            return check
-        time.sleep(0.2)
-    pytest.fail(f"{location} did not finish: {check}")
-
-
 def test_a_serving_plan_compiles_its_decode_step_against_the_serving_memory(client):
     _require_libtpu()
     plan = _plan(client, _body())
     answer = client.post(f"/v1/meshes/{plan}/compile-checks", json={"model": TINY})
     assert answer.status_code == 202, answer.text
-    check = _finish(client, answer.headers["location"])
+    check = finish_over_http(client, answer.headers["location"])
     assert check["status"] == "done", check
     assert check["estimate"] is None
     memory = check["serving_memory"]
