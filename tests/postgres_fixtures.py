@@ -7,6 +7,8 @@ tests/conftest.py loads them for every test folder (``pytest_plugins``):
 - ``postgres_url`` (function): the URL of a fresh, empty database on that server, dropped
   after the test (connections still open to it are closed), so tests do not see each
   other's rows.
+- ``store_url(request)``: a context manager for fixtures parametrized over
+  ``["sqlite", "postgres"]``: ``None``, or a fresh database's URL dropped after.
 - ``own_postgres`` (function): a running ``PostgresServer`` of the test's own, which it
   may ``stop()``, ``kill()`` and ``restart()`` (database restarts and crashes); closed
   after the test.
@@ -18,6 +20,7 @@ is imported only when a fixture runs, so that the rest of the suite loads withou
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NoReturn
@@ -60,6 +63,22 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     yield url
     if postgres_server.running:
         postgres_server.drop_database(url.rsplit("/", 1)[1])
+
+
+@contextlib.contextmanager
+def store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """For a fixture parametrized ``["sqlite", "postgres"]``: ``None`` (the SQLite file),
+    or a fresh database on the session's server, dropped after."""
+    if request.param != "postgres":
+        yield None
+        return
+    server = request.getfixturevalue("postgres_server")
+    url = server.create_database()
+    try:
+        yield url
+    finally:
+        if server.running:
+            server.drop_database(url.rsplit("/", 1)[1])
 
 
 @pytest.fixture

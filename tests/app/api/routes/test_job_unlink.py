@@ -9,6 +9,7 @@ from app.main import create_app
 from app.storage.postgres import PostgresStore
 from tests.app.api.routes.test_jobs import PLAN_WITH_ESTIMATE
 from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings
+from tests.postgres_fixtures import store_url
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -16,18 +17,11 @@ def client(request, tmp_path_factory):
     """The service on each store in turn (PostgreSQL skips loudly without it, fails
     under CI)."""
     folder = tmp_path_factory.mktemp("unlink")
-    server = url = None
-    if request.param == "postgres":
-        server = request.getfixturevalue("postgres_server")
-        url = server.create_database()
-    try:
+    with store_url(request) as url:
         settings = make_settings(folder, database_url=url)
         with TestClient(create_app(settings, runtime=StubRuntime(ready=True))) as c:
             assert isinstance(c.app.state.store, PostgresStore) is (url is not None)
             yield c
-    finally:
-        if server is not None and server.running:
-            server.drop_database(url.rsplit("/", 1)[1])
 
 
 def _push(client, job: str, step: int, seconds: float) -> None:

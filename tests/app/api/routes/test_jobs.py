@@ -10,6 +10,7 @@ import pytest
 from app.main import create_app
 from app.storage.postgres import PostgresStore
 from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings, npz_bytes
+from tests.postgres_fixtures import store_url
 
 NPZ_HEADERS = {"content-type": "application/x-npz"}
 
@@ -19,18 +20,11 @@ def client(request, tmp_path_factory):
     """The service on each store in turn: the SQLite file, or a fresh database of the
     session's PostgreSQL (skips loudly without it, fails under CI), dropped after."""
     folder = tmp_path_factory.mktemp("jobs")
-    server = url = None
-    if request.param == "postgres":
-        server = request.getfixturevalue("postgres_server")
-        url = server.create_database()
-    try:
+    with store_url(request) as url:
         settings = make_settings(folder, database_url=url)
         with TestClient(create_app(settings, runtime=StubRuntime(ready=True))) as c:
             assert isinstance(c.app.state.store, PostgresStore) is (url is not None)
             yield c
-    finally:
-        if server is not None and server.running:
-            server.drop_database(url.rsplit("/", 1)[1])
 
 
 def _push(client, job, step, loss, **extra):

@@ -18,6 +18,7 @@ from datarax.distributed.sharding import param_partition_spec
 from datarax.plan.memory import mlp_param_shapes
 from tests.conftest import require_devices
 from tests.helpers import StubRuntime, TestClient, assert_problem, make_settings, strict_json
+from tests.postgres_fixtures import store_url
 
 # (id, axes, batch_axes or None for the default, batch_shape)
 LIVE_CASES = [
@@ -43,19 +44,12 @@ def plans_api(request, tmp_path_factory):
     session's PostgreSQL, dropped after), for the tests of stored plans: abstract plans
     need no devices, so its runtime is a stand-in."""
     folder = tmp_path_factory.mktemp("plans")
-    server = url = None
-    if request.param == "postgres":
-        server = request.getfixturevalue("postgres_server")
-        url = server.create_database()
-    try:
+    with store_url(request) as url:
         settings = make_settings(folder, database_url=url)
         app = create_app(settings, runtime=StubRuntime(ready=True))
         with strict_json(TestClient(app)) as client:
             assert isinstance(client.app.state.store, PostgresStore) is (url is not None)
             yield client
-    finally:
-        if server is not None and server.running:
-            server.drop_database(url.rsplit("/", 1)[1])
 
 
 def _expected(axes_resolved: dict, grid: list, spec: tuple, shape: list[int]):
