@@ -28,6 +28,7 @@ from fastapi.testclient import TestClient
 
 from app.core.settings import Settings
 from app.main import create_app
+from app.schemas.serving import SERVING_RECOMMENDATION_EXAMPLE
 
 PLAN_405B: dict[str, Any] = {
     "hardware": "h100-sxm",
@@ -37,15 +38,8 @@ PLAN_405B: dict[str, Any] = {
     "model": {"name": "llama3.1-405b"},
     "serving": {"input_tokens": 1000, "output_tokens": 1000, "concurrency": 256},
 }
-SLO_V5E_256: dict[str, Any] = {
-    "hardware": "tpu-v5e",
-    "topology": "16x16",
-    "model": {"name": "llama2-70b"},
-    "serving": {"input_tokens": 1000, "output_tokens": 1000, "concurrency": 256,
-                "weight_dtype": "int8"},
-    "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
-    "top_k": 3,
-}  # fmt: skip
+SLO_V5E_256: dict[str, Any] = SERVING_RECOMMENDATION_EXAMPLE
+"""The documented recommendation example: Llama 2 70B int8 on a v5e-256 under an SLO."""
 
 
 def _median_ms(client: TestClient, path: str, body: dict[str, Any], repeats: int) -> float:
