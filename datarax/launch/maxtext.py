@@ -206,7 +206,9 @@ def _batch_args(plan: Mapping[str, Any], devices: int) -> JSONObject:
     return {"per_device_batch_size": per_device}
 
 
-def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObject:
+def _model_args(
+    plan: Mapping[str, Any], gpu: bool, notes: list[str], refusals: list[str]
+) -> JSONObject:
     model = plan.get("model")
     if not model:
         return {}
@@ -263,7 +265,7 @@ def _model_args(plan: Mapping[str, Any], gpu: bool, notes: list[str]) -> JSONObj
         block, refusal = _moe_block(spec)
         if refusal is not None:
             notes.append(refusal)
-            out["refusal"] = refusal
+            refusals.append(refusal)
         else:
             out["decoder_block"] = block
         if block == "mixtral":
@@ -487,13 +489,13 @@ def maxtext_args(plan: Mapping[str, Any]) -> MaxTextArgs:
     values["allow_split_physical_axes"] = theirs.split_physical_axes
     values["hardware"] = entry.kind
     values.update(_batch_args(plan, theirs.num_devices))
-    values.update(_model_args(plan, entry.kind == "gpu", notes))
+    refusals: list[str] = []
+    values.update(_model_args(plan, entry.kind == "gpu", notes, refusals))
     values.update(_parallel_args(plan, entry.kind == "tpu", notes))
     optimizer = plan.get("optimizer")
     optimizer = optimizer.get("name") if isinstance(optimizer, Mapping) else optimizer
     if optimizer in _OPT_TYPE:
         values["opt_type"] = _OPT_TYPE[optimizer]
-    refusal = values.pop("refusal", None)
     env, sources = _env(entry.name)
     refused = LIBTPU_INIT_ARGS.get(entry.name, {}).get("refused", {})
     notes.extend(f"LIBTPU_INIT_ARGS leaves out {flag}: {why}" for flag, why in refused.items())
@@ -502,5 +504,5 @@ def maxtext_args(plan: Mapping[str, Any]) -> MaxTextArgs:
         "env": env,
         "env_sources": sources,
         "notes": notes,
-        "refusal": refusal,
+        "refusal": refusals[0] if refusals else None,
     }
